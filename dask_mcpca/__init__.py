@@ -1,0 +1,19 @@
+"""Robust PCA by maximum correntropy power iterations, on chunked Dask arrays.
+
+Where things live:
+
+- ``_io``: opening data (numpy, dask, Zarr, HDF5, xarray) as row blocks
+- ``_block``: what one row block computes in a pass (weights, weighted moments)
+- ``_passes``: one pass = the block kernel everywhere + a tree reduction
+- ``_power``: the p x p power iteration, deflation and Woodbury updates
+- ``_schedule``: kernel sizes (the paper's decay, the default's rule)
+- ``_paper`` / ``_robust``: the two solvers
+- ``_estimator``: the scikit-learn estimator ``MCPCA``
+- ``_checkpoint``, ``_persist``: resumable fits, saved models
+- ``_cli``: the ``dask-mcpca`` command line
+"""
+
+from ._estimator import MCPCA
+
+__all__ = ["MCPCA", "__version__"]
+__version__ = "0.1.0"

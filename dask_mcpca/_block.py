@@ -1,0 +1,214 @@
+"""What one row block owes a pass: correntropy weights, weighted moments, small sums.
+
+Every pass over the data, local or distributed, calls :func:`block_stats` once
+per row block and merges the results with :func:`combine`.  The result of a
+block is a small dict of numpy arrays (a few p x p matrices), never rows of
+the data, except for an optional row sample that is bounded by design.
+
+Weights
+-------
+A pass evaluates ``J`` kernels at once.  Kernel ``j`` is a symmetric p x p
+matrix ``A_j`` and gives row ``x`` the exponent
+
+    e_j(x) = -1/2 (x - c)^T A_j (x - c)
+
+and the correntropy weight ``g_j(x) = exp(e_j(x))``.  With
+``A = M^T M / sigma^2`` and ``M = I - P - v v^T`` this is the paper's
+``[G_sigma]_kk`` (eqs. (8) and (13)); with ``A = Sigma^{-1} / s^2`` it is the
+Mahalanobis kernel of eq. (1).
+
+No underflow
+------------
+For a small kernel size, ``exp(e)`` is 0.0 in float64 for every row.  A block
+therefore keeps a log-scale ``m = max_k e_k`` per kernel and accumulates
+``exp(e_k - m)``; :func:`combine` rescales two partial results to their common
+maximum, as a log-sum-exp does.  The weights of a pass are thus known up to one
+common positive factor, which no estimate depends on.
+
+Moments
+-------
+Weighted moments are kept as (total weight, weighted mean, scatter about that
+mean) and merged with the pairwise formula of Chan, Golub and LeVeque, so no
+large uncentred sum is ever formed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+__all__ = ["PassPlan", "block_stats", "combine", "LOG10_D2_EDGES"]
+
+#: Rows handled at once inside a block: bounds the temporaries of a task.
+SUB_BLOCK_ROWS = 32_768
+
+#: Bin edges of the histogram of log10(d^2), d^2 = -2 e (the kernel's squared
+#: distance).  0.01 decades (2.3 %) per bin from 1e-8 to 1e8; out-of-range
+#: values fall in the end bins.  Quantiles of d^2 come from it.
+LOG10_D2_EDGES = np.linspace(-8.0, 8.0, 1601)
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """The small, picklable parameters of one pass.
+
+    Parameters
+    ----------
+    center : ndarray of shape (p,)
+        Reference point ``c`` of the kernels.
+    kernels : ndarray of shape (J, p, p) or None
+        Kernel matrices ``A_j``; None gives unit weights (a moments pass).
+    histogram : bool
+        Also return the histogram of ``log10(d^2)`` per kernel.
+    sample_rate : float
+        Probability with which each row is kept in the returned row sample.
+    seed : int
+        Seed of the row sample; each block draws from ``(seed, block_index)``.
+
+    Rows holding NaN or inf never enter the sums; they are counted in
+    ``n_nonfinite`` and the caller decides (``nan_policy``).
+    """
+
+    center: np.ndarray
+    kernels: np.ndarray | None = None
+    histogram: bool = False
+    sample_rate: float = 0.0
+    seed: int = 0
+    n_kernels: int = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "n_kernels", 1 if self.kernels is None else len(self.kernels))
+
+
+def _empty(plan: PassPlan, p: int) -> dict:
+    J = plan.n_kernels
+    out = {
+        "n_rows": 0,
+        "n_nonfinite": 0,
+        "log_scale": np.full(J, -np.inf),
+        "weight": np.zeros(J),
+        "mean": np.zeros((J, p)),
+        "scatter": np.zeros((J, p, p)),
+    }
+    if plan.histogram:
+        out["histogram"] = np.zeros((J, len(LOG10_D2_EDGES) - 1))
+    if plan.sample_rate > 0:
+        out["sample"] = np.empty((0, p))
+    return out
+
+
+def _sub_block_stats(Y: np.ndarray, plan: PassPlan) -> dict:
+    """Moments of the rows ``Y = X - c`` (finite, float64) under each kernel."""
+    n, p = Y.shape
+    J = plan.n_kernels
+    if plan.kernels is None:
+        e = np.zeros((1, n))
+    else:
+        # e[j, k] = -1/2 y_k^T A_j y_k, one GEMM per kernel.
+        e = np.stack([-0.5 * np.einsum("ij,ij->i", Y @ A, Y) for A in plan.kernels])
+        np.minimum(e, 0.0, out=e)  # A is PSD: tiny positive values are round-off
+    log_scale = e.max(axis=1)
+    g = np.exp(e - log_scale[:, None])
+    weight = g.sum(axis=1)
+    mean = (g @ Y) / weight[:, None]
+    scatter = np.empty((J, p, p))
+    for j in range(J):
+        Z = Y - mean[j]
+        scatter[j] = (Z * g[j][:, None]).T @ Z
+    out = {
+        "n_rows": n,
+        "n_nonfinite": 0,
+        "log_scale": log_scale,
+        "weight": weight,
+        "mean": mean + plan.center,
+        "scatter": scatter,
+    }
+    if plan.histogram:
+        with np.errstate(divide="ignore"):
+            log_d2 = np.log10(-2.0 * e)
+        idx = np.searchsorted(LOG10_D2_EDGES, log_d2, side="right") - 1
+        np.clip(idx, 0, len(LOG10_D2_EDGES) - 2, out=idx)
+        out["histogram"] = np.stack(
+            [np.bincount(i, minlength=len(LOG10_D2_EDGES) - 1) for i in idx]
+        ).astype(float)
+    return out
+
+
+def block_stats(X: np.ndarray, plan: PassPlan, block_index: int = 0) -> dict:
+    """Everything one row block contributes to a pass.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_block, p)
+        One row block, any float dtype; it is read once and cast to float64
+        one sub-block at a time.
+    plan : PassPlan
+        The kernels and options of this pass.
+    block_index : int
+        Position of the block, for the row sample's random stream.
+
+    Returns
+    -------
+    dict
+        ``n_rows``, ``n_nonfinite``, and per kernel ``log_scale``, ``weight``,
+        ``mean``, ``scatter`` (see the module docstring); optionally
+        ``histogram`` and ``sample``.
+    """
+    X = np.asarray(X)
+    p = X.shape[1]
+    result = _empty(plan, p)
+    rng = np.random.default_rng([plan.seed, block_index]) if plan.sample_rate > 0 else None
+    samples = []
+    with threadpool_limits(limits=1, user_api="blas"):
+        for start in range(0, X.shape[0], SUB_BLOCK_ROWS):
+            Y = np.asarray(X[start : start + SUB_BLOCK_ROWS], dtype=np.float64)
+            finite = np.isfinite(Y).all(axis=1)
+            n_bad = int(Y.shape[0] - finite.sum())
+            n_seen = Y.shape[0]
+            if n_bad:
+                Y = Y[finite]
+            if rng is not None:
+                keep = rng.random(Y.shape[0]) < plan.sample_rate
+                samples.append(Y[keep])
+            if Y.shape[0]:
+                Y -= plan.center
+                part = _sub_block_stats(Y, plan)
+            else:
+                part = _empty(plan, p)
+            part["n_rows"] = n_seen - n_bad
+            part["n_nonfinite"] = n_bad
+            result = combine(result, part)
+    if rng is not None:
+        result["sample"] = np.concatenate([result["sample"], *samples])
+    return result
+
+
+def combine(a: dict, b: dict) -> dict:
+    """Merge two partial pass results (associative and commutative up to round-off)."""
+    out = {
+        "n_rows": a["n_rows"] + b["n_rows"],
+        "n_nonfinite": a["n_nonfinite"] + b["n_nonfinite"],
+    }
+    log_scale = np.maximum(a["log_scale"], b["log_scale"])
+    finite = np.isfinite(log_scale)
+    with np.errstate(invalid="ignore"):
+        fa = np.where(finite, np.exp(a["log_scale"] - log_scale), 0.0)
+        fb = np.where(finite, np.exp(b["log_scale"] - log_scale), 0.0)
+    wa, wb = a["weight"] * fa, b["weight"] * fb
+    weight = wa + wb
+    safe = np.where(weight > 0, weight, 1.0)
+    delta = b["mean"] - a["mean"]
+    mean = a["mean"] + delta * (wb / safe)[:, None]
+    scatter = (
+        a["scatter"] * fa[:, None, None]
+        + b["scatter"] * fb[:, None, None]
+        + (wa * wb / safe)[:, None, None] * delta[:, :, None] * delta[:, None, :]
+    )
+    out.update(log_scale=log_scale, weight=weight, mean=mean, scatter=scatter)
+    if "histogram" in a:
+        out["histogram"] = a["histogram"] + b["histogram"]
+    if "sample" in a or "sample" in b:
+        out["sample"] = np.concatenate([x["sample"] for x in (a, b) if "sample" in x])
+    return out

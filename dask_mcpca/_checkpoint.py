@@ -1,0 +1,169 @@
+"""Resumable fits: the small state of a fit, written atomically after each step.
+
+A checkpoint is one ``.npz`` file (no pickle): the solver's state as arrays
+plus a JSON header with the parameters and a fingerprint of the data (row
+count, mean and scatter from the first pass).  It is written to a temporary
+file in the same directory and renamed over the old one, so an interrupted
+write leaves the previous checkpoint or none, never half a file.  A
+checkpoint written for other data or other parameters is refused.
+
+The file is kept after a successful fit: fitting again resumes at the end,
+after the one pass that checks the data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from ._atomic import atomic_path
+from ._paper import PaperState
+from ._robust import RobustState
+
+__all__ = ["Checkpoint", "CheckpointMismatchError"]
+
+FORMAT = "dask_mcpca-checkpoint-1"
+_STATES = {"paper": PaperState, "robust": RobustState}
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint on disk belongs to another fit."""
+
+
+def _encode(state) -> tuple[dict, dict]:
+    """Split a state dataclass into JSON scalars and named arrays."""
+    meta, arrays = {}, {}
+    for f in dataclasses.fields(state):
+        value = getattr(state, f.name)
+        if isinstance(value, np.ndarray):
+            arrays[f.name] = value
+        elif isinstance(value, list):
+            meta[f.name] = {"list": len(value)}
+            for i, item in enumerate(value):
+                arrays[f"{f.name}.{i}"] = np.asarray(item)
+        elif isinstance(value, dict):
+            meta[f.name] = {"dict": sorted(value)}
+            for key, item in value.items():
+                arrays[f"{f.name}.{key}"] = np.asarray(item)
+        else:
+            meta[f.name] = {"value": value.item() if isinstance(value, np.generic) else value}
+    return meta, arrays
+
+
+def _decode(cls, meta: dict, arrays) -> object:
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in arrays:
+            kwargs[f.name] = np.array(arrays[f.name])
+        elif f.name not in meta:
+            continue
+        elif "list" in meta[f.name]:
+            items = [np.array(arrays[f"{f.name}.{i}"]) for i in range(meta[f.name]["list"])]
+            kwargs[f.name] = [x.item() if x.ndim == 0 else x for x in items]
+        elif "dict" in meta[f.name]:
+            items = {k: np.array(arrays[f"{f.name}.{k}"]) for k in meta[f.name]["dict"]}
+            kwargs[f.name] = {k: (x.item() if x.ndim == 0 else x) for k, x in items.items()}
+        else:
+            kwargs[f.name] = meta[f.name]["value"]
+    return cls(**kwargs)
+
+
+class _NoCheckpoint:
+    def check_data(self, moments) -> None:
+        pass
+
+    def load(self, kind):
+        return None
+
+    def save(self, kind, state) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class Checkpoint:
+    """Checkpoint file of one fit; use :meth:`open`."""
+
+    def __init__(self, path, params: dict, shape):
+        self.path = os.fspath(path)
+        self.params = json.loads(json.dumps(params, default=repr))
+        self.shape = list(shape)
+        self.fingerprint = None
+        self.states: dict = {}
+        self._loaded: dict = {}
+
+    @classmethod
+    def open(cls, path, *, params: dict, shape):
+        """A checkpoint at ``path``, or a no-op object when ``path`` is None."""
+        return _NoCheckpoint() if path is None else cls(path, params, shape)
+
+    def check_data(self, moments) -> None:
+        """Fingerprint the data from the first pass; load a matching checkpoint."""
+        self.fingerprint = {
+            "n_rows": int(moments.n_rows),
+            "mean": moments.mean[0].tolist(),
+            "scatter": moments.scatter[0].ravel().tolist(),
+        }
+        if not os.path.exists(self.path):
+            return
+        try:
+            with np.load(self.path, allow_pickle=False) as z:
+                header = json.loads(str(z["__header__"]))
+                arrays = {k: z[k] for k in z.files if k != "__header__"}
+        except Exception as err:
+            raise CheckpointMismatchError(f"checkpoint {self.path!r} cannot be read: {err}") from None
+        if header.get("format") != FORMAT:
+            raise CheckpointMismatchError(f"{self.path!r} is not a dask_mcpca checkpoint")
+        if header["params"] != self.params:
+            diff = sorted(k for k in self.params if header["params"].get(k) != self.params[k])
+            raise CheckpointMismatchError(
+                f"checkpoint {self.path!r} was written with other parameters ({', '.join(diff)}); "
+                "delete it or fit with the same parameters"
+            )
+        old = header["data"]
+        same = (
+            header["shape"] == self.shape
+            and old["n_rows"] == self.fingerprint["n_rows"]
+            and np.allclose(old["mean"], self.fingerprint["mean"], rtol=1e-9, atol=1e-12)
+            and np.allclose(old["scatter"], self.fingerprint["scatter"], rtol=1e-9, atol=1e-12)
+        )
+        if not same:
+            raise CheckpointMismatchError(
+                f"checkpoint {self.path!r} was written for other data (shape, row count, mean or "
+                "scatter differ); delete it to start afresh"
+            )
+        for kind, meta in header["states"].items():
+            prefix = kind + ":"
+            mine = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+            self._loaded[kind] = _decode(_STATES[kind], meta, mine)
+        self.states = dict(self._loaded)
+
+    def load(self, kind: str):
+        """The saved state of stage ``kind`` ("robust" or "paper"), or None."""
+        return self._loaded.get(kind)
+
+    def save(self, kind: str, state) -> None:
+        """Record ``state`` and write the file atomically."""
+        self.states[kind] = state
+        header = {
+            "format": FORMAT,
+            "params": self.params,
+            "shape": self.shape,
+            "data": self.fingerprint,
+            "states": {},
+        }
+        arrays = {}
+        for name, st in self.states.items():
+            meta, arr = _encode(st)
+            header["states"][name] = meta
+            arrays.update({f"{name}:{k}": v for k, v in arr.items()})
+        with atomic_path(self.path) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, __header__=np.array(json.dumps(header)), **arrays)
+
+    def finish(self) -> None:
+        pass

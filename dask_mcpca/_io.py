@@ -1,0 +1,201 @@
+"""Opening data: numpy, dask, Zarr, HDF5 and xarray, as row blocks.
+
+Whatever the user hands to ``fit``, :func:`as_row_blocks` returns either an
+in-memory numpy array (processed without a task graph) or a dask array whose
+chunks span full rows.  Stores are opened read-only; the dask chunks follow
+the store's row chunks, grouped so one block holds about ``BLOCK_BYTES``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+__all__ = ["as_row_blocks", "open_store", "H5Dataset", "BLOCK_BYTES"]
+
+#: Target size of one row block of a store (bytes, in the store's dtype).
+BLOCK_BYTES = 128 * 2**20
+
+
+class H5Dataset:
+    """A picklable, read-only handle on one HDF5 dataset.
+
+    ``h5py`` objects cannot be sent to distributed workers; this one keeps
+    only the path and dataset name and opens the file read-only where it is
+    read (``swmr`` is not needed: the file is never written).
+    """
+
+    def __init__(self, path: str, name: str):
+        import h5py
+
+        self.path, self.name = os.fspath(path), name
+        try:
+            with h5py.File(self.path, "r") as f:
+                if name not in f:
+                    raise KeyError(name)
+                d = f[name]
+                if not isinstance(d, h5py.Dataset):
+                    raise KeyError(name)
+                self.shape, self.dtype, self.chunks = d.shape, d.dtype, d.chunks
+        except KeyError:
+            raise KeyError(
+                f"HDF5 file {self.path!r} has no dataset {name!r}"
+            ) from None
+        except OSError as err:
+            raise FileNotFoundError(f"cannot open HDF5 file {self.path!r}: {err}") from None
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, key):
+        import h5py
+
+        with h5py.File(self.path, "r") as f:
+            return f[self.name][key]
+
+    def __repr__(self):
+        return f"H5Dataset({self.path!r}, {self.name!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+def _is_hdf5_path(path: str) -> bool:
+    return path.lower().endswith((".h5", ".hdf5", ".hdf", ".he5", ".nc"))
+
+
+def open_store(path: str | os.PathLike, dataset: str | None = None):
+    """Open a Zarr store or an HDF5 file read-only and return its 2-D array.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A Zarr store (directory) or an HDF5 file.  ``"file.h5:/group/data"``
+        names the dataset inside the file in the path itself.
+    dataset : str, optional
+        The array inside a Zarr group or HDF5 file; may be omitted when the
+        store holds a single array.
+
+    Returns
+    -------
+    zarr.Array or H5Dataset
+    """
+    path = os.fspath(path)
+    if dataset is None and ":" in path and not os.path.exists(path):
+        head, _, tail = path.rpartition(":")
+        if _is_hdf5_path(head) or os.path.isfile(head):
+            path, dataset = head, tail
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such store: {path!r}")
+    if os.path.isfile(path):
+        if dataset is None:
+            dataset = _single_hdf5_dataset(path)
+        return H5Dataset(path, dataset)
+    import zarr
+
+    try:
+        node = zarr.open(path, mode="r")
+    except Exception as err:  # zarr raises several types for "not a store"
+        raise ValueError(f"{path!r} is neither a Zarr store nor an HDF5 file: {err}") from None
+    if isinstance(node, zarr.Array):
+        if dataset not in (None, "", "/"):
+            raise KeyError(f"Zarr store {path!r} is a single array; it has no dataset {dataset!r}")
+        return node
+    names = sorted(name for name, _ in node.arrays())
+    if dataset is None:
+        if len(names) != 1:
+            raise KeyError(
+                f"Zarr group {path!r} holds {len(names)} arrays {names}; name one with dataset="
+            )
+        dataset = names[0]
+    try:
+        arr = node[dataset.strip("/")]
+    except KeyError:
+        raise KeyError(f"Zarr store {path!r} has no dataset {dataset!r}; it has {names}") from None
+    if not isinstance(arr, zarr.Array):
+        raise KeyError(f"{dataset!r} in Zarr store {path!r} is a group, not an array")
+    return arr
+
+
+def _single_hdf5_dataset(path: str) -> str:
+    import h5py
+
+    names = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+    if len(names) != 1:
+        raise KeyError(
+            f"HDF5 file {path!r} holds {len(names)} datasets {names}; name one as 'file.h5:/name'"
+        )
+    return names[0]
+
+
+def _row_chunk(n_rows: int, n_cols: int, itemsize: int, store_rows: int | None) -> int:
+    """Rows per dask block: whole store chunks, about BLOCK_BYTES in all."""
+    target = max(1, BLOCK_BYTES // max(1, n_cols * itemsize))
+    if not store_rows:
+        return int(min(n_rows, target)) or 1
+    k = max(1, target // store_rows)
+    return int(min(max(n_rows, 1), k * store_rows))
+
+
+def _from_store(arr) -> da.Array:
+    import zarr
+
+    n, p = arr.shape
+    store_rows = arr.chunks[0] if arr.chunks else None
+    rows = _row_chunk(n, p, arr.dtype.itemsize, store_rows)
+    if isinstance(arr, zarr.Array):
+        return da.from_zarr(arr, chunks=(rows, p))
+    return da.from_array(arr, chunks=(rows, p), asarray=True, lock=False, name=f"h5-{arr.path}-{arr.name}-{rows}")
+
+
+def _check_2d(shape) -> None:
+    if len(shape) != 2:
+        raise ValueError(f"X must be 2-D (rows x features); got an array of shape {tuple(shape)}")
+    if shape[0] == 0 or shape[1] == 0:
+        raise ValueError(f"X is empty: shape {tuple(shape)}")
+
+
+def _as_float(x):
+    """Integers and booleans become float64; float32 stays float32."""
+    if x.dtype.kind in "biu":
+        return x.astype(np.float64)
+    if x.dtype.kind != "f":
+        raise ValueError(f"X must hold numbers; got dtype {x.dtype}")
+    return x
+
+
+def as_row_blocks(X: Any) -> np.ndarray | da.Array:
+    """Return ``X`` as a float numpy array or a dask array chunked by full rows.
+
+    Parameters
+    ----------
+    X : array-like, dask array, zarr.Array, H5Dataset, h5py.Dataset,
+        xarray.DataArray, or str / path-like naming a store
+        (``"archive.zarr"``, ``"archive.zarr:/group/array"``, ``"file.h5:/data"``).
+
+    Returns
+    -------
+    numpy.ndarray or dask.array.Array
+        Two-dimensional, float32 or float64.  A dask array has one chunk
+        across the columns and row chunks that are whole store chunks.
+    """
+    if isinstance(X, (str, os.PathLike)):
+        X = open_store(X)
+    if type(X).__module__.startswith("xarray"):
+        X = X.data
+    if type(X).__module__.startswith("h5py"):
+        X = H5Dataset(X.file.filename, X.name)
+    if isinstance(X, da.Array):
+        if any(np.isnan(c) for cs in X.chunks for c in cs):
+            X = X.compute_chunk_sizes()
+        _check_2d(X.shape)
+        X = _as_float(X)
+        if len(X.chunks[1]) > 1:
+            X = X.rechunk({1: -1})  # full rows, once
+        return X
+    if isinstance(X, H5Dataset) or type(X).__module__.startswith("zarr"):
+        _check_2d(X.shape)
+        return _as_float(_from_store(X))
+    X = np.asarray(X)
+    _check_2d(X.shape)
+    return _as_float(X)

@@ -1,0 +1,128 @@
+"""One pass over the data: the per-block kernel everywhere, merged by a tree.
+
+A :class:`PassRunner` owns the data of one fit and counts its passes.  For a
+dask array, a pass is one task per row block (read + :func:`block_stats`,
+fused by the graph optimiser), merged by a tree of :func:`combine` tasks
+``split_every`` wide, and a single ``dask.compute``; the active scheduler is
+used (a ``distributed.Client`` if one exists).  For a numpy array, the same
+kernel runs over row slices directly, with no task graph.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import reduce
+
+import dask
+import dask.array as da
+import numpy as np
+
+from ._block import PassPlan, block_stats, combine
+from ._progress import PassProgress
+
+__all__ = ["PassRunner", "PassResult"]
+
+#: Rows per slice when numpy input is processed without a graph.
+NUMPY_BLOCK_ROWS = 262_144
+
+#: Width of the tree reduction (partial results merged per combine task).
+SPLIT_EVERY = 8
+
+
+@dataclass
+class PassResult:
+    """The merged statistics of one pass (see :mod:`dask_mcpca._block`)."""
+
+    n_rows: int
+    n_nonfinite: int
+    log_scale: np.ndarray
+    weight: np.ndarray
+    mean: np.ndarray
+    scatter: np.ndarray
+    histogram: np.ndarray | None = None
+    sample: np.ndarray | None = None
+
+    def covariance(self, j: int = 0) -> np.ndarray:
+        """Weighted covariance (scatter / total weight) of kernel ``j``."""
+        return self.scatter[j] / self.weight[j]
+
+    def scatter_about(self, center: np.ndarray, j: int = 0) -> np.ndarray:
+        """``X^T G X`` about ``center`` (up to the pass's common factor)."""
+        d = self.mean[j] - center
+        return self.scatter[j] + self.weight[j] * np.outer(d, d)
+
+
+class NonFiniteRowsError(ValueError):
+    """Raised when rows hold NaN or inf and ``nan_policy="raise"``."""
+
+
+def _tree_reduce(parts: list, split_every: int):
+    while len(parts) > 1:
+        parts = [
+            dask.delayed(_combine_many, pure=True)(*parts[i : i + split_every])
+            if len(parts[i : i + split_every]) > 1
+            else parts[i]
+            for i in range(0, len(parts), split_every)
+        ]
+    return parts[0]
+
+
+def _combine_many(*parts):
+    return reduce(combine, parts)
+
+
+class PassRunner:
+    """Runs and counts passes over one data set.
+
+    Parameters
+    ----------
+    X : ndarray or dask.array.Array
+        Full-row blocks, from :func:`dask_mcpca._io.as_row_blocks`.
+    nan_policy : {"raise", "omit"}
+    progress : bool
+        Show a bar per pass.
+    """
+
+    def __init__(self, X, *, nan_policy: str = "raise", progress: bool = False):
+        self.X = X
+        self.nan_policy = nan_policy
+        self.progress = progress
+        self.n_passes = 0
+        self.n_rows, self.n_features = X.shape
+        self.is_dask = isinstance(X, da.Array)
+        self.n_blocks = len(X.chunks[0]) if self.is_dask else -(-self.n_rows // NUMPY_BLOCK_ROWS)
+        self._blocks = None
+
+    def _dask_blocks(self):
+        if self._blocks is None:
+            self._blocks = list(self.X.to_delayed(optimize_graph=True)[:, 0])
+        return self._blocks
+
+    def run(self, plan: PassPlan, *, label: str = "") -> PassResult:
+        """Make one full pass with ``plan`` and return its merged statistics."""
+        started = time.perf_counter()
+        with PassProgress(self, label, enabled=self.progress) as bar:
+            if self.is_dask:
+                plan_d = dask.delayed(plan, pure=True)
+                parts = [
+                    dask.delayed(block_stats, pure=True)(b, plan_d, i)
+                    for i, b in enumerate(self._dask_blocks())
+                ]
+                (stats,) = dask.compute(_tree_reduce(parts, SPLIT_EVERY))
+            else:
+                stats = None
+                for start in range(0, self.n_rows, NUMPY_BLOCK_ROWS):
+                    part = block_stats(self.X[start : start + NUMPY_BLOCK_ROWS], plan, start // NUMPY_BLOCK_ROWS)
+                    stats = part if stats is None else combine(stats, part)
+                    bar.advance(1)
+        self.n_passes += 1
+        self.last_pass_seconds = time.perf_counter() - started
+        if stats["n_nonfinite"] and self.nan_policy == "raise":
+            raise NonFiniteRowsError(
+                f"{stats['n_nonfinite']} of {self.n_rows} rows hold NaN or inf; "
+                "clean them, or pass nan_policy='omit' to leave such rows out of the fit"
+            )
+        if stats["n_rows"] == 0:
+            raise ValueError("no rows left to fit: every row holds NaN or inf")
+        return PassResult(**stats)
