@@ -65,7 +65,9 @@ class PassPlan:
     sample_rate : float
         Probability with which each row is kept in the returned row sample.
     seed : int
-        Seed of the row sample; each block draws from ``(seed, block_index)``.
+        Seed of the row sample.  Whether a row is drawn depends only on the
+        seed and the row's global index, so the sample does not depend on the
+        chunking.
 
     Rows holding NaN or inf never enter the sums; they are counted in
     ``n_nonfinite`` and the caller decides (``nan_policy``).
@@ -80,6 +82,17 @@ class PassPlan:
 
     def __post_init__(self):
         object.__setattr__(self, "n_kernels", 1 if self.kernels is None else len(self.kernels))
+
+
+def _row_uniforms(rows: np.ndarray, seed: int) -> np.ndarray:
+    """A uniform number in [0, 1) per global row index (splitmix64 hash)."""
+    with np.errstate(over="ignore"):
+        z = rows.astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        z += np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 def _empty(plan: PassPlan, p: int) -> dict:
@@ -136,7 +149,7 @@ def _sub_block_stats(Y: np.ndarray, plan: PassPlan) -> dict:
     return out
 
 
-def block_stats(X: np.ndarray, plan: PassPlan, block_index: int = 0) -> dict:
+def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
     """Everything one row block contributes to a pass.
 
     Parameters
@@ -146,8 +159,8 @@ def block_stats(X: np.ndarray, plan: PassPlan, block_index: int = 0) -> dict:
         one sub-block at a time.
     plan : PassPlan
         The kernels and options of this pass.
-    block_index : int
-        Position of the block, for the row sample's random stream.
+    row_offset : int
+        Global index of the block's first row (for the row sample).
 
     Returns
     -------
@@ -159,19 +172,20 @@ def block_stats(X: np.ndarray, plan: PassPlan, block_index: int = 0) -> dict:
     X = np.asarray(X)
     p = X.shape[1]
     result = _empty(plan, p)
-    rng = np.random.default_rng([plan.seed, block_index]) if plan.sample_rate > 0 else None
     samples = []
     with threadpool_limits(limits=1, user_api="blas"):
         for start in range(0, X.shape[0], SUB_BLOCK_ROWS):
-            Y = np.asarray(X[start : start + SUB_BLOCK_ROWS], dtype=np.float64)
+            # A float64 copy: the caller's array is never modified.
+            Y = np.array(X[start : start + SUB_BLOCK_ROWS], dtype=np.float64)
             finite = np.isfinite(Y).all(axis=1)
             n_bad = int(Y.shape[0] - finite.sum())
             n_seen = Y.shape[0]
+            if plan.sample_rate > 0:
+                rows = np.arange(row_offset + start, row_offset + start + n_seen)
+                keep = (_row_uniforms(rows, plan.seed) < plan.sample_rate) & finite
+                samples.append(Y[keep])
             if n_bad:
                 Y = Y[finite]
-            if rng is not None:
-                keep = rng.random(Y.shape[0]) < plan.sample_rate
-                samples.append(Y[keep])
             if Y.shape[0]:
                 Y -= plan.center
                 part = _sub_block_stats(Y, plan)
@@ -180,7 +194,7 @@ def block_stats(X: np.ndarray, plan: PassPlan, block_index: int = 0) -> dict:
             part["n_rows"] = n_seen - n_bad
             part["n_nonfinite"] = n_bad
             result = combine(result, part)
-    if rng is not None:
+    if plan.sample_rate > 0:
         result["sample"] = np.concatenate([result["sample"], *samples])
     return result
 

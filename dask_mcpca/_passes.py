@@ -105,15 +105,16 @@ class PassRunner:
         with PassProgress(self, label, enabled=self.progress) as bar:
             if self.is_dask:
                 plan_d = dask.delayed(plan, pure=True)
+                offsets = np.concatenate([[0], np.cumsum(self.X.chunks[0])[:-1]])
                 parts = [
-                    dask.delayed(block_stats, pure=True)(b, plan_d, i)
-                    for i, b in enumerate(self._dask_blocks())
+                    dask.delayed(block_stats, pure=True)(b, plan_d, int(off))
+                    for off, b in zip(offsets, self._dask_blocks())
                 ]
                 (stats,) = dask.compute(_tree_reduce(parts, SPLIT_EVERY))
             else:
                 stats = None
                 for start in range(0, self.n_rows, NUMPY_BLOCK_ROWS):
-                    part = block_stats(self.X[start : start + NUMPY_BLOCK_ROWS], plan, start // NUMPY_BLOCK_ROWS)
+                    part = block_stats(self.X[start : start + NUMPY_BLOCK_ROWS], plan, start)
                     stats = part if stats is None else combine(stats, part)
                     bar.advance(1)
         self.n_passes += 1
