@@ -37,7 +37,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 __all__ = ["PassPlan", "block_stats", "combine", "LOG10_D2_EDGES"]
 
@@ -173,27 +172,26 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
     p = X.shape[1]
     result = _empty(plan, p)
     samples = []
-    with threadpool_limits(limits=1, user_api="blas"):
-        for start in range(0, X.shape[0], SUB_BLOCK_ROWS):
-            # A float64 copy: the caller's array is never modified.
-            Y = np.array(X[start : start + SUB_BLOCK_ROWS], dtype=np.float64)
-            finite = np.isfinite(Y).all(axis=1)
-            n_bad = int(Y.shape[0] - finite.sum())
-            n_seen = Y.shape[0]
-            if plan.sample_rate > 0:
-                rows = np.arange(row_offset + start, row_offset + start + n_seen)
-                keep = (_row_uniforms(rows, plan.seed) < plan.sample_rate) & finite
-                samples.append(Y[keep])
-            if n_bad:
-                Y = Y[finite]
-            if Y.shape[0]:
-                Y -= plan.center
-                part = _sub_block_stats(Y, plan)
-            else:
-                part = _empty(plan, p)
-            part["n_rows"] = n_seen - n_bad
-            part["n_nonfinite"] = n_bad
-            result = combine(result, part)
+    for start in range(0, X.shape[0], SUB_BLOCK_ROWS):
+        # A float64 copy: the caller's array is never modified.
+        Y = np.array(X[start : start + SUB_BLOCK_ROWS], dtype=np.float64)
+        finite = np.isfinite(Y).all(axis=1)
+        n_bad = int(Y.shape[0] - finite.sum())
+        n_seen = Y.shape[0]
+        if plan.sample_rate > 0:
+            rows = np.arange(row_offset + start, row_offset + start + n_seen)
+            keep = (_row_uniforms(rows, plan.seed) < plan.sample_rate) & finite
+            samples.append(Y[keep])
+        if n_bad:
+            Y = Y[finite]
+        if Y.shape[0]:
+            Y -= plan.center
+            part = _sub_block_stats(Y, plan)
+        else:
+            part = _empty(plan, p)
+        part["n_rows"] = n_seen - n_bad
+        part["n_nonfinite"] = n_bad
+        result = combine(result, part)
     if plan.sample_rate > 0:
         result["sample"] = np.concatenate([result["sample"], *samples])
     return result

@@ -53,10 +53,24 @@ _PARAMETER_CONSTRAINTS = {
     "tol": (lambda v: v is None or (_is_real(v) and v > 0), "None or a float > 0"),
     "max_iter": (lambda v: v is None or (_is_int(v) and v >= 1), "None or an int >= 1"),
     "nan_policy": (lambda v: isinstance(v, str) and v in NAN_POLICIES, f"one of {NAN_POLICIES}"),
+    "kernel_factor": (lambda v: _is_real(v) and 0 < v < np.inf, "a float > 0"),
     "sample_size": (lambda v: _is_int(v) and v >= 10, "an int >= 10"),
     "random_state": (lambda v: v is None or _is_int(v), "None or an int"),
     "progress": (lambda v: isinstance(v, bool), "True or False"),
 }
+
+
+def _nan_for_nonfinite_rows(func):
+    """Wrap a row-block function so rows holding NaN or inf give NaN (float outputs)."""
+
+    def wrapped(block):
+        out = func(block)
+        bad = ~np.isfinite(block).all(axis=1)
+        if out.dtype.kind == "f" and bad.any():
+            out[bad] = np.nan
+        return out
+
+    return wrapped
 
 
 class MCPCA(TransformerMixin, BaseEstimator):
@@ -88,6 +102,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
         Kernel-size decay factor of the paper's schedule (``solver="paper"``).
     n_decay : int, default=65
         Number of kernel sizes per component (``solver="paper"``).
+    kernel_factor : float, default=1.0
+        Multiplies the solver's kernel sizes: the paper's starting sizes
+        ``sqrt(lambda_i)``, or the default's ``c``.  Large values make all
+        weights equal and the fit ordinary PCA; small values are more robust
+        and less efficient.
     tol : float or None, default=None
         Convergence tolerance.  ``"paper"``: on ``||v_new - v||`` of the
         inner and outer loops (default 1e-6).  ``"auto"``: on the relative
@@ -182,6 +201,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         center: Literal["robust", "mean", False] = "robust",
         eta: float = 0.95,
         n_decay: int = 65,
+        kernel_factor: float = 1.0,
         tol: float | None = None,
         max_iter: int | None = None,
         nan_policy: Literal["raise", "omit"] = "raise",
@@ -195,6 +215,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         self.center = center
         self.eta = eta
         self.n_decay = n_decay
+        self.kernel_factor = kernel_factor
         self.tol = tol
         self.max_iter = max_iter
         self.nan_policy = nan_policy
@@ -230,8 +251,17 @@ class MCPCA(TransformerMixin, BaseEstimator):
         k = p if self.n_components is None else self.n_components
         if k > p:
             raise ValueError(f"MCPCA: parameter n_components={k} is invalid; X has only {p} features")
-        if n < 2:
-            raise ValueError(f"X has {n} row; at least 2 are needed")
+        needed = p + 2 if (self.solver == "auto" or self.center == "robust") else 2
+        if n < needed:
+            raise ValueError(
+                f"X has {n} rows and {p} features; solver={self.solver!r} with center={self.center!r} "
+                f"needs at least {needed} rows"
+            )
+        if n > self.sample_size < needed:
+            raise ValueError(
+                f"MCPCA: parameter sample_size={self.sample_size} is invalid; the robust start "
+                f"needs a row sample of at least {needed} rows (n_features + 2)"
+            )
         solver = self.solver
         tol = self.tol if self.tol is not None else DEFAULT_TOL[solver]
         max_iter = self.max_iter if self.max_iter is not None else DEFAULT_MAX_ITER[solver]
@@ -254,6 +284,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
                 runner,
                 moments=moments,
                 fixed_center=fixed,
+                kernel_factor=self.kernel_factor,
                 tol=DEFAULT_TOL["auto"] if solver == "paper" else tol,
                 max_passes=DEFAULT_MAX_ITER["auto"] if solver == "paper" else max_iter,
                 state=ckpt.load("robust"),
@@ -272,6 +303,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
                 n_components=k,
                 eta=self.eta,
                 n_decay=self.n_decay,
+                kernel_factor=self.kernel_factor,
                 tol=tol,
                 max_iter=max_iter,
                 state=ckpt.load("paper"),
@@ -327,6 +359,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         X = as_row_blocks(X)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features; the model was fitted on {self.n_features_in_}")
+        func = _nan_for_nonfinite_rows(func)
         if isinstance(X, da.Array):
             if n_out is None:
                 return X.map_blocks(func, drop_axis=1, dtype=dtype)
@@ -381,3 +414,14 @@ class MCPCA(TransformerMixin, BaseEstimator):
         """
         cut = outlier_cutoff_d2(self.n_features_in_)
         return self._map_rows(X, lambda b: self._d2(b) > cut, None, dtype=bool)
+
+    # ---------------------------------------------------------- persistence
+    def save(self, path) -> None:
+        """Write the fitted model to ``path`` as JSON (no pickle).
+
+        Read it back with :func:`dask_mcpca.load`; the format is described
+        in :mod:`dask_mcpca._persist`.  The file is replaced atomically.
+        """
+        from ._persist import save
+
+        save(self, path)

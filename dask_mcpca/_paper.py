@@ -58,6 +58,7 @@ def fit_paper(
     n_components: int,
     eta: float,
     n_decay: int,
+    kernel_factor: float = 1.0,
     tol: float,
     max_iter: int,
     state: PaperState | None = None,
@@ -80,17 +81,21 @@ def fit_paper(
     p = runner.n_features
     lam, V0 = descending_eigh(scatter0)
     lam = np.maximum(lam, 0.0)
+    # Eigenvalues at round-off level of the largest are zero: a tiny kernel
+    # size sqrt(lambda_i) built on round-off would give meaningless weights.
+    rank = int(np.sum(lam > lam[0] * p * np.finfo(float).eps * 1e3))
+    if min(n_components, p - 1) > rank:
+        raise ValueError(
+            f"the data have rank {rank} about the centre (eigenvalues of the unweighted scatter: "
+            f"{np.array2string(lam, precision=3)}), too low for n_components={n_components} of p={p}: "
+            + (f"use n_components <= {rank}" if rank else "every row equals the centre; there is nothing to fit")
+        )
     if state is None:
         state = PaperState(P=np.zeros((p, p)), Q=np.eye(p))
     for i in range(state.component, min(n_components, p - 1)):
         if state.v is None:
             state.v = V0[:, i].copy()
-        sizes = paper_kernel_sizes(np.sqrt(lam[i]), eta, n_decay)
-        if not sizes[0] > 0:
-            raise ValueError(
-                f"component {i + 1}: the unweighted scatter has no variance left "
-                f"(eigenvalue {lam[i]:.3g}); the data have rank {i}. Use n_components <= {i}."
-            )
+        sizes = paper_kernel_sizes(kernel_factor * np.sqrt(lam[i]), eta, n_decay)
         for j in range(state.decay_step, n_decay):
             sigma = sizes[j]
             v = state.v

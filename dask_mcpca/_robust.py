@@ -102,7 +102,12 @@ def _start_from_shape(Z: np.ndarray, shape: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def _c_steps(Z, mu, scatter, h):
-    """Concentration steps of FastMCD; returns (mu, scatter, log det)."""
+    """Concentration steps of FastMCD; returns (mu, scatter, (rank, log pseudo-det)).
+
+    Starts are ranked by that key: a lower rank is an exact fit and wins; a
+    constant or duplicate column lowers every start's rank alike and leaves
+    the ranking to the spread in the other directions.
+    """
     prev = None
     for _ in range(MAX_C_STEPS):
         d2 = _mahalanobis2(Z - mu, scatter)
@@ -113,8 +118,9 @@ def _c_steps(Z, mu, scatter, h):
         prev = key
         mu = Z[subset].mean(axis=0)
         scatter = np.atleast_2d(np.cov(Z[subset], rowvar=False))
-    sign, logdet = np.linalg.slogdet(scatter)
-    return mu, scatter, (logdet if sign > 0 else -np.inf)
+    w = np.linalg.eigvalsh(scatter)
+    w = w[w > max(w.max(), 0.0) * len(w) * np.finfo(float).eps * 1e3]
+    return mu, scatter, (len(w), float(np.log(w).sum()))
 
 
 def robust_start(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -136,9 +142,9 @@ def robust_start(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         mu, scatter, logdet = _c_steps(Z, mu, scatter, h)
         if best is None or logdet < best[2]:
             best = (mu, scatter, logdet)
-    mu, scatter, _ = best
+    mu, scatter, (rank, _) = best
     d2 = _mahalanobis2(Z - mu, scatter)
-    scatter = scatter * (np.median(d2) / stats.chi2.ppf(0.5, p) if np.median(d2) > 0 else 1.0)
+    scatter = scatter * (np.median(d2) / stats.chi2.ppf(0.5, rank) if np.median(d2) > 0 else 1.0)
     return med + scale * mu, scatter * np.outer(scale, scale)
 
 
@@ -176,6 +182,7 @@ def fit_robust(
     *,
     moments: PassResult,
     fixed_center: np.ndarray | None,
+    kernel_factor: float = 1.0,
     tol: float,
     max_passes: int,
     state: RobustState | None = None,
@@ -209,7 +216,7 @@ def fit_robust(
         location, scatter = robust_start(sample)
         if fixed_center is not None:
             location = fixed_center
-        state = RobustState(location=location, scatter=scatter, kernel_size2=robust_kernel_size2(p))
+        state = RobustState(location=location, scatter=scatter, kernel_size2=kernel_factor**2 * robust_kernel_size2(p))
         in_memory = PassRunner(sample)
         for _ in range(MAX_SAMPLE_STEPS):
             if _step(in_memory, state, fixed_center=fixed_center, label="sample")[1] < tol:
@@ -217,7 +224,7 @@ def fit_robust(
         state.n_iter = 0
         if on_step is not None:
             on_step(state)
-    for k in range(max_passes):
+    while not state.converged and state.n_iter < max_passes:  # a resumed state continues its count
         res, change = _step(runner, state, fixed_center=fixed_center, label=f"robust step {state.n_iter + 1}")
         state.converged = change < tol
         if on_step is not None:
