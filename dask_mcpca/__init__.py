@@ -14,6 +14,7 @@ Where things live:
 """
 
 from ._estimator import MCPCA
+from ._persist import load
 
-__all__ = ["MCPCA", "__version__"]
+__all__ = ["MCPCA", "load", "__version__"]
 __version__ = "0.1.0"

@@ -1,11 +1,23 @@
 """Progress of long fits: one line per pass on stderr, with blocks done and rows/s.
 
-Works for numpy input (the runner advances it), the local dask schedulers
-(a :class:`dask.callbacks.Callback` counts finished block tasks) and a
-``distributed.Client`` (the finished block tasks are counted on the client
-through :func:`distributed.as_completed` is not possible for a graph handed to
-``dask.compute``, so the scheduler plugin-free route is used: the bar shows the
-start and the end of the pass, with its rate).
+A pass is the unit of cost, so the bar is per pass::
+
+    pass   3  robust step 2          [################--------------]   4/8 blocks   1.6 M rows/s
+
+It counts finished block tasks in all three ways a pass can run:
+
+- numpy input: :class:`~dask_mcpca._passes.PassRunner` calls :meth:`PassProgress.advance`
+  after each slice;
+- dask on a local scheduler (threads, processes, synchronous): the bar is a
+  :class:`dask.callbacks.Callback` and counts the block tasks as they finish;
+- dask with a ``distributed.Client`` as the scheduler (local callbacks never
+  fire there): :meth:`PassProgress.compute` submits the pass with
+  ``client.compute``, asking for the block results as futures too, and counts
+  them with :func:`distributed.as_completed`.  The graph is the same; only the
+  small per-block results are also kept until counted.
+
+On a terminal the line is redrawn in place (at most every ``REDRAW_SECONDS``);
+otherwise (a log file, a pipe) only the finished line of each pass is written.
 """
 
 from __future__ import annotations
@@ -13,15 +25,49 @@ from __future__ import annotations
 import sys
 import time
 
+import dask
 from dask.callbacks import Callback
 
 __all__ = ["PassProgress"]
 
+#: Characters of the bar.
 BAR_WIDTH = 30
+#: Shortest interval between two redraws on a terminal.
+REDRAW_SECONDS = 0.1
+
+
+def _active_client():
+    """The ``distributed.Client`` that ``dask.compute`` would use now, or None."""
+    if "distributed" not in sys.modules:
+        return None
+    from distributed import Client
+
+    client = getattr(dask.base.get_scheduler(), "__self__", None)
+    return client if isinstance(client, Client) else None
+
+
+def _rate(rows_per_s: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if rows_per_s >= scale:
+            return f"{rows_per_s / scale:5.1f} {unit} rows/s"
+    return f"{rows_per_s:5.0f} rows/s"
 
 
 class PassProgress(Callback):
-    """Context manager that draws one progress line for one pass."""
+    """Context manager that draws the progress line of one pass.
+
+    Parameters
+    ----------
+    runner : PassRunner
+        Gives ``n_rows``, ``n_blocks`` and ``n_passes`` (passes done before
+        this one).
+    label : str
+        What the pass is for, e.g. ``"robust step 2"`` or
+        ``"component 1 sigma=0.31"``.
+    enabled : bool, default=True
+        False draws nothing (``compute`` still computes).
+    stream : file-like, default=sys.stderr
+    """
 
     def __init__(self, runner, label: str, *, enabled: bool = True, stream=None):
         super().__init__()
@@ -29,38 +75,75 @@ class PassProgress(Callback):
         self.stream = stream if stream is not None else sys.stderr
         self.done = 0
         self.total = max(1, runner.n_blocks)
+        self._block_keys: frozenset = frozenset()
+        self._last_draw = -float("inf")
+        isatty = getattr(self.stream, "isatty", None)
+        self._live = bool(isatty and isatty())
 
-    # -- dask local scheduler hooks ---------------------------------------
+    # -- computing -----------------------------------------------------------
+    def compute(self, result, *, blocks=()):
+        """Compute the delayed ``result`` of a pass, counting ``blocks`` as they finish.
+
+        Parameters
+        ----------
+        result : dask.delayed.Delayed
+            The merged statistics of the pass.
+        blocks : list of Delayed
+            The per-block tasks that ``result`` depends on.
+        """
+        client = _active_client() if self.enabled else None
+        if client is None:
+            self._block_keys = frozenset(b.key for b in blocks)
+            (value,) = dask.compute(result)
+            return value
+        from distributed import as_completed
+
+        final, *parts = client.compute([result, *blocks])
+        for _ in as_completed(parts):
+            self.advance(1)
+        del parts
+        return final.result()
+
+    # -- dask local scheduler hook -------------------------------------------
     def _posttask(self, key, result, dsk, state, worker_id):
-        if isinstance(key, tuple) and str(key[0]).startswith("block_stats"):
-            self.advance(1)
-        elif isinstance(key, str) and key.startswith("block_stats"):
+        if key in self._block_keys:
             self.advance(1)
 
-    # -- drawing -----------------------------------------------------------
+    # -- drawing -------------------------------------------------------------
     def advance(self, n: int) -> None:
+        """Count ``n`` more finished blocks."""
         self.done += n
-        self._draw()
+        if self._live and time.perf_counter() - self._last_draw >= REDRAW_SECONDS:
+            self._draw()
+
+    def _line(self) -> str:
+        frac = min(1.0, self.done / self.total)
+        elapsed = max(time.perf_counter() - self.t0, 1e-9)
+        filled = int(round(BAR_WIDTH * frac))
+        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+        width = len(str(self.total))
+        return (
+            f"pass {self.runner.n_passes + 1:>3}  {self.label:<24} [{bar}] "
+            f"{self.done:>{width}}/{self.total} blocks  {_rate(self.runner.n_rows * frac / elapsed)}"
+        )
 
     def _draw(self, final: bool = False) -> None:
         if not self.enabled:
             return
-        frac = min(1.0, self.done / self.total)
-        elapsed = max(time.perf_counter() - self.t0, 1e-9)
-        rows = self.runner.n_rows * frac
-        bar = "#" * int(BAR_WIDTH * frac) + "-" * (BAR_WIDTH - int(BAR_WIDTH * frac))
-        line = (
-            f"\rpass {self.runner.n_passes + 1:>3} {self.label:<28} [{bar}] "
-            f"{self.done}/{self.total} blocks {rows / elapsed:,.0f} rows/s"
-        )
-        self.stream.write(line + ("\n" if final else ""))
+        self._last_draw = time.perf_counter()
+        line = self._line()
+        if self._live:
+            self.stream.write("\r" + line + ("\n" if final else ""))
+        elif final:
+            self.stream.write(line + f"  {self._last_draw - self.t0:.2f} s\n")
         self.stream.flush()
 
     def __enter__(self):
         self.t0 = time.perf_counter()
         if self.enabled:
             super().__enter__()
-            self._draw()
+            if self._live:
+                self._draw()
         return self
 
     def __exit__(self, *exc):
