@@ -61,13 +61,14 @@ _PARAMETER_CONSTRAINTS = {
 
 
 def _nan_for_nonfinite_rows(func):
-    """Wrap a row-block function so rows holding NaN or inf give NaN (float outputs)."""
+    """Wrap a row-block function: rows holding NaN or inf give NaN (False for flags)."""
 
     def wrapped(block):
-        out = func(block)
         bad = ~np.isfinite(block).all(axis=1)
-        if out.dtype.kind == "f" and bad.any():
-            out[bad] = np.nan
+        if not bad.any():
+            return func(block)
+        out = func(np.where(bad[:, None], 0.0, block))
+        out[bad] = np.nan if out.dtype.kind == "f" else 0
         return out
 
     return wrapped
@@ -329,7 +330,10 @@ class MCPCA(TransformerMixin, BaseEstimator):
         self._set_variances(lam[:k], lam[k:], lam.sum(), center, kernel_scale)
 
     def _set_from_paper(self, state, center, scatter0, k) -> None:
-        self.components_ = orient_rows(np.array(state.components))
+        # The power iteration stops within tol of K's eigenvector, so rows are
+        # orthogonal only to ~tol; Gram-Schmidt in order makes them exactly so.
+        q, r = np.linalg.qr(np.array(state.components).T)
+        self.components_ = orient_rows((q * np.sign(np.diag(r))).T)
         variances = np.maximum(np.array(state.variances), 0.0)
         total = max(float(np.trace(scatter0)), float(variances.sum()))
         rest = total - variances.sum()
@@ -371,6 +375,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
 
         Returns a lazy dask array for dask or store input.
         """
+        check_is_fitted(self, "components_")
         comps, mean = self.components_, self.mean_
         return self._map_rows(X, lambda b: (np.asarray(b, np.float64) - mean) @ comps.T, len(comps))
 
@@ -397,13 +402,14 @@ class MCPCA(TransformerMixin, BaseEstimator):
         return self._map_rows(X, self._d2, None)
 
     def score_samples(self, X):
-        """Correntropy weight of each row, in (0, 1]: ``exp(-d^2 / (2 c^2))``.
+        """Correntropy weight of each row, in [0, 1]: ``exp(-d^2 / (2 c^2))``.
 
         ``d^2`` is the squared robust Mahalanobis distance under the fitted
         components and variances (the discarded directions share
         ``noise_variance_``) and ``c = kernel_scale_``.  Low scores are
         outlying rows; NaN for rows with NaN.  Lazy for dask input.
         """
+        check_is_fitted(self, "components_")
         c2 = self.kernel_scale_**2
         return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None)
 
@@ -412,6 +418,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
 
         Equivalently ``score_samples(X) < outlier_threshold_``.
         """
+        check_is_fitted(self, "components_")
         cut = outlier_cutoff_d2(self.n_features_in_)
         return self._map_rows(X, lambda b: self._d2(b) > cut, None, dtype=bool)
 
