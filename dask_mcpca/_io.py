@@ -51,8 +51,11 @@ class H5Dataset:
     def __getitem__(self, key):
         import h5py
 
-        with h5py.File(self.path, "r") as f:
-            return f[self.name][key]
+        try:
+            with h5py.File(self.path, "r") as f:
+                return f[self.name][key]
+        except Exception as err:
+            raise OSError(f"cannot read {_rows(key)} of HDF5 file {self.path!r}, dataset {self.name!r}: {err}") from err
 
     def __repr__(self):
         return f"H5Dataset({self.path!r}, {self.name!r}, shape={self.shape}, dtype={self.dtype})"
@@ -81,7 +84,7 @@ def open_store(path: str | os.PathLike, dataset: str | None = None):
     path = os.fspath(path)
     if dataset is None and ":" in path and not os.path.exists(path):
         head, _, tail = path.rpartition(":")
-        if _is_hdf5_path(head) or os.path.isfile(head):
+        if _is_hdf5_path(head) or os.path.exists(head):
             path, dataset = head, tail
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such store: {path!r}")
@@ -137,14 +140,46 @@ def _row_chunk(n_rows: int, n_cols: int, itemsize: int, store_rows: int | None) 
     return int(min(max(n_rows, 1), k * store_rows))
 
 
+def _rows(key) -> str:
+    """``rows 100:200`` for the row slice of a block read (for error messages)."""
+    rows = key[0] if isinstance(key, tuple) and key else key
+    if isinstance(rows, slice):
+        return f"rows {rows.start or 0}:{rows.stop}"
+    return f"rows {rows!r}"
+
+
+class _ZarrRows:
+    """A Zarr array whose read errors name the store, the array and the rows.
+
+    A corrupt or unreadable chunk otherwise surfaces as a bare codec error
+    (``Zstd decompression error``) from inside a dask task.
+    """
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
+        self.where = f"Zarr store {str(arr.store)!r}" + (f", array {arr.path!r}" if arr.path else "")
+
+    def __getitem__(self, key):
+        try:
+            return self.arr[key]
+        except Exception as err:
+            raise OSError(f"cannot read {_rows(key)} of {self.where}: {type(err).__name__}: {err}") from err
+
+    def __repr__(self):
+        return f"_ZarrRows({self.where}, shape={self.shape}, dtype={self.dtype})"
+
+
 def _from_store(arr) -> da.Array:
     import zarr
+    from dask.base import tokenize
 
     n, p = arr.shape
     store_rows = arr.chunks[0] if arr.chunks else None
     rows = _row_chunk(n, p, arr.dtype.itemsize, store_rows)
     if isinstance(arr, zarr.Array):
-        return da.from_zarr(arr, chunks=(rows, p))
+        name = "from-zarr-" + tokenize(arr, rows)
+        return da.from_array(_ZarrRows(arr), chunks=(rows, p), asarray=True, lock=False, name=name)
     return da.from_array(arr, chunks=(rows, p), asarray=True, lock=False, name=f"h5-{arr.path}-{arr.name}-{rows}")
 
 
