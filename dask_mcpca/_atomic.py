@@ -3,11 +3,45 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import uuid
 
-__all__ = ["atomic_path"]
+__all__ = ["atomic_path", "stale_temporaries"]
+
+#: Suffix of the temporary sibling; ``.old`` is added to a store moved aside.
+TMP_SUFFIX = ".tmp"
+
+
+def _temporary_name(path: str) -> str:
+    parent, base = os.path.split(path)
+    return os.path.join(parent, f".{base}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+
+
+def stale_temporaries(path) -> list[str]:
+    """Temporaries of ``path`` left by a process killed while writing it."""
+    path = os.path.abspath(os.fspath(path))
+    parent, base = os.path.split(path)
+    pattern = os.path.join(glob.escape(parent), f".{glob.escape(base)}.*{TMP_SUFFIX}")
+    return sorted(glob.glob(pattern) + glob.glob(pattern + ".old"))
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _fsync(path: str) -> None:
+    """Flush a regular file to disk (a store's many files are left to the OS)."""
+    if os.path.isfile(path):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -15,26 +49,28 @@ def atomic_path(path):
     """Yield a temporary sibling of ``path``; rename it over ``path`` on success.
 
     Works for files and for directories (Zarr stores).  On any exception the
-    temporary is removed and ``path`` is left as it was.
+    temporary is removed and ``path`` is left as it was.  A directory cannot
+    be renamed over a non-empty one, so an existing store is first moved to
+    ``<temporary>.old``, the new one renamed into place and the old one
+    deleted; if the second rename fails, the old store is moved back.
     """
-    path = os.fspath(path)
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+    path = os.path.abspath(os.fspath(path))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = _temporary_name(path)
+    old = tmp + ".old"
     try:
         yield tmp
-        if os.path.isdir(tmp) and os.path.exists(path):
-            # A directory cannot be renamed over a non-empty one: move the old
-            # one aside first, then drop it once the new one is in place.
-            old = tmp + ".old"
+        _fsync(tmp)
+        if os.path.isdir(tmp) and os.path.lexists(path):
             os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(old, path)
+                raise
+            _remove(old)
         else:
             os.replace(tmp, path)
     except BaseException:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif os.path.exists(tmp):
-            os.remove(tmp)
+        _remove(tmp)
         raise

@@ -8,7 +8,8 @@ write leaves the previous checkpoint or none, never half a file.  A
 checkpoint written for other data or other parameters is refused.
 
 The file is kept after a successful fit: fitting again resumes at the end,
-after the one pass that checks the data.
+after the one pass that checks the data.  Temporaries left by a process
+killed during a write are removed when the checkpoint is next opened.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 
 import numpy as np
 
-from ._atomic import atomic_path
+from ._atomic import atomic_path, stale_temporaries
 from ._paper import PaperState
 from ._robust import RobustState
 
@@ -108,6 +109,8 @@ class Checkpoint:
             "mean": moments.mean[0].tolist(),
             "scatter": moments.scatter[0].ravel().tolist(),
         }
+        for stale in stale_temporaries(self.path):  # left by a process killed mid-write
+            os.remove(stale)
         if not os.path.exists(self.path):
             return
         try:

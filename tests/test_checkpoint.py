@@ -1,0 +1,452 @@
+"""Long fits survive interruption; files and stores are written whole or not at all.
+
+A fit with ``checkpoint=path`` writes its small state after every completed
+step.  Interrupted (an exception from the data, or the process killed) and
+started again with the same data and parameters, it resumes there and ends
+exactly where an uninterrupted fit ends, with fewer passes.  A checkpoint of
+another fit is refused.  :func:`dask_mcpca._atomic.atomic_path` replaces a
+file or a directory (a Zarr store) in one rename, so a crash mid-write leaves
+the previous content.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import zipfile
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dask_mcpca import MCPCA
+from dask_mcpca._atomic import atomic_path, stale_temporaries
+from dask_mcpca._checkpoint import CheckpointMismatchError
+
+ROWS_PER_BLOCK = 200
+
+SOLVERS = {
+    # subsampled start + tight tolerance: the fixed point needs many full passes
+    "auto": {"tol": 1e-12, "max_iter": 60, "sample_size": 100},
+    # stopped by its bound, not by the tolerance: a resumed fit must not start the count afresh
+    "auto-bounded": {"tol": 1e-15, "max_iter": 9, "sample_size": 100},
+    "paper": {"solver": "paper", "n_decay": 4, "center": "mean"},
+    "paper-robust-centre": {"solver": "paper", "n_decay": 3},
+}
+
+FITTED_ARRAYS = (
+    "components_", "explained_variance_", "explained_variance_ratio_", "mean_", "covariance_", "sigmas_",
+)
+FITTED_SCALARS = ("noise_variance_", "kernel_scale_", "outlier_threshold_", "n_iter_", "converged_", "n_samples_")
+
+
+def _data(n=600, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3)) * [3.0, 1.0, 0.3]
+    X[:30] = rng.normal(size=(30, 3)) * 0.5 + [0.0, 12.0, 6.0]  # 5 % outliers
+    return X
+
+
+def _blocks(X):
+    return da.from_array(X, chunks=(ROWS_PER_BLOCK, -1))
+
+
+def _assert_same_end(resumed, fresh):
+    """Equal to 1e-12: the resumed fit ends where the uninterrupted one ends."""
+    for name in FITTED_ARRAYS:
+        np.testing.assert_allclose(getattr(resumed, name), getattr(fresh, name), rtol=1e-12, atol=1e-12,
+                                   err_msg=name)
+    for name in FITTED_SCALARS:
+        a, b = getattr(resumed, name), getattr(fresh, name)
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-12), name
+
+
+class _Interrupted(RuntimeError):
+    pass
+
+
+class _FailingRows:
+    """Array-like over ``X`` that raises once the fit starts pass ``fail_on_pass``.
+
+    A pass reads every block once; the read of block 0 marks a new pass.
+    """
+
+    def __init__(self, X, fail_on_pass):
+        self.X, self.shape, self.dtype, self.ndim = X, X.shape, X.dtype, X.ndim
+        self.fail_on_pass = fail_on_pass
+        self.passes = 0
+        self._lock = threading.Lock()
+
+    def __getitem__(self, key):
+        rows = key[0]
+        with self._lock:
+            if rows.start == 0 and rows.stop > 0:  # dask reads an empty slice for the meta
+                self.passes += 1
+            if self.passes >= self.fail_on_pass:
+                raise _Interrupted(f"interrupted in pass {self.passes}")
+        return self.X[key]
+
+
+def _interrupt_at(X, kw, path, fail_on_pass):
+    reader = _FailingRows(X, fail_on_pass)
+    data = da.from_array(reader, chunks=(ROWS_PER_BLOCK, -1), asarray=True, lock=False, name=f"fail-{id(reader)}")
+    with pytest.raises(_Interrupted):
+        MCPCA(checkpoint=path, **kw).fit(data)
+    assert os.path.exists(path)
+
+
+@pytest.fixture(scope="module")
+def fresh_fits():
+    X = _data()
+    return X, {name: MCPCA(**kw).fit(_blocks(X)) for name, kw in SOLVERS.items()}
+
+
+# ------------------------------------------------------- resume after failure
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("where", [0.3, 0.7])
+def test_resume_after_injected_failure(solver, where, fresh_fits, tmp_path):
+    X, fresh = fresh_fits[0], fresh_fits[1][solver]
+    kw, path = SOLVERS[solver], tmp_path / "fit.ckpt.npz"
+    total = fresh.n_passes_
+    assert total >= 8  # the fit must be long enough to interrupt
+    done = max(2, int(where * total))  # passes completed before the failure
+    _interrupt_at(X, kw, path, fail_on_pass=done + 1)
+
+    resumed = MCPCA(checkpoint=path, **kw).fit(_blocks(X))
+    _assert_same_end(resumed, fresh)
+    if solver.startswith("auto"):
+        # every full step is saved: only the data check (1 pass) is repeated
+        assert resumed.n_passes_ == 1 + total - done
+    else:
+        # the paper's state is saved per kernel size; the passes of the
+        # interrupted size are made again
+        assert 1 + total - done <= resumed.n_passes_ < total
+    assert stale_temporaries(path) == []
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_finished_checkpoint_resumes_at_the_end(solver, fresh_fits, tmp_path):
+    X, fresh = fresh_fits[0], fresh_fits[1][solver]
+    kw, path = SOLVERS[solver], tmp_path / "fit.ckpt.npz"
+    first = MCPCA(checkpoint=path, **kw).fit(_blocks(X))
+    _assert_same_end(first, fresh)
+    assert first.n_passes_ == fresh.n_passes_
+    again = MCPCA(checkpoint=path, **kw).fit(_blocks(X))
+    _assert_same_end(again, fresh)
+    assert again.n_passes_ == 1  # the pass that checks the data
+
+
+def test_same_data_other_chunking_is_accepted(fresh_fits, tmp_path):
+    X, fresh = fresh_fits[0], fresh_fits[1]["auto"]
+    kw, path = SOLVERS["auto"], tmp_path / "fit.ckpt.npz"
+    _interrupt_at(X, kw, path, fail_on_pass=5)
+    resumed = MCPCA(checkpoint=path, **kw).fit(X)  # numpy, no dask blocks
+    for name in ("components_", "explained_variance_", "mean_"):
+        np.testing.assert_allclose(getattr(resumed, name), getattr(fresh, name), rtol=1e-9, atol=1e-12)
+    assert resumed.n_passes_ < fresh.n_passes_
+
+
+# ---------------------------------------------------------- kill for real
+_CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    import dask, dask.array as da, numpy as np
+    from dask_mcpca import MCPCA
+
+    X = np.load(sys.argv[1])
+    kw = json.loads(sys.argv[3])
+
+    def slow(block):
+        time.sleep(0.05)
+        return block
+
+    data = da.from_array(X, chunks=({rows}, -1)).map_blocks(slow, dtype=X.dtype)
+    with dask.config.set(scheduler="synchronous"):
+        MCPCA(checkpoint=sys.argv[2], **kw).fit(data)
+    print("finished")
+    """
+).format(rows=ROWS_PER_BLOCK)
+
+
+def _steps_saved(path) -> int:
+    """Completed steps recorded in a checkpoint (-1 while there is none)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(str(z["__header__"]))
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        return -1
+    states = header["states"]
+    steps = states.get("robust", {}).get("n_iter", {}).get("value", 0)
+    paper = states.get("paper")
+    if paper:
+        steps += 100 * paper["component"]["value"] + paper["decay_step"]["value"]
+    return steps
+
+
+@pytest.mark.parametrize("solver", ["auto", "paper"])
+def test_resume_after_kill(solver, fresh_fits, tmp_path):
+    X, fresh = fresh_fits[0], fresh_fits[1][solver]
+    kw, path = SOLVERS[solver], tmp_path / "fit.ckpt.npz"
+    np.save(tmp_path / "X.npy", X)
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "X.npy"), str(path), json.dumps(kw)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        first = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and child.poll() is None:
+            steps = _steps_saved(path)
+            if steps >= 0 and first is None:
+                first = steps
+            if first is not None and steps >= first + 2:  # the checkpoint has advanced
+                break
+            time.sleep(0.01)
+        assert child.poll() is None, "the child ended before it could be killed: " + child.stderr.read()
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        child.stdout.close()
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+
+    killed_at = _steps_saved(path)
+    assert killed_at >= first + 2
+    resumed = MCPCA(checkpoint=path, **kw).fit(_blocks(X))
+    _assert_same_end(resumed, fresh)
+    assert resumed.n_passes_ < fresh.n_passes_
+    assert stale_temporaries(path) == []  # even one left by the kill mid-write is cleaned
+
+
+# ------------------------------------------------------------------ refusals
+@pytest.fixture
+def saved(tmp_path):
+    """A checkpoint of an interrupted default fit, and its bytes."""
+    X, kw, path = _data(), SOLVERS["auto"], tmp_path / "fit.ckpt.npz"
+    _interrupt_at(X, kw, path, fail_on_pass=4)
+    return X, kw, path, path.read_bytes()
+
+
+def _other_values(X):
+    Y = X.copy()
+    Y[17] += 0.5
+    return Y
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda X, kw: (_other_values(X), kw), "other data"),
+        (lambda X, kw: (X[:-1], kw), "other data"),
+        (lambda X, kw: (X * (1 + 1e-6), kw), "other data"),
+        (lambda X, kw: (X, {**kw, "n_components": 2}), r"other parameters \(n_components\)"),
+        (lambda X, kw: (X, {**kw, "tol": 1e-6}), r"other parameters \(tol\)"),
+        (lambda X, kw: (X, {**kw, "center": "mean"}), r"other parameters \(center\)"),
+        (lambda X, kw: (X, {**kw, "solver": "paper", "n_decay": 3}), r"other parameters \(n_decay, solver\)"),
+        (lambda X, kw: (X, {**kw, "random_state": 1}), r"other parameters \(random_state\)"),
+    ],
+    ids=["values", "rows", "scale", "n_components", "tol", "center", "solver", "random_state"],
+)
+def test_checkpoint_of_another_fit_is_refused(saved, change, match):
+    X, kw, path, before = saved
+    X2, kw2 = change(X, kw)
+    with pytest.raises(CheckpointMismatchError, match=match) as err:
+        MCPCA(checkpoint=path, **kw2).fit(X2)
+    assert str(path) in str(err.value)
+    assert isinstance(err.value, ValueError)
+    assert path.read_bytes() == before  # refused, not overwritten
+
+
+@pytest.mark.parametrize("content", [b"not a checkpoint", b""], ids=["garbage", "empty"])
+def test_unreadable_checkpoint_is_refused(tmp_path, content):
+    path = tmp_path / "fit.ckpt.npz"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointMismatchError, match="cannot be read"):
+        MCPCA(checkpoint=path).fit(_data())
+    assert path.read_bytes() == content
+
+
+def test_npz_that_is_no_checkpoint_is_refused(tmp_path):
+    path = tmp_path / "fit.ckpt.npz"
+    np.savez(path, a=np.arange(3))
+    with pytest.raises(CheckpointMismatchError, match="cannot be read"):
+        MCPCA(checkpoint=path).fit(_data())
+
+
+# ------------------------------------------------------ crash during a write
+class _DiskFull(OSError):
+    pass
+
+
+def test_crash_while_writing_checkpoint_keeps_the_previous_one(saved, monkeypatch, fresh_fits):
+    X, kw, path, before = saved
+    real_savez = np.savez
+
+    def half_then_crash(file, *args, **kwds):
+        buf = io.BytesIO()
+        real_savez(buf, *args, **kwds)
+        file.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+        raise _DiskFull("No space left on device")
+
+    monkeypatch.setattr(np, "savez", half_then_crash)
+    with pytest.raises(_DiskFull):
+        MCPCA(checkpoint=path, **kw).fit(_blocks(X))
+    assert path.read_bytes() == before
+    assert stale_temporaries(path) == []
+    assert sorted(os.listdir(path.parent)) == [path.name]
+
+    monkeypatch.undo()
+    resumed = MCPCA(checkpoint=path, **kw).fit(_blocks(X))
+    _assert_same_end(resumed, fresh_fits[1]["auto"])
+
+
+# ------------------------------------------------------------- atomic_path
+def test_atomic_file_appears_only_when_complete(tmp_path):
+    path = tmp_path / "model.json"
+    with atomic_path(path) as tmp:
+        with open(tmp, "w") as f:
+            f.write("new")
+            f.flush()
+            assert not path.exists()  # nothing under the name while writing
+    assert path.read_text() == "new"
+    assert os.listdir(tmp_path) == ["model.json"]
+
+
+def test_atomic_file_exception_mid_write_keeps_old_content(tmp_path):
+    path = tmp_path / "model.json"
+    path.write_text("old")
+    with pytest.raises(_DiskFull):
+        with atomic_path(path) as tmp:
+            with open(tmp, "w") as f:
+                f.write("half of the ne")
+            raise _DiskFull("No space left on device")
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["model.json"]
+    with atomic_path(path) as tmp:  # and a later write replaces it
+        with open(tmp, "w") as f:
+            f.write("new")
+    assert path.read_text() == "new"
+
+
+def test_atomic_file_keyboard_interrupt_leaves_nothing(tmp_path):
+    path = tmp_path / "model.json"
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_path(path) as tmp:
+            with open(tmp, "w") as f:
+                f.write("half")
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == []
+
+
+def _write_store(path, X, *, extra=None):
+    zarr = pytest.importorskip("zarr")
+    z = zarr.open(str(path), mode="w", shape=X.shape, chunks=(50, X.shape[1]), dtype="f8")
+    z[:] = X
+    if extra:
+        (path / extra).write_text("left over")
+
+
+def _read_store(path):
+    zarr = pytest.importorskip("zarr")
+    return zarr.open(str(path), mode="r")[:]
+
+
+def test_atomic_directory_replaces_a_store_whole(tmp_path):
+    path = tmp_path / "scores.zarr"
+    old, new = np.arange(300.0).reshape(100, 3), -np.arange(300.0).reshape(100, 3)
+    _write_store(path, old, extra="old-only-file")
+    with atomic_path(path) as tmp:
+        _write_store(__import__("pathlib").Path(tmp), new)
+        np.testing.assert_array_equal(_read_store(path), old)  # still the old store meanwhile
+    np.testing.assert_array_equal(_read_store(path), new)
+    assert not (path / "old-only-file").exists()  # nothing of the old store survives
+    assert os.listdir(tmp_path) == ["scores.zarr"]
+
+
+def test_atomic_directory_exception_mid_write_keeps_old_store(tmp_path):
+    path = tmp_path / "scores.zarr"
+    old = np.arange(300.0).reshape(100, 3)
+    _write_store(path, old)
+    with pytest.raises(_DiskFull):
+        with atomic_path(path) as tmp:
+            zarr = pytest.importorskip("zarr")
+            z = zarr.open(tmp, mode="w", shape=(100, 3), chunks=(50, 3), dtype="f8")
+            z[:50] = 1.0  # half the chunks written
+            raise _DiskFull("No space left on device")
+    np.testing.assert_array_equal(_read_store(path), old)
+    assert os.listdir(tmp_path) == ["scores.zarr"]
+
+
+def test_atomic_directory_failed_rename_restores_old_store(tmp_path, monkeypatch):
+    """The second rename (new store into place) fails: the old store comes back."""
+    path = tmp_path / "scores.zarr"
+    old = np.arange(300.0).reshape(100, 3)
+    _write_store(path, old)
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if str(src).endswith(".tmp"):
+            raise _DiskFull("rename failed")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(_DiskFull):
+        with atomic_path(path) as tmp:
+            _write_store(__import__("pathlib").Path(tmp), np.zeros((100, 3)))
+    monkeypatch.undo()
+    np.testing.assert_array_equal(_read_store(path), old)
+    assert os.listdir(tmp_path) == ["scores.zarr"]
+
+
+def test_saved_model_survives_a_crash_mid_write(tmp_path, monkeypatch):
+    """``MCPCA.save`` goes through atomic_path: a crash leaves the old model loadable."""
+    from dask_mcpca import _persist, load
+
+    X = _data()
+    path = tmp_path / "model.json"
+    old = MCPCA(n_components=2).fit(X)
+    old.save(path)
+    before = path.read_bytes()
+
+    class _HalfFile(io.TextIOWrapper):
+        def write(self, text):
+            super().write(text[: len(text) // 2])
+            raise _DiskFull("No space left on device")
+
+    def crashing_open(file, mode="r", *args, **kwargs):
+        if "w" in mode:
+            return _HalfFile(builtins.open(file, "wb"), encoding="utf-8")
+        return builtins.open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(_persist, "open", crashing_open, raising=False)
+    with pytest.raises(_DiskFull):
+        MCPCA(n_components=3).fit(X).save(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["model.json"]
+    np.testing.assert_array_equal(load(path).components_, old.components_)
+
+
+def test_temporary_left_by_a_kill_mid_write_is_removed(saved, fresh_fits):
+    """SIGKILL during a write leaves the temporary sibling; the next fit removes it."""
+    X, kw, path, before = saved
+    stale = path.parent / f".{path.name}.0badf00d.tmp"
+    stale.write_bytes(before[: len(before) // 2])
+    assert stale_temporaries(path) == [str(stale)]
+    resumed = MCPCA(checkpoint=path, **kw).fit(_blocks(X))
+    _assert_same_end(resumed, fresh_fits[1]["auto"])
+    assert not stale.exists()
+    assert sorted(os.listdir(path.parent)) == [path.name]
