@@ -1,0 +1,89 @@
+"""The default solver in realistic dimensions (issue 4), against the truth of generated data.
+
+The scenarios are those of ``benchmarks/accuracy.py`` (eigenvalues
+10 * 0.7**i along a random basis, centre away from the origin), at a smaller
+n so the file stays quick; the expected values are the generator's truth and
+scikit-learn's PCA.
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from sklearn.decomposition import PCA
+
+from dask_mcpca import MCPCA
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from scenarios import make_scenario  # noqa: E402
+
+CONTAMINATED = ["paper5", "paper20", "orthogonal10", "cluster10", "cluster25", "t3"]
+LABELLED = ["orthogonal10", "cluster10", "cluster25"]
+N = 8000
+
+
+def top3_angle(est, true):
+    cos = np.abs(np.sum(est[:3] * true[:3], axis=1))
+    return np.degrees(np.arccos(np.clip(cos, 0, 1))).max()
+
+
+@pytest.mark.parametrize("p", [3, 10])
+@pytest.mark.parametrize("scenario", CONTAMINATED)
+def test_default_finds_true_components_under_contamination(scenario, p):
+    sample = make_scenario(scenario, n=N, p=p, seed=1)
+    model = MCPCA().fit(sample.X)
+    pca = PCA().fit(sample.X)
+    assert model.converged_
+    assert top3_angle(model.components_, sample.components) < 10
+    if scenario != "t3":  # heavy tails hurt PCA less; contamination ruins it
+        assert top3_angle(pca.components_, sample.components) > 20
+
+
+@pytest.mark.parametrize("p", [3, 10])
+def test_default_is_nearly_as_efficient_as_pca_on_clean_data(p):
+    ours, theirs = [], []
+    for seed in range(8):
+        sample = make_scenario("clean", n=N, p=p, seed=seed)
+        ours.append(top3_angle(MCPCA().fit(sample.X).components_, sample.components))
+        theirs.append(top3_angle(PCA().fit(sample.X).components_, sample.components))
+    assert np.median(ours) <= 1.3 * np.median(theirs), (np.median(ours), np.median(theirs))
+
+
+@pytest.mark.parametrize("scenario", ["paper20", "orthogonal10", "cluster25"])
+def test_explained_variance_is_robust(scenario):
+    sample = make_scenario(scenario, n=N, p=10, seed=2)
+    model = MCPCA().fit(sample.X)
+    ratio = model.explained_variance_[:3] / sample.eigenvalues[:3]
+    assert np.all(np.abs(ratio - 1) < 0.15), ratio
+    assert np.max(np.abs(model.mean_ - sample.center)) < 0.2
+
+
+@pytest.mark.parametrize("scenario", LABELLED)
+def test_outlier_flags_precision_and_recall(scenario):
+    sample = make_scenario(scenario, n=N, p=10, seed=3)
+    model = MCPCA().fit(sample.X)
+    flags = model.is_outlier(sample.X)
+    recall = flags[sample.outliers].mean()
+    precision = sample.outliers[flags].mean()
+    assert recall > 0.95 and precision > 0.95, (precision, recall)
+
+
+def test_default_lands_near_full_convergence():
+    sample = make_scenario("paper20", n=60_000, p=10, seed=4)
+    fast = MCPCA(sample_size=5000).fit(sample.X)
+    full = MCPCA(sample_size=5000, tol=1e-10, max_iter=200).fit(sample.X)
+    assert fast.n_passes_ < full.n_passes_
+    assert top3_angle(fast.components_, full.components_) < 0.5
+
+
+def test_paper_experiment_at_least_as_good_as_paper_solver():
+    sys.path.insert(0, os.path.dirname(__file__))
+    from paper_reference import angles_deg, paper_experiment
+
+    ours, paper = [], []
+    for seed in range(10):
+        X, V, _ = paper_experiment(seed)
+        ours.append(angles_deg(MCPCA(center=False).fit(X).components_, V).max())
+        paper.append(angles_deg(MCPCA(solver="paper", center=False).fit(X).components_, V).max())
+    assert np.median(ours) <= np.median(paper)
