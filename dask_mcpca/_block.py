@@ -38,16 +38,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["PassPlan", "block_stats", "combine", "LOG10_D2_EDGES"]
+__all__ = ["PassPlan", "block_stats", "combine"]
 
 #: Rows handled at once inside a block: bounds the temporaries of a task.
-SUB_BLOCK_ROWS = 32_768
-
-#: Bin edges of the histogram of log10(d^2), d^2 = -2 e (the kernel's squared
-#: distance).  0.01 decades (2.3 %) per bin from 1e-8 to 1e8; out-of-range
-#: values fall in the end bins.  Quantiles of d^2 come from it.
-LOG10_D2_EDGES = np.linspace(-8.0, 8.0, 1601)
-
+SUB_BLOCK_ROWS = 65_536
 
 @dataclass(frozen=True)
 class PassPlan:
@@ -59,8 +53,6 @@ class PassPlan:
         Reference point ``c`` of the kernels.
     kernels : ndarray of shape (J, p, p) or None
         Kernel matrices ``A_j``; None gives unit weights (a moments pass).
-    histogram : bool
-        Also return the histogram of ``log10(d^2)`` per kernel.
     sample_rate : float
         Probability with which each row is kept in the returned row sample.
     seed : int
@@ -74,7 +66,6 @@ class PassPlan:
 
     center: np.ndarray
     kernels: np.ndarray | None = None
-    histogram: bool = False
     sample_rate: float = 0.0
     seed: int = 0
     n_kernels: int = field(init=False)
@@ -104,48 +95,55 @@ def _empty(plan: PassPlan, p: int) -> dict:
         "mean": np.zeros((J, p)),
         "scatter": np.zeros((J, p, p)),
     }
-    if plan.histogram:
-        out["histogram"] = np.zeros((J, len(LOG10_D2_EDGES) - 1))
     if plan.sample_rate > 0:
         out["sample"] = np.empty((0, p))
     return out
 
 
-def _sub_block_stats(Y: np.ndarray, plan: PassPlan) -> dict:
-    """Moments of the rows ``Y = X - c`` (finite, float64) under each kernel."""
+def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
+    """Moments of the finite float64 rows ``Y = X - shift`` under each kernel.
+
+    For kernel passes ``shift`` is the kernels' centre c; for a moments pass
+    it is a row of the sub-block, so the raw sums below never cancel badly.
+    The scatter is formed as ``sum g y y^T - w m m^T`` (one GEMM, no centred
+    copy of the rows): ``y`` is measured from a point near the weighted mean.
+    """
     n, p = Y.shape
-    J = plan.n_kernels
     if plan.kernels is None:
-        e = np.zeros((1, n))
+        weight = np.array([float(n)])
+        log_scale = np.zeros(1)
+        rel_mean = Y.sum(axis=0)[None] / n
+        scatter = (Y.T @ Y)[None]
     else:
-        # e[j, k] = -1/2 y_k^T A_j y_k, one GEMM per kernel.
-        e = np.stack([-0.5 * np.einsum("ij,ij->i", Y @ A, Y) for A in plan.kernels])
-        np.minimum(e, 0.0, out=e)  # A is PSD: tiny positive values are round-off
-    log_scale = e.max(axis=1)
-    g = np.exp(e - log_scale[:, None])
-    weight = g.sum(axis=1)
-    mean = (g @ Y) / weight[:, None]
-    scatter = np.empty((J, p, p))
-    for j in range(J):
-        Z = Y - mean[j]
-        scatter[j] = (Z * g[j][:, None]).T @ Z
-    out = {
+        J = plan.n_kernels
+        log_scale, weight = np.empty(J), np.empty(J)
+        rel_mean, scatter = np.empty((J, p)), np.empty((J, p, p))
+        for j, A in enumerate(plan.kernels):
+            # e_k = -1/2 y_k^T A y_k; A is PSD, so positive values are round-off.
+            e = np.einsum("ij,ij->i", Y @ A, Y)
+            e *= -0.5
+            np.minimum(e, 0.0, out=e)
+            log_scale[j] = e.max()
+            g = np.exp(e - log_scale[j], out=e)
+            weight[j] = g.sum()
+            rel_mean[j] = (g @ Y) / weight[j]
+            scatter[j] = (Y * g[:, None]).T @ Y
+    scatter -= weight[:, None, None] * rel_mean[:, :, None] * rel_mean[:, None, :]
+    return {
         "n_rows": n,
         "n_nonfinite": 0,
         "log_scale": log_scale,
         "weight": weight,
-        "mean": mean + plan.center,
+        "mean": rel_mean + shift,
         "scatter": scatter,
     }
-    if plan.histogram:
-        with np.errstate(divide="ignore"):
-            log_d2 = np.log10(-2.0 * e)
-        idx = np.searchsorted(LOG10_D2_EDGES, log_d2, side="right") - 1
-        np.clip(idx, 0, len(LOG10_D2_EDGES) - 2, out=idx)
-        out["histogram"] = np.stack(
-            [np.bincount(i, minlength=len(LOG10_D2_EDGES) - 1) for i in idx]
-        ).astype(float)
-    return out
+
+
+def _finite_rows(Y: np.ndarray) -> np.ndarray | None:
+    """Mask of rows without NaN/inf, or None when all are finite (the usual case)."""
+    if np.isfinite(Y.sum(axis=1)).all():  # one cheap reduction instead of a full mask
+        return None
+    return np.isfinite(Y).all(axis=1)
 
 
 def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
@@ -155,7 +153,7 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
     ----------
     X : ndarray of shape (n_block, p)
         One row block, any float dtype; it is read once and cast to float64
-        one sub-block at a time.
+        one sub-block at a time (the caller's array is never modified).
     plan : PassPlan
         The kernels and options of this pass.
     row_offset : int
@@ -165,30 +163,33 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
     -------
     dict
         ``n_rows``, ``n_nonfinite``, and per kernel ``log_scale``, ``weight``,
-        ``mean``, ``scatter`` (see the module docstring); optionally
-        ``histogram`` and ``sample``.
+        ``mean``, ``scatter`` (see the module docstring); ``sample`` when the
+        plan asks for one.
     """
     X = np.asarray(X)
     p = X.shape[1]
     result = _empty(plan, p)
     samples = []
     for start in range(0, X.shape[0], SUB_BLOCK_ROWS):
-        # A float64 copy: the caller's array is never modified.
-        Y = np.array(X[start : start + SUB_BLOCK_ROWS], dtype=np.float64)
-        finite = np.isfinite(Y).all(axis=1)
-        n_bad = int(Y.shape[0] - finite.sum())
+        sub = X[start : start + SUB_BLOCK_ROWS]
+        if plan.kernels is None:
+            first = np.asarray(sub[0], dtype=np.float64)
+            shift = np.where(np.isfinite(first), first, 0.0)
+        else:
+            shift = plan.center
+        Y = np.subtract(sub, shift, dtype=np.float64)  # a new float64 array
         n_seen = Y.shape[0]
+        finite = _finite_rows(Y)
+        n_bad = 0 if finite is None else int(n_seen - finite.sum())
         if plan.sample_rate > 0:
             rows = np.arange(row_offset + start, row_offset + start + n_seen)
-            keep = (_row_uniforms(rows, plan.seed) < plan.sample_rate) & finite
-            samples.append(Y[keep])
+            keep = _row_uniforms(rows, plan.seed) < plan.sample_rate
+            if finite is not None:
+                keep &= finite
+            samples.append(Y[keep] + shift)
         if n_bad:
             Y = Y[finite]
-        if Y.shape[0]:
-            Y -= plan.center
-            part = _sub_block_stats(Y, plan)
-        else:
-            part = _empty(plan, p)
+        part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
         part["n_rows"] = n_seen - n_bad
         part["n_nonfinite"] = n_bad
         result = combine(result, part)
@@ -219,8 +220,6 @@ def combine(a: dict, b: dict) -> dict:
         + (wa * wb / safe)[:, None, None] * delta[:, :, None] * delta[:, None, :]
     )
     out.update(log_scale=log_scale, weight=weight, mean=mean, scatter=scatter)
-    if "histogram" in a:
-        out["histogram"] = a["histogram"] + b["histogram"]
     if "sample" in a or "sample" in b:
         out["sample"] = np.concatenate([x["sample"] for x in (a, b) if "sample" in x])
     return out

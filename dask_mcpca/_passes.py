@@ -41,7 +41,6 @@ class PassResult:
     weight: np.ndarray
     mean: np.ndarray
     scatter: np.ndarray
-    histogram: np.ndarray | None = None
     sample: np.ndarray | None = None
 
     def covariance(self, j: int = 0) -> np.ndarray:

@@ -151,7 +151,7 @@ def robust_start(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _step(runner: PassRunner, state: RobustState, *, fixed_center: np.ndarray | None, label: str) -> tuple[PassResult, float]:
     """One fixed-point step (one pass); updates ``state`` and returns the change."""
     A = precision(state.scatter) / state.kernel_size2
-    res = runner.run(PassPlan(center=state.location, kernels=A[None], histogram=True), label=label)
+    res = runner.run(PassPlan(center=state.location, kernels=A[None]), label=label)
     if fixed_center is None:
         location = res.mean[0]
         scatter = res.covariance(0)
