@@ -1,0 +1,405 @@
+"""Speed of MCPCA against a plain X^T X pass, dask-ml PCA and in-memory scikit-learn.
+
+One command::
+
+    python benchmarks/speed.py --rows 5000000 --cols 10 --repeats 3 --dtype float64
+
+generates (or reuses) a Zarr store with :mod:`make_store`, runs every
+contender once untimed (warm page cache, imports), then runs them
+round-robin ``--repeats`` times, rotating the order each round, and writes the
+medians, the ratios, the pass counts and the accuracy into a section of
+``benchmarks/RESULTS.md``.
+
+Contenders
+----------
+xtx
+    ``(X.T @ X).compute()`` on the same dask blocks MCPCA reads: one plain
+    pass, the floor for any method that reads the data once per pass.
+mcpca_pass
+    One fused MCPCA pass (``PassRunner.run`` with one Mahalanobis kernel and
+    the histogram: what each robust step costs).
+mcpca_fit
+    ``MCPCA().fit(store)`` (``solver="auto"``).
+daskml_pca
+    ``dask_ml.decomposition.PCA(svd_solver="full").fit`` on the dask array.
+sklearn_pca
+    ``sklearn.decomposition.PCA().fit`` on the whole array in memory.
+mincovdet, mcpca_numpy
+    ``sklearn.covariance.MinCovDet`` and ``MCPCA`` on the first
+    ``--mcd-rows`` rows in memory (MinCovDet takes about 80 s on 1M x 10
+    here, so it is run on a subsample and MCPCA on the same one).
+mcpca_paper
+    ``MCPCA(solver="paper")`` on a separate small store of ``--paper-rows``
+    rows, once, in a subprocess killed after ``--paper-timeout`` seconds: it
+    makes hundreds of passes (``n_decay`` kernel sizes per component).
+
+All contenders run with BLAS limited to one thread (threadpoolctl): dask
+parallelises over row blocks with its threaded scheduler, and MCPCA's numpy
+path and MinCovDet are then both single-threaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _results import blas_info, fmt_bytes, machine_info, update_section  # noqa: E402
+from make_store import StoreInfo, make_store  # noqa: E402
+
+__all__ = ["run_speed", "principal_angle", "subspace_angle"]
+
+#: Components compared for the subspace angle.
+SUBSPACE_K = 3
+
+
+def principal_angle(u: np.ndarray, v: np.ndarray) -> float:
+    """Angle in degrees between the lines spanned by ``u`` and ``v``."""
+    c = abs(float(u @ v)) / (np.linalg.norm(u) * np.linalg.norm(v))
+    return float(np.degrees(np.arccos(min(1.0, c))))
+
+
+def subspace_angle(A: np.ndarray, B: np.ndarray, k: int = SUBSPACE_K) -> float:
+    """Largest principal angle (degrees) between the spans of the first ``k`` rows."""
+    from scipy.linalg import subspace_angles
+
+    return float(np.degrees(subspace_angles(A[:k].T, B[:k].T).max()))
+
+
+def _eig_rows(cov: np.ndarray) -> np.ndarray:
+    w, V = np.linalg.eigh(cov)
+    return V[:, np.argsort(w)[::-1]].T
+
+
+# ------------------------------------------------------------------ contenders
+def _contenders(info: StoreInfo, *, mcd_rows: int):
+    """name -> callable returning (components as rows or None, extra dict)."""
+    import dask.array as da  # noqa: F401
+    import zarr
+    from sklearn.covariance import MinCovDet
+    from sklearn.decomposition import PCA
+
+    from dask_mcpca import MCPCA
+    from dask_mcpca._block import PassPlan
+    from dask_mcpca._io import as_row_blocks
+    from dask_mcpca._passes import PassRunner
+    from dask_mcpca._robust import precision
+    from dask_mcpca._schedule import robust_kernel_size2
+
+    path = str(info.path)
+    X = as_row_blocks(path)
+    p = info.n_cols
+    X_np = zarr.open_array(path, mode="r")[:]
+    X_sub = np.ascontiguousarray(X_np[:mcd_rows])
+
+    # The kernel of one robust step, from a fit on the subsample.
+    ref = MCPCA().fit(X_sub)
+    plan = PassPlan(
+        center=ref.mean_,
+        kernels=(precision(ref.covariance_) / robust_kernel_size2(p))[None],
+        histogram=True,
+    )
+
+    def xtx():
+        (X.T @ X).compute()
+        return None, {}
+
+    def mcpca_pass():
+        PassRunner(X).run(plan)
+        return None, {}
+
+    def mcpca_fit():
+        m = MCPCA().fit(path)
+        return m.components_, {"n_passes": m.n_passes_}
+
+    def daskml_pca():
+        from dask_ml.decomposition import PCA as DaskPCA
+
+        m = DaskPCA(n_components=p, svd_solver="full").fit(X)
+        return m.components_, {}
+
+    def sklearn_pca():
+        return PCA().fit(X_np).components_, {}
+
+    def mincovdet():
+        return _eig_rows(MinCovDet(random_state=0).fit(X_sub).covariance_), {}
+
+    def mcpca_numpy():
+        m = MCPCA().fit(X_sub)
+        return m.components_, {"n_passes": m.n_passes_}
+
+    return {
+        "xtx": xtx,
+        "mcpca_pass": mcpca_pass,
+        "mcpca_fit": mcpca_fit,
+        "daskml_pca": daskml_pca,
+        "sklearn_pca": sklearn_pca,
+        "mincovdet": mincovdet,
+        "mcpca_numpy": mcpca_numpy,
+    }
+
+
+def _paper_child(path: str) -> None:
+    """Fit solver="paper" on ``path``, printing progress and then one JSON line.
+
+    Progress lines (``progress component I starts after N passes, T s``) let
+    the parent say how far the fit got when it has to kill it at the time cap.
+    """
+    from threadpoolctl import threadpool_limits
+
+    import dask_mcpca._passes as passes
+    from dask_mcpca import MCPCA
+
+    started = time.perf_counter()
+    original = passes.PassRunner.run
+    seen = {"component": None}
+
+    def run(self, plan, *, label=""):
+        component = label.split(" sigma")[0]
+        if component.startswith("component") and component != seen["component"]:
+            seen["component"] = component
+            print(f"progress {component} starts after {self.n_passes} passes, "
+                  f"{time.perf_counter() - started:.1f} s", flush=True)
+        return original(self, plan, label=label)
+
+    passes.PassRunner.run = run
+    with threadpool_limits(limits=1, user_api="blas"):
+        m = MCPCA(solver="paper").fit(path)
+    seconds = time.perf_counter() - started
+    print(json.dumps({"seconds": seconds, "n_passes": m.n_passes_, "components": m.components_.tolist()}))
+
+
+def _run_paper(info: StoreInfo, timeout: float) -> dict:
+    cmd = [sys.executable, __file__, "--paper-child", str(info.path)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
+    except subprocess.TimeoutExpired as err:
+        stdout = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        done = [line for line in stdout.splitlines() if line.startswith("progress component")]
+        res = {"timed_out": True, "timeout": timeout, "components_done": max(0, len(done) - 1)}
+        # The first line marks the end of the moments and robust-centre passes.
+        if len(done) >= 2:
+            first = int(done[0].split(" after ")[1].split()[0])
+            last = int(done[-1].split(" after ")[1].split()[0])
+            res["passes_per_component"] = (last - first) / (len(done) - 1)
+            res["projected_passes"] = first + res["passes_per_component"] * (info.n_cols - 1)
+            res["passes_done"] = last
+            res["seconds_done"] = float(done[-1].split(", ")[-1].split()[0])
+        return res
+    except subprocess.CalledProcessError as err:
+        return {"error": err.stderr.strip().splitlines()[-1] if err.stderr.strip() else str(err)}
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["components"] = np.array(res["components"])
+    return res
+
+
+# ------------------------------------------------------------------ the run
+def run_speed(
+    *,
+    rows: int,
+    cols: int,
+    dtype: str,
+    repeats: int,
+    chunk_rows: int,
+    mcd_rows: int,
+    paper_rows: int,
+    paper_timeout: float,
+    skip: tuple[str, ...] = (),
+) -> dict:
+    """Run the round-robin comparison and return medians, ratios and accuracy."""
+    from threadpoolctl import threadpool_limits
+
+    info = make_store(rows, cols, dtype=dtype, chunk_rows=chunk_rows)
+    mcd_rows = min(mcd_rows, rows)
+    contenders = {k: f for k, f in _contenders(info, mcd_rows=mcd_rows).items() if k not in skip}
+    names = list(contenders)
+    times = {k: [] for k in names}
+    comps, extra = {}, {}
+    with threadpool_limits(limits=1, user_api="blas"):
+        for k in names:  # untimed warm-up: page cache, imports, first-call costs
+            contenders[k]()
+        for r in range(repeats):
+            order = names[r % len(names):] + names[: r % len(names)]
+            for k in order:
+                t = time.perf_counter()
+                c, e = contenders[k]()
+                times[k].append(time.perf_counter() - t)
+                comps[k], extra[k] = c, e
+                print(f"round {r + 1}/{repeats}  {k:12s} {times[k][-1]:8.3f} s", file=sys.stderr)
+    paper = None
+    if "mcpca_paper" not in skip:
+        small = make_store(min(paper_rows, rows), cols, dtype=dtype, chunk_rows=chunk_rows)
+        paper = _run_paper(small, paper_timeout)
+        paper["rows"] = small.n_rows
+        paper["nbytes"] = small.nbytes
+    return {
+        "info": info,
+        "mcd_rows": mcd_rows,
+        "repeats": repeats,
+        "times": times,
+        "median": {k: statistics.median(v) for k, v in times.items()},
+        "components": comps,
+        "extra": extra,
+        "paper": paper,
+        "blas": blas_info(),
+    }
+
+
+def _ratio(a, b) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "n/a"
+
+
+def report(res: dict) -> tuple[str, str]:
+    """Markdown section (key, body) for RESULTS.md."""
+    info: StoreInfo = res["info"]
+    med, extra, comps = res["median"], res["extra"], res["components"]
+    gb = info.nbytes / 1e9
+    n_passes = extra.get("mcpca_fit", {}).get("n_passes")
+    lines = [
+        f"## Speed: {info.n_rows:,} x {info.n_cols} {info.dtype} Zarr store",
+        "",
+        f"Store: {fmt_bytes(info.nbytes)} raw, {fmt_bytes(info.store_bytes)} on disk (zstd), "
+        f"{info.chunk_rows:,}-row chunks, {info.outlier_fraction:.0%} outliers; warm page cache. "
+        f"{res['repeats']} round-robin repeats, medians (min-max). BLAS limited to 1 thread for every contender "
+        f"(libraries: {res['blas']}); "
+        f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}.",
+        "",
+        "| contender | median s | min-max s | GB/s (raw) | passes |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    labels = {
+        "xtx": "`(X.T @ X).compute()` (dask)",
+        "mcpca_pass": "one fused MCPCA pass (dask)",
+        "mcpca_fit": "MCPCA().fit(store) (auto)",
+        "daskml_pca": 'dask-ml PCA(svd_solver="full")',
+        "sklearn_pca": "scikit-learn PCA, in memory",
+        "mincovdet": f"MinCovDet, in memory, first {res['mcd_rows']:,} rows",
+        "mcpca_numpy": f"MCPCA().fit(numpy), first {res['mcd_rows']:,} rows",
+    }
+    for k, v in res["times"].items():
+        nbytes = info.nbytes * (res["mcd_rows"] / info.n_rows if k in ("mincovdet", "mcpca_numpy") else 1)
+        passes = extra[k].get("n_passes", 1 if k in ("xtx", "mcpca_pass") else "")
+        lines.append(
+            f"| {labels[k]} | {med[k]:.3f} | {min(v):.3f}-{max(v):.3f} | "
+            f"{nbytes / 1e9 / med[k]:.2f} | {passes} |"
+        )
+    paper = res["paper"]
+    if paper is not None:
+        if paper.get("timed_out"):
+            got = (
+                f"{paper['components_done']} of {info.n_cols - 1} components in {paper['passes_done']} passes"
+                if "passes_done" in paper
+                else "not one component"
+            )
+            lines.append(
+                f"| MCPCA(solver=\"paper\"), {paper['rows']:,}-row store, once | > {paper['timeout']:.0f} "
+                f"(killed; {got}) | | | |"
+            )
+        elif "error" in paper:
+            lines.append(f"| MCPCA(solver=\"paper\"), {paper['rows']:,}-row store | failed: {paper['error']} | | | |")
+        else:
+            lines.append(
+                f"| MCPCA(solver=\"paper\"), {paper['rows']:,}-row store, once | {paper['seconds']:.1f} | | "
+                f"{paper['nbytes'] * paper['n_passes'] / 1e9 / paper['seconds']:.2f} (all passes) | {paper['n_passes']} |"
+            )
+    lines += ["", "Ratios (medians):", ""]
+    lines.append(f"- MCPCA fit / XtX pass: **{_ratio(med.get('mcpca_fit'), med.get('xtx'))}** "
+                 f"(the fit made {n_passes} passes)")
+    lines.append(f"- MCPCA per-pass throughput / XtX throughput: **{_ratio(med.get('xtx'), med.get('mcpca_pass'))}**")
+    if n_passes and "mcpca_pass" in med:
+        lines.append(
+            f"- MCPCA fit / (n_passes x fused pass): {_ratio(med['mcpca_fit'], n_passes * med['mcpca_pass'])} "
+            "(above 1: the client-side work between passes, the store opening and the sample start)"
+        )
+    lines.append(f"- MCPCA fit / dask-ml PCA fit: **{_ratio(med.get('mcpca_fit'), med.get('daskml_pca'))}**")
+    lines.append(f"- MinCovDet / MCPCA, in memory on {res['mcd_rows']:,} rows: "
+                 f"**{_ratio(med.get('mincovdet'), med.get('mcpca_numpy'))}**")
+    if paper is not None and "projected_passes" in paper and "mcpca_pass" in med:
+        est = paper["projected_passes"] * med["mcpca_pass"]
+        lines.append(
+            f"- solver=\"paper\" was killed at the {paper['timeout']:.0f} s cap on the {paper['rows']:,}-row store "
+            f"after {paper['passes_done']} passes ({paper['seconds_done'] / paper['passes_done'] * 1e3:.0f} ms a pass), "
+            f"about {paper['passes_per_component']:.0f} passes per component, so about "
+            f"{paper['projected_passes']:.0f} passes for all {info.n_cols} components. At that count on this store it "
+            f"would take about {est / 3600:.1f} h ({_ratio(est, med['mcpca_fit'])} x the default fit; an estimate "
+            "from the fused-pass median, not a measurement)"
+        )
+    if paper is not None and "seconds" in paper and "mcpca_pass" in med:
+        est = paper["n_passes"] * med["mcpca_pass"]
+        lines.append(
+            f"- solver=\"paper\" made {paper['n_passes']} passes on the {paper['rows']:,}-row store "
+            f"({paper['seconds'] / paper['n_passes'] * 1e3:.0f} ms a pass); at the same pass count on this "
+            f"store it would take about {est:.0f} s ({_ratio(est, med['mcpca_fit'])} x the default fit; "
+            "an estimate from the fused-pass median, not a measurement)"
+        )
+    # Accuracy
+    truth = info.components
+    lines += [
+        "",
+        f"Accuracy: angle (degrees) of the first component, and largest principal angle of the "
+        f"top-{SUBSPACE_K} subspace, against the generator's truth and against MinCovDet's eigenvectors.",
+        "",
+        "| estimate | 1st comp. vs truth | top-3 vs truth | 1st comp. vs MinCovDet | top-3 vs MinCovDet |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    named = [(labels[k], comps[k]) for k in res["times"] if comps.get(k) is not None]
+    if paper is not None and "components" in paper:
+        named.append((f"MCPCA(solver=\"paper\"), {paper['rows']:,} rows", paper["components"]))
+    mcd = comps.get("mincovdet")
+    for label, C in named:
+        vs_mcd = (
+            f"{principal_angle(C[0], mcd[0]):.2f} | {subspace_angle(C, mcd):.2f}" if mcd is not None else "n/a | n/a"
+        )
+        lines.append(f"| {label} | {principal_angle(C[0], truth[0]):.2f} | {subspace_angle(C, truth):.2f} | {vs_mcd} |")
+    key = f"speed-{info.n_rows}x{info.n_cols}-{info.dtype}"
+    return key, "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--cols", type=int, default=10)
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--chunk-rows", type=int, default=1_000_000)
+    parser.add_argument("--mcd-rows", type=int, default=200_000,
+                        help="rows of the in-memory MinCovDet / MCPCA comparison")
+    parser.add_argument("--paper-rows", type=int, default=100_000,
+                        help="rows of the small store for solver='paper'")
+    parser.add_argument("--paper-timeout", type=float, default=300.0)
+    parser.add_argument("--skip", default="", help="comma-separated contenders to leave out")
+    parser.add_argument("--no-write", action="store_true", help="print, do not update RESULTS.md")
+    parser.add_argument("--paper-child", help=argparse.SUPPRESS)
+    a = parser.parse_args(argv)
+    if a.paper_child:
+        _paper_child(a.paper_child)
+        return
+    res = run_speed(
+        rows=a.rows,
+        cols=a.cols,
+        dtype=a.dtype,
+        repeats=a.repeats,
+        chunk_rows=a.chunk_rows,
+        mcd_rows=a.mcd_rows,
+        paper_rows=a.paper_rows,
+        paper_timeout=a.paper_timeout,
+        skip=tuple(s for s in a.skip.split(",") if s),
+    )
+    key, body = report(res)
+    print(body)
+    if not a.no_write:
+        update_section(key, body, machine=machine_info())
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    main()

@@ -1,0 +1,154 @@
+"""Pass counts: how many times a fit reads the data, and how it reads it.
+
+The pass is the unit of cost of an out-of-core fit.  These tests count passes
+and block reads, never time: the default solver makes a small number of
+passes whatever p and n are, ``n_passes_`` is the number of times every block
+was really read, each pass reads each block exactly once, and numpy input
+never builds a task graph.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+import dask_mcpca._passes as passes_module
+from dask_mcpca import MCPCA
+
+#: The default solver's documented bound on full-data passes.
+MAX_DEFAULT_PASSES = 12
+
+OUTLIER_FRACTION = 0.05
+
+
+def _data(n: int, p: int, seed: int = 0) -> np.ndarray:
+    """Gaussian rows (variances 10 .. 0.1) with a 5 % outlier cluster along the weakest axis."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p)) * np.sqrt(np.geomspace(10.0, 0.1, p))
+    out = rng.random(n) < OUTLIER_FRACTION
+    X[out] = rng.standard_normal((out.sum(), p))
+    X[out, -1] += 10.0 * np.sqrt(10.0)
+    return X
+
+
+class CountingArray:
+    """An array-like that records every non-empty read ``(row start, row stop)``."""
+
+    def __init__(self, X: np.ndarray):
+        self._X = X
+        self.shape, self.dtype, self.ndim = X.shape, X.dtype, X.ndim
+        self.reads: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+
+    def __getitem__(self, key):
+        out = self._X[key]
+        if out.size:
+            rows = key[0] if isinstance(key, tuple) else key
+            start, stop, _ = rows.indices(self.shape[0])
+            with self._lock:
+                self.reads.append((start, stop))
+        return out
+
+
+@pytest.fixture
+def pass_log(monkeypatch):
+    """Record, for every pass of a dask-backed runner, the reads made during it."""
+    log: list[dict] = []
+    original = passes_module.PassRunner.run
+
+    def run(self, plan, **kwargs):
+        source = getattr(self, "_counting_source", None)
+        before = len(source.reads) if source is not None else None
+        try:
+            return original(self, plan, **kwargs)
+        finally:
+            if source is not None:
+                log.append({"runner": id(self), "reads": source.reads[before:]})
+
+    monkeypatch.setattr(passes_module.PassRunner, "run", run)
+    return log
+
+
+@pytest.fixture
+def counting_fit(monkeypatch, pass_log):
+    """Fit a CountingArray through ``da.from_array``; return (model, source, blocks, log)."""
+    original_init = passes_module.PassRunner.__init__
+
+    def fit(X: np.ndarray, chunk_rows: int, **params):
+        source = CountingArray(X)
+
+        def init(self, data, **kwargs):
+            original_init(self, data, **kwargs)
+            self._counting_source = source if self.is_dask else None
+
+        monkeypatch.setattr(passes_module.PassRunner, "__init__", init)
+        dX = da.from_array(source, chunks=(chunk_rows, X.shape[1]), asarray=True)
+        source.reads.clear()  # from_array may peek at the array; only the fit counts
+        model = MCPCA(**params).fit(dX)
+        bounds = np.cumsum([0, *dX.chunks[0]])
+        blocks = sorted(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+        return model, source, blocks, pass_log
+
+    return fit
+
+
+@pytest.mark.parametrize("p", [3, 10, 64])
+def test_default_fit_makes_few_passes(p):
+    X = _data(20_000, p)
+    model = MCPCA().fit(da.from_array(X, chunks=(4_000, p)))
+    assert 2 <= model.n_passes_ <= MAX_DEFAULT_PASSES
+    assert model.converged_
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pass_count_does_not_grow_with_n(seed):
+    # Both sizes are well above the row sample, so the start has the same
+    # sampling error and the fixed point the same contraction; the number of
+    # steps to reach tol is then the same up to the luck of the draw (+-1),
+    # not a function of n.  Different chunkings on purpose.
+    counts = []
+    for n, chunk in [(20_000, 3_000), (200_000, 45_000)]:
+        X = _data(n, 10, seed=seed)
+        model = MCPCA(sample_size=2_000).fit(da.from_array(X, chunks=(chunk, 10)))
+        counts.append(model.n_passes_)
+    assert abs(counts[1] - counts[0]) <= 1, counts
+    assert max(counts) <= MAX_DEFAULT_PASSES
+
+
+@pytest.mark.parametrize("solver", ["auto", "paper"])
+def test_n_passes_counts_real_reads_block_by_block(counting_fit, solver):
+    params = {"solver": solver}
+    if solver == "paper":  # keep the published schedule short: 2 sizes, few re-weightings
+        params.update(n_components=1, n_decay=2, max_iter=3)
+    X = _data(12_000, 4, seed=3)
+    model, source, blocks, log = counting_fit(X, chunk_rows=2_500, **params)
+    assert len(blocks) == 5
+    # n_passes_ is the number of passes of the full-data runner ...
+    full = [entry for entry in log if entry["runner"] == log[0]["runner"]]
+    assert len(full) == model.n_passes_
+    # ... every read happened inside one of them ...
+    assert sum(len(entry["reads"]) for entry in full) == len(source.reads)
+    # ... and each of them read every block exactly once.
+    for entry in full:
+        assert sorted(entry["reads"]) == blocks
+    assert len(source.reads) == model.n_passes_ * len(blocks)
+
+
+def _no_graph(dsk, keys, **kwargs):
+    raise AssertionError(f"a task graph was computed for keys {list(keys)[:3]}")
+
+
+def test_numpy_input_builds_no_task_graph():
+    X = _data(5_000, 5)
+    with dask.config.set(scheduler=_no_graph):
+        model = MCPCA().fit(X)
+        # The guard is live: the same data as a dask array does reach it.
+        with pytest.raises(AssertionError, match="task graph"):
+            MCPCA().fit(da.from_array(X, chunks=(1_000, 5)))
+    reference = MCPCA().fit(da.from_array(X, chunks=(1_000, 5)))
+    assert model.n_passes_ == reference.n_passes_
+    np.testing.assert_allclose(model.components_, reference.components_, atol=1e-8)
