@@ -21,7 +21,7 @@ from . import _checkpoint
 from ._block import PassPlan
 from ._io import as_row_blocks
 from ._paper import fit_paper
-from ._passes import PassRunner
+from ._passes import PassRunner, single_threaded_blas
 from ._power import descending_eigh, orient_rows
 from ._robust import SAMPLE_SIZE, fit_robust
 from ._schedule import outlier_cutoff_d2, robust_kernel_size2
@@ -248,6 +248,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
         """
         self._validate_params()
         X = as_row_blocks(X)
+        with single_threaded_blas():
+            return self._fit(X)
+
+    def _fit(self, X):
+        """The fit proper, on full-row blocks; see :meth:`fit`."""
         n, p = X.shape
         k = p if self.n_components is None else self.n_components
         if k > p:

@@ -17,12 +17,12 @@ from functools import reduce
 import dask
 import dask.array as da
 import numpy as np
-from threadpoolctl import ThreadpoolController
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from ._block import PassPlan, block_stats, combine
 from ._progress import PassProgress
 
-__all__ = ["PassRunner", "PassResult"]
+__all__ = ["PassRunner", "PassResult", "single_threaded_blas"]
 
 #: Rows per slice when numpy input is processed without a graph.
 NUMPY_BLOCK_ROWS = 262_144
@@ -58,20 +58,42 @@ class NonFiniteRowsError(ValueError):
 
 
 _BLAS = None
+_WORKER_LIMIT = None
+
+
+def _controller() -> ThreadpoolController:
+    """One controller per process: scanning the loaded libraries costs milliseconds."""
+    global _BLAS
+    if _BLAS is None:
+        _BLAS = ThreadpoolController()
+    return _BLAS
+
+
+def single_threaded_blas():
+    """Context manager: the BLAS libraries of this process use one thread.
+
+    ``MCPCA.fit`` runs inside it.  Dask already runs one task per core, and
+    the p x p work on the client is tiny: measured here on 2 cores, nested
+    BLAS threads made one pass 20-40x slower and a 20000 x 10 product 40x
+    slower when the other core was busy.
+    """
+    return _controller().limit(limits=1, user_api="blas")
 
 
 def _block_task(block, plan: PassPlan, row_offset: int) -> dict:
     """:func:`block_stats` inside a dask task, with single-threaded BLAS.
 
-    Dask already runs one task per core; nested BLAS threads made one pass
-    20-40x slower on a 2-core machine.  The controller is built once per
-    process (scanning the loaded libraries costs milliseconds).
+    In the client's process (threaded scheduler) ``fit`` has already limited
+    BLAS.  In a worker process the limit is set once, for the life of the
+    process, rather than entered and left per task: the limit is global to
+    the process, so per-task restores race between the worker's threads.
     """
-    global _BLAS
-    if _BLAS is None:
-        _BLAS = ThreadpoolController()
-    with _BLAS.limit(limits=1, user_api="blas"):
-        return block_stats(block, plan, row_offset)
+    global _WORKER_LIMIT
+    if _WORKER_LIMIT is None and any(
+        info["num_threads"] > 1 for info in _controller().select(user_api="blas").info()
+    ):
+        _WORKER_LIMIT = threadpool_limits(limits=1, user_api="blas")
+    return block_stats(block, plan, row_offset)
 
 
 def _tree_reduce(parts: list, split_every: int):
