@@ -45,8 +45,12 @@ is_local() { [[ $1 == localhost || $1 == 127.0.0.1 || $1 == "$(hostname)" ]]; }
 alive() { kill -0 "$1" 2>/dev/null && [[ $(ps -o stat= -p "$1" 2>/dev/null) != Z* ]]; }
 
 cmd=${1:-}
-[[ -n $cmd ]] || usage
-shift
+case $cmd in
+    start|stop|status) shift ;;
+    -h|--help|help) usage 0 ;;
+    "") usage ;;
+    *) die "unknown command $cmd (start, status or stop; see --help)" ;;
+esac
 while [[ $# -gt 0 ]]; do
     case $1 in
         -H|--hosts) HOSTS=$2; shift 2 ;;
@@ -62,7 +66,11 @@ while [[ $# -gt 0 ]]; do
         *) die "unknown option $1 (see --help)" ;;
     esac
 done
-mkdir -p "$DIR"
+[[ $cmd == start ]] && mkdir -p "$DIR"
+if [[ ! -d $DIR ]]; then
+    [[ $cmd == stop ]] && { say "nothing was started from $DIR"; exit 0; }
+    die "no state directory $DIR (nothing was started from it)"
+fi
 DIR=$(cd "$DIR" && pwd)
 IFS=, read -r -a HOST_LIST <<< "$HOSTS"
 
@@ -181,6 +189,4 @@ case $cmd in
     start) start ;;
     stop) stop ;;
     status) status ;;
-    -h|--help|help) usage 0 ;;
-    *) die "unknown command $cmd (start, status or stop)" ;;
 esac
