@@ -99,7 +99,7 @@ class PassProgress(Callback):
         from distributed import as_completed
 
         final, *parts = client.compute([result, *blocks])
-        for _ in as_completed(parts):
+        for _ in as_completed(parts, loop=client.loop):
             self.advance(1)
         del parts
         return final.result()

@@ -1,0 +1,303 @@
+"""The ``dask-mcpca`` command line (also ``python -m dask_mcpca``).
+
+Subcommands::
+
+    dask-mcpca fit   STORE [--dataset NAME] [--n-components K] [--solver auto|paper]
+                     [--center robust|mean|none] [--nan-policy raise|omit]
+                     [--scheduler ADDRESS] [--output model.json] [--no-progress]
+    dask-mcpca score STORE --model model.json --output scores.zarr [--dataset NAME]
+                     [--overwrite] [--scheduler ADDRESS]
+    dask-mcpca demo  [--rows N] [--out DIR] [--seed S] [--no-progress]
+
+``STORE`` is a Zarr store (a directory) or an HDF5 file, opened read-only;
+nothing is ever written into it.  ``fit`` writes the model as JSON
+(:mod:`dask_mcpca._persist`); ``score`` writes a new Zarr group with the
+per-row ``scores`` (projections on the components), ``weight``
+(``score_samples``) and ``outlier`` (``is_outlier``), computed lazily block by
+block and renamed into place only when complete.  ``--scheduler`` connects to
+a running ``dask.distributed`` scheduler (its workers must see the same
+paths); without it the local threaded scheduler is used.
+
+Errors (a missing store, a wrong dataset name, an unreachable scheduler, a
+bad parameter value) are reported as one line on stderr, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+
+__all__ = ["main"]
+
+PROG = "dask-mcpca"
+#: Rows of the summary table shown before it is cut short.
+MAX_TABLE_ROWS = 20
+#: Seconds to wait for a ``--scheduler`` before giving up.
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+_CENTERS = {"robust": "robust", "mean": "mean", "none": False}
+
+
+class _UsageError(Exception):
+    """A command-line usage error, reported in one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (usage is on ``--help``)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Robust PCA (maximum correntropy power iterations) of Zarr / HDF5 archives.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{fit,score,demo}", parser_class=_Parser)
+
+    def scheduler_options(p):
+        p.add_argument(
+            "--scheduler", metavar="ADDRESS", help="address of a dask.distributed scheduler (tcp://host:8786)"
+        )
+        p.add_argument(
+            "--connect-timeout",
+            type=_positive_float,
+            default=DEFAULT_CONNECT_TIMEOUT,
+            metavar="SECONDS",
+            help=f"how long to try to reach --scheduler (default {DEFAULT_CONNECT_TIMEOUT:g})",
+        )
+
+    fit = sub.add_parser("fit", help="fit a model to a Zarr store or HDF5 file and save it")
+    fit.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file (file.h5 or file.h5:/dataset)")
+    fit.add_argument("--dataset", metavar="NAME", help="array inside the store (needed when it holds several)")
+    fit.add_argument("--n-components", type=_positive_int, metavar="K", help="components to keep (default: all)")
+    fit.add_argument("--solver", choices=("auto", "paper"), default="auto")
+    fit.add_argument("--center", choices=tuple(_CENTERS), default="robust")
+    fit.add_argument("--nan-policy", choices=("raise", "omit"), default="raise")
+    fit.add_argument("--output", "-o", default="model.json", metavar="PATH", help="model file (default model.json)")
+    fit.add_argument("--no-progress", action="store_true", help="do not draw a progress line per pass")
+    scheduler_options(fit)
+    fit.set_defaults(func=_cmd_fit)
+
+    score = sub.add_parser("score", help="write per-row scores, weights and outlier flags to a new Zarr store")
+    score.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file")
+    score.add_argument("--model", "-m", required=True, metavar="PATH", help="model file written by 'fit'")
+    score.add_argument("--output", "-o", required=True, metavar="PATH", help="new Zarr store to create")
+    score.add_argument("--dataset", metavar="NAME", help="array inside the store")
+    score.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    scheduler_options(score)
+    score.set_defaults(func=_cmd_score)
+
+    demo = sub.add_parser(
+        "demo", help="synthetic sensor archive with faults: MCPCA vs PCA, printed and as a PNG report"
+    )
+    demo.add_argument("--rows", type=_positive_int, default=1_000_000, metavar="N", help="rows (default 1_000_000)")
+    demo.add_argument("--out", default="mcpca-demo", metavar="DIR", help="output folder (default ./mcpca-demo)")
+    demo.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the generator (default 0)")
+    demo.add_argument("--no-progress", action="store_true", help="do not draw a progress line per pass")
+    demo.set_defaults(func=_cmd_demo, scheduler=None)
+    return parser
+
+
+# ---------------------------------------------------------------- helpers
+@contextlib.contextmanager
+def _scheduler(address: str | None, timeout: float):
+    """Use the distributed scheduler at ``address`` inside the block (None: local threads)."""
+    if not address:
+        yield None
+        return
+    from distributed import Client
+
+    try:
+        client = Client(address, timeout=timeout, set_as_default=True)
+    except (OSError, TimeoutError) as err:
+        raise OSError(
+            f"cannot reach the dask scheduler at {address!r} within {timeout:g} s ({_one_line(err)})"
+        ) from None
+    except ValueError as err:
+        raise ValueError(f"bad scheduler address {address!r}: {_one_line(err)}") from None
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _one_line(err: BaseException) -> str:
+    text = err.args[0] if isinstance(err, KeyError) and len(err.args) == 1 else str(err)
+    text = " ".join(str(text).split())
+    return text or type(err).__name__
+
+
+def _is_within(path: str, parent: str) -> bool:
+    path, parent = os.path.realpath(path), os.path.realpath(parent)
+    return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def _store_root(store: str) -> str:
+    """The file or directory of ``STORE`` (``file.h5:/data`` -> ``file.h5``)."""
+    if not os.path.exists(store) and ":" in store:
+        head = store.rpartition(":")[0]
+        if os.path.exists(head):
+            return head
+    return store
+
+
+def _refuse_inside_input(output: str, store: str, what: str) -> None:
+    root = _store_root(store)
+    if _is_within(output, root) or _is_within(root, output):
+        raise _UsageError(f"{what} {output!r} would overlap the input store {root!r}; choose another path")
+
+
+def _open(store: str, dataset: str | None):
+    from ._io import as_row_blocks, open_store
+
+    return as_row_blocks(open_store(store, dataset))
+
+
+def _fmt_seconds(s: float) -> str:
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def _describe(X) -> str:
+    n, p = X.shape
+    blocks = len(X.chunks[0]) if hasattr(X, "chunks") and X.chunks else 1
+    return f"{n:,} rows x {p} features, {X.dtype}, {blocks} block{'s' * (blocks != 1)}"
+
+
+def summary_table(model) -> str:
+    """The per-component table printed by ``fit``."""
+    lines = [f"{'component':>9}  {'variance':>12}  {'ratio':>7}  {'cumulative':>10}  {'kernel size':>11}"]
+    cum = 0.0
+    k = len(model.explained_variance_)
+    for i in range(min(k, MAX_TABLE_ROWS)):
+        ratio = model.explained_variance_ratio_[i]
+        cum += ratio
+        lines.append(
+            f"{i + 1:>9}  {model.explained_variance_[i]:>12.6g}  {ratio:>7.2%}  {cum:>10.2%}  {model.sigmas_[i]:>11.4g}"
+        )
+    if k > MAX_TABLE_ROWS:
+        lines.append(f"{'...':>9}  ({k - MAX_TABLE_ROWS} more components in the model file)")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------- commands
+def _cmd_fit(args, out) -> int:
+    from ._estimator import MCPCA
+
+    _refuse_inside_input(args.output, args.store, "--output")
+    model = MCPCA(
+        args.n_components,
+        solver=args.solver,
+        center=_CENTERS[args.center],
+        nan_policy=args.nan_policy,
+        progress=not args.no_progress,
+    )
+    model._validate_params()
+    X = _open(args.store, args.dataset)
+    print(f"fitting {args.store}: {_describe(X)}", file=out, flush=True)
+    started = time.perf_counter()
+    model.fit(X)
+    elapsed = time.perf_counter() - started
+    model.save(args.output)
+    used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
+    print(f"\nMCPCA(solver={args.solver!r}, center={args.center!r}): robust explained variance", file=out)
+    print(summary_table(model), file=out)
+    print(
+        f"\npasses {model.n_passes_}   rows {used}   time {_fmt_seconds(elapsed)}   "
+        f"converged {'yes' if model.converged_ else 'no'}",
+        file=out,
+    )
+    print(f"model written to {args.output}", file=out)
+    return 0
+
+
+def _cmd_score(args, out) -> int:
+    import dask
+    import dask.array as da
+    import zarr
+
+    from ._atomic import atomic_path
+    from ._persist import load
+
+    _refuse_inside_input(args.output, args.store, "--output")
+    if os.path.lexists(args.output) and not args.overwrite:
+        raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
+    model = load(args.model)
+    X = _open(args.store, args.dataset)
+    if not isinstance(X, da.Array):  # pragma: no cover - stores always open as dask arrays
+        X = da.from_array(X, chunks=(max(1, len(X)), X.shape[1]))
+    started = time.perf_counter()
+    outputs = {"scores": model.transform(X), "weight": model.score_samples(X), "outlier": model.is_outlier(X)}
+    with atomic_path(args.output) as tmp:
+        root = zarr.open_group(tmp, mode="w")
+        root.attrs.update(
+            {
+                "source": os.path.abspath(_store_root(args.store)),
+                "dataset": args.dataset,
+                "model": os.path.abspath(args.model),
+                "created_by": f"{PROG} score",
+                "arrays": {
+                    "scores": "projections (X - mean_) @ components_.T",
+                    "weight": "score_samples: correntropy weight in (0, 1]",
+                    "outlier": "is_outlier: d^2 above the 99.9 % chi-square quantile",
+                },
+            }
+        )
+        dask.compute(*(da.to_zarr(a, tmp, component=name, compute=False) for name, a in outputs.items()))
+        n_out = int(da.from_zarr(tmp, component="outlier").sum().compute())
+    elapsed = time.perf_counter() - started
+    n = X.shape[0]
+    print(
+        f"scored {n:,} rows in {_fmt_seconds(elapsed)}: {n_out:,} outliers ({n_out / n:.2%})\n"
+        f"written to {args.output}: scores ({n:,} x {model.n_components_}), weight ({n:,}), outlier ({n:,})",
+        file=out,
+    )
+    return 0
+
+
+def _cmd_demo(args, out) -> int:
+    from ._demo import run_demo
+
+    run_demo(rows=args.rows, out=args.out, seed=args.seed, progress=not args.no_progress, stream=out)
+    return 0
+
+
+# ------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status (0, or 2 on error)."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        with _scheduler(args.scheduler, getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)):
+            return args.func(args, sys.stdout)
+    except (_UsageError, FileNotFoundError, KeyError, ValueError, OSError, TimeoutError) as err:
+        sys.stdout.flush()
+        print(f"{PROG} {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130

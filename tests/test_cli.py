@@ -1,0 +1,354 @@
+"""The ``dask-mcpca`` console script, run as a real subprocess: fit, score, demo, errors.
+
+The independent commands (every error case, the HDF5 fit and the demo) are
+started together by one fixture, so their interpreter start-ups overlap.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+
+import dask.array as da
+import h5py
+import numpy as np
+import pytest
+import zarr
+
+from dask_mcpca import MCPCA, load
+from dask_mcpca._demo import CHANNELS, KINDS, TRUE_LOADINGS, angles_deg, make_archive, make_faults
+
+N_ROWS, N_FEATURES = 3000, 5
+TIMEOUT = 300
+PROGRESS_LINE = re.compile(r"^pass +\d+  .+\[#+\] +(\d+)/(\d+) blocks", re.M)
+
+
+def _script() -> str:
+    found = shutil.which("dask-mcpca") or os.path.join(sysconfig.get_path("scripts"), "dask-mcpca")
+    assert os.path.exists(found), "the dask-mcpca console script is not installed (pip install -e .)"
+    return found
+
+
+def _start(*args, module=False, cwd=None):
+    cmd = [sys.executable, "-m", "dask_mcpca", *args] if module else [_script(), *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+
+
+def _finish(proc):
+    out, err = proc.communicate(timeout=TIMEOUT)
+    return proc.returncode, out, err
+
+
+def _run(*args, **kw):
+    return _finish(_start(*args, **kw))
+
+
+def _snapshot(path) -> dict:
+    """Every file under ``path``: size, modification time and SHA-256."""
+    files = [path] if os.path.isfile(path) else [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+    out = {}
+    for f in sorted(files):
+        st = os.stat(f)
+        out[os.path.relpath(f, path)] = (st.st_size, st.st_mtime_ns, hashlib.sha256(open(f, "rb").read()).hexdigest())
+    return out
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(N_ROWS, N_FEATURES)) * [4.0, 2.0, 1.0, 0.5, 0.25] + 10.0
+    X[:150] += rng.normal(scale=30.0, size=(150, N_FEATURES))
+    return X.astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory, data):
+    d = tmp_path_factory.mktemp("stores")
+    single = str(d / "single.zarr")
+    z = zarr.create_array(single, shape=data.shape, chunks=(500, N_FEATURES), dtype="float32")
+    z[:] = data
+    group = str(d / "group.zarr")
+    g = zarr.open_group(group, mode="w")
+    g.create_array("a", shape=data.shape, chunks=(500, N_FEATURES), dtype="float32")[:] = data
+    g.create_array("b", shape=(10,), dtype="float64")[:] = np.arange(10.0)
+    h5 = str(d / "data.h5")
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("sensors/x", data=data, chunks=(500, N_FEATURES))
+    existing = d / "existing.zarr"
+    existing.mkdir()
+    (existing / "keep.txt").write_text("not to be replaced")
+    return {"dir": d, "single": single, "group": group, "h5": h5, "existing": str(existing)}
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory, stores):
+    """A model written by an in-process fit (for the score error cases)."""
+    path = str(tmp_path_factory.mktemp("model") / "model.json")
+    MCPCA().fit(stores["single"]).save(path)
+    return path
+
+
+def _error_cases(stores, model_file):
+    """name -> (arguments, what the one line on stderr must mention)."""
+    s = stores
+    return {
+        "missing store": (["fit", str(s["dir"] / "nowhere.zarr")], "nowhere.zarr"),
+        "wrong dataset": (["fit", s["group"], "--dataset", "nope"], "no dataset 'nope'"),
+        "group without dataset": (["fit", s["group"]], "2 arrays"),
+        "hdf5 wrong dataset": (["fit", s["h5"] + ":/sensors/nope"], "nope"),
+        "scheduler unreachable": (
+            ["fit", s["single"], "--scheduler", f"tcp://127.0.0.1:{_closed_port()}", "--connect-timeout", "1"],
+            "cannot reach the dask scheduler",
+        ),
+        "n-components zero": (["fit", s["single"], "--n-components", "0"], "--n-components"),
+        "n-components too many": (
+            ["fit", s["single"], "--n-components", str(N_FEATURES + 1), "--no-progress"], "n_components=6"
+        ),
+        "unknown solver": (["fit", s["single"], "--solver", "bogus"], "--solver"),
+        "fit output inside the store": (
+            ["fit", s["single"], "--output", os.path.join(s["single"], "m.json")], "overlap the input store"
+        ),
+        "missing model": (
+            ["score", s["single"], "--model", str(s["dir"] / "none.json"), "--output", str(s["dir"] / "o1.zarr")],
+            "none.json",
+        ),
+        "model is not a model": (
+            ["score", s["single"], "--model", s["h5"], "--output", str(s["dir"] / "o2.zarr")], "data.h5"
+        ),
+        "score output exists": (
+            ["score", s["single"], "--model", model_file, "--output", s["existing"]], "--overwrite"
+        ),
+        "score output is the input": (
+            ["score", s["single"], "--model", model_file, "--output", s["single"], "--overwrite"],
+            "overlap the input store",
+        ),
+        "demo rows not a number": (["demo", "--rows", "many"], "--rows"),
+    }
+
+
+#: Error cases run through the installed console script (one interpreter each);
+#: the others call ``main`` in this process: the same code without the start-up.
+SUBPROCESS_CASES = (
+    "missing store",
+    "wrong dataset",
+    "scheduler unreachable",
+    "n-components zero",
+)
+IN_PROCESS_CASES = (
+    "n-components too many",
+    "score output exists",
+    "group without dataset",
+    "hdf5 wrong dataset",
+    "unknown solver",
+    "fit output inside the store",
+    "missing model",
+    "model is not a model",
+    "score output is the input",
+    "demo rows not a number",
+)
+
+
+def _main_status(args) -> int:
+    from dask_mcpca._cli import main
+
+    try:
+        return main(args)
+    except SystemExit as exit:  # argparse's own errors
+        return exit.code
+
+
+@pytest.fixture(scope="module")
+def concurrent(stores, model_file, tmp_path_factory):
+    """Start every independent command at once; return name -> (rc, stdout, stderr)."""
+    before = {k: _snapshot(stores[k]) for k in ("single", "group", "h5", "existing")}
+    demo_dir = tmp_path_factory.mktemp("demo") / "out"
+    cases = _error_cases(stores, model_file)
+    procs = {name: _start(*cases[name][0]) for name in SUBPROCESS_CASES}
+    procs["module missing store"] = _start("fit", str(stores["dir"] / "nowhere.zarr"), module=True)
+    procs["fit hdf5"] = _start(
+        "fit", stores["h5"], "--dataset", "sensors/x", "--output", str(stores["dir"] / "h5.json"), "--no-progress"
+    )
+    procs["demo"] = _start("demo", "--rows", "20000", "--out", str(demo_dir), "--seed", "1")
+    results = {name: _finish(p) for name, p in procs.items()}
+    results["_before"] = before
+    results["_demo_dir"] = str(demo_dir)
+    return results
+
+
+def _assert_one_line_error(rc, out, err, mention):
+    assert rc == 2, (out, err)
+    assert "Traceback" not in err
+    lines = err.strip("\n").split("\n")
+    assert len(lines) == 1, err
+    assert lines[0].startswith("dask-mcpca ") and ": error: " in lines[0], err
+    assert mention in lines[0], err
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES)
+def test_errors_are_one_line_with_exit_status_2(concurrent, stores, model_file, case):
+    _assert_one_line_error(*concurrent[case], _error_cases(stores, model_file)[case][1])
+
+
+def test_python_dash_m_runs_the_same_command_line(concurrent):
+    _assert_one_line_error(*concurrent["module missing store"], "nowhere.zarr")
+
+
+@pytest.mark.parametrize("case", IN_PROCESS_CASES)
+def test_errors_in_process(stores, model_file, case, capsys):
+    args, mention = _error_cases(stores, model_file)[case]
+    rc = _main_status(args)
+    captured = capsys.readouterr()
+    _assert_one_line_error(rc, captured.out, captured.err, mention)
+
+
+def test_failed_commands_touch_no_store(concurrent, stores, model_file, capsys):
+    for case in IN_PROCESS_CASES:
+        _main_status(_error_cases(stores, model_file)[case][0])
+    capsys.readouterr()
+    for name in ("single", "group", "h5", "existing"):
+        assert _snapshot(stores[name]) == concurrent["_before"][name], name
+    leftovers = [f for f in os.listdir(stores["dir"]) if f.startswith(".") or f.startswith("o")]
+    assert leftovers == []  # no temporary or partial output
+
+
+def test_fit_writes_the_model_prints_the_table_and_leaves_the_store_alone(stores, data, tmp_path):
+    before = _snapshot(stores["single"])
+    model_path = tmp_path / "m.json"
+    rc, out, err = _run("fit", stores["single"], "--output", str(model_path))
+    assert rc == 0, err
+    assert _snapshot(stores["single"]) == before
+
+    model = load(model_path)
+    expected = MCPCA().fit(da.from_array(data.astype(np.float64), chunks=(N_ROWS, N_FEATURES)))
+    np.testing.assert_allclose(model.components_, expected.components_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(model.explained_variance_, expected.explained_variance_, rtol=1e-9)
+
+    assert f"{N_ROWS:,} rows x {N_FEATURES} features" in out
+    rows = re.findall(r"^ +(\d+) +(\S+) +([\d.]+)% +([\d.]+)% +(\S+)$", out, re.M)
+    assert [int(r[0]) for r in rows] == list(range(1, N_FEATURES + 1))
+    for i, (_, var, ratio, _, sigma) in enumerate(rows):
+        assert float(var) == pytest.approx(model.explained_variance_[i], rel=1e-5)
+        assert float(ratio) == pytest.approx(100 * model.explained_variance_ratio_[i], abs=0.006)
+        assert float(sigma) == pytest.approx(model.sigmas_[i], rel=1e-3)
+    assert re.search(rf"passes {model.n_passes_} +rows {N_ROWS:,} +time [\d.]+ s", out)
+    assert f"model written to {model_path}" in out
+    # Progress on stderr (not a terminal): one finished line per pass.
+    bars = PROGRESS_LINE.findall(err)
+    assert len(bars) == model.n_passes_ and all(a == b for a, b in bars)
+
+
+def test_fit_options_reach_the_estimator(stores, tmp_path):
+    rc, out, err = _run(
+        "fit", stores["group"], "--dataset", "a", "--n-components", "2", "--center", "none",
+        "--solver", "auto", "--nan-policy", "omit", "--no-progress", "-o", str(tmp_path / "m.json"),
+    )
+    assert rc == 0, err
+    assert err == ""  # --no-progress
+    model = load(tmp_path / "m.json")
+    assert model.center is False and np.array_equal(model.mean_, np.zeros(N_FEATURES))
+    assert model.n_components_ == 2 and model.nan_policy == "omit"
+
+
+def test_hdf5_fit_matches_the_zarr_fit(concurrent, stores):
+    rc, out, err = concurrent["fit hdf5"]
+    assert rc == 0, err
+    from_h5 = load(stores["dir"] / "h5.json")
+    from_zarr = MCPCA().fit(stores["single"])
+    np.testing.assert_allclose(from_h5.components_, from_zarr.components_, rtol=1e-9, atol=1e-12)
+
+
+def test_score_writes_a_new_store_lazily_and_atomically(stores, model_file, tmp_path):
+    before = _snapshot(stores["single"])
+    out_path = tmp_path / "scores.zarr"
+    rc, out, err = _run("score", stores["single"], "--model", model_file, "--output", str(out_path))
+    assert rc == 0, err
+    assert _snapshot(stores["single"]) == before
+    assert sorted(os.listdir(tmp_path)) == ["scores.zarr"]  # the temporary was renamed
+
+    model = load(model_file)
+    X = zarr.open_array(stores["single"], mode="r")[:]
+    g = zarr.open_group(str(out_path), mode="r")
+    assert sorted(g.array_keys()) == ["outlier", "scores", "weight"]
+    assert g["scores"].shape == (N_ROWS, model.n_components_)
+    assert np.array_equal(g["scores"][:], model.transform(X))
+    assert np.array_equal(g["weight"][:], model.score_samples(X))
+    assert g["outlier"].dtype == bool
+    assert np.array_equal(g["outlier"][:], model.is_outlier(X))
+    assert g.attrs["source"] == os.path.abspath(stores["single"])
+    n_out = int(model.is_outlier(X).sum())
+    assert 100 <= n_out <= 400  # 150 rows were made outlying
+    assert f"{n_out:,} outliers" in out
+
+    # Refused without --overwrite (test_errors_are_one_line...), replaced with it.
+    (out_path / "stale.txt").write_text("from an earlier run")
+    rc, _, err = _run("score", stores["single"], "--model", model_file, "--output", str(out_path), "--overwrite")
+    assert rc == 0, err
+    assert np.array_equal(zarr.open_group(str(out_path), mode="r")["outlier"][:], model.is_outlier(X))
+    assert not (out_path / "stale.txt").exists()  # replaced, not merged
+    assert sorted(os.listdir(tmp_path)) == ["scores.zarr"]
+    assert _snapshot(stores["single"]) == before
+
+
+def test_fit_on_a_distributed_scheduler(stores, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, protocol="tcp", dashboard_address=":0"
+    ) as cluster:
+        address = cluster.scheduler_address
+        rc, out, err = _run("fit", stores["single"], "--scheduler", address, "-o", str(tmp_path / "m.json"))
+    assert rc == 0, err
+    model = load(tmp_path / "m.json")
+    local = MCPCA().fit(stores["single"])
+    np.testing.assert_allclose(model.components_, local.components_, rtol=1e-9, atol=1e-12)
+    bars = PROGRESS_LINE.findall(err)  # counted from futures on the client
+    assert len(bars) == model.n_passes_ and all(a == b for a, b in bars)
+
+
+# ------------------------------------------------------------------ demo
+def test_demo_runs_and_robust_pca_beats_pca(concurrent):
+    rc, out, err = concurrent["demo"]
+    assert rc == 0, err
+    d = concurrent["_demo_dir"]
+    with open(os.path.join(d, "report.png"), "rb") as f:
+        png = f.read()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000
+    assert zarr.open_array(os.path.join(d, "sensors.zarr"), mode="r").shape == (20000, len(CHANNELS))
+    load(os.path.join(d, "model.json"))
+
+    pca, mcpca = map(float, re.search(r"subspace +([\d.]+)° +([\d.]+)°", out).groups())
+    assert mcpca < 2.0 < pca
+    prec, rec = map(float, re.search(r"MCPCA is_outlier +([\d.]+)% +([\d.]+)%", out).groups())
+    assert prec > 90 and rec > 90
+    for i in (1, 2, 3):
+        row = re.search(rf"^ +{i} +[\d.]+ +[\d.]+ +[\d.]+ +([\d.]+)° +([\d.]+)°", out, re.M)
+        assert float(row[2]) < 2.0 and float(row[2]) < float(row[1])
+
+
+def test_demo_truth_is_what_the_archive_holds(tmp_path):
+    """The generator's claims, checked on the data: faults where marked, clean rows on the true axes."""
+    n = 60_000
+    sensors, truth, faults = make_archive(tmp_path, n_rows=n, seed=4)
+    X = zarr.open_array(sensors, mode="r")[:].astype(np.float64)
+    kind = zarr.open_array(truth, mode="r")[:]
+    for code in KINDS:
+        assert (kind == code).sum() == faults.n_rows_of(code) > 0
+    clean = X[kind == 0]
+    lam, V = np.linalg.eigh(np.cov(clean.T))
+    assert angles_deg(V[:, ::-1].T, TRUE_LOADINGS).max() < 3.0
+    assert np.allclose(TRUE_LOADINGS.T @ TRUE_LOADINGS, np.eye(3))
+    # A stuck channel is flat; a spike row differs from the clean model on one channel.
+    s, length, c, value = faults.stuck[0]
+    assert np.all(X[int(s) : int(s + length), int(c)] == np.float32(value))
+    # The same seed gives the same archive; the fault placement depends only on (rows, seed).
+    again = make_faults(n, 4)
+    assert np.array_equal(again.spikes, faults.spikes) and np.array_equal(again.swapped, faults.swapped)

@@ -1,0 +1,139 @@
+"""Progress lines per pass: numpy, local dask and distributed input, read from stderr."""
+
+import io
+import re
+import sys
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+from dask_mcpca import MCPCA, _passes, _progress
+
+N_ROWS, N_FEATURES, BLOCK_ROWS = 4000, 4, 500
+N_BLOCKS = N_ROWS // BLOCK_ROWS
+
+#: "pass   3  robust step 2   [####---]  5/8 blocks   1.2 M rows/s"
+LINE = re.compile(r"pass +(\d+)  (.+?) +\[([#-]+)\] +(\d+)/(\d+) blocks +[\d.]+ (?:[kMG] )?rows/s")
+
+INPUTS = ["numpy", "dask-threads", "dask-sync", "distributed"]
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N_ROWS, N_FEATURES)) * [3.0, 2.0, 1.0, 0.5]
+    X[:100] = rng.normal(scale=20.0, size=(100, N_FEATURES))
+    return X
+
+
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal, so every redraw is kept."""
+
+    def isatty(self):
+        return True
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+    ) as cluster, distributed.Client(cluster, set_as_default=False) as c:
+        yield c
+
+
+@pytest.fixture
+def run_fit(request, monkeypatch):
+    """Fit with progress on the named input kind; return (model, stderr text)."""
+
+    def run(kind, *, stream=None, progress=True):
+        monkeypatch.setattr(_passes, "NUMPY_BLOCK_ROWS", BLOCK_ROWS)
+        if stream is not None:
+            monkeypatch.setattr(sys, "stderr", stream)
+        X = _data()
+        model = MCPCA(progress=progress)
+        if kind == "numpy":
+            model.fit(X)
+        elif kind == "distributed":
+            client = request.getfixturevalue("client")
+            with dask.config.set(scheduler=client):
+                model.fit(da.from_array(X, chunks=(BLOCK_ROWS, N_FEATURES)))
+        else:
+            scheduler = {"dask-threads": "threads", "dask-sync": "synchronous"}[kind]
+            with dask.config.set(scheduler=scheduler):
+                model.fit(da.from_array(X, chunks=(BLOCK_ROWS, N_FEATURES)))
+        return model
+
+    return run
+
+
+@pytest.mark.parametrize("kind", INPUTS)
+def test_one_finished_line_per_pass(kind, run_fit, capsys):
+    model = run_fit(kind)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert "\r" not in err  # not a terminal: finished lines only
+    assert len(lines) == model.n_passes_ >= 2
+    parsed = [LINE.match(line) for line in lines]
+    assert all(parsed), lines
+    assert [int(m[1]) for m in parsed] == list(range(1, model.n_passes_ + 1))
+    assert parsed[0][2] == "moments"
+    assert [m[2] for m in parsed[1:]] == [f"robust step {i}" for i in range(1, model.n_passes_)]
+    assert all(m[3] == "#" * 30 and m[4] == m[5] == str(N_BLOCKS) for m in parsed)
+    assert all(line.endswith(" s") for line in lines)  # the pass's time
+
+
+@pytest.mark.parametrize("kind", INPUTS)
+def test_terminal_shows_every_block_as_it_finishes(kind, run_fit, monkeypatch):
+    monkeypatch.setattr(_progress, "REDRAW_SECONDS", 0.0)
+    terminal = _Terminal()
+    model = run_fit(kind, stream=terminal)
+    draws = [d for d in terminal.getvalue().replace("\n", "\r").split("\r") if d]
+    per_pass = {}
+    for d in draws:
+        m = LINE.match(d)
+        assert m, d
+        assert int(m[5]) == N_BLOCKS
+        per_pass.setdefault(int(m[1]), []).append(int(m[4]))
+    assert sorted(per_pass) == list(range(1, model.n_passes_ + 1))
+    for counts in per_pass.values():
+        # Drawn at the start, after each of the 8 blocks, and once finished.
+        assert counts == list(range(N_BLOCKS + 1)) + [N_BLOCKS]
+    assert terminal.getvalue().count("\n") == model.n_passes_
+
+
+@pytest.mark.parametrize("kind", INPUTS)
+def test_disabled_progress_writes_nothing_and_changes_nothing(kind, run_fit, capsys):
+    quiet = run_fit(kind, progress=False)
+    assert capsys.readouterr().err == ""
+    loud = run_fit(kind, progress=True)
+    capsys.readouterr()
+    # The counting route (callback, futures) must not change the result.
+    assert np.array_equal(quiet.components_, loud.components_)
+    assert np.array_equal(quiet.explained_variance_, loud.explained_variance_)
+    assert quiet.n_passes_ == loud.n_passes_
+
+
+def test_distributed_bar_counts_futures_not_a_local_callback(run_fit, client, monkeypatch):
+    # On a distributed client, local dask callbacks never fire: the bar must
+    # come from the futures.  Check the route by counting both.
+    calls = {"posttask": 0}
+    original = _progress.PassProgress._posttask
+
+    def counting(self, *args):
+        calls["posttask"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(_progress.PassProgress, "_posttask", counting)
+    monkeypatch.setattr(_progress, "REDRAW_SECONDS", 0.0)
+    terminal = _Terminal()
+    model = run_fit("distributed", stream=terminal)
+    assert calls["posttask"] == 0
+    assert terminal.getvalue().count(f" 1/{N_BLOCKS} blocks") == model.n_passes_
+
+
+def test_rate_units():
+    assert _progress._rate(3_400_000).strip() == "3.4 M rows/s"
+    assert _progress._rate(12_500).strip() == "12.5 k rows/s"
+    assert _progress._rate(950).strip() == "950 rows/s"
