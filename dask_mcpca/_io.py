@@ -19,6 +19,9 @@ __all__ = ["as_row_blocks", "open_store", "H5Dataset", "BLOCK_BYTES"]
 #: Target size of one row block of a store (bytes, in the store's dtype).
 BLOCK_BYTES = 128 * 2**20
 
+#: Smallest number of blocks a store is split into (when its chunks allow).
+MIN_BLOCKS = 2 * (os.cpu_count() or 1)
+
 
 class H5Dataset:
     """A picklable, read-only handle on one HDF5 dataset.
@@ -132,8 +135,14 @@ def _single_hdf5_dataset(path: str) -> str:
 
 
 def _row_chunk(n_rows: int, n_cols: int, itemsize: int, store_rows: int | None) -> int:
-    """Rows per dask block: whole store chunks, about BLOCK_BYTES in all."""
+    """Rows per dask block: whole store chunks, about BLOCK_BYTES in all.
+
+    A store smaller than ``MIN_BLOCKS`` blocks of that size is still split
+    into about ``MIN_BLOCKS`` blocks (of whole store chunks), so every core
+    has work: a 48 MB store would otherwise be one task on one core.
+    """
     target = max(1, BLOCK_BYTES // max(1, n_cols * itemsize))
+    target = max(1, min(target, -(-n_rows // MIN_BLOCKS)))
     if not store_rows:
         return int(min(n_rows, target)) or 1
     k = max(1, target // store_rows)
