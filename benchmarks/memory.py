@@ -7,9 +7,9 @@ One command::
 For each size it generates (or reuses) a float64 Zarr store of ``--cols``
 columns with :mod:`make_store`, then fits it in a fresh Python process, so
 that no earlier fit, page of data or import is counted.  The child reports
-its own peak resident set size (``getrusage(RUSAGE_SELF).ru_maxrss``, the
-kernel's high-water mark, which no polling interval can miss) once after the
-imports and once after the fit; the parent also polls the child's RSS with
+its own peak resident set size (``VmHWM``, the kernel's high-water mark,
+which no polling interval can miss) once after the imports and once after
+the fit; the parent also polls the child's RSS with
 psutil every 10 ms as a cross-check.  Flat peak RSS as the rows grow is the
 point: the data never has to fit in memory.
 """
@@ -35,17 +35,38 @@ __all__ = ["measure", "run_memory"]
 POLL_S = 0.01
 
 
+def _peak_rss() -> int:
+    """This process's peak RSS in bytes.
+
+    ``VmHWM`` of ``/proc/self/status`` belongs to the process image started by
+    ``exec``; ``ru_maxrss`` on Linux also carries over the parent's RSS at
+    ``fork``, which would count the parent's own memory, so it is only the
+    fallback where ``/proc`` is missing.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _child(path: str) -> None:
     """Fit the store and print one JSON line (runs in the fresh process)."""
     import dask_mcpca  # noqa: F401  (imports count in the baseline, not the fit)
     from dask_mcpca import MCPCA
+    from dask_mcpca._io import as_row_blocks
 
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    n_blocks = as_row_blocks(path).numblocks[0]
+    base = _peak_rss()
     t = time.perf_counter()
     model = MCPCA().fit(path)
     seconds = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"baseline": base, "peak": peak, "seconds": seconds, "n_passes": model.n_passes_}))
+    peak = _peak_rss()
+    print(json.dumps({"baseline": base, "peak": peak, "seconds": seconds, "n_passes": model.n_passes_,
+                      "n_blocks": n_blocks}))
 
 
 def measure(path: str | Path) -> dict:
@@ -91,17 +112,17 @@ def report(results: list[dict], *, cols: int, chunk_rows: int) -> str:
     lines = [
         f"## Memory: peak RSS of `MCPCA().fit(store)`, float64 x {cols} columns",
         "",
-        f"Each fit in a fresh process; {chunk_rows:,}-row Zarr chunks; peak = `ru_maxrss` of the child "
+        f"Each fit in a fresh process; {chunk_rows:,}-row Zarr chunks; peak = `VmHWM` (kernel high-water mark) of the child "
         f"(psutil polling every {POLL_S * 1e3:.0f} ms in brackets); 'after imports' is the peak before the fit "
         "started (Python, numpy, dask, zarr, scikit-learn).",
         "",
-        "| rows | raw data | store on disk | peak RSS (polled) | after imports | fit only (peak - imports) "
+        "| rows | raw data | store on disk | dask blocks | peak RSS (polled) | after imports | fit only (peak - imports) "
         f"| peak / {ref['rows'] / 1e6:g}M peak | fit s | n_passes_ |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         lines.append(
-            f"| {r['rows']:,} | {fmt_bytes(r['nbytes'])} | {fmt_bytes(r['store_bytes'])} | "
+            f"| {r['rows']:,} | {fmt_bytes(r['nbytes'])} | {fmt_bytes(r['store_bytes'])} | {r['n_blocks']} | "
             f"{fmt_bytes(r['peak'])} ({fmt_bytes(r['polled'])}) | {fmt_bytes(r['baseline'])} | "
             f"{fmt_bytes(r['peak'] - r['baseline'])} | {r['peak'] / ref['peak']:.2f} | {r['seconds']:.1f} | "
             f"{r['n_passes']} |"

@@ -16,8 +16,8 @@ xtx
     ``(X.T @ X).compute()`` on the same dask blocks MCPCA reads: one plain
     pass, the floor for any method that reads the data once per pass.
 mcpca_pass
-    One fused MCPCA pass (``PassRunner.run`` with one Mahalanobis kernel and
-    the histogram: what each robust step costs).
+    One fused MCPCA pass (``PassRunner.run`` with one Mahalanobis kernel:
+    what each robust step of the default solver costs).
 mcpca_fit
     ``MCPCA().fit(store)`` (``solver="auto"``).
 daskml_pca
@@ -106,7 +106,6 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
     plan = PassPlan(
         center=ref.mean_,
         kernels=(precision(ref.covariance_) / robust_kernel_size2(p))[None],
-        histogram=True,
     )
 
     def xtx():
@@ -224,6 +223,7 @@ def run_speed(
     names = list(contenders)
     times = {k: [] for k in names}
     comps, extra = {}, {}
+    load_before = os.getloadavg()
     with threadpool_limits(limits=1, user_api="blas"):
         for k in names:  # untimed warm-up: page cache, imports, first-call costs
             contenders[k]()
@@ -251,6 +251,7 @@ def run_speed(
         "extra": extra,
         "paper": paper,
         "blas": blas_info(),
+        "load": (load_before[0], os.getloadavg()[0]),
     }
 
 
@@ -265,13 +266,16 @@ def report(res: dict) -> tuple[str, str]:
     gb = info.nbytes / 1e9
     n_passes = extra.get("mcpca_fit", {}).get("n_passes")
     lines = [
-        f"## Speed: {info.n_rows:,} x {info.n_cols} {info.dtype} Zarr store",
+        f"## Speed: {info.n_rows:,} x {info.n_cols} {info.dtype} Zarr store"
+        + (f" (OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']})" if os.environ.get("OPENBLAS_CORETYPE") else ""),
         "",
         f"Store: {fmt_bytes(info.nbytes)} raw, {fmt_bytes(info.store_bytes)} on disk (zstd), "
         f"{info.chunk_rows:,}-row chunks, {info.outlier_fraction:.0%} outliers; warm page cache. "
         f"{res['repeats']} round-robin repeats, medians (min-max). BLAS limited to 1 thread for every contender "
         f"(libraries: {res['blas']}); "
-        f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}.",
+        f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}. "
+        f"1-min load average before / after the timed runs: {res['load'][0]:.1f} / {res['load'][1]:.1f} "
+        f"on {os.cpu_count()} cores (other jobs shared the machine when above the core count).",
         "",
         "| contender | median s | min-max s | GB/s (raw) | passes |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -330,15 +334,15 @@ def report(res: dict) -> tuple[str, str]:
             f"after {paper['passes_done']} passes ({paper['seconds_done'] / paper['passes_done'] * 1e3:.0f} ms a pass), "
             f"about {paper['passes_per_component']:.0f} passes per component, so about "
             f"{paper['projected_passes']:.0f} passes for all {info.n_cols} components. At that count on this store it "
-            f"would take about {est / 3600:.1f} h ({_ratio(est, med['mcpca_fit'])} x the default fit; an estimate "
+            f"would take about {est / 3600:.1f} h ({est / med['mcpca_fit']:.0f} x the default fit; an estimate "
             "from the fused-pass median, not a measurement)"
         )
     if paper is not None and "seconds" in paper and "mcpca_pass" in med:
         est = paper["n_passes"] * med["mcpca_pass"]
         lines.append(
             f"- solver=\"paper\" made {paper['n_passes']} passes on the {paper['rows']:,}-row store "
-            f"({paper['seconds'] / paper['n_passes'] * 1e3:.0f} ms a pass); at the same pass count on this "
-            f"store it would take about {est:.0f} s ({_ratio(est, med['mcpca_fit'])} x the default fit; "
+            f"({paper['seconds'] / paper['n_passes'] * 1e3:.1f} ms a pass); at the same pass count on this "
+            f"store it would take about {est / 3600:.1f} h ({est / med['mcpca_fit']:.0f} x the default fit; "
             "an estimate from the fused-pass median, not a measurement)"
         )
     # Accuracy
@@ -361,6 +365,8 @@ def report(res: dict) -> tuple[str, str]:
         )
         lines.append(f"| {label} | {principal_angle(C[0], truth[0]):.2f} | {subspace_angle(C, truth):.2f} | {vs_mcd} |")
     key = f"speed-{info.n_rows}x{info.n_cols}-{info.dtype}"
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        key += f"-coretype-{os.environ['OPENBLAS_CORETYPE']}"
     return key, "\n".join(lines)
 
 
