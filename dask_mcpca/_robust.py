@@ -149,8 +149,23 @@ def robust_start(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return med + scale * mu, scatter * np.outer(scale, scale)
 
 
-def _step(runner: PassRunner, state: RobustState, *, fixed_center: np.ndarray | None, label: str) -> tuple[PassResult, float]:
-    """One fixed-point step (one pass); updates ``state`` and returns the change."""
+def _step(
+    runner: PassRunner,
+    state: RobustState,
+    *,
+    fixed_center: np.ndarray | None,
+    label: str,
+    accelerate: bool = False,
+) -> tuple[PassResult, float]:
+    """One fixed-point step (one pass); updates ``state`` and returns the change.
+
+    With ``accelerate``, the step is over-relaxed by ``omega = 1 + 1/c^2``:
+    at the Gaussian the map contracts location and scatter (whitened) by
+    exactly ``1 / (1 + c^2)`` in every direction, so
+    ``x + omega (F(x) - x)`` removes that contraction and the fit lands in
+    about two passes instead of three or four.  A relaxed scatter that is not
+    clearly positive definite falls back to the plain step.
+    """
     A = precision(state.scatter) / state.kernel_size2
     res = runner.run(PassPlan(center=state.location, kernels=A[None]), label=label)
     if fixed_center is None:
@@ -160,6 +175,13 @@ def _step(runner: PassRunner, state: RobustState, *, fixed_center: np.ndarray | 
         location = fixed_center
         scatter = res.scatter_about(fixed_center) / res.weight[0]
     scatter = consistency_factor(state.kernel_size2) * scatter
+    if accelerate:
+        omega = 1.0 + 1.0 / state.kernel_size2
+        relaxed = state.scatter + omega * (scatter - state.scatter)
+        if np.linalg.eigvalsh(relaxed).min() > 0.5 * np.linalg.eigvalsh(scatter).min():
+            scatter = relaxed
+            if fixed_center is None:
+                location = state.location + omega * (location - state.location)
     change = _relative_change(state, location, scatter)
     state.location, state.scatter = location, scatter
     state.n_iter += 1
@@ -249,7 +271,9 @@ def fit_robust(
         if on_step is not None:
             on_step(state)
     while not state.converged and state.n_iter < max_passes:  # a resumed state continues its count
-        res, change = _step(runner, state, fixed_center=fixed_center, label=f"robust step {state.n_iter + 1}")
+        res, change = _step(
+            runner, state, fixed_center=fixed_center, label=f"robust step {state.n_iter + 1}", accelerate=True
+        )
         state.converged = _remaining(change, state.last_change, state.kernel_size2) < tol
         state.last_change = change
         if on_step is not None:
