@@ -104,7 +104,10 @@ def fit_paper(
                 res = runner.run(plan, label=f"component {i + 1} sigma={sigma:.3g}")
                 S = res.scatter_about(center)
                 K = deflated_operator(S, state.P, state.Q)
-                v_new, _, inner_ok = power_iteration(K, v, tol=tol)
+                v_new, _, inner_ok, negative = power_iteration(K, v, tol=tol)
+                if negative:  # max|diag K| was not "large enough" (eq. (15))
+                    K = deflated_operator(S, state.P, state.Q, bound=True)
+                    v_new, _, inner_ok, _ = power_iteration(K, v, tol=tol)
                 state.n_iter += 1
                 state.converged &= inner_ok
                 step = np.linalg.norm(v_new - v)

@@ -22,6 +22,9 @@ __all__ = [
 #: Bound on the inner power iteration (Algorithm 2, lines 6-8).
 MAX_POWER_STEPS = 20_000
 
+#: Consecutive sign flips that reveal a negative dominant eigenvalue.
+FLIPS_FOR_NEGATIVE = 5
+
 
 def descending_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenvalues (descending) and eigenvectors (columns) of a symmetric matrix."""
@@ -29,10 +32,21 @@ def descending_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return w[::-1], V[:, ::-1]
 
 
-def deflated_operator(S: np.ndarray, P: np.ndarray, Q: np.ndarray) -> np.ndarray:
-    """``K = Q (S - P S - S P) + max|diag K| I``: Algorithm 2, lines 4-5 (eqs. (12)-(13))."""
+def deflated_operator(S: np.ndarray, P: np.ndarray, Q: np.ndarray, *, bound: bool = False) -> np.ndarray:
+    """``K = Q (S - P S - S P) + theta I``: Algorithm 2, lines 4-5 (eqs. (14)-(15)).
+
+    ``theta = max|diag K|`` as published.  Eq. (15) only asks for "a large
+    enough positive constant", and max|diag K| is not always enough: a
+    negative eigenvalue can stay the largest in size, and the power iteration
+    then flips sign forever.  ``bound=True`` uses ``max(max|diag K|,
+    ||K||_inf)``, which bounds the spectral radius, so every eigenvalue of the
+    shifted matrix has a non-negative real part.
+    """
     K = Q @ (S - P @ S - S @ P)
-    return K + np.max(np.abs(np.diag(K))) * np.eye(len(K))
+    theta = np.max(np.abs(np.diag(K)))
+    if bound:
+        theta = max(theta, np.max(np.abs(K).sum(axis=1)))
+    return K + theta * np.eye(len(K))
 
 
 def power_iteration(K: np.ndarray, v: np.ndarray, *, tol: float, max_steps: int = MAX_POWER_STEPS):
@@ -43,18 +57,26 @@ def power_iteration(K: np.ndarray, v: np.ndarray, *, tol: float, max_steps: int 
     v : ndarray of shape (p,)
     n_steps : int
     converged : bool
+    negative : bool
+        The iterate flipped sign on ``FLIPS_FOR_NEGATIVE`` consecutive steps:
+        the dominant eigenvalue of ``K`` is negative (the shift was too small)
+        and the iteration stopped early.
     """
     v = v / np.linalg.norm(v)
+    flips = 0
     for step in range(1, max_steps + 1):
         w = K @ v
         norm = np.linalg.norm(w)
         if norm == 0:
-            return v, step, True
+            return v, step, True, False
         w /= norm
         if np.linalg.norm(w - v) < tol:
-            return w, step, True
+            return w, step, True, False
+        flips = flips + 1 if w @ v < 0 else 0
+        if flips >= FLIPS_FOR_NEGATIVE:
+            return w, step, False, True
         v = w
-    return v, max_steps, False
+    return v, max_steps, False, False
 
 
 def woodbury_update(Q: np.ndarray, v: np.ndarray) -> np.ndarray:
