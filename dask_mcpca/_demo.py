@@ -12,6 +12,10 @@ slow cycle, and three kinds of faults, each marked in ``DIR/truth.zarr``
   pressures P1, P2 under the names P3, P4 and the other way round.  Every
   value stays in its channel's usual range; only the correlations are wrong.
 
+Besides, 0.2 % of the otherwise clean rows have a gap: one channel reads NaN
+(a sensor dropout).  They are not faults; the fit leaves them out
+(``nan_policy="omit"``) and they get no score.
+
 About 5 % of the rows are faulty.  Ordinary PCA is pulled off the true axes
 and its noise floor inflated, so a classical Mahalanobis screen misses most
 faults; MCPCA recovers the axes and flags the faulty rows.
@@ -92,6 +96,9 @@ SPIKE_RATE = 0.003
 #: Stuck stretches and swapped stretches, and the fraction of rows each kind covers.
 N_STUCK, STUCK_FRACTION = 4, 0.012
 N_SWAPPED, SWAPPED_FRACTION = 3, 0.03
+
+#: Fraction of clean rows with one channel missing (NaN).
+GAP_FRACTION = 0.002
 
 
 def true_variances() -> np.ndarray:
@@ -194,6 +201,13 @@ def _apply_faults(X: np.ndarray, kind: np.ndarray, start: int, faults: Faults) -
             kind[rows] = code
 
 
+def _apply_gaps(X: np.ndarray, kind: np.ndarray, start: int, seed: int) -> None:
+    """Sensor dropouts: one channel of a few clean rows reads NaN."""
+    rng = np.random.default_rng([seed, 4, start // CHUNK_ROWS])
+    rows = np.flatnonzero((kind == 0) & (rng.random(len(X)) < GAP_FRACTION))
+    X[rows, rng.integers(0, X.shape[1], len(rows))] = np.nan
+
+
 def make_archive(directory, *, n_rows: int, seed: int = 0) -> tuple[str, str, Faults]:
     """Write ``sensors.zarr`` and ``truth.zarr`` in ``directory``, one chunk at a time.
 
@@ -225,6 +239,7 @@ def make_archive(directory, *, n_rows: int, seed: int = 0) -> tuple[str, str, Fa
             X = _clean_chunk(start, stop, n_rows, seed)
             kind = np.zeros(stop - start, dtype=np.int8)
             _apply_faults(X, kind, start, faults)
+            _apply_gaps(X, kind, start, seed)
             zx[start:stop] = X.astype(np.float32)
             zt[start:stop] = kind
     return sensors_path, truth_path, faults
@@ -243,10 +258,11 @@ def subspace_angle_deg(estimated: np.ndarray, true: np.ndarray) -> float:
 
 
 def _covariance_pass(X: da.Array, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ordinary mean and covariance in one pass (sums about ``shift``, in float64)."""
+    """Ordinary mean and covariance of the complete rows in one pass (sums about ``shift``)."""
     Y = X.astype(np.float64) - shift
-    n = X.shape[0]
-    s1, s2 = dask.compute(Y.sum(axis=0), Y.T @ Y)
+    complete = da.isfinite(Y).all(axis=1)
+    Y = da.where(complete[:, None], Y, 0.0)
+    s1, s2, n = dask.compute(Y.sum(axis=0), Y.T @ Y, complete.sum())
     mean = s1 / n
     cov = (s2 - n * np.outer(mean, mean)) / (n - 1)
     return mean + shift, cov
@@ -385,6 +401,8 @@ def _panel_scores(ax, result: DemoResult, sample) -> None:
     import matplotlib.ticker
 
     rows, d2, kind = sample
+    scored = np.isfinite(d2)  # rows with a gap have no score
+    rows, d2, kind = rows[scored], d2[scored], kind[scored]
     cut = outlier_cutoff_d2(len(CHANNELS))
     for k in (0, 1, 2, 3):  # clean rows first, faults drawn on top
         sel = kind == k
@@ -509,11 +527,12 @@ def run_demo(
     # cores work even on a small archive.
     X = da.from_zarr(sensors)
     t = time.perf_counter()
-    model = MCPCA(progress=progress).fit(X)
+    model = MCPCA(progress=progress, nan_policy="omit").fit(X)
     seconds["fit"] = time.perf_counter() - t
     model_path = os.path.join(out, "model.json")
     model.save(model_path)
     n_blocks = len(X.chunks[0])
+    say(f"gaps: {rows - model.n_samples_:,} rows hold a NaN and are left out (nan_policy='omit')")
     say(
         f"MCPCA fit: {model.n_passes_} passes over {n_blocks} block{'s' * (n_blocks != 1)} "
         f"in {seconds['fit']:.1f} s -> {model_path}"
@@ -545,5 +564,5 @@ def run_demo(
     seconds["report"] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - t0
     say(f"report written to {result.paths['report']} ({seconds['total']:.1f} s in all)")
-    say(f"next: dask-mcpca fit {sensors}   |   dask-mcpca score {sensors} --model {model_path} --output scores.zarr")
+    say(f"next: dask-mcpca fit {sensors} --nan-policy omit   |   dask-mcpca score {sensors} --model {model_path} --output scores.zarr")
     return result
