@@ -25,7 +25,7 @@ SOLVERS = ["auto", "paper"]
 # Cheap, tightly converged settings per solver for equivalence tests: the
 # paper's fixed point is then unique to far below the 1e-8 compared.
 TIGHT = {"auto": {"tol": 1e-10, "max_iter": 60}, "paper": {"tol": 1e-10, "n_decay": 3}}
-INPUT_KINDS = ["numpy", "dask", "dask-columns", "zarr-path", "zarr-array", "hdf5-path", "h5py", "xarray"]
+INPUT_KINDS = ["numpy", "dask", "dask-columns", "zarr-path", "zarr-array", "zarr-v2", "hdf5-path", "h5py", "xarray"]
 
 
 def assert_same_fit(a, b, *, atol=1e-8):
@@ -53,6 +53,12 @@ def as_kind(X, kind, tmp_path):
         z = zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, chunks=(500, X.shape[1]), dtype="f8")
         z[:] = X
         return str(tmp_path / "x.zarr") if kind == "zarr-path" else zarr.open_array(str(tmp_path / "x.zarr"), mode="r")
+    if kind == "zarr-v2":
+        path = str(tmp_path / "v2.zarr")
+        z = zarr.create_array(path, shape=X.shape, chunks=(600, X.shape[1]), dtype="f8", zarr_format=2)
+        z[:] = X
+        assert zarr.open_array(path, mode="r").metadata.zarr_format == 2
+        return path
     if kind in ("hdf5-path", "h5py"):
         with h5py.File(tmp_path / "x.h5", "w") as f:
             f.create_dataset("sensors/x", data=X, chunks=(300, X.shape[1]))
