@@ -3,9 +3,11 @@
 A :class:`PassRunner` owns the data of one fit and counts its passes.  For a
 dask array, a pass is one task per row block (read + :func:`block_stats`,
 fused by the graph optimiser), merged by a tree of :func:`combine` tasks
-``split_every`` wide, and a single ``dask.compute``; the active scheduler is
-used (a ``distributed.Client`` if one exists).  For a numpy array, the same
-kernel runs over row slices directly, with no task graph.
+``split_every`` wide, computed once on the active scheduler: ``dask.compute``
+locally, or ``client.compute`` when a ``distributed.Client`` exists (so the
+progress line can count finished blocks; see :class:`._progress.PassProgress`).
+For a numpy array, the same kernel runs over row slices directly, with no
+task graph.
 """
 
 from __future__ import annotations
