@@ -83,7 +83,6 @@ def _eig_rows(cov: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ contenders
 def _contenders(info: StoreInfo, *, mcd_rows: int):
     """name -> callable returning (components as rows or None, extra dict)."""
-    import dask.array as da  # noqa: F401
     import zarr
     from sklearn.covariance import MinCovDet
     from sklearn.decomposition import PCA
@@ -263,7 +262,6 @@ def report(res: dict) -> tuple[str, str]:
     """Markdown section (key, body) for RESULTS.md."""
     info: StoreInfo = res["info"]
     med, extra, comps = res["median"], res["extra"], res["components"]
-    gb = info.nbytes / 1e9
     n_passes = extra.get("mcpca_fit", {}).get("n_passes")
     lines = [
         f"## Speed: {info.n_rows:,} x {info.n_cols} {info.dtype} Zarr store"

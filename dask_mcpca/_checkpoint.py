@@ -82,9 +82,6 @@ class _NoCheckpoint:
     def save(self, kind, state) -> None:
         pass
 
-    def finish(self) -> None:
-        pass
-
 
 class Checkpoint:
     """Checkpoint file of one fit; use :meth:`open`."""
@@ -167,6 +164,3 @@ class Checkpoint:
         with atomic_path(self.path) as tmp:
             with open(tmp, "wb") as fh:
                 np.savez(fh, __header__=np.array(json.dumps(header)), **arrays)
-
-    def finish(self) -> None:
-        pass

@@ -320,7 +320,6 @@ class MCPCA(TransformerMixin, BaseEstimator):
             self.converged_ = state.converged and (robust is None or robust.converged)
         self.n_passes_ = runner.n_passes
         self.n_features_in_ = p
-        ckpt.finish()
         return self
 
     def _fingerprint_params(self) -> dict:
