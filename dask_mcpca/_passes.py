@@ -12,7 +12,6 @@ task graph.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import reduce
 
@@ -142,7 +141,6 @@ class PassRunner:
 
     def run(self, plan: PassPlan, *, label: str = "") -> PassResult:
         """Make one full pass with ``plan`` and return its merged statistics."""
-        started = time.perf_counter()
         with PassProgress(self, label, enabled=self.progress) as bar:
             if self.is_dask:
                 plan_d = dask.delayed(plan, pure=True)
@@ -159,7 +157,6 @@ class PassRunner:
                     stats = part if stats is None else combine(stats, part)
                     bar.advance(1)
         self.n_passes += 1
-        self.last_pass_seconds = time.perf_counter() - started
         if stats["n_nonfinite"] and self.nan_policy == "raise":
             raise NonFiniteRowsError(
                 f"{stats['n_nonfinite']} of {self.n_rows} rows hold NaN or inf; "
