@@ -15,7 +15,9 @@ matrix ``A_j`` and gives row ``x`` the exponent
 and the correntropy weight ``g_j(x) = exp(e_j(x))``.  With
 ``A = M^T M / sigma^2`` and ``M = I - P - v v^T`` this is the paper's
 ``[G_sigma]_kk`` (eqs. (8) and (13)); with ``A = Sigma^{-1} / s^2`` it is the
-Mahalanobis kernel of eq. (1).
+Mahalanobis kernel of eq. (1).  An optional offset ``z_j >= 0`` makes the
+weight ``exp(min(z_j + e_j(x), 0))``: flat inside an ellipsoid, Gaussian
+outside (the default solver's final efficiency step, :mod:`._robust`).
 
 No underflow
 ------------
@@ -53,6 +55,10 @@ class PassPlan:
         Reference point ``c`` of the kernels.
     kernels : ndarray of shape (J, p, p) or None
         Kernel matrices ``A_j``; None gives unit weights (a moments pass).
+    offsets : ndarray of shape (J,) or None
+        Exponent offsets ``z_j >= 0`` (None: all 0).  Kernel ``j`` then gives
+        the weight ``exp(min(z_j + e_j(x), 0))``: 1 inside the ellipsoid
+        ``(x - c)^T A_j (x - c) <= 2 z_j`` and Gaussian beyond it.
     sample_rate : float
         Probability with which each row is kept in the returned row sample.
     seed : int
@@ -66,6 +72,7 @@ class PassPlan:
 
     center: np.ndarray
     kernels: np.ndarray | None = None
+    offsets: np.ndarray | None = None
     sample_rate: float = 0.0
     seed: int = 0
     n_kernels: int = field(init=False)
@@ -118,10 +125,14 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
         J = plan.n_kernels
         log_scale, weight = np.empty(J), np.empty(J)
         rel_mean, scatter = np.empty((J, p)), np.empty((J, p, p))
+        offsets = np.zeros(J) if plan.offsets is None else plan.offsets
         for j, A in enumerate(plan.kernels):
-            # e_k = -1/2 y_k^T A y_k; A is PSD, so positive values are round-off.
-            e = np.einsum("ij,ij->i", Y @ A, Y)
-            e *= -0.5
+            if j == 0 or not np.array_equal(A, plan.kernels[j - 1]):
+                quad = np.einsum("ij,ij->i", Y @ A, Y)  # y_k^T A y_k, reused by equal kernels
+            # e_k = z - 1/2 y_k^T A y_k, capped at 0 (for z = 0, A is PSD and
+            # positive values are round-off).
+            e = -0.5 * quad
+            e += offsets[j]
             np.minimum(e, 0.0, out=e)
             log_scale[j] = e.max()
             g = np.exp(e - log_scale[j], out=e)

@@ -298,7 +298,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
             )
         center = robust.location if robust is not None else fixed
         if solver == "auto":
-            self._set_from_scatter(robust.scatter, center, k, np.sqrt(robust.kernel_size2))
+            self._set_from_robust(robust, k)
             self.n_iter_, self.converged_ = robust.n_iter, robust.converged
         else:
             scatter0 = moments.scatter_about(center) / moments.weight[0]
@@ -327,8 +327,28 @@ class MCPCA(TransformerMixin, BaseEstimator):
         params.pop("checkpoint"), params.pop("progress")
         return params
 
-    def _set_from_scatter(self, scatter, center, k, kernel_scale) -> None:
-        lam, V = descending_eigh(scatter)
+    def _set_from_robust(self, robust, k) -> None:
+        """Components from the final re-weighting step, variances from the fixed point.
+
+        The flat-top covariance of the final step (see :mod:`._robust`) gives
+        the more accurate directions; the fixed point's scatter gives the
+        more robust variance along each of them, because the flat top takes
+        moderate outliers in at full weight (median over 20 seeds at p = 3:
+        its own eigenvalues were 1.29x the truth on multivariate t3 data and
+        1.14x with 20 % paper-type outliers; the fixed point's 1.16x and
+        1.10x).  Without a full-data step (a resumed fit that had none) the
+        fixed point gives both.
+        """
+        kernel_scale = np.sqrt(robust.kernel_size2)
+        if robust.final_scatter is None:
+            lam, V = descending_eigh(robust.scatter)
+            center = robust.location
+        else:
+            _, V = descending_eigh(robust.final_scatter)
+            lam = np.einsum("ij,ik,kj->j", V, robust.scatter, V)  # v_j^T Sigma v_j
+            order = np.argsort(-lam, kind="stable")
+            lam, V = lam[order], V[:, order]
+            center = robust.final_location
         lam = np.maximum(lam, 0.0)
         self.components_ = orient_rows(V[:, :k].T)
         self._set_variances(lam[:k], lam[k:], lam.sum(), center, kernel_scale)

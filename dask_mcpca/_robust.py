@@ -17,6 +17,12 @@ maximum correntropy criterion and removes the three causes:
    once, scaled by that direction's spread.
 3. **A kernel size tied to the robust scatter** (see :mod:`._schedule`) that
    stops where efficiency on Gaussian data would be lost.
+4. **A final re-weighting step in the same passes**: every full-data pass also
+   evaluates a flat-top kernel (weight 1 up to the chi-square 95 % quantile
+   of ``d^2``, the same Gaussian fall-off beyond) from the same location and
+   scatter.  Its covariance, from the last pass, gives the components: the
+   Gaussian kernel, which weighs typical rows down too, found the inliers;
+   the flat top recovers PCA's efficiency on them (benchmarks/ACCURACY.md).
 
 The correntropy fixed point ``mu = sum g x / sum g``,
 ``Sigma = (1 + 1/c^2) sum g (x - mu)(x - mu)^T / sum g`` is first iterated to
@@ -35,7 +41,7 @@ from scipy import stats
 from ._block import PassPlan
 from ._passes import PassResult, PassRunner
 from ._power import descending_eigh
-from ._schedule import consistency_factor, robust_kernel_size2
+from ._schedule import consistency_factor, flat_top_consistency, flat_top_radius2, robust_kernel_size2
 
 __all__ = ["RobustState", "robust_start", "fit_robust", "precision", "SAMPLE_SIZE"]
 
@@ -59,6 +65,10 @@ class RobustState:
     n_iter: int = 0
     converged: bool = False
     last_change: float = float("nan")  # change made by the last full-data step
+    # The final re-weighting step from the state before the last full-data
+    # pass (None until one ran): its location and consistent scatter.
+    final_location: np.ndarray | None = None
+    final_scatter: np.ndarray | None = None
 
 
 def precision(scatter: np.ndarray) -> np.ndarray:
@@ -156,8 +166,13 @@ def _step(
     fixed_center: np.ndarray | None,
     label: str,
     accelerate: bool = False,
+    final: bool = False,
 ) -> tuple[PassResult, float]:
     """One fixed-point step (one pass); updates ``state`` and returns the change.
+
+    With ``final``, the same pass also evaluates the flat-top kernel of the
+    final re-weighting step (see :mod:`._schedule`) from the current state
+    and stores its location and scatter in ``state.final_*``.
 
     With ``accelerate``, the step is over-relaxed by ``omega = 1 + 1/c^2``:
     at the Gaussian the map contracts location and scatter (whitened) by
@@ -166,15 +181,19 @@ def _step(
     about two passes instead of three or four.  A relaxed scatter that is not
     clearly positive definite falls back to the plain step.
     """
-    A = precision(state.scatter) / state.kernel_size2
-    res = runner.run(PassPlan(center=state.location, kernels=A[None]), label=label)
-    if fixed_center is None:
-        location = res.mean[0]
-        scatter = res.covariance(0)
+    c2 = state.kernel_size2
+    A = precision(state.scatter) / c2
+    if final:
+        q = flat_top_radius2(len(A))
+        plan = PassPlan(center=state.location, kernels=np.stack([A, A]), offsets=np.array([0.0, q / (2 * c2)]))
     else:
-        location = fixed_center
-        scatter = res.scatter_about(fixed_center) / res.weight[0]
-    scatter = consistency_factor(state.kernel_size2) * scatter
+        plan = PassPlan(center=state.location, kernels=A[None])
+    res = runner.run(plan, label=label)
+    if final:
+        state.final_location, state.final_scatter = _weighted_moments(res, 1, fixed_center)
+        state.final_scatter = state.final_scatter * flat_top_consistency(len(A), c2, q)
+    location, scatter = _weighted_moments(res, 0, fixed_center)
+    scatter = consistency_factor(c2) * scatter
     if accelerate:
         omega = 1.0 + 1.0 / state.kernel_size2
         relaxed = state.scatter + omega * (scatter - state.scatter)
@@ -186,6 +205,13 @@ def _step(
     state.location, state.scatter = location, scatter
     state.n_iter += 1
     return res, change
+
+
+def _weighted_moments(res: PassResult, j: int, fixed_center) -> tuple[np.ndarray, np.ndarray]:
+    """Location and covariance of kernel ``j``, about ``fixed_center`` if given."""
+    if fixed_center is None:
+        return res.mean[j], res.covariance(j)
+    return fixed_center, res.scatter_about(fixed_center, j) / res.weight[j]
 
 
 def _relative_change(state: RobustState, location, scatter) -> float:
@@ -272,7 +298,12 @@ def fit_robust(
             on_step(state)
     while not state.converged and state.n_iter < max_passes:  # a resumed state continues its count
         res, change = _step(
-            runner, state, fixed_center=fixed_center, label=f"robust step {state.n_iter + 1}", accelerate=True
+            runner,
+            state,
+            fixed_center=fixed_center,
+            label=f"robust step {state.n_iter + 1}",
+            accelerate=True,
+            final=True,
         )
         state.converged = _remaining(change, state.last_change, state.kernel_size2) < tol
         state.last_change = change

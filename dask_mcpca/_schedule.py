@@ -13,6 +13,18 @@ Robust default (``solver="auto"``)
     ``c^2 = max(KERNEL_SIZE_FACTOR * p, MIN_KERNEL_SIZE2)``.  For Gaussian rows, weighting by
     ``exp(-d^2 / (2 c^2))`` shrinks the covariance by exactly
     ``c^2 / (1 + c^2)``, which :func:`consistency_factor` undoes.
+
+Final efficiency step (``solver="auto"``)
+    The fixed point's kernel weighs even typical rows down (at p = 3 a row at
+    the median distance gets 0.76), which costs efficiency: its components
+    are 10 % less accurate than PCA's on clean data.  The last pass therefore
+    also evaluates a *flat-top* kernel from the same location and scatter,
+    ``exp(-max(d^2 - q, 0) / (2 c^2))`` with ``q`` the chi-square
+    ``FINAL_QUANTILE`` quantile: weight 1 for the bulk, the same Gaussian
+    fall-off beyond ``q``, so a row far out is still weighed down by about
+    ``exp(-d^2 / (2 c^2))``.  It is one re-weighting step, as in the
+    reweighted MCD, and it costs no pass.  :func:`flat_top_consistency`
+    gives its factor at the Gaussian in closed form.
 """
 
 from __future__ import annotations
@@ -27,6 +39,9 @@ __all__ = [
     "outlier_cutoff_d2",
     "KERNEL_SIZE_FACTOR",
     "OUTLIER_QUANTILE",
+    "FINAL_QUANTILE",
+    "flat_top_radius2",
+    "flat_top_consistency",
 ]
 
 #: c^2 = max(KERNEL_SIZE_FACTOR * p, MIN_KERNEL_SIZE2): the efficiency /
@@ -57,6 +72,35 @@ def robust_kernel_size2(p: int) -> float:
 def consistency_factor(c2: float) -> float:
     """Factor that makes the kernel-weighted covariance consistent at the Gaussian."""
     return (1.0 + c2) / c2
+
+
+#: The flat top of the final step reaches this chi-square quantile of d^2.
+#: Chosen by measurement (20 seeds, p = 3, median largest angle): 0.95 took
+#: clean data from 1.81 to 1.71 deg and a 25 % far cluster from 1.90 to 1.65;
+#: 0.99 let 20 % paper-type outliers in (2.15 -> 2.67 deg), 0.95 less so (2.32).
+FINAL_QUANTILE = 0.95
+
+
+def flat_top_radius2(p: int, quantile: float = FINAL_QUANTILE) -> float:
+    """``q``: rows with ``d^2 <= q`` get weight 1 in the final step."""
+    return float(stats.chi2.ppf(quantile, df=p))
+
+
+def flat_top_consistency(p: int, c2: float, q: float) -> float:
+    """Factor that makes the flat-top-weighted covariance consistent at the Gaussian.
+
+    For Gaussian rows, ``d^2 ~ chi^2_p`` and weights
+    ``w = exp(-max(d^2 - q, 0) / (2 c^2))`` shrink the covariance by
+    ``E[w d^2] / (p E[w])``; this returns its inverse.  Beyond ``q`` the weight
+    times the chi-square density is again a chi-square density, rescaled by
+    ``s = c^2 / (1 + c^2)``, so both expectations are sums of chi-square
+    distribution functions.
+    """
+    s = c2 / (1.0 + c2)
+    tail = np.exp(q / (2.0 * c2)) * s ** (p / 2.0)
+    weight = stats.chi2.cdf(q, p) + tail * stats.chi2.sf(q / s, p)
+    moment = p * stats.chi2.cdf(q, p + 2) + tail * s * p * stats.chi2.sf(q / s, p + 2)
+    return float(p * weight / moment)
 
 
 def outlier_cutoff_d2(p: int, quantile: float = OUTLIER_QUANTILE) -> float:

@@ -146,6 +146,46 @@ def test_no_underflow_at_tiny_kernel_size():
     assert_allclose(merged["scatter"][0], ((X - mean) * g[:, None]).T @ (X - mean), rtol=1e-8, atol=1e-12)
 
 
+def test_flat_top_kernel_weights():
+    """A kernel with offset z weighs rows by exp(-max(d^2 - 2z, 0) / 2), merged over blocks."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(600, 3)) * [3.0, 1.0, 0.5] + [1.0, -2.0, 0.0]
+    c, A, z = np.array([1.0, -2.0, 0.5]), np.diag([1 / 9, 1.0, 4.0]) / 3, 1.3
+    plan = PassPlan(center=c, kernels=np.stack([A, A]), offsets=np.array([0.0, z]))
+    merged = block_stats(X[:250], plan, 0)
+    merged = combine(merged, block_stats(X[250:], plan, 250))
+    d2 = np.einsum("ij,jk,ik->i", X - c, A, X - c)  # (x - c)^T A (x - c)
+    for j, g in enumerate([np.exp(-d2 / 2), np.exp(-np.maximum(d2 - 2 * z, 0) / 2)]):
+        mean = g @ X / g.sum()
+        assert_allclose(merged["mean"][j], mean, rtol=1e-10)
+        cov = ((X - mean) * g[:, None]).T @ (X - mean) / g.sum()
+        assert_allclose(merged["scatter"][j] / merged["weight"][j], cov, rtol=1e-9)
+    assert (d2 < 2 * z).sum() > 100  # the flat top is exercised
+
+
+@pytest.mark.parametrize("p, c2", [(3, 3.0), (10, 5.0), (50, 25.0)])
+def test_flat_top_consistency_factor(p, c2):
+    """Closed form against numerical integration over the chi-square density."""
+    from scipy import integrate, stats
+
+    from dask_mcpca._schedule import flat_top_consistency, flat_top_radius2
+
+    q = flat_top_radius2(p)
+    w = lambda x: np.exp(-max(x - q, 0.0) / (2 * c2))  # noqa: E731
+
+    def expect(f):
+        density = lambda x: f(x) * w(x) * stats.chi2.pdf(x, p)  # noqa: E731
+        return sum(integrate.quad(density, a, b, limit=200)[0] for a, b in [(0, q), (q, np.inf)])
+
+    assert_allclose(flat_top_consistency(p, c2, q), p * expect(lambda x: 1.0) / expect(lambda x: x), rtol=1e-8)
+    # and on data: flat-top weighted covariance of Gaussian rows, times the factor, is the identity
+    rng = np.random.default_rng(p)
+    Z = rng.normal(size=(400_000, p))
+    g = np.exp(-np.maximum((Z**2).sum(axis=1) - q, 0) / (2 * c2))
+    cov = (Z * g[:, None]).T @ Z / g.sum()
+    assert abs(np.trace(cov) / p * flat_top_consistency(p, c2, q) - 1) < 0.01
+
+
 def test_paper_solver_survives_long_decay():
     X, V, _ = paper_experiment(3)
     model = MCPCA(solver="paper", center=False, n_decay=200).fit(X)  # sigma down to 3.6e-5 sqrt(lambda)
