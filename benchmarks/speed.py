@@ -16,8 +16,9 @@ xtx
     ``(X.T @ X).compute()`` on the same dask blocks MCPCA reads: one plain
     pass, the floor for any method that reads the data once per pass.
 mcpca_pass
-    One fused MCPCA pass (``PassRunner.run`` with one Mahalanobis kernel:
-    what each robust step of the default solver costs).
+    One fused MCPCA pass (``PassRunner.run`` with the Mahalanobis kernel and
+    the final step's flat-top kernel: what each robust step of the default
+    solver costs).
 mcpca_fit
     ``MCPCA().fit(store)`` (``solver="auto"``).
 daskml_pca
@@ -88,10 +89,9 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
     from sklearn.decomposition import PCA
 
     from dask_mcpca import MCPCA
-    from dask_mcpca._block import PassPlan
     from dask_mcpca._io import as_row_blocks
     from dask_mcpca._passes import PassRunner
-    from dask_mcpca._robust import precision
+    from dask_mcpca._robust import step_plan
     from dask_mcpca._schedule import robust_kernel_size2
 
     path = str(info.path)
@@ -100,12 +100,10 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
     X_np = zarr.open_array(path, mode="r")[:]
     X_sub = np.ascontiguousarray(X_np[:mcd_rows])
 
-    # The kernel of one robust step, from a fit on the subsample.
+    # The kernels of one robust step (fixed point and final flat top), from a
+    # fit on the subsample.
     ref = MCPCA().fit(X_sub)
-    plan = PassPlan(
-        center=ref.mean_,
-        kernels=(precision(ref.covariance_) / robust_kernel_size2(p))[None],
-    )
+    plan = step_plan(ref.mean_, ref.covariance_, robust_kernel_size2(p))
 
     def xtx():
         (X.T @ X).compute()

@@ -93,10 +93,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
         ``X^T X / n``, ``n_decay`` sizes shrunk by ``eta``, each run to
         convergence; one pass per re-weighting).  ``"auto"``: the robust,
         pass-efficient default: a DetMCD start on a row sample, then the
-        correntropy fixed point with the Mahalanobis kernel of eq. (1), all
-        components at once, in about 5-12 passes.
+        correntropy fixed point with the Mahalanobis kernel of eq. (1) and a
+        final flat-top re-weighting in the same passes, all components at
+        once, in a handful of passes (2-3 with the default ``tol``).
     center : {"robust", "mean"} or False, default="robust"
-        ``"robust"``: the correntropy location (a weighted mean with weights
+        ``"robust"``: the robust location (a weighted mean with weights
         from the fit).  ``"mean"``: the ordinary mean.  False: no centring,
         the paper's zero-mean setting.
     eta : float, default=0.95

@@ -43,7 +43,7 @@ from ._passes import PassResult, PassRunner
 from ._power import descending_eigh
 from ._schedule import consistency_factor, flat_top_consistency, flat_top_radius2, robust_kernel_size2
 
-__all__ = ["RobustState", "robust_start", "fit_robust", "precision", "SAMPLE_SIZE"]
+__all__ = ["RobustState", "robust_start", "fit_robust", "step_plan", "precision", "SAMPLE_SIZE"]
 
 #: Rows drawn during the first pass for the in-memory robust start.
 SAMPLE_SIZE = 20_000
@@ -159,6 +159,17 @@ def robust_start(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return med + scale * mu, scatter * np.outer(scale, scale)
 
 
+def step_plan(location, scatter, kernel_size2: float, *, final: bool = True) -> PassPlan:
+    """The plan of one fixed-point pass: the Mahalanobis kernel, and with
+    ``final`` the flat-top kernel of the final step (same matrix, offset
+    ``q / (2 c^2)``)."""
+    A = precision(scatter) / kernel_size2
+    if not final:
+        return PassPlan(center=location, kernels=A[None])
+    z = flat_top_radius2(len(A)) / (2 * kernel_size2)
+    return PassPlan(center=location, kernels=np.stack([A, A]), offsets=np.array([0.0, z]))
+
+
 def _step(
     runner: PassRunner,
     state: RobustState,
@@ -181,17 +192,11 @@ def _step(
     about two passes instead of three or four.  A relaxed scatter that is not
     clearly positive definite falls back to the plain step.
     """
-    c2 = state.kernel_size2
-    A = precision(state.scatter) / c2
-    if final:
-        q = flat_top_radius2(len(A))
-        plan = PassPlan(center=state.location, kernels=np.stack([A, A]), offsets=np.array([0.0, q / (2 * c2)]))
-    else:
-        plan = PassPlan(center=state.location, kernels=A[None])
-    res = runner.run(plan, label=label)
+    c2, p = state.kernel_size2, len(state.location)
+    res = runner.run(step_plan(state.location, state.scatter, c2, final=final), label=label)
     if final:
         state.final_location, state.final_scatter = _weighted_moments(res, 1, fixed_center)
-        state.final_scatter = state.final_scatter * flat_top_consistency(len(A), c2, q)
+        state.final_scatter = state.final_scatter * flat_top_consistency(p, c2, flat_top_radius2(p))
     location, scatter = _weighted_moments(res, 0, fixed_center)
     scatter = consistency_factor(c2) * scatter
     if accelerate:

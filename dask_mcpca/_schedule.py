@@ -16,14 +16,13 @@ Robust default (``solver="auto"``)
 
 Final efficiency step (``solver="auto"``)
     The fixed point's kernel weighs even typical rows down (at p = 3 a row at
-    the median distance gets 0.76), which costs efficiency: its components
-    are 10 % less accurate than PCA's on clean data.  The last pass therefore
-    also evaluates a *flat-top* kernel from the same location and scatter,
-    ``exp(-max(d^2 - q, 0) / (2 c^2))`` with ``q`` the chi-square
+    the median distance gets 0.67), which costs efficiency: its components
+    are about 10 % less accurate than PCA's on clean data.  Every full-data
+    pass therefore also evaluates a *flat-top* kernel from the same location
+    and scatter, ``exp(-max(d^2 - q, 0) / (2 c^2))`` with ``q`` the chi-square
     ``FINAL_QUANTILE`` quantile: weight 1 for the bulk, the same Gaussian
-    fall-off beyond ``q``, so a row far out is still weighed down by about
-    ``exp(-d^2 / (2 c^2))``.  It is one re-weighting step, as in the
-    reweighted MCD, and it costs no pass.  :func:`flat_top_consistency`
+    fall-off beyond ``q``.  The last pass's gives the components: one
+    re-weighting step, as in the reweighted MCD, at no extra pass.  :func:`flat_top_consistency`
     gives its factor at the Gaussian in closed form.
 """
 
