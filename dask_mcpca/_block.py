@@ -79,6 +79,11 @@ class PassPlan:
 
     def __post_init__(self):
         object.__setattr__(self, "n_kernels", 1 if self.kernels is None else len(self.kernels))
+        if self.offsets is not None:
+            offsets = np.asarray(self.offsets, dtype=np.float64)
+            if self.kernels is None or offsets.shape != (self.n_kernels,) or not np.all(offsets >= 0):
+                raise ValueError(f"offsets must be {self.n_kernels} values >= 0, one per kernel; got {self.offsets!r}")
+            object.__setattr__(self, "offsets", offsets)
 
 
 def _row_uniforms(rows: np.ndarray, seed: int) -> np.ndarray:

@@ -26,7 +26,9 @@ from ._robust import RobustState
 
 __all__ = ["Checkpoint", "CheckpointMismatchError"]
 
-FORMAT = "dask_mcpca-checkpoint-1"
+#: Version 2: the robust state holds the final re-weighting step; a version-1
+#: checkpoint would resume without it and give other components, so it is refused.
+FORMAT = "dask_mcpca-checkpoint-2"
 _STATES = {"paper": PaperState, "robust": RobustState}
 
 
@@ -117,7 +119,9 @@ class Checkpoint:
         except Exception as err:
             raise CheckpointMismatchError(f"checkpoint {self.path!r} cannot be read: {err}") from None
         if header.get("format") != FORMAT:
-            raise CheckpointMismatchError(f"{self.path!r} is not a dask_mcpca checkpoint")
+            raise CheckpointMismatchError(
+                f"{self.path!r} is not a {FORMAT} file (found {header.get('format')!r}); delete it to fit afresh"
+            )
         if header["params"] != self.params:
             diff = sorted(k for k in self.params if header["params"].get(k) != self.params[k])
             raise CheckpointMismatchError(

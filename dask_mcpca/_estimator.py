@@ -296,6 +296,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
                 max_passes=DEFAULT_MAX_ITER["auto"] if solver == "paper" else max_iter,
                 state=ckpt.load("robust"),
                 on_step=lambda s: ckpt.save("robust", s),
+                final_step=solver == "auto",
             )
         center = robust.location if robust is not None else fixed
         if solver == "auto":
@@ -337,8 +338,8 @@ class MCPCA(TransformerMixin, BaseEstimator):
         moderate outliers in at full weight (median over 20 seeds at p = 3:
         its own eigenvalues were 1.29x the truth on multivariate t3 data and
         1.14x with 20 % paper-type outliers; the fixed point's 1.16x and
-        1.10x).  Without a full-data step (a resumed fit that had none) the
-        fixed point gives both.
+        1.10x).  Without a full-data step (a fit resumed from a checkpoint
+        that had converged on the sample) the fixed point gives both.
         """
         kernel_scale = np.sqrt(robust.kernel_size2)
         if robust.final_scatter is None:

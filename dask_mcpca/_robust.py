@@ -261,6 +261,7 @@ def fit_robust(
     max_passes: int,
     state: RobustState | None = None,
     on_step=None,
+    final_step: bool = True,
 ) -> RobustState:
     """Robust location and scatter by the correntropy fixed point.
 
@@ -278,6 +279,9 @@ def fit_robust(
         metric of the scatter; see :func:`_remaining`) is below ``tol``.
     max_passes : int
         Bound on the full-data passes of this stage.
+    final_step : bool, default=True
+        Also evaluate the final flat-top step in each full-data pass (the
+        default solver uses it; the paper solver needs only the location).
     """
     p = runner.n_features
     if state is None:
@@ -308,7 +312,7 @@ def fit_robust(
             fixed_center=fixed_center,
             label=f"robust step {state.n_iter + 1}",
             accelerate=True,
-            final=True,
+            final=final_step,
         )
         state.converged = _remaining(change, state.last_change, state.kernel_size2) < tol
         state.last_change = change

@@ -96,9 +96,11 @@ def flat_top_consistency(p: int, c2: float, q: float) -> float:
     distribution functions.
     """
     s = c2 / (1.0 + c2)
-    tail = np.exp(q / (2.0 * c2)) * s ** (p / 2.0)
-    weight = stats.chi2.cdf(q, p) + tail * stats.chi2.sf(q / s, p)
-    moment = p * stats.chi2.cdf(q, p + 2) + tail * s * p * stats.chi2.sf(q / s, p + 2)
+    # The tail terms in logs: for a small c^2, exp(q / 2c^2) overflows while
+    # the survival function underflows, and their product is tiny, not NaN.
+    log_tail = q / (2.0 * c2) + (p / 2.0) * np.log(s)
+    weight = stats.chi2.cdf(q, p) + np.exp(log_tail + stats.chi2.logsf(q / s, p))
+    moment = p * stats.chi2.cdf(q, p + 2) + s * p * np.exp(log_tail + stats.chi2.logsf(q / s, p + 2))
     return float(p * weight / moment)
 
 

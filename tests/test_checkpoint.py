@@ -279,6 +279,22 @@ def test_unreadable_checkpoint_is_refused(tmp_path, content):
     assert path.read_bytes() == content
 
 
+def test_checkpoint_of_an_older_format_is_refused(saved):
+    """A version-1 file (written before the final re-weighting step) is not resumed."""
+    X, kw, path, _ = saved
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays["__header__"]))
+    header["format"] = "dask_mcpca-checkpoint-1"
+    arrays["__header__"] = np.array(json.dumps(header))
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+    before = path.read_bytes()
+    with pytest.raises(CheckpointMismatchError, match="checkpoint-1"):
+        MCPCA(checkpoint=path, **kw).fit(X)
+    assert path.read_bytes() == before
+
+
 def test_npz_that_is_no_checkpoint_is_refused(tmp_path):
     path = tmp_path / "fit.ckpt.npz"
     np.savez(path, a=np.arange(3))

@@ -186,6 +186,32 @@ def test_flat_top_consistency_factor(p, c2):
     assert abs(np.trace(cov) / p * flat_top_consistency(p, c2, q) - 1) < 0.01
 
 
+def test_flat_top_consistency_at_tiny_kernel_size():
+    """As c^2 -> 0 the flat top is a hard cut at q: the factor is F_p(q) / F_{p+2}(q)."""
+    from scipy import stats
+
+    from dask_mcpca._schedule import flat_top_consistency, flat_top_radius2
+
+    for p in (3, 10, 50):
+        q = flat_top_radius2(p)
+        hard = stats.chi2.cdf(q, p) / stats.chi2.cdf(q, p + 2)
+        assert_allclose(flat_top_consistency(p, 1e-4, q), hard, rtol=1e-6)
+
+
+def test_small_kernel_factor_fits():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 10)) * np.arange(1, 11)
+    model = MCPCA(kernel_factor=0.05).fit(X)
+    assert np.all(np.isfinite(model.components_)) and np.all(np.isfinite(model.explained_variance_))
+    assert_allclose(model.components_ @ model.components_.T, np.eye(10), atol=1e-10)
+
+
+@pytest.mark.parametrize("offsets", [[0.0], [0.0, 1.0, 2.0], [0.0, -1.0]], ids=["short", "long", "negative"])
+def test_bad_offsets_are_refused(offsets):
+    with pytest.raises(ValueError, match="offsets must be 2 values >= 0"):
+        PassPlan(center=np.zeros(2), kernels=np.stack([np.eye(2)] * 2), offsets=np.array(offsets))
+
+
 def test_paper_solver_survives_long_decay():
     X, V, _ = paper_experiment(3)
     model = MCPCA(solver="paper", center=False, n_decay=200).fit(X)  # sigma down to 3.6e-5 sqrt(lambda)
