@@ -6,7 +6,7 @@ Subcommands::
                      [--center robust|mean|none] [--nan-policy raise|omit]
                      [--scheduler ADDRESS] [--output model.json] [--no-progress]
     dask-mcpca score STORE --model model.json --output scores.zarr [--dataset NAME]
-                     [--overwrite] [--scheduler ADDRESS]
+                     [--overwrite] [--scheduler ADDRESS] [--no-progress]
     dask-mcpca demo  [--rows N] [--out DIR] [--seed S] [--no-progress]
 
 ``STORE`` is a Zarr store (a directory) or an HDF5 file, opened read-only;
@@ -109,6 +109,7 @@ def _build_parser() -> argparse.ArgumentParser:
     score.add_argument("--output", "-o", required=True, metavar="PATH", help="new Zarr store to create")
     score.add_argument("--dataset", metavar="NAME", help="array inside the store")
     score.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    score.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     scheduler_options(score)
     score.set_defaults(func=_cmd_score)
 
@@ -236,12 +237,12 @@ def _cmd_fit(args, out) -> int:
 
 
 def _cmd_score(args, out) -> int:
-    import dask
     import dask.array as da
     import zarr
 
     from ._atomic import atomic_path
     from ._persist import load
+    from ._progress import compute_with_progress
 
     _refuse_inside_input(args.output, args.store, "--output")
     if os.path.lexists(args.output) and not args.overwrite:
@@ -267,7 +268,8 @@ def _cmd_score(args, out) -> int:
                 },
             }
         )
-        dask.compute(*(da.to_zarr(a, tmp, component=name, compute=False) for name, a in outputs.items()))
+        writes = [da.to_zarr(a, tmp, component=name, compute=False) for name, a in outputs.items()]
+        compute_with_progress(*writes, enabled=not args.no_progress)
         n_out = int(da.from_zarr(tmp, component="outlier").sum().compute())
     elapsed = time.perf_counter() - started
     n = X.shape[0]

@@ -18,6 +18,9 @@ It counts finished block tasks in all three ways a pass can run:
 
 On a terminal the line is redrawn in place (at most every ``REDRAW_SECONDS``);
 otherwise (a log file, a pipe) only the finished line of each pass is written.
+
+Work that is not a pass (``dask-mcpca score`` writing its outputs) uses dask's
+own bars through :func:`compute_with_progress`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import time
 import dask
 from dask.callbacks import Callback
 
-__all__ = ["PassProgress"]
+__all__ = ["PassProgress", "compute_with_progress"]
 
 #: Characters of the bar.
 BAR_WIDTH = 30
@@ -44,6 +47,34 @@ def _active_client():
 
     client = getattr(dask.base.get_scheduler(), "__self__", None)
     return client if isinstance(client, Client) else None
+
+
+def compute_with_progress(*collections, enabled: bool = True, stream=None):
+    """``dask.compute(*collections)`` with dask's progress bar on ``stream`` (stderr).
+
+    The local schedulers get :class:`dask.diagnostics.ProgressBar`; with a
+    ``distributed.Client`` the collections are submitted as futures and
+    :func:`distributed.progress` draws its text bar (which writes to stdout,
+    so stdout is redirected to ``stream`` while it draws).
+    """
+    stream = stream if stream is not None else sys.stderr
+    if not enabled:
+        return dask.compute(*collections)
+    client = _active_client()
+    if client is None:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar(out=stream):
+            return dask.compute(*collections)
+    import contextlib
+
+    from distributed import progress
+
+    futures = client.compute(list(collections))
+    with contextlib.redirect_stdout(stream):
+        progress(futures)
+        stream.write("\n")
+    return tuple(client.gather(futures))
 
 
 def _rate(rows_per_s: float) -> str:

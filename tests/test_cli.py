@@ -288,11 +288,15 @@ def test_score_writes_a_new_store_lazily_and_atomically(stores, model_file, tmp_
     n_out = int(model.is_outlier(X).sum())
     assert 100 <= n_out <= 400  # 150 rows were made outlying
     assert f"{n_out:,} outliers" in out
+    assert "100% Completed" in err and "Completed" not in out  # dask's bar, on stderr
 
     # Refused without --overwrite (test_errors_are_one_line...), replaced with it.
     (out_path / "stale.txt").write_text("from an earlier run")
-    rc, _, err = _run("score", stores["single"], "--model", model_file, "--output", str(out_path), "--overwrite")
+    rc, _, err = _run(
+        "score", stores["single"], "--model", model_file, "--output", str(out_path), "--overwrite", "--no-progress"
+    )
     assert rc == 0, err
+    assert "Completed" not in err
     assert np.array_equal(zarr.open_group(str(out_path), mode="r")["outlier"][:], model.is_outlier(X))
     assert not (out_path / "stale.txt").exists()  # replaced, not merged
     assert sorted(os.listdir(tmp_path)) == ["scores.zarr"]

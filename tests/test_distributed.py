@@ -219,6 +219,27 @@ def test_transform_and_score_stay_lazy_through_client(client, data, stores, kind
     np.testing.assert_allclose(Z, (data - model.mean_) @ model.components_.T, rtol=1e-10, atol=1e-10)
 
 
+def test_cli_score_on_the_cluster_draws_progress(client, cluster, data, stores, tmp_path):
+    """``dask-mcpca score --scheduler``: the workers write the outputs; the bar goes to stderr."""
+    model = MCPCA().fit(data)
+    model.save(tmp_path / "model.json")
+    out = tmp_path / "scores.zarr"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    with get_task_stream(client) as stream:
+        done = subprocess.run(
+            [sys.executable, "-m", "dask_mcpca", "score", stores["zarr"], "--model", str(tmp_path / "model.json"),
+             "--output", str(out), "--scheduler", cluster.address],
+            env=env, capture_output=True, text=True, timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    assert "100% Completed" in done.stderr and "Completed" not in done.stdout
+    assert "outliers" in done.stdout
+    assert workers_used(stream) and workers_used(stream) <= set(client.scheduler_info(n_workers=-1)["workers"])
+    g = zarr.open_group(str(out), mode="r")
+    np.testing.assert_array_equal(g["outlier"][:], model.is_outlier(data))
+    np.testing.assert_allclose(g["scores"][:], (data - model.mean_) @ model.components_.T, rtol=1e-10, atol=1e-10)
+
+
 def test_start_cluster_script(tmp_path, stores):
     """cluster/start-cluster.sh starts a cluster that fits, and its ``stop`` stops every process."""
     script = REPO_ROOT / "cluster" / "start-cluster.sh"
