@@ -303,7 +303,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
             self._set_from_robust(robust, k)
             self.n_iter_, self.converged_ = robust.n_iter, robust.converged
         else:
-            scatter0 = moments.scatter_about(center) / moments.weight[0]
+            scatter0 = moments.covariance(about=center)
             state = fit_paper(
                 runner,
                 center=center,

@@ -44,9 +44,10 @@ class PassResult:
     scatter: np.ndarray
     sample: np.ndarray | None = None
 
-    def covariance(self, j: int = 0) -> np.ndarray:
-        """Weighted covariance (scatter / total weight) of kernel ``j``."""
-        return self.scatter[j] / self.weight[j]
+    def covariance(self, j: int = 0, *, about: np.ndarray | None = None) -> np.ndarray:
+        """Weighted covariance of kernel ``j``: about its weighted mean, or about ``about``."""
+        scatter = self.scatter[j] if about is None else self.scatter_about(about, j)
+        return scatter / self.weight[j]
 
     def scatter_about(self, center: np.ndarray, j: int = 0) -> np.ndarray:
         """``X^T G X`` about ``center`` (up to the pass's common factor)."""

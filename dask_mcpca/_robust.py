@@ -214,9 +214,8 @@ def _step(
 
 def _weighted_moments(res: PassResult, j: int, fixed_center) -> tuple[np.ndarray, np.ndarray]:
     """Location and covariance of kernel ``j``, about ``fixed_center`` if given."""
-    if fixed_center is None:
-        return res.mean[j], res.covariance(j)
-    return fixed_center, res.scatter_about(fixed_center, j) / res.weight[j]
+    location = res.mean[j] if fixed_center is None else fixed_center
+    return location, res.covariance(j, about=fixed_center)
 
 
 def _relative_change(state: RobustState, location, scatter) -> float:
