@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["ProcessCluster", "REPO_ROOT"]
+__all__ = ["ProcessCluster", "REPO_ROOT", "subprocess_env"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,7 +26,8 @@ START_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
 
 
-def _env() -> dict:
+def subprocess_env() -> dict:
+    """The environment for a subprocess of the tests: the checkout importable, one BLAS thread."""
     env = dict(os.environ)
     # Workers import dask_mcpca (unpickling the tasks): make the checkout
     # importable even where the package is not installed.
@@ -79,7 +80,7 @@ class ProcessCluster:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=self.directory,
-            env=_env(),
+            env=subprocess_env(),
             start_new_session=True,
         )
         self._procs.append((name, proc))

@@ -30,7 +30,7 @@ from distributed import Client, get_task_stream
 from dask_mcpca import MCPCA
 from dask_mcpca._io import H5Dataset
 
-from _cluster import REPO_ROOT, ProcessCluster
+from _cluster import REPO_ROOT, ProcessCluster, subprocess_env
 
 N_ROWS, SCALES = 20_000, np.array([4.0, 2.0, 1.0, 0.5, 0.3, 0.2])
 N_FEATURES = len(SCALES)
@@ -224,12 +224,11 @@ def test_cli_score_on_the_cluster_draws_progress(client, cluster, data, stores, 
     model = MCPCA().fit(data)
     model.save(tmp_path / "model.json")
     out = tmp_path / "scores.zarr"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     with get_task_stream(client) as stream:
         done = subprocess.run(
             [sys.executable, "-m", "dask_mcpca", "score", stores["zarr"], "--model", str(tmp_path / "model.json"),
              "--output", str(out), "--scheduler", cluster.address],
-            env=env, capture_output=True, text=True, timeout=120,
+            env=subprocess_env(), capture_output=True, text=True, timeout=120,
         )
     assert done.returncode == 0, done.stderr
     assert "100% Completed" in done.stderr and "Completed" not in done.stdout
@@ -244,8 +243,7 @@ def test_start_cluster_script(tmp_path, stores):
     """cluster/start-cluster.sh starts a cluster that fits, and its ``stop`` stops every process."""
     script = REPO_ROOT / "cluster" / "start-cluster.sh"
     state = tmp_path / "state"
-    env = dict(os.environ, PYTHON=sys.executable)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = dict(subprocess_env(), PYTHON=sys.executable)
 
     def run(*args, timeout=120):
         return subprocess.run(
