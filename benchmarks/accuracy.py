@@ -133,9 +133,10 @@ def run(n: int, seeds: int, ps, paper_max_p: int, scenarios, contenders):
                         continue
                     if c in CONTROLS and not sample.outliers.any():
                         continue
-                    X = sample.X if c.startswith("MCPCA") else sample.X[finite]
                     if c in CONTROLS:
                         X = sample.X[finite & ~sample.outliers]
+                    else:
+                        X = sample.X if c.startswith("MCPCA") else sample.X[finite]
                     t0 = time.perf_counter()
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
