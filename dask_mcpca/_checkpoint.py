@@ -26,9 +26,9 @@ from ._robust import RobustState
 
 __all__ = ["Checkpoint", "CheckpointMismatchError"]
 
-#: Version 2: the robust state holds the final re-weighting step; a version-1
-#: checkpoint would resume without it and give other components, so it is refused.
-FORMAT = "dask_mcpca-checkpoint-2"
+#: Version 3: the robust state is the calibrated re-weighting (cutoff, support,
+#: rate); an older checkpoint holds another estimator's state, so it is refused.
+FORMAT = "dask_mcpca-checkpoint-3"
 _STATES = {"paper": PaperState, "robust": RobustState}
 
 

@@ -10,11 +10,13 @@ pass (moments, a row sample and the NaN check), then hands over to one solver:
 from __future__ import annotations
 
 import numbers
+import warnings
 from typing import Literal
 
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from . import _checkpoint
@@ -24,7 +26,7 @@ from ._paper import fit_paper
 from ._passes import PassRunner, single_threaded_blas
 from ._power import descending_eigh, orient_rows
 from ._robust import SAMPLE_SIZE, fit_robust
-from ._schedule import outlier_cutoff_d2, robust_kernel_size2
+from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
 __all__ = ["MCPCA"]
 
@@ -32,7 +34,7 @@ SOLVERS = ("auto", "paper")
 CENTERS = ("robust", "mean", False)
 NAN_POLICIES = ("raise", "omit")
 DEFAULT_TOL = {"paper": 1e-6, "auto": 1e-3}
-DEFAULT_MAX_ITER = {"paper": 100, "auto": 10}
+DEFAULT_MAX_ITER = {"paper": 100, "auto": 3}
 
 
 def _is_int(x) -> bool:
@@ -284,6 +286,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         if self.n_samples_ < 2:
             raise ValueError(f"only {self.n_samples_} usable row(s); at least 2 are needed")
 
+        self.n_features_in_ = p
         fixed = {"mean": moments.mean[0], False: np.zeros(p)}.get(self.center)
         robust = None
         if solver == "auto" or self.center == "robust":
@@ -296,11 +299,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
                 max_passes=DEFAULT_MAX_ITER["auto"] if solver == "paper" else max_iter,
                 state=ckpt.load("robust"),
                 on_step=lambda s: ckpt.save("robust", s),
-                final_step=solver == "auto",
+                seed=seed,
             )
         center = robust.location if robust is not None else fixed
         if solver == "auto":
-            self._set_from_robust(robust, k)
+            self._set_from_robust(robust, k, moments)
             self.n_iter_, self.converged_ = robust.n_iter, robust.converged
         else:
             scatter0 = moments.covariance(about=center)
@@ -322,6 +325,13 @@ class MCPCA(TransformerMixin, BaseEstimator):
             self.converged_ = state.converged and (robust is None or robust.converged)
         self.n_passes_ = runner.n_passes
         self.n_features_in_ = p
+        if not self.converged_:
+            warnings.warn(
+                f"MCPCA(solver={solver!r}) stopped before converging (tol={tol}, max_iter={max_iter}, "
+                f"{self.n_passes_} passes); raise max_iter or tol",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
         return self
 
     def _fingerprint_params(self) -> dict:
@@ -329,31 +339,25 @@ class MCPCA(TransformerMixin, BaseEstimator):
         params.pop("checkpoint"), params.pop("progress")
         return params
 
-    def _set_from_robust(self, robust, k) -> None:
-        """Components from the final re-weighting step, variances from the fixed point.
+    def _set_from_robust(self, robust, k, moments) -> None:
+        """Components and variances from the eigendecomposition of the robust scatter.
 
-        The flat-top covariance of the final step (see :mod:`._robust`) gives
-        the more accurate directions; the fixed point's scatter gives the
-        more robust variance along each of them, because the flat top takes
-        moderate outliers in at full weight (median over 20 seeds at p = 3:
-        its own eigenvalues were 1.29x the truth on multivariate t3 data and
-        1.14x with 20 % paper-type outliers; the fixed point's 1.16x and
-        1.10x).  Without a full-data step (a fit resumed from a checkpoint
-        that had converged on the sample) the fixed point gives both.
+        The outlier cutoff is then calibrated on the sample's distances under
+        the fitted model (:func:`._schedule.calibrated_cutoff`), at the
+        effective number of rows the fit used.
         """
-        kernel_scale = np.sqrt(robust.kernel_size2)
-        if robust.final_scatter is None:
-            lam, V = descending_eigh(robust.scatter)
-            center = robust.location
-        else:
-            _, V = descending_eigh(robust.final_scatter)
-            lam = np.einsum("ij,ik,kj->j", V, robust.scatter, V)  # v_j^T Sigma v_j
-            order = np.argsort(-lam, kind="stable")
-            lam, V = lam[order], V[:, order]
-            center = robust.final_location
+        lam, V = descending_eigh(robust.scatter)
         lam = np.maximum(lam, 0.0)
         self.components_ = orient_rows(V[:, :k].T)
-        self._set_variances(lam[:k], lam[k:], lam.sum(), center, kernel_scale)
+        kernel_scale = np.sqrt(robust_kernel_size2(len(lam))) * self.kernel_factor
+        self._set_variances(lam[:k], lam[k:], lam.sum(), robust.location, kernel_scale)
+        self.support_ = float(robust.support)
+        d2 = self._d2(moments.sample)
+        rank = int(np.sum(lam > 0))
+        cutoff = calibrated_cutoff(
+            d2, OUTLIER_QUANTILE, p=max(rank, 1), n_effective=robust.support * moments.n_rows
+        )
+        self._set_cutoff(cutoff)
 
     def _set_from_paper(self, state, center, scatter0, k) -> None:
         # The power iteration stops within tol of K's eigenvector, so rows are
@@ -380,7 +384,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
         if len(rest):
             C += self.noise_variance_ * (np.eye(p) - self.components_.T @ self.components_)
         self.covariance_ = C
-        self.outlier_threshold_ = float(np.exp(-outlier_cutoff_d2(p) / (2 * kernel_scale**2)))
+        self._set_cutoff(outlier_cutoff_d2(p))
+
+    def _set_cutoff(self, cutoff: float) -> None:
+        self.outlier_cutoff_ = float(cutoff)
+        self.outlier_threshold_ = float(np.exp(-cutoff / (2 * self.kernel_scale_**2)))
 
     # ---------------------------------------------------------- transforms
     def _map_rows(self, X, func, n_out: int | None, dtype=np.float64):
@@ -445,7 +453,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         Equivalently ``score_samples(X) < outlier_threshold_``.
         """
         check_is_fitted(self, "components_")
-        cut = outlier_cutoff_d2(self.n_features_in_)
+        cut = self.outlier_cutoff_
         return self._map_rows(X, lambda b: self._d2(b) > cut, None, dtype=bool)
 
     # ---------------------------------------------------------- persistence

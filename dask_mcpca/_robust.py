@@ -1,34 +1,38 @@
 """``solver="auto"``: the robust default, all components in a handful of passes.
 
-The paper's schedule fails in more than three dimensions for three reasons
-(issue 4): the kernel shrinks far below the noise level, the start is the
-ordinary PCA that outliers have already captured, and the weight of a row
-looks only at its distance from one candidate line.  The default keeps the
-maximum correntropy criterion and removes the three causes:
+Real archives are multi-regime and heavy-tailed, and their contamination
+includes tight clusters (a stuck sensor, a frozen logger) near the bulk.  A
+robust estimator for them must neither call most rows outliers nor let a tight
+minority capture it.  The default works in two stages:
 
-1. **Robust start, in memory, from a row sample** drawn during the first pass:
-   the deterministic starts of DetMCD (Hubert, Rousseeuw and Verdonck, 2012),
-   each improved by concentration steps and ranked by the determinant of its
-   half-sample covariance, so no minority of outliers, however tight, can
-   capture the start.
-2. **The general kernel of eq. (1)**: each row is weighted by
-   ``exp(-d^2 / (2 c^2))`` with ``d^2`` its Mahalanobis distance under the
-   current robust scatter, i.e. its reconstruction error in every direction at
-   once, scaled by that direction's spread.
-3. **A kernel size tied to the robust scatter** (see :mod:`._schedule`) that
-   stops where efficiency on Gaussian data would be lost.
-4. **A final re-weighting step in the same passes**: every full-data pass also
-   evaluates a flat-top kernel (weight 1 up to the chi-square 95 % quantile
-   of ``d^2``, the same Gaussian fall-off beyond) from the same location and
-   scatter.  Its covariance, from the last pass, gives the components: the
-   Gaussian kernel, which weighs typical rows down too, found the inliers;
-   the flat top recovers PCA's efficiency on them (benchmarks/ACCURACY.md).
+1. **Start, in memory, on a row sample** drawn during the first pass
+   (:func:`robust_start`): the Stahel-Donoho outlyingness of every sample row,
+   the largest robust z-score over directions through pairs of sample rows
+   (as in ROBPCA's first stage), and the mean and covariance of the least
+   outlying half, scaled so that the median squared Mahalanobis distance is
+   the chi-square median.  Outlyingness looks at one direction at a time, so
+   a tight cluster, however dense, is as outlying as its distance makes it;
+   the half-sample determinant that ranks DetMCD starts rewards a tight
+   cluster instead, and S-estimators with a 50 % breakdown point are drawn
+   to one (both measured on the cluster grid of ``benchmarks/accuracy.py``).
+2. **A calibrated re-weighting fixed point**: each row gets the correntropy
+   weight of a flat-top kernel,
+   ``w = exp(-max(d^2 - q, 0) / (2 c^2))`` with ``d^2`` its squared
+   Mahalanobis distance under the current location and scatter: 1 inside the
+   ellipsoid ``d^2 <= q``, a Gaussian fall-off beyond.  The weighted mean and
+   covariance (made consistent at the Gaussian) are the next state.  The
+   radius ``q`` comes from the data's own distances
+   (:func:`._schedule.calibrated_cutoff`): so heavy tails and several
+   regimes widen it, and the fit cannot shrink onto one quiet regime, while a
+   Gaussian bulk gets the chi-square quantile.  It is iterated to convergence
+   on the sample (free: in memory), then on the full data, one pass per step.
 
-The correntropy fixed point ``mu = sum g x / sum g``,
-``Sigma = (1 + 1/c^2) sum g (x - mu)(x - mu)^T / sum g`` is first iterated to
-convergence on the sample (free: it is in memory), then on the full data, one
-pass per step; at the Gaussian it contracts by ``1 / (1 + c^2)`` per step, so a
-few passes finish it.  All p components come from one p x p eigendecomposition.
+Coverage guarantee: ``q`` is never below the median of the sample's ``d^2``,
+so at least half of the rows carry full weight in every step, whatever the
+data's shape (``RobustState.support`` reports the weighted share of the
+rows; ``MCPCA.support_`` exposes it).
+
+All p components come from one p x p eigendecomposition of the last scatter.
 """
 
 from __future__ import annotations
@@ -40,35 +44,41 @@ from scipy import stats
 
 from ._block import PassPlan
 from ._passes import PassResult, PassRunner
-from ._power import descending_eigh
-from ._schedule import consistency_factor, flat_top_consistency, flat_top_radius2, robust_kernel_size2
+from ._schedule import CUTOFF_QUANTILE, calibrated_cutoff, flat_top_consistency
 
-__all__ = ["RobustState", "robust_start", "fit_robust", "step_plan", "precision", "SAMPLE_SIZE"]
+__all__ = ["RobustState", "robust_start", "fit_robust", "step_plan", "precision", "outlyingness", "SAMPLE_SIZE"]
 
 #: Rows drawn during the first pass for the in-memory robust start.
 SAMPLE_SIZE = 20_000
 
-#: Concentration steps per DetMCD start on the sample.
-MAX_C_STEPS = 100
+#: Directions (through pairs of sample rows) of the outlyingness start.
+N_DIRECTIONS = 250
 
 #: Fixed-point steps on the in-memory sample.
-MAX_SAMPLE_STEPS = 500
+MAX_SAMPLE_STEPS = 200
+
+#: Share of the sample, by outlyingness, that gives the start.
+START_FRACTION = 0.5
 
 
 @dataclass
 class RobustState:
-    """Location, scatter and bookkeeping of the robust fit (checkpointable)."""
+    """Location, scatter and bookkeeping of the robust fit (checkpointable).
+
+    ``kernel_size2`` is ``c^2`` of the kernel's fall-off, ``cutoff`` the
+    flat-top radius ``q`` of the next step and ``support`` the weighted share
+    of the rows (the effective number of rows over n) in the last step.
+    """
 
     location: np.ndarray
     scatter: np.ndarray
     kernel_size2: float
+    cutoff: float = float("nan")
+    support: float = float("nan")
     n_iter: int = 0
     converged: bool = False
     last_change: float = float("nan")  # change made by the last full-data step
-    # The final re-weighting step from the state before the last full-data
-    # pass (None until one ran): its location and consistent scatter.
-    final_location: np.ndarray | None = None
-    final_scatter: np.ndarray | None = None
+    rate: float = float("nan")  # contraction rate of the fixed point, from the sample
 
 
 def precision(scatter: np.ndarray) -> np.ndarray:
@@ -79,6 +89,11 @@ def precision(scatter: np.ndarray) -> np.ndarray:
     return (V * inv) @ V.T
 
 
+def _rank(scatter: np.ndarray) -> int:
+    w = np.linalg.eigvalsh(scatter)
+    return int(np.sum(w > max(w.max(), 0.0) * len(w) * np.finfo(float).eps * 1e3))
+
+
 def _mahalanobis2(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", Y @ precision(scatter), Y)
 
@@ -87,87 +102,81 @@ def _mad(Z: np.ndarray) -> np.ndarray:
     return stats.median_abs_deviation(Z, axis=0, scale="normal")
 
 
-def _detmcd_starts(Z: np.ndarray) -> list[np.ndarray]:
-    """Deterministic scatter starts of DetMCD for standardised data ``Z``."""
-    n = len(Z)
-    ranks = stats.rankdata(Z, axis=0)
-    norms = np.linalg.norm(Z, axis=1, keepdims=True)
-    signs = Z / np.where(norms > 0, norms, 1.0)
-    transforms = [
-        np.tanh(Z),  # S1: hyperbolic tangent
-        ranks,  # S2: Spearman
-        stats.norm.ppf((ranks - 1 / 3) / (n + 1 / 3)),  # S3: normal scores
-        signs,  # S4: spatial signs
-        Z,  # classical: best on clean data
-    ]
-    return [np.atleast_2d(np.cov(T, rowvar=False)) for T in transforms]
+def outlyingness(sample: np.ndarray, *, n_directions: int = N_DIRECTIONS, seed: int = 0) -> np.ndarray:
+    """Stahel-Donoho outlyingness of each row over directions through pairs of rows.
 
-
-def _start_from_shape(Z: np.ndarray, shape: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Robust scales along the eigenvectors of ``shape`` (DetMCD, step 2)."""
-    _, E = descending_eigh(shape)
-    B = Z @ E
-    scales = _mad(B)
-    scales = np.where(scales > 0, scales, np.std(B, axis=0))
-    return E @ np.median(B, axis=0), (E * scales**2) @ E.T
-
-
-def _c_steps(Z, mu, scatter, h):
-    """Concentration steps of FastMCD; returns (mu, scatter, (rank, log pseudo-det)).
-
-    Starts are ranked by that key: a lower rank is an exact fit and wins; a
-    constant or duplicate column lowers every start's rank alike and leaves
-    the ranking to the spread in the other directions.
-    """
-    prev = None
-    for _ in range(MAX_C_STEPS):
-        d2 = _mahalanobis2(Z - mu, scatter)
-        subset = np.argpartition(d2, h - 1)[:h]
-        key = np.sort(subset)
-        if prev is not None and np.array_equal(key, prev):
-            break
-        prev = key
-        mu = Z[subset].mean(axis=0)
-        scatter = np.atleast_2d(np.cov(Z[subset], rowvar=False))
-    w = np.linalg.eigvalsh(scatter)
-    w = w[w > max(w.max(), 0.0) * len(w) * np.finfo(float).eps * 1e3]
-    return mu, scatter, (len(w), float(np.log(w).sum()))
-
-
-def robust_start(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """DetMCD location and scatter of an in-memory row sample.
-
-    The scatter is scaled so that the median squared Mahalanobis distance is
-    the chi-square median, as it is for Gaussian rows.
+    For a direction ``a`` the robust z-score of row ``x`` is
+    ``|a^T x - median(a^T X)| / MAD(a^T X)``; the outlyingness is the largest
+    over the directions ``x_i - x_j`` of ``n_directions`` pairs.  The pairs are
+    drawn after ordering the rows by their distance to the mean, so the result
+    depends on the set of rows, not on their order, and it is equivariant
+    under rotation, translation and scaling.
     """
     n, p = sample.shape
-    med = np.median(sample, axis=0)
-    scale = _mad(sample)
-    spread = np.std(sample, axis=0)
-    scale = np.where(scale > 0, scale, np.where(spread > 0, spread, 1.0))
-    Z = (sample - med) / scale
-    h = min(n, (n + p + 1) // 2)
-    best = None
-    for shape in _detmcd_starts(Z):
-        mu, scatter = _start_from_shape(Z, shape)
-        mu, scatter, logdet = _c_steps(Z, mu, scatter, h)
-        if best is None or logdet < best[2]:
-            best = (mu, scatter, logdet)
-    mu, scatter, (rank, _) = best
-    d2 = _mahalanobis2(Z - mu, scatter)
-    scatter = scatter * (np.median(d2) / stats.chi2.ppf(0.5, rank) if np.median(d2) > 0 else 1.0)
-    return med + scale * mu, scatter * np.outer(scale, scale)
+    centred = sample - sample.mean(axis=0)
+    order = np.lexsort((*centred.T[::-1], np.einsum("ij,ij->i", centred, centred)))
+    rows = centred[order]
+    rng = np.random.default_rng(seed)
+    i, j = rng.integers(0, n, n_directions), rng.integers(0, n, n_directions)
+    directions = rows[i] - rows[j]
+    norms = np.linalg.norm(directions, axis=1)
+    directions = directions[norms > 0] / norms[norms > 0, None]
+    if not len(directions):
+        return np.zeros(n)
+    proj = centred @ directions.T
+    spread = _mad(proj)
+    keep = spread > 0
+    if not keep.any():
+        return np.zeros(n)
+    return np.max(np.abs(proj[:, keep] - np.median(proj[:, keep], axis=0)) / spread[keep], axis=1)
 
 
-def step_plan(location, scatter, kernel_size2: float, *, final: bool = True) -> PassPlan:
-    """The plan of one fixed-point pass: the Mahalanobis kernel, and with
-    ``final`` the flat-top kernel of the final step (same matrix, offset
-    ``q / (2 c^2)``)."""
+def _median_scaled(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
+    """``scatter`` scaled so the median ``d^2`` of the rows ``Y`` is the chi-square median."""
+    d2 = _mahalanobis2(Y, scatter)
+    med = np.median(d2)
+    return scatter * (med / stats.chi2.ppf(0.5, max(_rank(scatter), 1))) if med > 0 else scatter
+
+
+def robust_start(sample: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Location and scatter of the least outlying half of an in-memory row sample.
+
+    See :func:`outlyingness`.  The half holds at least ``p + 2`` rows; its
+    scatter is scaled so that the median squared Mahalanobis distance of the
+    whole sample is the chi-square median, as it is for Gaussian rows.
+    """
+    n, p = sample.shape
+    h = min(n, max(int(np.ceil(START_FRACTION * n)), p + 2))
+    subset = np.argsort(outlyingness(sample, seed=seed), kind="stable")[:h]
+    location = sample[subset].mean(axis=0)
+    scatter = np.atleast_2d(np.cov(sample[subset], rowvar=False, bias=True))
+    return location, _median_scaled(sample - location, scatter)
+
+
+def step_plan(location, scatter, kernel_size2: float, cutoff: float) -> PassPlan:
+    """The plan of one re-weighting pass: the flat-top Mahalanobis kernel.
+
+    ``exp(min(q / (2 c^2) - d^2 / (2 c^2), 0))`` with ``d^2`` under
+    ``scatter``: a :class:`PassPlan` kernel ``A = Sigma^-1 / c^2`` with offset
+    ``q / (2 c^2)``.
+    """
     A = precision(scatter) / kernel_size2
-    if not final:
-        return PassPlan(center=location, kernels=A[None])
-    z = flat_top_radius2(len(A)) / (2 * kernel_size2)
-    return PassPlan(center=location, kernels=np.stack([A, A]), offsets=np.array([0.0, z]))
+    return PassPlan(center=location, kernels=A[None], offsets=np.array([cutoff / (2 * kernel_size2)]))
+
+
+def _next_cutoff(state: RobustState, sample: np.ndarray, n_effective: float) -> float:
+    """The flat-top radius for the next step, from the sample's distances now."""
+    d2 = _mahalanobis2(sample - state.location, state.scatter)
+    return calibrated_cutoff(
+        d2, CUTOFF_QUANTILE, p=max(_rank(state.scatter), 1), n_effective=n_effective, trim=True
+    ) * (
+        state.kernel_size2 / _FALL_OFF2
+    )
+
+
+#: ``c^2`` of the fall-off beyond the flat top, in units of ``d^2`` (at
+#: ``kernel_factor=1``): steep, so that rows beyond the radius leave quickly.
+_FALL_OFF2 = 1.0
 
 
 def _step(
@@ -176,46 +185,18 @@ def _step(
     *,
     fixed_center: np.ndarray | None,
     label: str,
-    accelerate: bool = False,
-    final: bool = False,
 ) -> tuple[PassResult, float]:
-    """One fixed-point step (one pass); updates ``state`` and returns the change.
-
-    With ``final``, the same pass also evaluates the flat-top kernel of the
-    final re-weighting step (see :mod:`._schedule`) from the current state
-    and stores its location and scatter in ``state.final_*``.
-
-    With ``accelerate``, the step is over-relaxed by ``omega = 1 + 1/c^2``:
-    at the Gaussian the map contracts location and scatter (whitened) by
-    exactly ``1 / (1 + c^2)`` in every direction, so
-    ``x + omega (F(x) - x)`` removes that contraction and the fit lands in
-    about two passes instead of three or four.  A relaxed scatter that is not
-    clearly positive definite falls back to the plain step.
-    """
-    c2, p = state.kernel_size2, len(state.location)
-    res = runner.run(step_plan(state.location, state.scatter, c2, final=final), label=label)
-    if final:
-        state.final_location, state.final_scatter = _weighted_moments(res, 1, fixed_center)
-        state.final_scatter = state.final_scatter * flat_top_consistency(p, c2, flat_top_radius2(p))
-    location, scatter = _weighted_moments(res, 0, fixed_center)
-    scatter = consistency_factor(c2) * scatter
-    if accelerate:
-        omega = 1.0 + 1.0 / state.kernel_size2
-        relaxed = state.scatter + omega * (scatter - state.scatter)
-        if np.linalg.eigvalsh(relaxed).min() > 0.5 * np.linalg.eigvalsh(scatter).min():
-            scatter = relaxed
-            if fixed_center is None:
-                location = state.location + omega * (location - state.location)
+    """One re-weighting step (one pass); updates ``state`` and returns the change."""
+    c2, q = state.kernel_size2, state.cutoff
+    res = runner.run(step_plan(state.location, state.scatter, c2, q), label=label)
+    location = res.mean[0] if fixed_center is None else fixed_center
+    scatter = res.covariance(0, about=fixed_center)
+    scatter = scatter * flat_top_consistency(len(location), c2, q)
     change = _relative_change(state, location, scatter)
     state.location, state.scatter = location, scatter
+    state.support = float(res.weight[0] * np.exp(res.log_scale[0]) / res.n_rows)
     state.n_iter += 1
     return res, change
-
-
-def _weighted_moments(res: PassResult, j: int, fixed_center) -> tuple[np.ndarray, np.ndarray]:
-    """Location and covariance of kernel ``j``, about ``fixed_center`` if given."""
-    location = res.mean[j] if fixed_center is None else fixed_center
-    return location, res.covariance(j, about=fixed_center)
 
 
 def _relative_change(state: RobustState, location, scatter) -> float:
@@ -234,20 +215,30 @@ def _relative_change(state: RobustState, location, scatter) -> float:
 MAX_RATE = 0.95
 
 
-def _remaining(change: float, previous: float, kernel_size2: float) -> float:
+def _remaining(change: float, rate: float) -> float:
     """Estimated distance to the fixed point after a step that moved by ``change``.
 
     The fixed point converges linearly with some rate ``rho``, so what is left
-    is at most about ``change * rho / (1 - rho)``.  ``rho`` is the ratio of the
-    last two changes; after a first step it is ``1 / (1 + c^2)``, the rate at
-    the Gaussian.  Stopping on this estimate rather than on the last change
-    saves a pass and still lands within ``tol`` of the fixed point.
+    is at most about ``change * rho / (1 - rho)``; ``rho`` is the ratio of
+    the last two changes (on the sample, then on the full data).
     """
-    if np.isfinite(previous) and previous > 0:
-        rho = min(change / previous, MAX_RATE)
-    else:
-        rho = 1.0 / (1.0 + kernel_size2)
+    rho = min(rate, MAX_RATE) if np.isfinite(rate) else 0.5
     return change * rho / (1.0 - rho)
+
+
+def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, tol: float) -> None:
+    """The re-weighting fixed point on the in-memory sample, to convergence."""
+    in_memory = PassRunner(sample)
+    previous = float("nan")
+    for _ in range(MAX_SAMPLE_STEPS):
+        state.cutoff = _next_cutoff(state, sample, state.support * len(sample))
+        change = _step(in_memory, state, fixed_center=fixed_center, label="sample")[1]
+        if np.isfinite(previous) and previous > 0 and change > 0:
+            state.rate = change / previous
+        if change == 0 or _remaining(change, state.rate) < tol / 10:
+            break
+        previous = change
+    state.n_iter = 0
 
 
 def fit_robust(
@@ -260,9 +251,9 @@ def fit_robust(
     max_passes: int,
     state: RobustState | None = None,
     on_step=None,
-    final_step: bool = True,
+    seed: int = 0,
 ) -> RobustState:
-    """Robust location and scatter by the correntropy fixed point.
+    """Robust location and scatter by the calibrated re-weighting fixed point.
 
     Parameters
     ----------
@@ -273,50 +264,44 @@ def fit_robust(
     fixed_center : ndarray or None
         Keep the location fixed (``center="mean"`` or ``False``); None
         estimates it robustly.
+    kernel_factor : float
+        Multiplies the kernel: the flat-top radius and the fall-off grow with
+        its square; a huge value gives every row weight 1 (ordinary PCA).
     tol : float
         Stop when the estimated distance to the fixed point (relative, in the
         metric of the scatter; see :func:`_remaining`) is below ``tol``.
     max_passes : int
         Bound on the full-data passes of this stage.
-    final_step : bool, default=True
-        Also evaluate the final flat-top step in each full-data pass (the
-        default solver uses it; the paper solver needs only the location).
+    seed : int
+        Seed of the outlyingness directions.
     """
     p = runner.n_features
+    sample = moments.sample
     if state is None:
-        sample = moments.sample
         if len(sample) < p + 2:
             raise ValueError(
                 f"{moments.n_rows} usable rows are too few for {p} features: "
                 f"the robust fit needs at least {p + 2}"
             )
-        location, scatter = robust_start(sample)
+        location, scatter = robust_start(sample, seed=seed)
         if fixed_center is not None:
             location = fixed_center
-        state = RobustState(location=location, scatter=scatter, kernel_size2=kernel_factor**2 * robust_kernel_size2(p))
-        in_memory = PassRunner(sample)
-        previous = float("nan")
-        for _ in range(MAX_SAMPLE_STEPS):
-            change = _step(in_memory, state, fixed_center=fixed_center, label="sample")[1]
-            if _remaining(change, previous, state.kernel_size2) < tol:
-                break
-            previous = change
-        state.n_iter = 0
+        state = RobustState(
+            location=location,
+            scatter=scatter,
+            kernel_size2=kernel_factor**2 * _FALL_OFF2,
+            support=min(1.0, max(START_FRACTION, (p + 2) / len(sample))),
+        )
+        _iterate_on_sample(state, sample, fixed_center=fixed_center, tol=tol)
         if on_step is not None:
             on_step(state)
     while not state.converged and state.n_iter < max_passes:  # a resumed state continues its count
-        res, change = _step(
-            runner,
-            state,
-            fixed_center=fixed_center,
-            label=f"robust step {state.n_iter + 1}",
-            accelerate=True,
-            final=final_step,
-        )
-        state.converged = _remaining(change, state.last_change, state.kernel_size2) < tol
+        state.cutoff = _next_cutoff(state, sample, state.support * moments.n_rows)
+        res, change = _step(runner, state, fixed_center=fixed_center, label=f"robust step {state.n_iter + 1}")
+        if np.isfinite(state.last_change) and state.last_change > 0:
+            state.rate = change / state.last_change
+        state.converged = _remaining(change, state.rate) < tol
         state.last_change = change
         if on_step is not None:
             on_step(state)
-        if state.converged:
-            break
     return state

@@ -14,7 +14,18 @@ Robust default (``solver="auto"``)
     ``exp(-d^2 / (2 c^2))`` shrinks the covariance by exactly
     ``c^2 / (1 + c^2)``, which :func:`consistency_factor` undoes.
 
-Final efficiency step (``solver="auto"``)
+Calibrated cutoffs (``solver="auto"``)
+    The flat-top radius ``q`` of the re-weighting and the ``d^2`` above which
+    a row is flagged are quantiles of the data's own distances, not of the
+    chi-square law: :func:`calibrated_cutoff` fits a normal law to the cube
+    roots of ``d^2`` by median and MAD (Wilson-Hilferty: for Gaussian rows
+    ``(d^2)^(1/3)`` is nearly normal) and takes its quantile, so the bulk's
+    heavy tails or several regimes widen it while outliers, fewer than half,
+    do not.  It is never below the quantile for Gaussian rows at the effective
+    sample size (Hotelling's T^2 law of a new row, :func:`hotelling_quantile`),
+    which keeps small samples from flagging their own rows.
+
+Flat-top kernel (``solver="auto"``)
     The fixed point's kernel weighs even typical rows down (at p = 3 a row at
     the median distance gets 0.67), which costs efficiency: its components
     are about 10 % less accurate than PCA's on clean data.  Every full-data
@@ -41,6 +52,9 @@ __all__ = [
     "FINAL_QUANTILE",
     "flat_top_radius2",
     "flat_top_consistency",
+    "calibrated_cutoff",
+    "hotelling_quantile",
+    "CUTOFF_QUANTILE",
 ]
 
 #: c^2 = max(KERNEL_SIZE_FACTOR * p, MIN_KERNEL_SIZE2): the efficiency /
@@ -53,9 +67,13 @@ __all__ = [
 KERNEL_SIZE_FACTOR = 0.5
 MIN_KERNEL_SIZE2 = 3.0
 
-#: Rows with ``d^2`` above this chi-square quantile (p degrees of freedom)
-#: are flagged as outliers by ``MCPCA.is_outlier``.
-OUTLIER_QUANTILE = 0.999
+#: Rows with ``d^2`` above this quantile of the calibrated law of the fitted
+#: bulk's distances (:func:`calibrated_cutoff`) are flagged by
+#: ``MCPCA.is_outlier``: a false-alarm rate of 0.2 % where the law fits.
+OUTLIER_QUANTILE = 0.998
+
+#: The flat top of the default's re-weighting reaches this calibrated quantile.
+CUTOFF_QUANTILE = 0.975
 
 
 def paper_kernel_sizes(sigma0: float, eta: float, n_decay: int) -> np.ndarray:
@@ -95,6 +113,8 @@ def flat_top_consistency(p: int, c2: float, q: float) -> float:
     ``s = c^2 / (1 + c^2)``, so both expectations are sums of chi-square
     distribution functions.
     """
+    if not np.isfinite(q):
+        return 1.0  # every row has weight 1
     s = c2 / (1.0 + c2)
     # The tail terms in logs: for a small c^2, exp(q / 2c^2) overflows while
     # the survival function underflows, and their product is tiny, not NaN.
@@ -107,3 +127,37 @@ def flat_top_consistency(p: int, c2: float, q: float) -> float:
 def outlier_cutoff_d2(p: int, quantile: float = OUTLIER_QUANTILE) -> float:
     """The squared Mahalanobis distance above which a row is flagged."""
     return float(stats.chi2.ppf(quantile, df=p))
+
+
+def hotelling_quantile(p: int, n: float, quantile: float) -> float:
+    """Quantile of ``d^2`` of a new Gaussian row under a covariance from ``n`` rows.
+
+    ``d^2 ~ p (n - 1)(n + 1) / (n (n - p)) F(p, n - p)`` (Hotelling's T^2);
+    it tends to the chi-square quantile as n grows, and is infinite for
+    ``n <= p + 1``, where a covariance of n rows says nothing about a new one.
+    """
+    if not n > p + 1:
+        return float("inf")
+    return float(p * (n - 1) * (n + 1) / (n * (n - p)) * stats.f.ppf(quantile, p, n - p))
+
+
+def calibrated_cutoff(d2: np.ndarray, quantile: float, *, p: int, n_effective: float, trim: bool = False) -> float:
+    """The ``quantile`` of the bulk's law of ``d^2``, calibrated on the data.
+
+    The cube roots of ``d^2`` are taken as normal with their median and
+    (normal-consistent) MAD; with ``trim``, of those rows only whose ``d^2``
+    is below the chi-square 99.9 % quantile rescaled to the data's median, so
+    that a far minority of outliers cannot widen the law (the re-weighting
+    radius, which must not let a cluster in; the flags use every row, so that
+    a heavy-tailed bulk is not flagged).  The result is never below
+    :func:`hotelling_quantile` at ``n_effective`` rows.
+    """
+    d2 = np.asarray(d2, dtype=np.float64)
+    floor = hotelling_quantile(p, n_effective, quantile)
+    med = np.median(d2)
+    if not med > 0:
+        return floor
+    roots = np.cbrt(d2[d2 <= stats.chi2.ppf(0.999, p) * med / stats.chi2.ppf(0.5, p)] if trim else d2)
+    center = np.median(roots)
+    spread = stats.median_abs_deviation(roots, scale="normal")
+    return max(float((center + stats.norm.ppf(quantile) * spread) ** 3), floor)

@@ -21,6 +21,8 @@ of the invariances, and is reported by ``converged_``.
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
 
 import dask.array as da
@@ -29,9 +31,19 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scipy.stats import ortho_group
+from sklearn.decomposition import PCA
 
 from dask_mcpca import MCPCA
 from dask_mcpca._robust import robust_start
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from scenarios import make_scenario  # noqa: E402
+
+
+def _angle(est, true):
+    """Largest angle in degrees between matching rows (sign ignored)."""
+    cos = np.abs(np.sum(est * true, axis=1)) / np.linalg.norm(est, axis=1) / np.linalg.norm(true, axis=1)
+    return np.degrees(np.arccos(np.clip(cos, 0, 1))).max()
 
 #: Derandomized: the same examples on every run, so the run time is known
 #: (an unconverged paper fit, left out by ``assume``, costs seconds).
@@ -124,13 +136,22 @@ def test_row_permutation_with_full_sample(kw, data, seed):
     _assert_same_fit(a, b, rtol=1e-8)
 
 
-@SETTINGS
-@given(X=datasets(), seed=st.integers(0, 2**32 - 1))
-def test_row_permutation_with_subsample_reaches_the_same_fixed_point(X, seed):
-    perm = np.random.default_rng(seed).permutation(len(X))
-    a, b = _fit_both({"sample_size": 40, **AUTO_TIGHT}, X, X[perm])
-    assert a.converged_ and b.converged_
-    _assert_same_fit(a, b, rtol=1e-7)
+@pytest.mark.parametrize("seed", range(3))
+def test_row_permutation_with_subsample_agrees_statistically(seed):
+    """With ``sample_size < n`` a permutation draws another sample.
+
+    The start and the calibrated flat-top radius come from the sample, so the
+    two fits differ by sampling noise only: on Gaussian data with 10 %
+    outliers both are as close to the true top components as PCA on the clean rows
+    (within 1.5 deg), and within 1.5 deg of each other.
+    """
+    sample = make_scenario("orthogonal10", n=6000, p=4, seed=seed)
+    perm = np.random.default_rng(seed).permutation(len(sample.X))
+    a, b = _fit_both({"sample_size": 1500}, sample.X, sample.X[perm])
+    oracle = PCA().fit(sample.X[~sample.outliers]).components_[:2]  # PCA on the clean rows
+    assert _angle(a.components_[:2], b.components_[:2]) < 1.5
+    assert _angle(a.components_[:2], sample.components[:2]) < _angle(oracle, sample.components[:2]) + 1.5
+    np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=0.05)
 
 
 # ------------------------------------------------- chunking and input kind
