@@ -155,7 +155,7 @@ def make_faults(n_rows: int, seed: int) -> Faults:
     stuck_at = _stretches(rng, n_rows, N_STUCK, STUCK_FRACTION, taken)
     stuck = [
         (s, n, c, OFFSETS[c] + rng.choice([-1, 1]) * rng.uniform(3, 6) * sd[c])
-        for (s, n), c in zip(stuck_at, rng.integers(0, p, len(stuck_at)))
+        for (s, n), c in zip(stuck_at, rng.integers(0, p, len(stuck_at)), strict=True)
     ]
     swapped = [(s, n, -1, 0.0) for s, n in _stretches(rng, n_rows, N_SWAPPED, SWAPPED_FRACTION, taken)]
     starts = np.unique(rng.integers(0, max(1, n_rows - 3), rng.binomial(n_rows, SPIKE_RATE)))
@@ -329,7 +329,7 @@ def _evaluate(X, truth_path, model, faults, seed):
     offsets = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]])
     tasks = [
         dask.delayed(_score_block)(xb, tb, int(off), model, classical, n_keep, seed)
-        for xb, tb, off in zip(X.to_delayed()[:, 0], truth.to_delayed(), offsets)
+        for xb, tb, off in zip(X.to_delayed()[:, 0], truth.to_delayed(), offsets, strict=True)
     ]
     parts = dask.compute(*tasks)
     counts = sum(part[0] for part in parts)
@@ -382,7 +382,7 @@ def _panel_flagged(ax, result: DemoResult) -> None:
         shares = [flagged[1:].sum() / total[1:].sum(), *(flagged[k] / total[k] for k in KINDS), flagged[0] / total[0]]
         bars = ax.bar(xs + (j - 0.5) * 0.4, np.array(shares) * 100, 0.4, color=_COLORS["PCA" if m else "MCPCA"],
                       label=name)
-        for bar, share in zip(bars, shares):
+        for bar, share in zip(bars, shares, strict=True):
             text = f"{share:.0%}" if share >= 0.01 or share == 0 else f"{share:.2%}"
             ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 1.5, text, ha="center", fontsize=7.5)
     ax.set_xticks(xs, labels, fontsize=9)
@@ -564,5 +564,8 @@ def run_demo(
     seconds["report"] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - t0
     say(f"report written to {result.paths['report']} ({seconds['total']:.1f} s in all)")
-    say(f"next: dask-mcpca fit {sensors} --nan-policy omit   |   dask-mcpca score {sensors} --model {model_path} --output scores.zarr")
+    say(
+        f"next: dask-mcpca fit {sensors} --nan-policy omit   |   "
+        f"dask-mcpca score {sensors} --model {model_path} --output scores.zarr"
+    )
     return result

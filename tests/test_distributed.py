@@ -24,13 +24,11 @@ import numpy as np
 import psutil
 import pytest
 import zarr
-
+from _cluster import REPO_ROOT, ProcessCluster, subprocess_env
 from distributed import Client, get_task_stream
 
 from dask_mcpca import MCPCA
 from dask_mcpca._io import H5Dataset
-
-from _cluster import REPO_ROOT, ProcessCluster, subprocess_env
 
 N_ROWS, SCALES = 20_000, np.array([4.0, 2.0, 1.0, 0.5, 0.3, 0.2])
 N_FEATURES = len(SCALES)
@@ -171,7 +169,7 @@ def test_fit_survives_a_killed_worker(client, cluster, stores):
     def fit():
         try:
             outcome["model"] = MCPCA(**SOLVERS[solver]).fit(make_input(kind, stores))
-        except BaseException as err:  # noqa: BLE001 - reported by the main thread
+        except BaseException as err:
             outcome["error"] = err
 
     thread = threading.Thread(target=fit, daemon=True)

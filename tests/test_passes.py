@@ -90,7 +90,7 @@ def counting_fit(monkeypatch, pass_log):
         source.reads.clear()  # from_array may peek at the array; only the fit counts
         model = MCPCA(**params).fit(dX)
         bounds = np.cumsum([0, *dX.chunks[0]])
-        blocks = sorted(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+        blocks = sorted(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
         return model, source, blocks, pass_log
 
     return fit
