@@ -13,8 +13,19 @@ Where things live:
 - ``_cli``: the ``dask-mcpca`` command line
 """
 
-from ._estimator import MCPCA
-from ._persist import load
+from ._checkpoint import CheckpointMismatchError
+from ._estimator import MCPCA, check_params
+from ._passes import NonFiniteRowsError
+from ._persist import ModelFormatError, load
 
-__all__ = ["MCPCA", "load", "__version__"]
+__all__ = [
+    "MCPCA",
+    "load",
+    "check_params",
+    "NonFiniteRowsError",
+    "CheckpointMismatchError",
+    "ModelFormatError",
+    "__version__",
+]
+#: The package version, the only place it is written (pyproject.toml reads it).
 __version__ = "0.1.0"

@@ -30,6 +30,8 @@ import os
 import sys
 import time
 
+from ._estimator import CENTERS, NAN_POLICIES, SOLVERS, check_params
+
 __all__ = ["main"]
 
 PROG = "dask-mcpca"
@@ -38,7 +40,8 @@ MAX_TABLE_ROWS = 20
 #: Seconds to wait for a ``--scheduler`` before giving up.
 DEFAULT_CONNECT_TIMEOUT = 10.0
 
-_CENTERS = {"robust": "robust", "mean": "mean", "none": False}
+#: ``--center`` choices: the estimator's, with ``none`` for ``center=False``.
+_CENTERS = {("none" if c is False else c): c for c in CENTERS}
 
 
 class _UsageError(Exception):
@@ -95,9 +98,9 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file (file.h5 or file.h5:/dataset)")
     fit.add_argument("--dataset", metavar="NAME", help="array inside the store (needed when it holds several)")
     fit.add_argument("--n-components", type=_positive_int, metavar="K", help="components to keep (default: all)")
-    fit.add_argument("--solver", choices=("auto", "paper"), default="auto")
+    fit.add_argument("--solver", choices=SOLVERS, default="auto")
     fit.add_argument("--center", choices=tuple(_CENTERS), default="robust")
-    fit.add_argument("--nan-policy", choices=("raise", "omit"), default="raise")
+    fit.add_argument("--nan-policy", choices=NAN_POLICIES, default="raise")
     fit.add_argument("--output", "-o", default="model.json", metavar="PATH", help="model file (default model.json)")
     fit.add_argument("--no-progress", action="store_true", help="do not draw a progress line per pass")
     scheduler_options(fit)
@@ -217,7 +220,7 @@ def _cmd_fit(args, out) -> int:
         nan_policy=args.nan_policy,
         progress=not args.no_progress,
     )
-    model._validate_params()
+    check_params(model)
     X = _open(args.store, args.dataset)
     print(f"fitting {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()

@@ -9,24 +9,26 @@ pass (moments, a row sample and the NaN check), then hands over to one solver:
 
 from __future__ import annotations
 
-import numbers
+import os
+from numbers import Integral, Real
 from typing import Literal
 
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
 
 from . import _checkpoint
 from ._block import PassPlan
 from ._io import as_row_blocks
 from ._paper import fit_paper
-from ._passes import PassRunner, single_threaded_blas
+from ._passes import NonFiniteRowsError, PassRunner, single_threaded_blas
 from ._power import descending_eigh, orient_rows
 from ._robust import SAMPLE_SIZE, fit_robust
 from ._schedule import outlier_cutoff_d2, robust_kernel_size2
 
-__all__ = ["MCPCA"]
+__all__ = ["MCPCA", "check_params"]
 
 SOLVERS = ("auto", "paper")
 CENTERS = ("robust", "mean", False)
@@ -35,38 +37,56 @@ DEFAULT_TOL = {"paper": 1e-6, "auto": 1e-3}
 DEFAULT_MAX_ITER = {"paper": 100, "auto": 10}
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+def check_params(estimator: MCPCA) -> None:
+    """Check the parameters of ``estimator`` as :meth:`MCPCA.fit` does first.
+
+    The rules are the declarative ``MCPCA._parameter_constraints`` (scikit-learn's
+    mechanism); this is the public path to the same check for other callers,
+    such as the command line, before any data is opened.
+
+    Parameters
+    ----------
+    estimator : MCPCA
+        The estimator whose constructor parameters are checked.
+
+    Raises
+    ------
+    sklearn.utils._param_validation.InvalidParameterError
+        A subclass of ``ValueError`` and ``TypeError`` whose message names the
+        parameter, the expected values and the value given.
+
+    Examples
+    --------
+    >>> from dask_mcpca import MCPCA, check_params
+    >>> check_params(MCPCA(solver="paper"))
+    >>> check_params(MCPCA(eta=1.5))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    sklearn.utils._param_validation.InvalidParameterError: The 'eta' parameter of MCPCA must be ... Got 1.5 instead.
+    """
+    validate_parameter_constraints(
+        type(estimator)._parameter_constraints,
+        estimator.get_params(deep=False),
+        caller_name=type(estimator).__name__,
+    )
 
 
-def _is_real(x) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+def _nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
+    """Wrap a row-block function: rows holding NaN or inf give NaN (False for flags).
 
-
-# name -> (check, what was expected); checked in this order before any pass.
-_PARAMETER_CONSTRAINTS = {
-    "n_components": (lambda v: v is None or (_is_int(v) and v >= 1), "None or an int >= 1"),
-    "solver": (lambda v: isinstance(v, str) and v in SOLVERS, f"one of {SOLVERS}"),
-    "center": (lambda v: (isinstance(v, str) and v in CENTERS) or v is False, "'robust', 'mean' or False"),
-    "eta": (lambda v: _is_real(v) and 0 < v < 1, "a float in the open interval (0, 1)"),
-    "n_decay": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-    "tol": (lambda v: v is None or (_is_real(v) and v > 0), "None or a float > 0"),
-    "max_iter": (lambda v: v is None or (_is_int(v) and v >= 1), "None or an int >= 1"),
-    "nan_policy": (lambda v: isinstance(v, str) and v in NAN_POLICIES, f"one of {NAN_POLICIES}"),
-    "kernel_factor": (lambda v: _is_real(v) and 0 < v < np.inf, "a float > 0"),
-    "sample_size": (lambda v: _is_int(v) and v >= 10, "an int >= 10"),
-    "random_state": (lambda v: v is None or _is_int(v), "None or an int"),
-    "progress": (lambda v: isinstance(v, bool), "True or False"),
-}
-
-
-def _nan_for_nonfinite_rows(func):
-    """Wrap a row-block function: rows holding NaN or inf give NaN (False for flags)."""
+    Under ``nan_policy="raise"`` such rows raise :class:`NonFiniteRowsError`
+    instead (for dask input, when the block is computed).
+    """
 
     def wrapped(block):
         bad = ~np.isfinite(block).all(axis=1)
         if not bad.any():
             return func(block)
+        if nan_policy == "raise":
+            raise NonFiniteRowsError(
+                f"{int(bad.sum())} of {len(bad)} rows hold NaN or inf; clean them, or fit with "
+                "nan_policy='omit' to get NaN for such rows"
+            )
         out = func(np.where(bad[:, None], 0.0, block))
         out[bad] = np.nan if out.dtype.kind == "f" else 0
         return out
@@ -195,6 +215,22 @@ class MCPCA(TransformerMixin, BaseEstimator):
     True
     """
 
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "solver": [StrOptions(set(SOLVERS))],
+        "center": [StrOptions({c for c in CENTERS if c}), Options(bool, {False})],
+        "eta": [Interval(Real, 0, 1, closed="neither")],
+        "n_decay": [Interval(Integral, 1, None, closed="left")],
+        "kernel_factor": [Interval(Real, 0, None, closed="neither")],
+        "tol": [Interval(Real, 0, None, closed="neither"), None],
+        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
+        "nan_policy": [StrOptions(set(NAN_POLICIES))],
+        "checkpoint": [str, os.PathLike, None],
+        "sample_size": [Interval(Integral, 10, None, closed="left")],
+        "random_state": [Interval(Integral, 0, None, closed="left"), None],
+        "progress": ["boolean"],
+    }
+
     def __init__(
         self,
         n_components: int | None = None,
@@ -227,12 +263,6 @@ class MCPCA(TransformerMixin, BaseEstimator):
         self.progress = progress
 
     # ------------------------------------------------------------------ fit
-    def _validate_params(self) -> None:
-        for name, (ok, expected) in _PARAMETER_CONSTRAINTS.items():
-            value = getattr(self, name)
-            if not ok(value):
-                raise ValueError(f"MCPCA: parameter {name}={value!r} is invalid; expected {expected}")
-
     def fit(self, X, y=None):
         """Fit the model to ``X``.
 
@@ -247,8 +277,13 @@ class MCPCA(TransformerMixin, BaseEstimator):
         -------
         self : MCPCA
         """
-        self._validate_params()
+        check_params(self)
         X = as_row_blocks(X)
+        if X.shape[0] < 2:
+            raise ValueError(
+                f"Found array with {X.shape[0]} sample(s) (shape={X.shape}) while a minimum of 2 is required "
+                f"by {type(self).__name__}"
+            )
         with single_threaded_blas():
             return self._fit(X)
 
@@ -382,14 +417,26 @@ class MCPCA(TransformerMixin, BaseEstimator):
         self.covariance_ = C
         self.outlier_threshold_ = float(np.exp(-outlier_cutoff_d2(p) / (2 * kernel_scale**2)))
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        tags.input_tags.allow_nan = self.nan_policy == "omit"
+        return tags
+
+    def _more_tags(self) -> dict:  # scikit-learn < 1.6
+        return {"allow_nan": self.nan_policy == "omit"}
+
     # ---------------------------------------------------------- transforms
     def _map_rows(self, X, func, n_out: int | None, dtype=np.float64):
         """Apply ``func`` to row blocks: lazily for dask input, eagerly otherwise."""
         check_is_fitted(self, "components_")
         X = as_row_blocks(X)
         if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features; the model was fitted on {self.n_features_in_}")
-        func = _nan_for_nonfinite_rows(func)
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
+        func = _nan_for_nonfinite_rows(func, self.nan_policy)
         if isinstance(X, da.Array):
             if n_out is None:
                 return X.map_blocks(func, drop_axis=1, dtype=dtype)

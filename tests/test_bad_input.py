@@ -16,7 +16,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from dask_mcpca import MCPCA
+from dask_mcpca import MCPCA, NonFiniteRowsError, check_params
 
 SOLVERS = [
     pytest.param({}, id="auto"),
@@ -179,34 +179,44 @@ def test_omit_with_too_few_rows_left():
 
 # ------------------------------------------------------ invalid parameters
 INVALID = [
-    ("n_components", 0, "int >= 1"),
-    ("n_components", -2, "int >= 1"),
-    ("n_components", 1.5, "int >= 1"),
-    ("n_components", True, "int >= 1"),
-    ("solver", "fast", "'auto', 'paper'"),
-    ("solver", None, "'auto', 'paper'"),
-    ("center", "median", "'robust', 'mean' or False"),
-    ("center", True, "'robust', 'mean' or False"),
-    ("eta", 0.0, "open interval (0, 1)"),
-    ("eta", 1.0, "open interval (0, 1)"),
-    ("eta", 1.5, "open interval (0, 1)"),
-    ("eta", float("nan"), "open interval (0, 1)"),
-    ("n_decay", 0, "int >= 1"),
-    ("n_decay", 2.0, "int >= 1"),
-    ("tol", 0.0, "float > 0"),
-    ("max_iter", 0, "int >= 1"),
-    ("nan_policy", "ignore", "'raise', 'omit'"),
-    ("sample_size", 5, "int >= 10"),
+    ("n_components", 0, "an int in the range [1, inf) or None"),
+    ("n_components", -2, "an int in the range [1, inf) or None"),
+    ("n_components", 1.5, "an int in the range [1, inf) or None"),
+    ("solver", "fast", "a str among"),
+    ("solver", None, "a str among"),
+    ("center", "median", "or a bool among {False}"),
+    ("center", True, "or a bool among {False}"),
+    ("eta", 0.0, "a float in the range (0.0, 1.0)"),
+    ("eta", 1.0, "a float in the range (0.0, 1.0)"),
+    ("eta", 1.5, "a float in the range (0.0, 1.0)"),
+    ("eta", float("nan"), "a float in the range (0.0, 1.0)"),
+    ("n_decay", 0, "an int in the range [1, inf)"),
+    ("n_decay", 2.0, "an int in the range [1, inf)"),
+    ("kernel_factor", float("inf"), "a float in the range (0.0, inf)"),
+    ("tol", 0.0, "a float in the range (0.0, inf) or None"),
+    ("max_iter", 0, "an int in the range [1, inf) or None"),
+    ("nan_policy", "ignore", "a str among"),
+    ("sample_size", 5, "an int in the range [10, inf)"),
+    ("random_state", -1, "an int in the range [0, inf) or None"),
+    ("progress", "yes", "an instance of 'bool'"),
 ]
 
 
 @pytest.mark.parametrize("name, value, expected", INVALID)
 def test_invalid_parameter_named_before_any_pass(name, value, expected):
+    """scikit-learn's message: the parameter, what was expected, the value given."""
     with pytest.raises(ValueError) as err:
         MCPCA(**{name: value}).fit(_untouchable(200, 3))
     msg = str(err.value)
-    assert f"{name}={value!r}" in msg
+    assert f"The {name!r} parameter of MCPCA must be" in msg
     assert expected in msg
+    assert f"Got {value!r} instead" in msg
+
+
+def test_check_params_is_the_check_fit_makes():
+    assert check_params(MCPCA(solver="paper", center=False)) is None
+    with pytest.raises(ValueError, match="'sample_size' parameter of MCPCA"):
+        check_params(MCPCA(sample_size=3))
 
 
 @pytest.mark.parametrize(
@@ -215,7 +225,7 @@ def test_invalid_parameter_named_before_any_pass(name, value, expected):
         ((200, 3), {"n_components": 4}, "n_components=4 is invalid; X has only 3 features"),
         ((4, 3), {}, "X has 4 rows and 3 features; solver='auto' with center='robust' needs at least 5"),
         ((4, 3), {"solver": "paper", "n_decay": 3}, "needs at least 5 rows"),
-        ((1, 3), {"solver": "paper", "center": "mean"}, "X has 1 rows .* needs at least 2 rows"),
+        ((1, 3), {"solver": "paper", "center": "mean"}, r"1 sample\(s\) \(shape=\(1, 3\)\) while a minimum of 2"),
         ((5000, 20), {"sample_size": 15}, "sample_size=15 is invalid; .* at least 22 rows"),
     ],
 )
@@ -239,17 +249,47 @@ def test_paper_with_fixed_centre_needs_only_two_rows():
     [
         (np.zeros(10), r"2-D .* shape \(10,\)"),
         (np.zeros((4, 5, 6)), r"2-D .* shape \(4, 5, 6\)"),
-        (np.zeros((0, 3)), r"empty: shape \(0, 3\)"),
-        (np.zeros((10, 0)), r"empty: shape \(10, 0\)"),
-        (da.zeros((0, 3), chunks=(1, 3)), r"empty: shape \(0, 3\)"),
+        (np.zeros((0, 3)), r"empty: .* 0 sample\(s\) \(shape=\(0, 3\)\)"),
+        (np.zeros((10, 0)), r"empty: .* 0 feature\(s\) \(shape=\(10, 0\)\)"),
+        (da.zeros((0, 3), chunks=(1, 3)), r"empty: .* 0 sample\(s\) \(shape=\(0, 3\)\)"),
         (np.array([["a", "b"], ["c", "d"]]), "must hold numbers"),
-        (np.ones((10, 2), dtype=complex), "must hold numbers"),
+        (np.ones((10, 2), dtype=complex), "Complex data not supported"),
     ],
     ids=["1d", "3d", "no-rows", "no-columns", "dask-no-rows", "strings", "complex"],
 )
 def test_bad_shapes_and_dtypes(X, match):
     with pytest.raises(ValueError, match=match):
         MCPCA().fit(X)
+
+
+def test_one_dimensional_input_says_how_to_reshape():
+    with pytest.raises(ValueError, match=r"Reshape your data either using array.reshape\(-1, 1\)"):
+        MCPCA().fit(np.zeros(10))
+
+
+def test_sparse_input_is_refused_by_name():
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    with pytest.raises(TypeError, match="Sparse data was passed .* dense data is required"):
+        MCPCA().fit(scipy_sparse.csr_matrix(_data()))
+
+
+def test_numeric_object_array_is_converted():
+    X = _data()
+    _assert_same_fit(MCPCA().fit(X.astype(object)), MCPCA().fit(X), rtol=0, atol=0)
+    bad = X.astype(object)
+    bad[0, 0] = {"not": "a number"}
+    with pytest.raises(TypeError, match="must be a string or a real number"):
+        MCPCA().fit(bad)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+@pytest.mark.parametrize("method", ["transform", "score_samples", "is_outlier", "mahalanobis"])
+def test_default_policy_refuses_nan_rows_after_the_fit_too(kind, method):
+    m = MCPCA(n_components=2).fit(_data())
+    gappy, _, _ = _with_gaps()
+    data = gappy if kind == "numpy" else da.from_array(gappy, chunks=(70, -1))
+    with pytest.raises(NonFiniteRowsError, match="rows hold NaN or inf; .* nan_policy='omit'"):
+        np.asarray(getattr(m, method)(data))
 
 
 # ------------------------------------------------- conversions and chunks
