@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from numbers import Integral, Real
-from typing import Literal
+from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
@@ -156,7 +156,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
         Orthonormal rows, ordered by decreasing robust variance (``"auto"``)
         or as found (``"paper"``); the largest entry of each row is positive.
     explained_variance_ : ndarray of shape (n_components,)
-        Robust variance along each component.
+        Robust variance along each component.  Normalised by the total weight
+        of the rows (n when all weights are equal), as ``np.cov(X, bias=True)``
+        and scikit-learn's ``EmpiricalCovariance`` and ``MinCovDet``; scikit-learn's
+        ``PCA`` divides by n - 1 instead, so with equal weights this is
+        ``PCA().explained_variance_ * (n - 1) / n``.
     explained_variance_ratio_ : ndarray of shape (n_components,)
         ``explained_variance_`` over the total robust variance.
     mean_ : ndarray of shape (n_features,)
@@ -182,7 +186,16 @@ class MCPCA(TransformerMixin, BaseEstimator):
         Whether every iterative loop met ``tol`` within its bound.
     n_samples_ : int
         Rows used (rows with NaN or inf left out under ``nan_policy="omit"``).
+    n_components_ : int
+        Number of components kept: ``n_components``, or n_features if None.
     n_features_in_ : int
+        Number of features (columns) seen during :meth:`fit`.
+
+    See Also
+    --------
+    sklearn.decomposition.PCA : Ordinary PCA, for data without outliers.
+    sklearn.covariance.MinCovDet : Robust covariance by the MCD, in memory.
+    dask_mcpca.load : Read a model written by :meth:`save`.
 
     Notes
     -----
@@ -193,6 +206,12 @@ class MCPCA(TransformerMixin, BaseEstimator):
     (eq. (15)), and deflation updates P and Q by Woodbury (Algorithm 3).
     The weights are accumulated with a per-block log-scale, so they cannot
     all underflow for small kernel sizes.
+
+    Unlike scikit-learn, ``random_state=None`` does not mean "fresh
+    randomness": it means seed 0, so that two fits of the same data give the
+    same model (and a checkpointed fit can resume).  The row sample is drawn
+    from a hash of the seed and each row's global index, so it does not
+    depend on the chunking either.  Pass another int for another sample.
 
     References
     ----------
@@ -209,8 +228,14 @@ class MCPCA(TransformerMixin, BaseEstimator):
     >>> X = rng.normal(size=(2000, 3)) * [3.0, 1.0, 0.3]
     >>> X[:100] = rng.normal(scale=30.0, size=(100, 3))   # 5 % outliers
     >>> model = MCPCA().fit(X)
-    >>> np.abs(model.components_[0]).round(2)
-    array([1.  , 0.01, 0.  ])
+    >>> axis = np.array([1.0, 0.0, 0.0])                  # the true first component
+    >>> bool(abs(model.components_[0] @ axis) > 0.99)
+    True
+    >>> from sklearn.decomposition import PCA
+    >>> bool(abs(PCA().fit(X).components_[0] @ axis) > 0.99)   # pulled off by the outliers
+    False
+    >>> bool(model.is_outlier(X[:100]).all()), bool(model.is_outlier(X[100:]).mean() < 0.01)
+    (True, True)
     >>> model.n_passes_ <= 12
     True
     """
@@ -243,7 +268,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         tol: float | None = None,
         max_iter: int | None = None,
         nan_policy: Literal["raise", "omit"] = "raise",
-        checkpoint=None,
+        checkpoint: str | os.PathLike | None = None,
         sample_size: int = SAMPLE_SIZE,
         random_state: int | None = None,
         progress: bool = False,
@@ -263,7 +288,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         self.progress = progress
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None):
+    def fit(self, X: Any, y: None = None) -> MCPCA:
         """Fit the model to ``X``.
 
         Parameters
@@ -271,11 +296,33 @@ class MCPCA(TransformerMixin, BaseEstimator):
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features).  A string names a Zarr store or
             ``"file.h5:/dataset"``.
-        y : ignored
+        y : None
+            Ignored; present for scikit-learn's API.
 
         Returns
         -------
         self : MCPCA
+            The fitted estimator.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+        CheckpointMismatchError
+            ``checkpoint`` names a file written by another fit.
+
+        See Also
+        --------
+        check_params : The parameter check ``fit`` makes before any pass.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> X = np.random.default_rng(0).normal(size=(500, 4))
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> model.components_.shape, model.n_components_, model.n_features_in_
+        ((2, 4), 2, 4)
         """
         check_params(self)
         X = as_row_blocks(X)
@@ -443,17 +490,81 @@ class MCPCA(TransformerMixin, BaseEstimator):
             return X.map_blocks(func, chunks=(X.chunks[0], (n_out,)), dtype=dtype)
         return func(X)
 
-    def transform(self, X):
+    def transform(self, X: Any) -> np.ndarray | da.Array:
         """Project ``X`` on the components: ``(X - mean_) @ components_.T``.
 
-        Returns a lazy dask array for dask or store input.
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+
+        Returns
+        -------
+        X_new : ndarray or dask array of shape (n_samples, n_components_)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise.
+            Rows with NaN or inf give NaN under ``nan_policy="omit"``.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"`` (for dask input,
+            when the result is computed).
+
+        See Also
+        --------
+        inverse_transform : Back from scores to the data space.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> model.transform(X).shape
+        (1000, 2)
+        >>> import dask.array as da
+        >>> Z = model.transform(da.from_array(X, chunks=(250, 3)))   # lazy
+        >>> bool(np.allclose(Z.compute(), model.transform(X)))
+        True
         """
         check_is_fitted(self, "components_")
         comps, mean = self.components_, self.mean_
         return self._map_rows(X, lambda b: (np.asarray(b, np.float64) - mean) @ comps.T, len(comps))
 
-    def inverse_transform(self, X):
-        """Map scores back to the data space: ``X @ components_ + mean_``."""
+    def inverse_transform(self, X: Any) -> np.ndarray | da.Array:
+        """Map scores back to the data space: ``X @ components_ + mean_``.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_components_)
+            Scores, as returned by :meth:`transform`.
+
+        Returns
+        -------
+        X_original : ndarray or dask array of shape (n_samples, n_features_in_)
+            The projection of the original rows on the components' affine
+            subspace; a dask array for dask input.
+
+        See Also
+        --------
+        transform : From the data space to scores.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> X_back = model.inverse_transform(model.transform(X))
+        >>> X_back.shape
+        (1000, 3)
+        >>> bool(np.abs(X_back - X)[:, 2].max() < 2.0)  # only the third, smallest axis is lost
+        True
+        """
         check_is_fitted(self, "components_")
         if isinstance(X, da.Array):
             return X @ self.components_ + self.mean_
@@ -470,37 +581,166 @@ class MCPCA(TransformerMixin, BaseEstimator):
             d2 += np.maximum(resid, 0.0) / self.noise_variance_
         return d2
 
-    def mahalanobis(self, X):
-        """Squared robust Mahalanobis distance of each row under the fitted model."""
+    def mahalanobis(self, X: Any) -> np.ndarray | da.Array:
+        """Squared robust Mahalanobis distance of each row under the fitted model.
+
+        ``d^2 = sum_j z_j^2 / explained_variance_[j]`` over the components,
+        plus the squared residual over ``noise_variance_`` when components were
+        discarded.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+
+        Returns
+        -------
+        d2 : ndarray or dask array of shape (n_samples,)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise.
+            NaN for rows with NaN or inf under ``nan_policy="omit"``.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+
+        See Also
+        --------
+        score_samples : The correntropy weight ``exp(-d^2 / (2 c^2))``.
+        is_outlier : ``d^2`` above the 99.9 % chi-square quantile.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> d2 = model.mahalanobis(X)
+        >>> bool(abs(np.median(d2) / 2.37 - 1) < 0.2)   # about chi-square(3)'s median
+        True
+        """
         return self._map_rows(X, self._d2, None)
 
-    def score_samples(self, X):
+    def score_samples(self, X: Any) -> np.ndarray | da.Array:
         """Correntropy weight of each row, in [0, 1]: ``exp(-d^2 / (2 c^2))``.
 
         ``d^2`` is the squared robust Mahalanobis distance under the fitted
         components and variances (the discarded directions share
         ``noise_variance_``) and ``c = kernel_scale_``.  Low scores are
-        outlying rows; NaN for rows with NaN.  Lazy for dask input.
+        outlying rows.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+
+        Returns
+        -------
+        scores : ndarray or dask array of shape (n_samples,)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise.
+            NaN for rows with NaN or inf under ``nan_policy="omit"``.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+
+        See Also
+        --------
+        mahalanobis : The ``d^2`` these weights come from.
+        is_outlier : Scores below ``outlier_threshold_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> w = model.score_samples(np.vstack([X[:5], [[50.0, 50.0, 50.0]]]))
+        >>> bool(((w[:5] > 0.01) & (w[:5] <= 1)).all()), bool(w[5] < 1e-10)
+        (True, True)
         """
         check_is_fitted(self, "components_")
         c2 = self.kernel_scale_**2
         return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None)
 
-    def is_outlier(self, X):
+    def is_outlier(self, X: Any) -> np.ndarray | da.Array:
         """True for rows whose ``d^2`` exceeds the 99.9 % chi-square quantile.
 
         Equivalently ``score_samples(X) < outlier_threshold_``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+
+        Returns
+        -------
+        flags : ndarray or dask array of bool, shape (n_samples,)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise.
+            False for rows with NaN or inf under ``nan_policy="omit"``.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+
+        See Also
+        --------
+        score_samples : The weight compared with ``outlier_threshold_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> model.is_outlier([[0.0, 0.0, 0.0], [0.0, 0.0, 30.0]])
+        array([False,  True])
         """
         check_is_fitted(self, "components_")
         cut = outlier_cutoff_d2(self.n_features_in_)
         return self._map_rows(X, lambda b: self._d2(b) > cut, None, dtype=bool)
 
     # ---------------------------------------------------------- persistence
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """Write the fitted model to ``path`` as JSON (no pickle).
 
         Read it back with :func:`dask_mcpca.load`; the format is described
         in :mod:`dask_mcpca._persist`.  The file is replaced atomically.
+
+        Parameters
+        ----------
+        path : str or path-like
+            Destination file; replaced atomically if it exists.
+
+        See Also
+        --------
+        dask_mcpca.load : Read the model back.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> import os, tempfile
+        >>> from dask_mcpca import load
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     model.save(os.path.join(folder, "model.json"))
+        ...     loaded = load(os.path.join(folder, "model.json"))
+        >>> bool((loaded.transform(X) == model.transform(X)).all())
+        True
         """
         from ._persist import save
 
