@@ -9,14 +9,15 @@ Where things live:
 - ``_schedule``: kernel sizes (the paper's decay, the default's rule)
 - ``_paper`` / ``_robust``: the two solvers
 - ``_estimator``: the scikit-learn estimator ``MCPCA``
-- ``_checkpoint``, ``_persist``: resumable fits, saved models
+- ``_checkpoint``, ``_persist``: resumable fits, the saved-model codec
 - ``_cli``: the ``dask-mcpca`` command line
 """
 
 from ._checkpoint import CheckpointMismatchError
-from ._estimator import MCPCA, check_params
+from ._estimator import MCPCA, check_params, load
 from ._passes import NonFiniteRowsError
-from ._persist import ModelFormatError, load
+from ._persist import ModelFormatError
+from ._version import __version__
 
 __all__ = [
     "MCPCA",
@@ -27,5 +28,3 @@ __all__ = [
     "ModelFormatError",
     "__version__",
 ]
-#: The package version, the only place it is written (pyproject.toml reads it).
-__version__ = "0.1.0"

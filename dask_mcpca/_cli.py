@@ -30,7 +30,8 @@ import os
 import sys
 import time
 
-from ._estimator import CENTERS, NAN_POLICIES, SOLVERS, check_params
+from ._estimator import CENTERS, MCPCA, NAN_POLICIES, SOLVERS, check_params, load
+from ._io import split_store_path
 
 __all__ = ["main"]
 
@@ -163,11 +164,7 @@ def _is_within(path: str, parent: str) -> bool:
 
 def _store_root(store: str) -> str:
     """The file or directory of ``STORE`` (``file.h5:/data`` -> ``file.h5``)."""
-    if not os.path.exists(store) and ":" in store:
-        head = store.rpartition(":")[0]
-        if os.path.exists(head):
-            return head
-    return store
+    return split_store_path(store)[0]
 
 
 def _refuse_inside_input(output: str, store: str, what: str) -> None:
@@ -210,8 +207,6 @@ def summary_table(model) -> str:
 
 # --------------------------------------------------------------- commands
 def _cmd_fit(args, out) -> int:
-    from ._estimator import MCPCA
-
     _refuse_inside_input(args.output, args.store, "--output")
     model = MCPCA(
         args.n_components,
@@ -244,7 +239,6 @@ def _cmd_score(args, out) -> int:
     import zarr
 
     from ._atomic import atomic_path
-    from ._persist import load
     from ._progress import compute_with_progress
 
     _refuse_inside_input(args.output, args.store, "--output")

@@ -19,7 +19,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
 
-from . import _checkpoint
+from . import _checkpoint, _persist
 from ._block import PassPlan
 from ._io import as_row_blocks
 from ._paper import fit_paper
@@ -28,7 +28,7 @@ from ._power import descending_eigh, orient_rows
 from ._robust import SAMPLE_SIZE, fit_robust
 from ._schedule import outlier_cutoff_d2, robust_kernel_size2
 
-__all__ = ["MCPCA", "check_params"]
+__all__ = ["MCPCA", "check_params", "load"]
 
 SOLVERS = ("auto", "paper")
 CENTERS = ("robust", "mean", False)
@@ -742,6 +742,46 @@ class MCPCA(TransformerMixin, BaseEstimator):
         >>> bool((loaded.transform(X) == model.transform(X)).all())
         True
         """
-        from ._persist import save
+        _persist.save(self, path)
 
-        save(self, path)
+
+def load(path: str | os.PathLike) -> MCPCA:
+    """Read a model written by :meth:`MCPCA.save`.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The model file.
+
+    Returns
+    -------
+    model : MCPCA
+        Fitted, with the saved parameters and attributes; it computes bit for
+        bit what the saved model did.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    ModelFormatError
+        The file is not a dask-mcpca model, is damaged, or was written by a
+        newer format version.
+
+    See Also
+    --------
+    MCPCA.save : Write a model.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from dask_mcpca import MCPCA, load
+    >>> X = np.random.default_rng(0).normal(size=(500, 3))
+    >>> model = MCPCA().fit(X)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     model.save(os.path.join(folder, "model.json"))
+    ...     loaded = load(os.path.join(folder, "model.json"))
+    >>> bool((loaded.components_ == model.components_).all())
+    True
+    """
+    return _persist.load(path, MCPCA)

@@ -14,7 +14,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-__all__ = ["as_row_blocks", "open_store", "H5Dataset", "BLOCK_BYTES"]
+__all__ = ["as_row_blocks", "open_store", "split_store_path", "H5Dataset", "BLOCK_BYTES"]
 
 #: Target size of one row block of a store (bytes, in the store's dtype).
 BLOCK_BYTES = 128 * 2**20
@@ -68,6 +68,29 @@ def _is_hdf5_path(path: str) -> bool:
     return path.lower().endswith((".h5", ".hdf5", ".hdf", ".he5", ".nc"))
 
 
+def split_store_path(path: str | os.PathLike) -> tuple[str, str | None]:
+    """Split ``"file.h5:/group/data"`` into the file and the array inside it.
+
+    A path that exists is never split (a colon may be part of a file name);
+    otherwise the part after the last colon names the array when the part
+    before it exists or looks like an HDF5 file.  Returns ``(path, None)``
+    when there is nothing to split.
+
+    Examples
+    --------
+    >>> split_store_path("archive.h5:/sensors/x")
+    ('archive.h5', '/sensors/x')
+    >>> split_store_path("no-such-store.zarr")
+    ('no-such-store.zarr', None)
+    """
+    path = os.fspath(path)
+    if ":" in path and not os.path.exists(path):
+        head, _, tail = path.rpartition(":")
+        if _is_hdf5_path(head) or os.path.exists(head):
+            return head, tail
+    return path, None
+
+
 def open_store(path: str | os.PathLike, dataset: str | None = None):
     """Open a Zarr store or an HDF5 file read-only and return its 2-D array.
 
@@ -85,10 +108,8 @@ def open_store(path: str | os.PathLike, dataset: str | None = None):
     zarr.Array or H5Dataset
     """
     path = os.fspath(path)
-    if dataset is None and ":" in path and not os.path.exists(path):
-        head, _, tail = path.rpartition(":")
-        if _is_hdf5_path(head) or os.path.exists(head):
-            path, dataset = head, tail
+    if dataset is None:
+        path, dataset = split_store_path(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such store: {path!r}")
     if os.path.isfile(path):
