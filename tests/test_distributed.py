@@ -25,6 +25,7 @@ import psutil
 import pytest
 import zarr
 from _cluster import REPO_ROOT, ProcessCluster, subprocess_env
+from conftest import assert_same_fit as assert_fits_agree
 from distributed import Client, get_task_stream
 
 from dask_mcpca import MCPCA
@@ -111,14 +112,11 @@ def local_fit(kind: str, solver: str, stores: dict) -> MCPCA:
     return _LOCAL_FITS[kind, solver]
 
 
-def assert_same_fit(got: MCPCA, expected: MCPCA, *, tol: float = TOL) -> None:
-    """Fitted components, variances and centre agree to ``tol``; same number of passes."""
-    assert got.n_passes_ == expected.n_passes_
-    for name in ("components_", "explained_variance_", "mean_"):
-        a, b = getattr(got, name), getattr(expected, name)
-        assert a.shape == b.shape, name
-        scale = max(1.0, float(np.abs(b).max()))
-        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * scale, err_msg=name)
+def assert_same_fit(got: MCPCA, expected: MCPCA) -> None:
+    """Fitted components, variances and centre agree to ``TOL``; same number of passes."""
+    assert_fits_agree(
+        got, expected, rtol=TOL, atol=TOL, names=("components_", "explained_variance_", "mean_"), same_passes=True
+    )
 
 
 def _gone(pid: int) -> bool:
