@@ -279,7 +279,7 @@ def _cmd_score(args, out) -> int:
 
 
 def _cmd_demo(args, out) -> int:
-    from ._demo import run_demo
+    from .demo import run_demo
 
     run_demo(rows=args.rows, out=args.out, seed=args.seed, progress=not args.no_progress, stream=out)
     return 0
