@@ -41,9 +41,9 @@ import scipy.linalg
 from scipy import stats
 
 sys.path.insert(0, os.path.dirname(__file__))
-from scenarios import SCENARIOS, make_scenario  # noqa: E402
+from scenarios import SCENARIOS, make_scenario
 
-from dask_mcpca import MCPCA  # noqa: E402
+from dask_mcpca import MCPCA
 
 TOP = 3
 

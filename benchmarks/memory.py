@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _results import fmt_bytes, machine_info, update_section  # noqa: E402
-from make_store import make_store  # noqa: E402
+from _results import fmt_bytes, machine_info, update_section
+from make_store import make_store
 
 __all__ = ["measure", "run_memory"]
 
@@ -112,11 +112,13 @@ def report(results: list[dict], *, cols: int, chunk_rows: int) -> str:
     lines = [
         f"## Memory: peak RSS of `MCPCA().fit(store)`, float64 x {cols} columns",
         "",
-        f"Each fit in a fresh process; {chunk_rows:,}-row Zarr chunks; peak = `VmHWM` (kernel high-water mark) of the child "
+        f"Each fit in a fresh process; {chunk_rows:,}-row Zarr chunks; "
+        "peak = `VmHWM` (kernel high-water mark) of the child "
         f"(psutil polling every {POLL_S * 1e3:.0f} ms in brackets); 'after imports' is the peak before the fit "
         "started (Python, numpy, dask, zarr, scikit-learn).",
         "",
-        "| rows | raw data | store on disk | dask blocks | peak RSS (polled) | after imports | fit only (peak - imports) "
+        "| rows | raw data | store on disk | dask blocks | peak RSS (polled) | after imports "
+        "| fit only (peak - imports) "
         f"| peak / {ref['rows'] / 1e6:g}M peak | fit s | n_passes_ |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]

@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _results import blas_info, machine_info, update_section  # noqa: E402
+from _results import blas_info, machine_info, update_section
 
 __all__ = ["profile_kernel"]
 

@@ -54,8 +54,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _results import blas_info, fmt_bytes, machine_info, update_section  # noqa: E402
-from make_store import StoreInfo, make_store  # noqa: E402
+from _results import blas_info, fmt_bytes, machine_info, update_section
+from make_store import StoreInfo, make_store
 
 __all__ = ["run_speed", "principal_angle", "subspace_angle"]
 
@@ -309,7 +309,8 @@ def report(res: dict) -> tuple[str, str]:
         else:
             lines.append(
                 f"| MCPCA(solver=\"paper\"), {paper['rows']:,}-row store, once | {paper['seconds']:.1f} | | "
-                f"{paper['nbytes'] * paper['n_passes'] / 1e9 / paper['seconds']:.2f} (all passes) | {paper['n_passes']} |"
+                f"{paper['nbytes'] * paper['n_passes'] / 1e9 / paper['seconds']:.2f} (all passes) | "
+                f"{paper['n_passes']} |"
             )
     lines += ["", "Ratios (medians):", ""]
     lines.append(f"- MCPCA fit / XtX pass: **{_ratio(med.get('mcpca_fit'), med.get('xtx'))}** "
@@ -327,7 +328,8 @@ def report(res: dict) -> tuple[str, str]:
         est = paper["projected_passes"] * med["mcpca_pass"]
         lines.append(
             f"- solver=\"paper\" was killed at the {paper['timeout']:.0f} s cap on the {paper['rows']:,}-row store "
-            f"after {paper['passes_done']} passes ({paper['seconds_done'] / paper['passes_done'] * 1e3:.0f} ms a pass), "
+            f"after {paper['passes_done']} passes "
+            f"({paper['seconds_done'] / paper['passes_done'] * 1e3:.0f} ms a pass), "
             f"about {paper['passes_per_component']:.0f} passes per component, so about "
             f"{paper['projected_passes']:.0f} passes for all {info.n_cols} components. At that count on this store it "
             f"would take about {est / 3600:.1f} h ({est / med['mcpca_fit']:.0f} x the default fit; an estimate "

@@ -9,12 +9,22 @@ Where things live:
 - ``_schedule``: kernel sizes (the paper's decay, the default's rule)
 - ``_paper`` / ``_robust``: the two solvers
 - ``_estimator``: the scikit-learn estimator ``MCPCA``
-- ``_checkpoint``, ``_persist``: resumable fits, saved models
+- ``_checkpoint``, ``_persist``: resumable fits, the saved-model codec
 - ``_cli``: the ``dask-mcpca`` command line
 """
 
-from ._estimator import MCPCA
-from ._persist import load
+from ._checkpoint import CheckpointMismatchError
+from ._estimator import MCPCA, check_params, load
+from ._passes import NonFiniteRowsError
+from ._persist import ModelFormatError
+from ._version import __version__
 
-__all__ = ["MCPCA", "load", "__version__"]
-__version__ = "0.1.0"
+__all__ = [
+    "MCPCA",
+    "load",
+    "check_params",
+    "NonFiniteRowsError",
+    "CheckpointMismatchError",
+    "ModelFormatError",
+    "__version__",
+]

@@ -30,6 +30,9 @@ import os
 import sys
 import time
 
+from ._estimator import CENTERS, MCPCA, NAN_POLICIES, SOLVERS, check_params, load
+from ._io import split_store_path
+
 __all__ = ["main"]
 
 PROG = "dask-mcpca"
@@ -38,7 +41,8 @@ MAX_TABLE_ROWS = 20
 #: Seconds to wait for a ``--scheduler`` before giving up.
 DEFAULT_CONNECT_TIMEOUT = 10.0
 
-_CENTERS = {"robust": "robust", "mean": "mean", "none": False}
+#: ``--center`` choices: the estimator's, with ``none`` for ``center=False``.
+_CENTERS = {("none" if c is False else c): c for c in CENTERS}
 
 
 class _UsageError(Exception):
@@ -95,9 +99,9 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file (file.h5 or file.h5:/dataset)")
     fit.add_argument("--dataset", metavar="NAME", help="array inside the store (needed when it holds several)")
     fit.add_argument("--n-components", type=_positive_int, metavar="K", help="components to keep (default: all)")
-    fit.add_argument("--solver", choices=("auto", "paper"), default="auto")
+    fit.add_argument("--solver", choices=SOLVERS, default="auto")
     fit.add_argument("--center", choices=tuple(_CENTERS), default="robust")
-    fit.add_argument("--nan-policy", choices=("raise", "omit"), default="raise")
+    fit.add_argument("--nan-policy", choices=NAN_POLICIES, default="raise")
     fit.add_argument("--output", "-o", default="model.json", metavar="PATH", help="model file (default model.json)")
     fit.add_argument("--no-progress", action="store_true", help="do not draw a progress line per pass")
     scheduler_options(fit)
@@ -160,11 +164,7 @@ def _is_within(path: str, parent: str) -> bool:
 
 def _store_root(store: str) -> str:
     """The file or directory of ``STORE`` (``file.h5:/data`` -> ``file.h5``)."""
-    if not os.path.exists(store) and ":" in store:
-        head = store.rpartition(":")[0]
-        if os.path.exists(head):
-            return head
-    return store
+    return split_store_path(store)[0]
 
 
 def _refuse_inside_input(output: str, store: str, what: str) -> None:
@@ -207,8 +207,6 @@ def summary_table(model) -> str:
 
 # --------------------------------------------------------------- commands
 def _cmd_fit(args, out) -> int:
-    from ._estimator import MCPCA
-
     _refuse_inside_input(args.output, args.store, "--output")
     model = MCPCA(
         args.n_components,
@@ -217,7 +215,7 @@ def _cmd_fit(args, out) -> int:
         nan_policy=args.nan_policy,
         progress=not args.no_progress,
     )
-    model._validate_params()
+    check_params(model)
     X = _open(args.store, args.dataset)
     print(f"fitting {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()
@@ -241,7 +239,6 @@ def _cmd_score(args, out) -> int:
     import zarr
 
     from ._atomic import atomic_path
-    from ._persist import load
     from ._progress import compute_with_progress
 
     _refuse_inside_input(args.output, args.store, "--output")
@@ -282,7 +279,7 @@ def _cmd_score(args, out) -> int:
 
 
 def _cmd_demo(args, out) -> int:
-    from ._demo import run_demo
+    from .demo import run_demo
 
     run_demo(rows=args.rows, out=args.out, seed=args.seed, progress=not args.no_progress, stream=out)
     return 0

@@ -9,26 +9,28 @@ pass (moments, a row sample and the NaN check), then hands over to one solver:
 
 from __future__ import annotations
 
-import numbers
+import os
 import warnings
-from typing import Literal
+from numbers import Integral, Real
+from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
 
-from . import _checkpoint
+from . import _checkpoint, _persist
 from ._block import PassPlan
 from ._io import as_row_blocks
 from ._paper import fit_paper
-from ._passes import PassRunner, single_threaded_blas
+from ._passes import NonFiniteRowsError, PassRunner, single_threaded_blas
 from ._power import descending_eigh, orient_rows
 from ._robust import SAMPLE_SIZE, fit_robust
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
-__all__ = ["MCPCA"]
+__all__ = ["MCPCA", "check_params", "load"]
 
 SOLVERS = ("auto", "paper")
 CENTERS = ("robust", "mean", False)
@@ -37,38 +39,56 @@ DEFAULT_TOL = {"paper": 1e-6, "auto": 1e-3}
 DEFAULT_MAX_ITER = {"paper": 100, "auto": 3}
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+def check_params(estimator: MCPCA) -> None:
+    """Check the parameters of ``estimator`` as :meth:`MCPCA.fit` does first.
+
+    The rules are the declarative ``MCPCA._parameter_constraints`` (scikit-learn's
+    mechanism); this is the public path to the same check for other callers,
+    such as the command line, before any data is opened.
+
+    Parameters
+    ----------
+    estimator : MCPCA
+        The estimator whose constructor parameters are checked.
+
+    Raises
+    ------
+    sklearn.utils._param_validation.InvalidParameterError
+        A subclass of ``ValueError`` and ``TypeError`` whose message names the
+        parameter, the expected values and the value given.
+
+    Examples
+    --------
+    >>> from dask_mcpca import MCPCA, check_params
+    >>> check_params(MCPCA(solver="paper"))
+    >>> check_params(MCPCA(eta=1.5))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    sklearn.utils._param_validation.InvalidParameterError: The 'eta' parameter of MCPCA must be ... Got 1.5 instead.
+    """
+    validate_parameter_constraints(
+        type(estimator)._parameter_constraints,
+        estimator.get_params(deep=False),
+        caller_name=type(estimator).__name__,
+    )
 
 
-def _is_real(x) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+def _nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
+    """Wrap a row-block function: rows holding NaN or inf give NaN (False for flags).
 
-
-# name -> (check, what was expected); checked in this order before any pass.
-_PARAMETER_CONSTRAINTS = {
-    "n_components": (lambda v: v is None or (_is_int(v) and v >= 1), "None or an int >= 1"),
-    "solver": (lambda v: isinstance(v, str) and v in SOLVERS, f"one of {SOLVERS}"),
-    "center": (lambda v: (isinstance(v, str) and v in CENTERS) or v is False, "'robust', 'mean' or False"),
-    "eta": (lambda v: _is_real(v) and 0 < v < 1, "a float in the open interval (0, 1)"),
-    "n_decay": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-    "tol": (lambda v: v is None or (_is_real(v) and v > 0), "None or a float > 0"),
-    "max_iter": (lambda v: v is None or (_is_int(v) and v >= 1), "None or an int >= 1"),
-    "nan_policy": (lambda v: isinstance(v, str) and v in NAN_POLICIES, f"one of {NAN_POLICIES}"),
-    "kernel_factor": (lambda v: _is_real(v) and 0 < v < np.inf, "a float > 0"),
-    "sample_size": (lambda v: _is_int(v) and v >= 10, "an int >= 10"),
-    "random_state": (lambda v: v is None or _is_int(v), "None or an int"),
-    "progress": (lambda v: isinstance(v, bool), "True or False"),
-}
-
-
-def _nan_for_nonfinite_rows(func):
-    """Wrap a row-block function: rows holding NaN or inf give NaN (False for flags)."""
+    Under ``nan_policy="raise"`` such rows raise :class:`NonFiniteRowsError`
+    instead (for dask input, when the block is computed).
+    """
 
     def wrapped(block):
         bad = ~np.isfinite(block).all(axis=1)
         if not bad.any():
             return func(block)
+        if nan_policy == "raise":
+            raise NonFiniteRowsError(
+                f"{int(bad.sum())} of {len(bad)} rows hold NaN or inf; clean them, or fit with "
+                "nan_policy='omit' to get NaN for such rows"
+            )
         out = func(np.where(bad[:, None], 0.0, block))
         out[bad] = np.nan if out.dtype.kind == "f" else 0
         return out
@@ -94,10 +114,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
         ``"paper"``: Algorithms 1-3 as published (kernel sizes from the EVD of
         ``X^T X / n``, ``n_decay`` sizes shrunk by ``eta``, each run to
         convergence; one pass per re-weighting).  ``"auto"``: the robust,
-        pass-efficient default: a DetMCD start on a row sample, then the
-        correntropy fixed point with the Mahalanobis kernel of eq. (1) and a
-        final flat-top re-weighting in the same passes, all components at
-        once, in a handful of passes (2-3 with the default ``tol``).
+        pass-efficient default: a start from the least outlying half of a
+        row sample (Stahel-Donoho outlyingness), then a re-weighting fixed
+        point with a flat-top correntropy kernel of the Mahalanobis distance
+        (eq. (1)) whose radius is calibrated on the data's own distances; all
+        components at once, in 2-4 passes.
     center : {"robust", "mean"} or False, default="robust"
         ``"robust"``: the robust location (a weighted mean with weights
         from the fit).  ``"mean"``: the ordinary mean.  False: no centring,
@@ -108,16 +129,18 @@ class MCPCA(TransformerMixin, BaseEstimator):
         Number of kernel sizes per component (``solver="paper"``).
     kernel_factor : float, default=1.0
         Multiplies the solver's kernel sizes: the paper's starting sizes
-        ``sqrt(lambda_i)``, or the default's ``c``.  Large values make all
-        weights equal and the fit ordinary PCA; small values are more robust
-        and less efficient.
+        ``sqrt(lambda_i)``, or the default's flat-top radius and fall-off
+        (their square roots).  Large values make all weights equal and the
+        fit ordinary PCA; small values are more robust and less efficient.
     tol : float or None, default=None
         Convergence tolerance.  ``"paper"``: on ``||v_new - v||`` of the
         inner and outer loops (default 1e-6).  ``"auto"``: on the relative
         change of the robust scatter per pass (default 1e-3).
     max_iter : int or None, default=None
         ``"paper"``: bound on re-weightings per kernel size (default 100).
-        ``"auto"``: bound on full-data passes after the first (default 10).
+        ``"auto"``: bound on full-data passes after the first (default 3, so
+        a default fit reads the data at most 4 times).  A fit that stops
+        unconverged warns with scikit-learn's ``ConvergenceWarning``.
     nan_policy : {"raise", "omit"}, default="raise"
         Rows with NaN or inf: raise a ``ValueError``, or leave them out of the
         fit (their transform and score are NaN).  Checked within the passes.
@@ -138,7 +161,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
         Orthonormal rows, ordered by decreasing robust variance (``"auto"``)
         or as found (``"paper"``); the largest entry of each row is positive.
     explained_variance_ : ndarray of shape (n_components,)
-        Robust variance along each component.
+        Robust variance along each component.  Normalised by the total weight
+        of the rows (n when all weights are equal), as ``np.cov(X, bias=True)``
+        and scikit-learn's ``EmpiricalCovariance`` and ``MinCovDet``; scikit-learn's
+        ``PCA`` divides by n - 1 instead, so with equal weights this is
+        ``PCA().explained_variance_ * (n - 1) / n``.
     explained_variance_ratio_ : ndarray of shape (n_components,)
         ``explained_variance_`` over the total robust variance.
     mean_ : ndarray of shape (n_features,)
@@ -153,9 +180,20 @@ class MCPCA(TransformerMixin, BaseEstimator):
     kernel_scale_ : float
         ``c`` of the Mahalanobis kernel ``exp(-d^2 / (2 c^2))`` used by
         :meth:`score_samples`.
+    outlier_cutoff_ : float
+        ``d^2`` above which :meth:`is_outlier` flags a row.  ``"auto"``: the
+        99.8 % quantile of the fitted bulk's own law of ``d^2`` (the cube
+        roots of the sample's distances taken as normal, by median and MAD;
+        never below the Gaussian quantile at the effective sample size), so
+        heavy tails and several regimes are not flagged.  ``"paper"``: the
+        chi-square 99.8 % quantile.
     outlier_threshold_ : float
-        Score below which :meth:`is_outlier` flags a row: the weight of a row
-        at the 99.9 % chi-square quantile of ``d^2``.
+        Score below which :meth:`is_outlier` flags a row:
+        ``exp(-outlier_cutoff_ / (2 kernel_scale_^2))``.
+    support_ : float
+        ``"auto"``: share of the rows' weight in the last re-weighting step
+        (weighted rows over rows); at least half of the rows carry full
+        weight in every step.
     n_passes_ : int
         Full passes over the data made by this call to ``fit``.
     n_iter_ : int
@@ -164,7 +202,16 @@ class MCPCA(TransformerMixin, BaseEstimator):
         Whether every iterative loop met ``tol`` within its bound.
     n_samples_ : int
         Rows used (rows with NaN or inf left out under ``nan_policy="omit"``).
+    n_components_ : int
+        Number of components kept: ``n_components``, or n_features if None.
     n_features_in_ : int
+        Number of features (columns) seen during :meth:`fit`.
+
+    See Also
+    --------
+    sklearn.decomposition.PCA : Ordinary PCA, for data without outliers.
+    sklearn.covariance.MinCovDet : Robust covariance by the MCD, in memory.
+    dask_mcpca.load : Read a model written by :meth:`save`.
 
     Notes
     -----
@@ -175,6 +222,12 @@ class MCPCA(TransformerMixin, BaseEstimator):
     (eq. (15)), and deflation updates P and Q by Woodbury (Algorithm 3).
     The weights are accumulated with a per-block log-scale, so they cannot
     all underflow for small kernel sizes.
+
+    Unlike scikit-learn, ``random_state=None`` does not mean "fresh
+    randomness": it means seed 0, so that two fits of the same data give the
+    same model (and a checkpointed fit can resume).  The row sample is drawn
+    from a hash of the seed and each row's global index, so it does not
+    depend on the chunking either.  Pass another int for another sample.
 
     References
     ----------
@@ -191,11 +244,33 @@ class MCPCA(TransformerMixin, BaseEstimator):
     >>> X = rng.normal(size=(2000, 3)) * [3.0, 1.0, 0.3]
     >>> X[:100] = rng.normal(scale=30.0, size=(100, 3))   # 5 % outliers
     >>> model = MCPCA().fit(X)
-    >>> np.abs(model.components_[0]).round(2)
-    array([1.  , 0.01, 0.  ])
+    >>> axis = np.array([1.0, 0.0, 0.0])                  # the true first component
+    >>> bool(abs(model.components_[0] @ axis) > 0.99)
+    True
+    >>> from sklearn.decomposition import PCA
+    >>> bool(abs(PCA().fit(X).components_[0] @ axis) > 0.99)   # pulled off by the outliers
+    False
+    >>> bool(model.is_outlier(X[:100]).all()), bool(model.is_outlier(X[100:]).mean() < 0.01)
+    (True, True)
     >>> model.n_passes_ <= 12
     True
     """
+
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "solver": [StrOptions(set(SOLVERS))],
+        "center": [StrOptions({c for c in CENTERS if c}), Options(bool, {False})],
+        "eta": [Interval(Real, 0, 1, closed="neither")],
+        "n_decay": [Interval(Integral, 1, None, closed="left")],
+        "kernel_factor": [Interval(Real, 0, None, closed="neither")],
+        "tol": [Interval(Real, 0, None, closed="neither"), None],
+        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
+        "nan_policy": [StrOptions(set(NAN_POLICIES))],
+        "checkpoint": [str, os.PathLike, None],
+        "sample_size": [Interval(Integral, 10, None, closed="left")],
+        "random_state": [Interval(Integral, 0, None, closed="left"), None],
+        "progress": ["boolean"],
+    }
 
     def __init__(
         self,
@@ -209,7 +284,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         tol: float | None = None,
         max_iter: int | None = None,
         nan_policy: Literal["raise", "omit"] = "raise",
-        checkpoint=None,
+        checkpoint: str | os.PathLike | None = None,
         sample_size: int = SAMPLE_SIZE,
         random_state: int | None = None,
         progress: bool = False,
@@ -229,13 +304,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         self.progress = progress
 
     # ------------------------------------------------------------------ fit
-    def _validate_params(self) -> None:
-        for name, (ok, expected) in _PARAMETER_CONSTRAINTS.items():
-            value = getattr(self, name)
-            if not ok(value):
-                raise ValueError(f"MCPCA: parameter {name}={value!r} is invalid; expected {expected}")
-
-    def fit(self, X, y=None):
+    def fit(self, X: Any, y: None = None) -> MCPCA:
         """Fit the model to ``X``.
 
         Parameters
@@ -243,14 +312,41 @@ class MCPCA(TransformerMixin, BaseEstimator):
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features).  A string names a Zarr store or
             ``"file.h5:/dataset"``.
-        y : ignored
+        y : None
+            Ignored; present for scikit-learn's API.
 
         Returns
         -------
         self : MCPCA
+            The fitted estimator.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+        CheckpointMismatchError
+            ``checkpoint`` names a file written by another fit.
+
+        See Also
+        --------
+        check_params : The parameter check ``fit`` makes before any pass.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> X = np.random.default_rng(0).normal(size=(500, 4))
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> model.components_.shape, model.n_components_, model.n_features_in_
+        ((2, 4), 2, 4)
         """
-        self._validate_params()
+        check_params(self)
         X = as_row_blocks(X)
+        if X.shape[0] < 2:
+            raise ValueError(
+                f"Found array with {X.shape[0]} sample(s) (shape={X.shape}) while a minimum of 2 is required "
+                f"by {type(self).__name__}"
+            )
         with single_threaded_blas():
             return self._fit(X)
 
@@ -390,31 +486,107 @@ class MCPCA(TransformerMixin, BaseEstimator):
         self.outlier_cutoff_ = float(cutoff)
         self.outlier_threshold_ = float(np.exp(-cutoff / (2 * self.kernel_scale_**2)))
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        tags.input_tags.allow_nan = self.nan_policy == "omit"
+        return tags
+
+    def _more_tags(self) -> dict:  # scikit-learn < 1.6
+        return {"allow_nan": self.nan_policy == "omit"}
+
     # ---------------------------------------------------------- transforms
     def _map_rows(self, X, func, n_out: int | None, dtype=np.float64):
         """Apply ``func`` to row blocks: lazily for dask input, eagerly otherwise."""
         check_is_fitted(self, "components_")
         X = as_row_blocks(X)
         if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features; the model was fitted on {self.n_features_in_}")
-        func = _nan_for_nonfinite_rows(func)
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
+        func = _nan_for_nonfinite_rows(func, self.nan_policy)
         if isinstance(X, da.Array):
             if n_out is None:
                 return X.map_blocks(func, drop_axis=1, dtype=dtype)
             return X.map_blocks(func, chunks=(X.chunks[0], (n_out,)), dtype=dtype)
         return func(X)
 
-    def transform(self, X):
+    def transform(self, X: Any) -> np.ndarray | da.Array:
         """Project ``X`` on the components: ``(X - mean_) @ components_.T``.
 
-        Returns a lazy dask array for dask or store input.
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+
+        Returns
+        -------
+        X_new : ndarray or dask array of shape (n_samples, n_components_)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise.
+            Rows with NaN or inf give NaN under ``nan_policy="omit"``.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"`` (for dask input,
+            when the result is computed).
+
+        See Also
+        --------
+        inverse_transform : Back from scores to the data space.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> model.transform(X).shape
+        (1000, 2)
+        >>> import dask.array as da
+        >>> Z = model.transform(da.from_array(X, chunks=(250, 3)))   # lazy
+        >>> bool(np.allclose(Z.compute(), model.transform(X)))
+        True
         """
         check_is_fitted(self, "components_")
         comps, mean = self.components_, self.mean_
         return self._map_rows(X, lambda b: (np.asarray(b, np.float64) - mean) @ comps.T, len(comps))
 
-    def inverse_transform(self, X):
-        """Map scores back to the data space: ``X @ components_ + mean_``."""
+    def inverse_transform(self, X: Any) -> np.ndarray | da.Array:
+        """Map scores back to the data space: ``X @ components_ + mean_``.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_components_)
+            Scores, as returned by :meth:`transform`.
+
+        Returns
+        -------
+        X_original : ndarray or dask array of shape (n_samples, n_features_in_)
+            The projection of the original rows on the components' affine
+            subspace; a dask array for dask input.
+
+        See Also
+        --------
+        transform : From the data space to scores.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> X_back = model.inverse_transform(model.transform(X))
+        >>> X_back.shape
+        (1000, 3)
+        >>> bool(np.abs(X_back - X)[:, 2].max() < 2.0)  # only the third, smallest axis is lost
+        True
+        """
         check_is_fitted(self, "components_")
         if isinstance(X, da.Array):
             return X @ self.components_ + self.mean_
@@ -431,38 +603,207 @@ class MCPCA(TransformerMixin, BaseEstimator):
             d2 += np.maximum(resid, 0.0) / self.noise_variance_
         return d2
 
-    def mahalanobis(self, X):
-        """Squared robust Mahalanobis distance of each row under the fitted model."""
+    def mahalanobis(self, X: Any) -> np.ndarray | da.Array:
+        """Squared robust Mahalanobis distance of each row under the fitted model.
+
+        ``d^2 = sum_j z_j^2 / explained_variance_[j]`` over the components,
+        plus the squared residual over ``noise_variance_`` when components were
+        discarded.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+
+        Returns
+        -------
+        d2 : ndarray or dask array of shape (n_samples,)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise.
+            NaN for rows with NaN or inf under ``nan_policy="omit"``.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+
+        See Also
+        --------
+        score_samples : The correntropy weight ``exp(-d^2 / (2 c^2))``.
+        is_outlier : ``d^2`` above ``outlier_cutoff_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> d2 = model.mahalanobis(X)
+        >>> bool(abs(np.median(d2) / 2.37 - 1) < 0.2)   # about chi-square(3)'s median
+        True
+        """
         return self._map_rows(X, self._d2, None)
 
-    def score_samples(self, X):
+    def score_samples(self, X: Any) -> np.ndarray | da.Array:
         """Correntropy weight of each row, in [0, 1]: ``exp(-d^2 / (2 c^2))``.
 
         ``d^2`` is the squared robust Mahalanobis distance under the fitted
         components and variances (the discarded directions share
         ``noise_variance_``) and ``c = kernel_scale_``.  Low scores are
-        outlying rows; NaN for rows with NaN.  Lazy for dask input.
+        outlying rows.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+
+        Returns
+        -------
+        scores : ndarray or dask array of shape (n_samples,)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise.
+            NaN for rows with NaN or inf under ``nan_policy="omit"``.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+
+        See Also
+        --------
+        mahalanobis : The ``d^2`` these weights come from.
+        is_outlier : Scores below ``outlier_threshold_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> w = model.score_samples(np.vstack([X[:5], [[50.0, 50.0, 50.0]]]))
+        >>> bool(((w[:5] > 0.01) & (w[:5] <= 1)).all()), bool(w[5] < 1e-10)
+        (True, True)
         """
         check_is_fitted(self, "components_")
         c2 = self.kernel_scale_**2
         return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None)
 
-    def is_outlier(self, X):
-        """True for rows whose ``d^2`` exceeds the 99.9 % chi-square quantile.
+    def is_outlier(self, X: Any) -> np.ndarray | da.Array:
+        """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``.
 
         Equivalently ``score_samples(X) < outlier_threshold_``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+
+        Returns
+        -------
+        flags : ndarray or dask array of bool, shape (n_samples,)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise.
+            False for rows with NaN or inf under ``nan_policy="omit"``.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+
+        See Also
+        --------
+        score_samples : The weight compared with ``outlier_threshold_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> model.is_outlier([[0.0, 0.0, 0.0], [0.0, 0.0, 30.0]])
+        array([False,  True])
         """
         check_is_fitted(self, "components_")
         cut = self.outlier_cutoff_
         return self._map_rows(X, lambda b: self._d2(b) > cut, None, dtype=bool)
 
     # ---------------------------------------------------------- persistence
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """Write the fitted model to ``path`` as JSON (no pickle).
 
         Read it back with :func:`dask_mcpca.load`; the format is described
         in :mod:`dask_mcpca._persist`.  The file is replaced atomically.
-        """
-        from ._persist import save
 
-        save(self, path)
+        Parameters
+        ----------
+        path : str or path-like
+            Destination file; replaced atomically if it exists.
+
+        See Also
+        --------
+        dask_mcpca.load : Read the model back.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> import os, tempfile
+        >>> from dask_mcpca import load
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     model.save(os.path.join(folder, "model.json"))
+        ...     loaded = load(os.path.join(folder, "model.json"))
+        >>> bool((loaded.transform(X) == model.transform(X)).all())
+        True
+        """
+        _persist.save(self, path)
+
+
+def load(path: str | os.PathLike) -> MCPCA:
+    """Read a model written by :meth:`MCPCA.save`.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The model file.
+
+    Returns
+    -------
+    model : MCPCA
+        Fitted, with the saved parameters and attributes; it computes bit for
+        bit what the saved model did.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    ModelFormatError
+        The file is not a dask-mcpca model, is damaged, or was written by a
+        newer format version.
+
+    See Also
+    --------
+    MCPCA.save : Write a model.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from dask_mcpca import MCPCA, load
+    >>> X = np.random.default_rng(0).normal(size=(500, 3))
+    >>> model = MCPCA().fit(X)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     model.save(os.path.join(folder, "model.json"))
+    ...     loaded = load(os.path.join(folder, "model.json"))
+    >>> bool((loaded.components_ == model.components_).all())
+    True
+    """
+    return _persist.load(path, MCPCA)

@@ -14,7 +14,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-__all__ = ["as_row_blocks", "open_store", "H5Dataset", "BLOCK_BYTES"]
+__all__ = ["as_row_blocks", "open_store", "split_store_path", "H5Dataset", "BLOCK_BYTES"]
 
 #: Target size of one row block of a store (bytes, in the store's dtype).
 BLOCK_BYTES = 128 * 2**20
@@ -68,6 +68,29 @@ def _is_hdf5_path(path: str) -> bool:
     return path.lower().endswith((".h5", ".hdf5", ".hdf", ".he5", ".nc"))
 
 
+def split_store_path(path: str | os.PathLike) -> tuple[str, str | None]:
+    """Split ``"file.h5:/group/data"`` into the file and the array inside it.
+
+    A path that exists is never split (a colon may be part of a file name);
+    otherwise the part after the last colon names the array when the part
+    before it exists or looks like an HDF5 file.  Returns ``(path, None)``
+    when there is nothing to split.
+
+    Examples
+    --------
+    >>> split_store_path("archive.h5:/sensors/x")
+    ('archive.h5', '/sensors/x')
+    >>> split_store_path("no-such-store.zarr")
+    ('no-such-store.zarr', None)
+    """
+    path = os.fspath(path)
+    if ":" in path and not os.path.exists(path):
+        head, _, tail = path.rpartition(":")
+        if _is_hdf5_path(head) or os.path.exists(head):
+            return head, tail
+    return path, None
+
+
 def open_store(path: str | os.PathLike, dataset: str | None = None):
     """Open a Zarr store or an HDF5 file read-only and return its 2-D array.
 
@@ -85,10 +108,8 @@ def open_store(path: str | os.PathLike, dataset: str | None = None):
     zarr.Array or H5Dataset
     """
     path = os.fspath(path)
-    if dataset is None and ":" in path and not os.path.exists(path):
-        head, _, tail = path.rpartition(":")
-        if _is_hdf5_path(head) or os.path.exists(head):
-            path, dataset = head, tail
+    if dataset is None:
+        path, dataset = split_store_path(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such store: {path!r}")
     if os.path.isfile(path):
@@ -193,16 +214,33 @@ def _from_store(arr) -> da.Array:
 
 
 def _check_2d(shape) -> None:
+    # The wording of scikit-learn's check_array, which its users grep for.
     if len(shape) != 2:
-        raise ValueError(f"X must be 2-D (rows x features); got an array of shape {tuple(shape)}")
-    if shape[0] == 0 or shape[1] == 0:
-        raise ValueError(f"X is empty: shape {tuple(shape)}")
+        hint = (
+            " Reshape your data either using array.reshape(-1, 1) if your data has a single feature"
+            " or array.reshape(1, -1) if it contains a single sample."
+        )
+        raise ValueError(
+            f"X must be 2-D (rows x features); got an array of shape {tuple(shape)}."
+            + (hint if len(shape) == 1 else "")
+        )
+    for n, what in zip(shape, ("sample", "feature"), strict=True):
+        if n == 0:
+            raise ValueError(
+                f"X is empty: found array with 0 {what}(s) (shape={tuple(shape)}) while a minimum of 1 is required."
+            )
 
 
 def _as_float(x):
-    """Integers and booleans become float64; float32 stays float32."""
-    if x.dtype.kind in "biu":
+    """Integers and booleans become float64; float32 stays float32.
+
+    A numpy array of Python objects is converted to float64 (an error names
+    the first value that is not a number); complex data is refused.
+    """
+    if x.dtype.kind in "biu" or (x.dtype.kind == "O" and isinstance(x, np.ndarray)):
         return x.astype(np.float64)
+    if x.dtype.kind == "c":
+        raise ValueError(f"Complex data not supported: X must hold real numbers; got dtype {x.dtype}")
     if x.dtype.kind != "f":
         raise ValueError(f"X must hold numbers; got dtype {x.dtype}")
     return x
@@ -240,6 +278,17 @@ def as_row_blocks(X: Any) -> np.ndarray | da.Array:
     if isinstance(X, H5Dataset) or type(X).__module__.startswith("zarr"):
         _check_2d(X.shape)
         return _as_float(_from_store(X))
+    if _is_sparse(X):
+        raise TypeError(
+            f"Sparse data was passed ({type(X).__name__}), but dense data is required: "
+            "use X.toarray() to convert it to a dense numpy array"
+        )
     X = np.asarray(X)
     _check_2d(X.shape)
     return _as_float(X)
+
+
+def _is_sparse(X) -> bool:
+    import scipy.sparse
+
+    return scipy.sparse.issparse(X)

@@ -148,7 +148,7 @@ class PassRunner:
                 offsets = np.concatenate([[0], np.cumsum(self.X.chunks[0])[:-1]])
                 parts = [
                     dask.delayed(_block_task, pure=True)(b, plan_d, int(off))
-                    for off, b in zip(offsets, self._dask_blocks())
+                    for off, b in zip(offsets, self._dask_blocks(), strict=True)
                 ]
                 stats = bar.compute(_tree_reduce(parts, SPLIT_EVERY), blocks=parts)
             else:

@@ -1,4 +1,8 @@
-"""Saved models: a fitted :class:`MCPCA` as one JSON file, no pickle.
+"""Saved models: a fitted estimator as one JSON file, no pickle.
+
+This module is a codec: it knows parameters and fitted arrays, not the
+estimator.  :meth:`MCPCA.save` hands it the model; :func:`dask_mcpca.load`
+hands it the class to rebuild (``load(path, MCPCA)``).
 
 Format (``format_version`` 1)::
 
@@ -37,10 +41,15 @@ from __future__ import annotations
 import json
 import math
 import os
+from typing import Any, TypeVar
 
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 
 from ._atomic import atomic_path
+from ._version import __version__
+
+T = TypeVar("T")
 
 __all__ = ["save", "load", "FORMAT", "FORMAT_VERSION"]
 
@@ -106,21 +115,18 @@ def _decode_value(value):
     return value
 
 
-def save(model, path) -> None:
+def save(model: Any, path: str | os.PathLike) -> None:
     """Write the fitted ``model`` to ``path`` as JSON (see the module docstring).
 
     Parameters
     ----------
     model : MCPCA
-        A fitted estimator.
+        A fitted estimator: its ``get_params()`` and its attributes whose
+        names end in ``_`` are written.
     path : str or path-like
         Destination file; replaced atomically if it exists.
     """
-    from sklearn.utils.validation import check_is_fitted
-
     check_is_fitted(model, "components_")
-    from . import __version__
-
     attributes = {
         name: _encode_value(name, value)
         for name, value in sorted(vars(model).items())
@@ -140,16 +146,20 @@ def save(model, path) -> None:
             f.write(text + "\n")
 
 
-def load(path):
-    """Read a model written by :meth:`MCPCA.save`.
+def load(path: str | os.PathLike, cls: type[T]) -> T:
+    """Read a model of class ``cls`` written by :func:`save`.
 
     Parameters
     ----------
     path : str or path-like
+        The model file.
+    cls : type
+        The estimator class; the file must name it, and it is rebuilt as
+        ``cls(**params)`` with the saved attributes set on it.
 
     Returns
     -------
-    MCPCA
+    model : cls
         Fitted, with the saved parameters and attributes.
 
     Raises
@@ -159,8 +169,6 @@ def load(path):
     ValueError
         The file is not a dask-mcpca model, or was written by a newer format.
     """
-    from ._estimator import MCPCA
-
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -178,11 +186,11 @@ def load(path):
         raise ModelFormatError(
             f"{path!r} has model format version {version!r}; this dask-mcpca reads versions 1..{FORMAT_VERSION}"
         )
-    if document.get("class") != MCPCA.__name__:
-        raise ModelFormatError(f"{path!r} holds a {document.get('class')!r}, not an MCPCA model")
+    if document.get("class") != cls.__name__:
+        raise ModelFormatError(f"{path!r} holds a {document.get('class')!r}, not an {cls.__name__} model")
     try:
         params = {name: _decode_value(v) for name, v in document["params"].items()}
-        model = MCPCA(**params)
+        model = cls(**params)
         for name, value in document["attributes"].items():
             if not (name.endswith("_") and name.isidentifier()):
                 raise ValueError(f"bad attribute name {name!r}")

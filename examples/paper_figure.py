@@ -18,11 +18,11 @@ import argparse
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn.decomposition import PCA  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from sklearn.decomposition import PCA
 
-from dask_mcpca import MCPCA  # noqa: E402
+from dask_mcpca import MCPCA
 
 S = np.array([[8.0, 3.0, -1.0], [3.0, 4.0, -2.0], [-1.0, -2.0, 6.0]])
 STYLES = {

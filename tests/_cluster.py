@@ -86,7 +86,7 @@ class ProcessCluster:
         self._procs.append((name, proc))
         return proc
 
-    def start(self) -> "ProcessCluster":
+    def start(self) -> ProcessCluster:
         """Start the scheduler, then the workers; return when all have registered."""
         self.directory.mkdir(parents=True, exist_ok=True)
         scheduler_file = self.directory / "scheduler.json"
@@ -188,7 +188,7 @@ class ProcessCluster:
             out.append(f"--- {path.name} ---\n{text}")
         return "\n".join(out)
 
-    def __enter__(self) -> "ProcessCluster":
+    def __enter__(self) -> ProcessCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:

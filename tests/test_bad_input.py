@@ -9,54 +9,33 @@ from __future__ import annotations
 
 import glob
 import os
-import threading
 from collections import Counter
 
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import RecordingRows, assert_same_fit
 
-from dask_mcpca import MCPCA
+from dask_mcpca import MCPCA, NonFiniteRowsError, check_params
 
 SOLVERS = [
     pytest.param({}, id="auto"),
     pytest.param({"solver": "paper", "n_decay": 4}, id="paper"),
 ]
 
-FITTED = ("components_", "explained_variance_", "mean_", "sigmas_", "covariance_")
-
-
 def _data(n=300, p=3, seed=0):
     rng = np.random.default_rng(seed)
     return rng.normal(size=(n, p)) * np.geomspace(3.0, 0.3, p)
 
 
-def _assert_same_fit(a, b, *, rtol=1e-10, atol=1e-12):
-    for name in FITTED:
-        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=rtol, atol=atol, err_msg=name)
-    assert a.n_samples_ == b.n_samples_
-
-
-class _CountingRows:
-    """Array-like over ``X`` that counts how often each row block is read."""
-
-    def __init__(self, X):
-        self.X, self.shape, self.dtype, self.ndim = X, X.shape, X.dtype, X.ndim
-        self.reads = Counter()
-        self._lock = threading.Lock()
-
-    def __getitem__(self, key):
-        rows = key[0]
-        if rows.stop > rows.start:  # dask reads an empty slice for the meta
-            with self._lock:
-                self.reads[rows.start] += 1
-        return self.X[key]
-
-
 def _counting(X, rows_per_block):
-    reader = _CountingRows(X)
-    name = f"counting-{id(reader)}"
-    return reader, da.from_array(reader, chunks=(rows_per_block, -1), asarray=True, lock=False, name=name)
+    reader = RecordingRows(X)
+    return reader, reader.as_dask(rows_per_block)
+
+
+def _block_reads(reader) -> Counter:
+    """How often each row block (by its first row) was read."""
+    return Counter(start for start, _ in reader.reads)
 
 
 def _untouchable(n, p, rows_per_block=50):
@@ -97,8 +76,8 @@ def test_nonfinite_check_costs_no_extra_pass(kw):
     for policy in ("raise", "omit"):
         reader, data = _counting(X, 100)
         m = MCPCA(nan_policy=policy, **kw).fit(data)
-        assert sorted(reader.reads) == [0, 100, 200, 300]
-        assert set(reader.reads.values()) == {m.n_passes_}
+        assert sorted(_block_reads(reader)) == [0, 100, 200, 300]
+        assert set(_block_reads(reader).values()) == {m.n_passes_}
         counts[policy] = m.n_passes_
     assert counts["raise"] == counts["omit"]
 
@@ -106,7 +85,7 @@ def test_nonfinite_check_costs_no_extra_pass(kw):
     reader, data = _counting(X, 100)
     with pytest.raises(ValueError, match="1 of 400 rows"):
         MCPCA(**kw).fit(data)
-    assert reader.reads == Counter({0: 1, 100: 1, 200: 1, 300: 1})
+    assert _block_reads(reader) == Counter({0: 1, 100: 1, 200: 1, 300: 1})
 
 
 def _with_gaps(seed=1):
@@ -136,10 +115,10 @@ def test_omit_equals_fit_without_those_rows(kw):
     omit = MCPCA(nan_policy="omit", sample_size=1000, **kw).fit(gappy)
     deleted = MCPCA(sample_size=1000, **kw).fit(clean)
     assert omit.n_samples_ == len(clean) == 293
-    _assert_same_fit(omit, deleted)
+    assert_same_fit(omit, deleted)
     # also through dask blocks whose boundaries do not line up with the deletion
     omit_d = MCPCA(nan_policy="omit", sample_size=1000, **kw).fit(da.from_array(gappy, chunks=(70, -1)))
-    _assert_same_fit(omit_d, deleted, rtol=1e-8, atol=1e-10)
+    assert_same_fit(omit_d, deleted, rtol=1e-8, atol=1e-10)
 
 
 @pytest.mark.parametrize("kind", ["numpy", "dask"])
@@ -179,34 +158,44 @@ def test_omit_with_too_few_rows_left():
 
 # ------------------------------------------------------ invalid parameters
 INVALID = [
-    ("n_components", 0, "int >= 1"),
-    ("n_components", -2, "int >= 1"),
-    ("n_components", 1.5, "int >= 1"),
-    ("n_components", True, "int >= 1"),
-    ("solver", "fast", "'auto', 'paper'"),
-    ("solver", None, "'auto', 'paper'"),
-    ("center", "median", "'robust', 'mean' or False"),
-    ("center", True, "'robust', 'mean' or False"),
-    ("eta", 0.0, "open interval (0, 1)"),
-    ("eta", 1.0, "open interval (0, 1)"),
-    ("eta", 1.5, "open interval (0, 1)"),
-    ("eta", float("nan"), "open interval (0, 1)"),
-    ("n_decay", 0, "int >= 1"),
-    ("n_decay", 2.0, "int >= 1"),
-    ("tol", 0.0, "float > 0"),
-    ("max_iter", 0, "int >= 1"),
-    ("nan_policy", "ignore", "'raise', 'omit'"),
-    ("sample_size", 5, "int >= 10"),
+    ("n_components", 0, "an int in the range [1, inf) or None"),
+    ("n_components", -2, "an int in the range [1, inf) or None"),
+    ("n_components", 1.5, "an int in the range [1, inf) or None"),
+    ("solver", "fast", "a str among"),
+    ("solver", None, "a str among"),
+    ("center", "median", "or a bool among {False}"),
+    ("center", True, "or a bool among {False}"),
+    ("eta", 0.0, "a float in the range (0.0, 1.0)"),
+    ("eta", 1.0, "a float in the range (0.0, 1.0)"),
+    ("eta", 1.5, "a float in the range (0.0, 1.0)"),
+    ("eta", float("nan"), "a float in the range (0.0, 1.0)"),
+    ("n_decay", 0, "an int in the range [1, inf)"),
+    ("n_decay", 2.0, "an int in the range [1, inf)"),
+    ("kernel_factor", float("inf"), "a float in the range (0.0, inf)"),
+    ("tol", 0.0, "a float in the range (0.0, inf) or None"),
+    ("max_iter", 0, "an int in the range [1, inf) or None"),
+    ("nan_policy", "ignore", "a str among"),
+    ("sample_size", 5, "an int in the range [10, inf)"),
+    ("random_state", -1, "an int in the range [0, inf) or None"),
+    ("progress", "yes", "an instance of 'bool'"),
 ]
 
 
 @pytest.mark.parametrize("name, value, expected", INVALID)
 def test_invalid_parameter_named_before_any_pass(name, value, expected):
+    """scikit-learn's message: the parameter, what was expected, the value given."""
     with pytest.raises(ValueError) as err:
         MCPCA(**{name: value}).fit(_untouchable(200, 3))
     msg = str(err.value)
-    assert f"{name}={value!r}" in msg
+    assert f"The {name!r} parameter of MCPCA must be" in msg
     assert expected in msg
+    assert f"Got {value!r} instead" in msg
+
+
+def test_check_params_is_the_check_fit_makes():
+    assert check_params(MCPCA(solver="paper", center=False)) is None
+    with pytest.raises(ValueError, match="'sample_size' parameter of MCPCA"):
+        check_params(MCPCA(sample_size=3))
 
 
 @pytest.mark.parametrize(
@@ -215,7 +204,7 @@ def test_invalid_parameter_named_before_any_pass(name, value, expected):
         ((200, 3), {"n_components": 4}, "n_components=4 is invalid; X has only 3 features"),
         ((4, 3), {}, "X has 4 rows and 3 features; solver='auto' with center='robust' needs at least 5"),
         ((4, 3), {"solver": "paper", "n_decay": 3}, "needs at least 5 rows"),
-        ((1, 3), {"solver": "paper", "center": "mean"}, "X has 1 rows .* needs at least 2 rows"),
+        ((1, 3), {"solver": "paper", "center": "mean"}, r"1 sample\(s\) \(shape=\(1, 3\)\) while a minimum of 2"),
         ((5000, 20), {"sample_size": 15}, "sample_size=15 is invalid; .* at least 22 rows"),
     ],
 )
@@ -239,11 +228,11 @@ def test_paper_with_fixed_centre_needs_only_two_rows():
     [
         (np.zeros(10), r"2-D .* shape \(10,\)"),
         (np.zeros((4, 5, 6)), r"2-D .* shape \(4, 5, 6\)"),
-        (np.zeros((0, 3)), r"empty: shape \(0, 3\)"),
-        (np.zeros((10, 0)), r"empty: shape \(10, 0\)"),
-        (da.zeros((0, 3), chunks=(1, 3)), r"empty: shape \(0, 3\)"),
+        (np.zeros((0, 3)), r"empty: .* 0 sample\(s\) \(shape=\(0, 3\)\)"),
+        (np.zeros((10, 0)), r"empty: .* 0 feature\(s\) \(shape=\(10, 0\)\)"),
+        (da.zeros((0, 3), chunks=(1, 3)), r"empty: .* 0 sample\(s\) \(shape=\(0, 3\)\)"),
         (np.array([["a", "b"], ["c", "d"]]), "must hold numbers"),
-        (np.ones((10, 2), dtype=complex), "must hold numbers"),
+        (np.ones((10, 2), dtype=complex), "Complex data not supported"),
     ],
     ids=["1d", "3d", "no-rows", "no-columns", "dask-no-rows", "strings", "complex"],
 )
@@ -252,15 +241,45 @@ def test_bad_shapes_and_dtypes(X, match):
         MCPCA().fit(X)
 
 
+def test_one_dimensional_input_says_how_to_reshape():
+    with pytest.raises(ValueError, match=r"Reshape your data either using array.reshape\(-1, 1\)"):
+        MCPCA().fit(np.zeros(10))
+
+
+def test_sparse_input_is_refused_by_name():
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    with pytest.raises(TypeError, match="Sparse data was passed .* dense data is required"):
+        MCPCA().fit(scipy_sparse.csr_matrix(_data()))
+
+
+def test_numeric_object_array_is_converted():
+    X = _data()
+    assert_same_fit(MCPCA().fit(X.astype(object)), MCPCA().fit(X), rtol=0, atol=0)
+    bad = X.astype(object)
+    bad[0, 0] = {"not": "a number"}
+    with pytest.raises(TypeError, match="must be a string or a real number"):
+        MCPCA().fit(bad)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+@pytest.mark.parametrize("method", ["transform", "score_samples", "is_outlier", "mahalanobis"])
+def test_default_policy_refuses_nan_rows_after_the_fit_too(kind, method):
+    m = MCPCA(n_components=2).fit(_data())
+    gappy, _, _ = _with_gaps()
+    data = gappy if kind == "numpy" else da.from_array(gappy, chunks=(70, -1))
+    with pytest.raises(NonFiniteRowsError, match="rows hold NaN or inf; .* nan_policy='omit'"):
+        np.asarray(getattr(m, method)(data))
+
+
 # ------------------------------------------------- conversions and chunks
 @pytest.mark.parametrize("kw", SOLVERS)
 def test_integer_and_boolean_data_are_converted(kw):
     rng = np.random.default_rng(3)
     ints = np.rint(rng.normal(size=(300, 3)) * [30, 10, 3]).astype(np.int32)
-    _assert_same_fit(MCPCA(**kw).fit(ints), MCPCA(**kw).fit(ints.astype(np.float64)))
-    _assert_same_fit(MCPCA(**kw).fit(da.from_array(ints, chunks=100)), MCPCA(**kw).fit(ints.astype(float)), rtol=1e-9)
+    assert_same_fit(MCPCA(**kw).fit(ints), MCPCA(**kw).fit(ints.astype(np.float64)))
+    assert_same_fit(MCPCA(**kw).fit(da.from_array(ints, chunks=100)), MCPCA(**kw).fit(ints.astype(float)), rtol=1e-9)
     bools = np.column_stack([ints[:, 0] > 0, ints[:, 1] > 5, ints[:, 2] > -3])
-    _assert_same_fit(MCPCA(**kw).fit(bools), MCPCA(**kw).fit(bools.astype(np.float64)))
+    assert_same_fit(MCPCA(**kw).fit(bools), MCPCA(**kw).fit(bools.astype(np.float64)))
 
 
 @pytest.mark.parametrize("via", ["to_dask_array", "values"])
@@ -271,7 +290,7 @@ def test_unknown_chunk_sizes_are_resolved(via):
     frame = dd.from_pandas(pd.DataFrame(X, columns=["a", "b", "c"]), npartitions=3)
     arr = frame.to_dask_array() if via == "to_dask_array" else frame.values
     assert np.isnan(arr.chunks[0]).all()  # the case this test is about
-    _assert_same_fit(MCPCA().fit(arr), MCPCA().fit(X), rtol=1e-9)
+    assert_same_fit(MCPCA().fit(arr), MCPCA().fit(X), rtol=1e-9)
 
 
 # ------------------------------------------------------------ broken stores
@@ -300,7 +319,7 @@ def test_wrong_dataset_names_the_path_and_the_name(tmp_path):
         MCPCA().fit(store + ":/nope")
     assert store in str(err.value) and "nope" in str(err.value) and "data" in str(err.value)
     # the right name works through the same syntax
-    _assert_same_fit(MCPCA().fit(store + ":/data"), MCPCA().fit(X), rtol=1e-9)
+    assert_same_fit(MCPCA().fit(store + ":/data"), MCPCA().fit(X), rtol=1e-9)
 
     h5 = tmp_path / "file.h5"
     with h5py.File(h5, "w") as f:

@@ -19,13 +19,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import zipfile
 
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import Interrupted, RecordingRows, assert_same_fit
 
 from dask_mcpca import MCPCA
 from dask_mcpca._atomic import atomic_path, stale_temporaries
@@ -61,44 +61,12 @@ def _blocks(X):
 
 def _assert_same_end(resumed, fresh):
     """Equal to 1e-12: the resumed fit ends where the uninterrupted one ends."""
-    for name in FITTED_ARRAYS:
-        np.testing.assert_allclose(getattr(resumed, name), getattr(fresh, name), rtol=1e-12, atol=1e-12,
-                                   err_msg=name)
-    for name in FITTED_SCALARS:
-        a, b = getattr(resumed, name), getattr(fresh, name)
-        assert a == pytest.approx(b, rel=1e-12, abs=1e-12), name
-
-
-class _Interrupted(RuntimeError):
-    pass
-
-
-class _FailingRows:
-    """Array-like over ``X`` that raises once the fit starts pass ``fail_on_pass``.
-
-    A pass reads every block once; the read of block 0 marks a new pass.
-    """
-
-    def __init__(self, X, fail_on_pass):
-        self.X, self.shape, self.dtype, self.ndim = X, X.shape, X.dtype, X.ndim
-        self.fail_on_pass = fail_on_pass
-        self.passes = 0
-        self._lock = threading.Lock()
-
-    def __getitem__(self, key):
-        rows = key[0]
-        with self._lock:
-            if rows.start == 0 and rows.stop > 0:  # dask reads an empty slice for the meta
-                self.passes += 1
-            if self.passes >= self.fail_on_pass:
-                raise _Interrupted(f"interrupted in pass {self.passes}")
-        return self.X[key]
+    assert_same_fit(resumed, fresh, rtol=1e-12, atol=1e-12, names=FITTED_ARRAYS + FITTED_SCALARS)
 
 
 def _interrupt_at(X, kw, path, fail_on_pass):
-    reader = _FailingRows(X, fail_on_pass)
-    data = da.from_array(reader, chunks=(ROWS_PER_BLOCK, -1), asarray=True, lock=False, name=f"fail-{id(reader)}")
-    with pytest.raises(_Interrupted):
+    data = RecordingRows(X, fail_on_pass=fail_on_pass).as_dask(ROWS_PER_BLOCK)
+    with pytest.raises(Interrupted):
         MCPCA(checkpoint=path, **kw).fit(data)
     assert os.path.exists(path)
 

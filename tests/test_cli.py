@@ -20,7 +20,7 @@ import pytest
 import zarr
 
 from dask_mcpca import MCPCA, load
-from dask_mcpca._demo import CHANNELS, KINDS, TRUE_LOADINGS, angles_deg, make_archive, make_faults
+from dask_mcpca.demo import CHANNELS, KINDS, TRUE_LOADINGS, angles_deg, make_archive, make_faults
 
 N_ROWS, N_FEATURES = 3000, 5
 TIMEOUT = 300

@@ -24,13 +24,12 @@ import numpy as np
 import psutil
 import pytest
 import zarr
-
+from _cluster import REPO_ROOT, ProcessCluster, subprocess_env
+from conftest import assert_same_fit as assert_fits_agree
 from distributed import Client, get_task_stream
 
 from dask_mcpca import MCPCA
 from dask_mcpca._io import H5Dataset
-
-from _cluster import REPO_ROOT, ProcessCluster, subprocess_env
 
 N_ROWS, SCALES = 20_000, np.array([4.0, 2.0, 1.0, 0.5, 0.3, 0.2])
 N_FEATURES = len(SCALES)
@@ -113,14 +112,11 @@ def local_fit(kind: str, solver: str, stores: dict) -> MCPCA:
     return _LOCAL_FITS[kind, solver]
 
 
-def assert_same_fit(got: MCPCA, expected: MCPCA, *, tol: float = TOL) -> None:
-    """Fitted components, variances and centre agree to ``tol``; same number of passes."""
-    assert got.n_passes_ == expected.n_passes_
-    for name in ("components_", "explained_variance_", "mean_"):
-        a, b = getattr(got, name), getattr(expected, name)
-        assert a.shape == b.shape, name
-        scale = max(1.0, float(np.abs(b).max()))
-        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * scale, err_msg=name)
+def assert_same_fit(got: MCPCA, expected: MCPCA) -> None:
+    """Fitted components, variances and centre agree to ``TOL``; same number of passes."""
+    assert_fits_agree(
+        got, expected, rtol=TOL, atol=TOL, names=("components_", "explained_variance_", "mean_"), same_passes=True
+    )
 
 
 def _gone(pid: int) -> bool:
@@ -171,7 +167,7 @@ def test_fit_survives_a_killed_worker(client, cluster, stores):
     def fit():
         try:
             outcome["model"] = MCPCA(**SOLVERS[solver]).fit(make_input(kind, stores))
-        except BaseException as err:  # noqa: BLE001 - reported by the main thread
+        except BaseException as err:
             outcome["error"] = err
 
     thread = threading.Thread(target=fit, daemon=True)

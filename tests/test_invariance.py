@@ -28,6 +28,7 @@ import tempfile
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import assert_same_fit
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scipy.stats import ortho_group
@@ -37,7 +38,7 @@ from dask_mcpca import MCPCA
 from dask_mcpca._robust import robust_start
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from scenarios import make_scenario  # noqa: E402
+from scenarios import make_scenario
 
 
 def _angle(est, true):
@@ -83,11 +84,11 @@ def _cos(a, b):
 
 
 def _assert_same_fit(a, b, *, rtol):
-    np.testing.assert_allclose(_cos(a.components_, b.components_), 1.0, atol=rtol)
-    np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=rtol, atol=1e-12)
-    np.testing.assert_allclose(a.mean_, b.mean_, rtol=rtol, atol=rtol * 1e-3)
-    np.testing.assert_allclose(a.sigmas_, b.sigmas_, rtol=rtol, atol=1e-12)
-    assert a.n_samples_ == b.n_samples_
+    """Components up to sign (|cos| to ``rtol``), variances, centre and kernel sizes to ``rtol``."""
+    assert_same_fit(
+        a, b, rtol=rtol, atol=rtol * 1e-3, names=("components_", "explained_variance_", "mean_", "sigmas_"),
+        up_to_sign=True,
+    )
 
 
 # ------------------------------------------------------------ helpers

@@ -9,12 +9,11 @@ never builds a task graph.
 
 from __future__ import annotations
 
-import threading
-
 import dask
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import RecordingRows
 
 import dask_mcpca._passes as passes_module
 from dask_mcpca import MCPCA
@@ -33,25 +32,6 @@ def _data(n: int, p: int, seed: int = 0) -> np.ndarray:
     X[out] = rng.standard_normal((out.sum(), p))
     X[out, -1] += 10.0 * np.sqrt(10.0)
     return X
-
-
-class CountingArray:
-    """An array-like that records every non-empty read ``(row start, row stop)``."""
-
-    def __init__(self, X: np.ndarray):
-        self._X = X
-        self.shape, self.dtype, self.ndim = X.shape, X.dtype, X.ndim
-        self.reads: list[tuple[int, int]] = []
-        self._lock = threading.Lock()
-
-    def __getitem__(self, key):
-        out = self._X[key]
-        if out.size:
-            rows = key[0] if isinstance(key, tuple) else key
-            start, stop, _ = rows.indices(self.shape[0])
-            with self._lock:
-                self.reads.append((start, stop))
-        return out
 
 
 @pytest.fixture
@@ -75,11 +55,11 @@ def pass_log(monkeypatch):
 
 @pytest.fixture
 def counting_fit(monkeypatch, pass_log):
-    """Fit a CountingArray through ``da.from_array``; return (model, source, blocks, log)."""
+    """Fit a RecordingRows through ``da.from_array``; return (model, source, blocks, log)."""
     original_init = passes_module.PassRunner.__init__
 
     def fit(X: np.ndarray, chunk_rows: int, **params):
-        source = CountingArray(X)
+        source = RecordingRows(X)
 
         def init(self, data, **kwargs):
             original_init(self, data, **kwargs)
@@ -90,7 +70,7 @@ def counting_fit(monkeypatch, pass_log):
         source.reads.clear()  # from_array may peek at the array; only the fit counts
         model = MCPCA(**params).fit(dX)
         bounds = np.cumsum([0, *dX.chunks[0]])
-        blocks = sorted(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+        blocks = sorted(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
         return model, source, blocks, pass_log
 
     return fit

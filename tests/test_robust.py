@@ -16,7 +16,7 @@ from sklearn.decomposition import PCA
 from dask_mcpca import MCPCA
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from scenarios import make_scenario  # noqa: E402
+from scenarios import make_scenario
 
 CONTAMINATED = ["paper5", "paper20", "orthogonal10", "cluster10", "cluster25", "t3"]
 LABELLED = ["orthogonal10", "cluster10", "cluster25"]

@@ -1,0 +1,108 @@
+"""Helpers shared by the test files: comparing fits, and array-likes that record reads.
+
+Imported by name (``from conftest import assert_same_fit``): pytest puts this
+folder on ``sys.path``, as it does for ``_cluster`` and ``paper_reference``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import dask.array as da
+import numpy as np
+
+#: The fitted arrays compared by default.
+FITTED_ARRAYS = ("components_", "explained_variance_", "mean_", "sigmas_", "covariance_")
+
+
+def assert_same_fit(
+    a,
+    b,
+    *,
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
+    names: tuple[str, ...] = FITTED_ARRAYS,
+    up_to_sign: bool = False,
+    same_passes: bool = False,
+) -> None:
+    """Two fitted models agree: each attribute in ``names``, ``n_samples_``, optionally ``n_passes_``.
+
+    ``atol`` is in units of the attribute's largest magnitude (at least 1), so
+    one tolerance serves components (<= 1) and variances or centres in data
+    units.  ``up_to_sign`` compares components by ``|cos|`` of matching rows
+    (to ``rtol``), for transformations that may flip a row's sign.  Scalars
+    in ``names`` (``n_iter_``, ``converged_``, ...) are compared the same way.
+    """
+    for name in names:
+        va, vb = np.asarray(getattr(a, name)), np.asarray(getattr(b, name))
+        assert va.shape == vb.shape, name
+        if up_to_sign and name == "components_":
+            np.testing.assert_allclose(np.abs(np.sum(va * vb, axis=1)), 1.0, atol=rtol, err_msg=name)
+            continue
+        finite = vb[np.isfinite(vb)] if vb.dtype.kind == "f" else vb
+        scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
+        np.testing.assert_allclose(va, vb, rtol=rtol, atol=atol * scale, err_msg=name)
+    assert a.n_samples_ == b.n_samples_
+    if same_passes:
+        assert a.n_passes_ == b.n_passes_
+
+
+def assert_same_model(a, b) -> None:
+    """Parameters and every fitted attribute identical (NaN equal to NaN), types kept."""
+    assert a.get_params() == b.get_params()
+    fa, fb = fitted_attributes(a), fitted_attributes(b)
+    assert fa.keys() == fb.keys()
+    for name, va in fa.items():
+        vb = fb[name]
+        if isinstance(va, np.ndarray):
+            assert isinstance(vb, np.ndarray), name
+            assert va.dtype == vb.dtype and va.shape == vb.shape, name
+            assert np.array_equal(va, vb, equal_nan=va.dtype.kind == "f"), name
+        else:
+            assert type(va) is type(vb) or (np.isscalar(va) and float(va) == float(vb)), name
+            assert va == vb or (va != va and vb != vb), name
+
+
+def fitted_attributes(model) -> dict:
+    """The public fitted attributes of ``model`` (names ending in ``_``)."""
+    return {k: v for k, v in vars(model).items() if k.endswith("_") and not k.startswith("_")}
+
+
+class Interrupted(RuntimeError):
+    """Raised by :class:`RecordingRows` to stop a fit in a given pass."""
+
+
+class RecordingRows:
+    """An array-like over ``X`` that records every non-empty row read.
+
+    ``reads`` lists ``(row start, row stop)`` in the order read; ``passes``
+    counts reads of row 0 (a pass reads every block once, so a read of the
+    first block marks a new pass).  With ``fail_on_pass``, every read from
+    that pass on raises :class:`Interrupted`.  Reads of an empty slice (dask
+    reads one for the meta) are not recorded.
+    """
+
+    def __init__(self, X: np.ndarray, *, fail_on_pass: int | None = None):
+        self.X = X
+        self.shape, self.dtype, self.ndim = X.shape, X.dtype, X.ndim
+        self.fail_on_pass = fail_on_pass
+        self.reads: list[tuple[int, int]] = []
+        self.passes = 0
+        self._lock = threading.Lock()
+
+    def __getitem__(self, key):
+        rows = key[0] if isinstance(key, tuple) else key
+        start, stop, _ = rows.indices(self.shape[0])
+        with self._lock:
+            if stop > start:
+                self.reads.append((start, stop))
+                self.passes += start == 0
+            if self.fail_on_pass is not None and self.passes >= self.fail_on_pass:
+                raise Interrupted(f"interrupted in pass {self.passes}")
+        return self.X[key]
+
+    def as_dask(self, rows_per_block: int) -> da.Array:
+        """This array as a dask array of ``rows_per_block``-row blocks (full rows)."""
+        return da.from_array(
+            self, chunks=(rows_per_block, -1), asarray=True, lock=False, name=f"recording-{id(self)}"
+        )
