@@ -396,6 +396,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
                 state=ckpt.load("robust"),
                 on_step=lambda s: ckpt.save("robust", s),
                 seed=seed,
+                final_step=solver == "auto",
             )
         center = robust.location if robust is not None else fixed
         if solver == "auto":
@@ -436,22 +437,26 @@ class MCPCA(TransformerMixin, BaseEstimator):
         return params
 
     def _set_from_robust(self, robust, k, moments) -> None:
-        """Components and variances from the eigendecomposition of the robust scatter.
+        """Components and variances from the final, inclusive step of the last pass.
 
-        The outlier cutoff is then calibrated on the sample's distances under
-        the fitted model (:func:`._schedule.calibrated_cutoff`), at the
-        effective number of rows the fit used.
+        Without a full-data step (a fit resumed from a checkpoint that had
+        converged) the core fixed point gives them.  The outlier cutoff is then
+        calibrated on the sample's distances under the fitted model
+        (:func:`._schedule.calibrated_cutoff`), at the effective number of rows.
         """
-        lam, V = descending_eigh(robust.scatter)
+        final = robust.final_scatter is not None
+        scatter = robust.final_scatter if final else robust.scatter
+        location = robust.final_location if final else robust.location
+        support = robust.support if final else robust.core_support
+        lam, V = descending_eigh(scatter)
         lam = np.maximum(lam, 0.0)
         self.components_ = orient_rows(V[:, :k].T)
         kernel_scale = np.sqrt(robust_kernel_size2(len(lam))) * self.kernel_factor
-        self._set_variances(lam[:k], lam[k:], lam.sum(), robust.location, kernel_scale)
-        self.support_ = float(robust.support)
-        d2 = self._d2(moments.sample)
+        self._set_variances(lam[:k], lam[k:], lam.sum(), location, kernel_scale)
+        self.support_ = float(support)
         rank = int(np.sum(lam > 0))
         cutoff = calibrated_cutoff(
-            d2, OUTLIER_QUANTILE, p=max(rank, 1), n_effective=robust.support * moments.n_rows
+            self._d2(moments.sample), OUTLIER_QUANTILE, p=max(rank, 1), n_effective=support * moments.n_rows
         )
         self._set_cutoff(cutoff)
 

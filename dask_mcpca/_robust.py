@@ -41,10 +41,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
+from scipy.spatial import cKDTree
 
 from ._block import PassPlan
 from ._passes import PassResult, PassRunner
-from ._schedule import CUTOFF_QUANTILE, calibrated_cutoff, flat_top_consistency
+from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
 
 __all__ = ["RobustState", "robust_start", "fit_robust", "step_plan", "precision", "outlyingness", "SAMPLE_SIZE"]
 
@@ -65,9 +66,10 @@ START_FRACTION = 0.5
 class RobustState:
     """Location, scatter and bookkeeping of the robust fit (checkpointable).
 
-    ``kernel_size2`` is ``c^2`` of the kernel's fall-off, ``cutoff`` the
-    flat-top radius ``q`` of the next step and ``support`` the weighted share
-    of the rows (the effective number of rows over n) in the last step.
+    ``kernel_size2`` is ``c^2`` of the kernels' fall-off, ``cutoff`` and
+    ``final_cutoff`` the flat-top radii of the core and the final kernel,
+    ``core_support`` and ``support`` their weighted shares of the rows (the
+    effective number of rows over n) in the last step.
     """
 
     location: np.ndarray
@@ -75,10 +77,15 @@ class RobustState:
     kernel_size2: float
     cutoff: float = float("nan")
     support: float = float("nan")
+    core_support: float = float("nan")
     n_iter: int = 0
     converged: bool = False
     last_change: float = float("nan")  # change made by the last full-data step
     rate: float = float("nan")  # contraction rate of the fixed point, from the sample
+    # The final, inclusive step of the last full-data pass (None until one ran).
+    final_cutoff: float = float("nan")
+    final_location: np.ndarray | None = None
+    final_scatter: np.ndarray | None = None
 
 
 def precision(scatter: np.ndarray) -> np.ndarray:
@@ -153,30 +160,72 @@ def robust_start(sample: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, np.n
     return location, _median_scaled(sample - location, scatter)
 
 
-def step_plan(location, scatter, kernel_size2: float, cutoff: float) -> PassPlan:
-    """The plan of one re-weighting pass: the flat-top Mahalanobis kernel.
+def step_plan(location, scatter, kernel_size2: float, cutoffs) -> PassPlan:
+    """The plan of one re-weighting pass: flat-top Mahalanobis kernels.
 
-    ``exp(min(q / (2 c^2) - d^2 / (2 c^2), 0))`` with ``d^2`` under
-    ``scatter``: a :class:`PassPlan` kernel ``A = Sigma^-1 / c^2`` with offset
-    ``q / (2 c^2)``.
+    Kernel ``j`` gives ``exp(min(q_j / (2 c^2) - d^2 / (2 c^2), 0))`` with
+    ``d^2`` under ``scatter``: one matrix ``A = Sigma^-1 / c^2`` (its
+    quadratic form is computed once) with offsets ``q_j / (2 c^2)``.
     """
+    cutoffs = np.atleast_1d(np.asarray(cutoffs, dtype=np.float64))
     A = precision(scatter) / kernel_size2
-    return PassPlan(center=location, kernels=A[None], offsets=np.array([cutoff / (2 * kernel_size2)]))
-
-
-def _next_cutoff(state: RobustState, sample: np.ndarray, n_effective: float) -> float:
-    """The flat-top radius for the next step, from the sample's distances now."""
-    d2 = _mahalanobis2(sample - state.location, state.scatter)
-    return calibrated_cutoff(
-        d2, CUTOFF_QUANTILE, p=max(_rank(state.scatter), 1), n_effective=n_effective, trim=True
-    ) * (
-        state.kernel_size2 / _FALL_OFF2
-    )
+    kernels = np.repeat(A[None], len(cutoffs), axis=0)
+    return PassPlan(center=location, kernels=kernels, offsets=cutoffs / (2 * kernel_size2))
 
 
 #: ``c^2`` of the fall-off beyond the flat top, in units of ``d^2`` (at
-#: ``kernel_factor=1``): steep, so that rows beyond the radius leave quickly.
-_FALL_OFF2 = 1.0
+#: ``kernel_factor=1``): steep, so that a row just beyond the radius, such
+#: as a tight cluster at a moderate distance, cannot pull the fit towards it
+#: (a fall-off of ``c^2 = 1`` let 10-20 % clusters at Mahalanobis distance 6
+#: in; benchmarks/robustness.py).
+_FALL_OFF2 = 0.25
+
+#: A sample row with this many sample rows (itself included) within
+#: ``TIGHT_RADIUS`` in the whitened metric belongs to a tight group.
+TIGHT_MIN_ROWS = 5
+TIGHT_SHARE = 0.001
+TIGHT_RADIUS = 0.05
+
+
+def _whiten(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
+    w, V = np.linalg.eigh((scatter + scatter.T) / 2)
+    keep = w > max(w.max(), 0.0) * len(w) * np.finfo(float).eps * 1e3
+    return Y @ (V[:, keep] / np.sqrt(w[keep]))
+
+
+def _tight_rows(Z: np.ndarray, n_sample: int) -> np.ndarray:
+    """Rows of ``Z`` (whitened) with many others within ``TIGHT_RADIUS``: a point mass."""
+    if len(Z) < 2 or Z.shape[1] == 0:
+        return np.zeros(len(Z), bool)
+    k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n_sample))
+    counts = cKDTree(Z).query_ball_point(Z, r=TIGHT_RADIUS, return_length=True)
+    return np.asarray(counts) >= k
+
+
+def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, calibrate: bool = True):
+    """Radii ``(q_fit, q_final)`` of the next pass, from the sample's distances now.
+
+    ``q_fit`` keeps the fixed point robust: the Gaussian quantile at the
+    effective sample size, or (``calibrate``) the trimmed calibrated one.
+    ``q_final`` lets in all the bulk, heavy tails and regimes included
+    (untrimmed, ``FINAL_QUANTILE``), except a tight group of rows: if one lies
+    between the two radii, ``q_final`` stops short of it.
+    """
+    p = max(_rank(state.scatter), 1)
+    Y = sample - state.location
+    d2 = _mahalanobis2(Y, state.scatter)
+    if calibrate:
+        q_fit = calibrated_cutoff(d2, CUTOFF_QUANTILE, p=p, n_effective=n_effective, trim=True)
+    else:
+        q_fit = hotelling_quantile(p, n_effective, CUTOFF_QUANTILE)
+    q_final = max(calibrated_cutoff(d2, FINAL_QUANTILE, p=p, n_effective=n_effective), q_fit)
+    shell = (d2 > q_fit) & (d2 <= q_final)
+    if shell.sum() > 1:
+        tight = _tight_rows(_whiten(Y[shell], state.scatter), len(sample))
+        if tight.any():
+            q_final = max(q_fit, 0.9 * d2[shell][tight].min())
+    scale = state.kernel_size2 / _FALL_OFF2  # kernel_factor ** 2
+    return q_fit * scale, q_final * scale
 
 
 def _step(
@@ -185,16 +234,26 @@ def _step(
     *,
     fixed_center: np.ndarray | None,
     label: str,
+    final: bool = False,
 ) -> tuple[PassResult, float]:
-    """One re-weighting step (one pass); updates ``state`` and returns the change."""
-    c2, q = state.kernel_size2, state.cutoff
-    res = runner.run(step_plan(state.location, state.scatter, c2, q), label=label)
+    """One re-weighting step (one pass); updates ``state`` and returns the change.
+
+    With ``final``, the same pass also evaluates the final kernel (radius
+    ``state.final_cutoff``) from the current state and stores its location
+    and consistent scatter in ``state.final_*``.
+    """
+    c2, p = state.kernel_size2, len(state.location)
+    cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
+    res = runner.run(step_plan(state.location, state.scatter, c2, cutoffs), label=label)
+    if final:
+        state.final_location = res.mean[1] if fixed_center is None else fixed_center
+        state.final_scatter = res.covariance(1, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[1])
+        state.support = float(res.weight[1] * np.exp(res.log_scale[1]) / res.n_rows)
     location = res.mean[0] if fixed_center is None else fixed_center
-    scatter = res.covariance(0, about=fixed_center)
-    scatter = scatter * flat_top_consistency(len(location), c2, q)
+    scatter = res.covariance(0, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[0])
     change = _relative_change(state, location, scatter)
     state.location, state.scatter = location, scatter
-    state.support = float(res.weight[0] * np.exp(res.log_scale[0]) / res.n_rows)
+    state.core_support = float(res.weight[0] * np.exp(res.log_scale[0]) / res.n_rows)
     state.n_iter += 1
     return res, change
 
@@ -227,17 +286,23 @@ def _remaining(change: float, rate: float) -> float:
 
 
 def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, tol: float) -> None:
-    """The re-weighting fixed point on the in-memory sample, to convergence."""
+    """The core fixed point on the in-memory sample, to convergence.
+
+    First with the Gaussian radius (so the start's neighbourhood, not the
+    data's tails, decides what is in the core), then with the calibrated one
+    (so heavy tails and several regimes widen it).
+    """
     in_memory = PassRunner(sample)
-    previous = float("nan")
-    for _ in range(MAX_SAMPLE_STEPS):
-        state.cutoff = _next_cutoff(state, sample, state.support * len(sample))
-        change = _step(in_memory, state, fixed_center=fixed_center, label="sample")[1]
-        if np.isfinite(previous) and previous > 0 and change > 0:
-            state.rate = change / previous
-        if change == 0 or _remaining(change, state.rate) < tol / 10:
-            break
-        previous = change
+    for calibrate in (False, True):
+        previous = float("nan")
+        for _ in range(MAX_SAMPLE_STEPS):
+            state.cutoff = _cutoffs(state, sample, state.core_support * len(sample), calibrate=calibrate)[0]
+            change = _step(in_memory, state, fixed_center=fixed_center, label="sample")[1]
+            if np.isfinite(previous) and previous > 0 and change > 0:
+                state.rate = change / previous
+            if change == 0 or _remaining(change, state.rate) < tol / 10:
+                break
+            previous = change
     state.n_iter = 0
 
 
@@ -252,6 +317,7 @@ def fit_robust(
     state: RobustState | None = None,
     on_step=None,
     seed: int = 0,
+    final_step: bool = True,
 ) -> RobustState:
     """Robust location and scatter by the calibrated re-weighting fixed point.
 
@@ -274,6 +340,9 @@ def fit_robust(
         Bound on the full-data passes of this stage.
     seed : int
         Seed of the outlyingness directions.
+    final_step : bool, default=True
+        Also evaluate the final, inclusive kernel in each full-data pass (the
+        default solver's estimate; the paper solver needs only the location).
     """
     p = runner.n_features
     sample = moments.sample
@@ -290,14 +359,16 @@ def fit_robust(
             location=location,
             scatter=scatter,
             kernel_size2=kernel_factor**2 * _FALL_OFF2,
-            support=min(1.0, max(START_FRACTION, (p + 2) / len(sample))),
+            core_support=min(1.0, max(START_FRACTION, (p + 2) / len(sample))),
         )
         _iterate_on_sample(state, sample, fixed_center=fixed_center, tol=tol)
         if on_step is not None:
             on_step(state)
     while not state.converged and state.n_iter < max_passes:  # a resumed state continues its count
-        state.cutoff = _next_cutoff(state, sample, state.support * moments.n_rows)
-        res, change = _step(runner, state, fixed_center=fixed_center, label=f"robust step {state.n_iter + 1}")
+        state.cutoff, state.final_cutoff = _cutoffs(state, sample, state.core_support * moments.n_rows)
+        res, change = _step(
+            runner, state, fixed_center=fixed_center, label=f"robust step {state.n_iter + 1}", final=final_step
+        )
         if np.isfinite(state.last_change) and state.last_change > 0:
             state.rate = change / state.last_change
         state.converged = _remaining(change, state.rate) < tol

@@ -1,40 +1,32 @@
-"""Kernel sizes: the paper's shrinking schedule and the robust default's rule.
+"""Kernel sizes and radii: the paper's shrinking schedule, the default's calibrated cutoffs.
 
 Paper (Algorithm 3)
     Component i starts at ``sigma_i = sqrt(lambda_i)`` of the unweighted
     scatter and is shrunk ``n_decay`` times by ``eta``; the last size is
     ``eta**(n_decay - 1) * sqrt(lambda_i)`` (3.6 % for the published 0.95, 65).
 
-Robust default (``solver="auto"``)
-    The kernel is the Mahalanobis one of eq. (1) with a general Sigma:
-    ``g(x) = exp(-d^2(x) / (2 c^2))`` with ``d^2 = (x - mu)^T Sigma^{-1} (x - mu)``.
-    The kernel size ``c`` is measured in units of the current robust scatter,
-    so it shrinks with it and stops where Gaussian efficiency would be lost:
-    ``c^2 = max(KERNEL_SIZE_FACTOR * p, MIN_KERNEL_SIZE2)``.  For Gaussian rows, weighting by
-    ``exp(-d^2 / (2 c^2))`` shrinks the covariance by exactly
-    ``c^2 / (1 + c^2)``, which :func:`consistency_factor` undoes.
+Flat-top kernels (``solver="auto"``)
+    The default weighs a row by ``exp(-max(d^2 - q, 0) / (2 c^2))``, with
+    ``d^2`` its squared Mahalanobis distance under the current robust
+    location and scatter: weight 1 inside the ellipsoid ``d^2 <= q``, a
+    Gaussian (correntropy) fall-off beyond.  :func:`flat_top_consistency`
+    gives, in closed form, the factor that makes the weighted covariance
+    consistent at the Gaussian.
 
 Calibrated cutoffs (``solver="auto"``)
-    The flat-top radius ``q`` of the re-weighting and the ``d^2`` above which
-    a row is flagged are quantiles of the data's own distances, not of the
-    chi-square law: :func:`calibrated_cutoff` fits a normal law to the cube
-    roots of ``d^2`` by median and MAD (Wilson-Hilferty: for Gaussian rows
-    ``(d^2)^(1/3)`` is nearly normal) and takes its quantile, so the bulk's
-    heavy tails or several regimes widen it while outliers, fewer than half,
-    do not.  It is never below the quantile for Gaussian rows at the effective
-    sample size (Hotelling's T^2 law of a new row, :func:`hotelling_quantile`),
-    which keeps small samples from flagging their own rows.
+    The radii ``q`` and the ``d^2`` above which a row is flagged are
+    quantiles of the data's own distances, not of the chi-square law:
+    :func:`calibrated_cutoff` fits a normal law to the cube roots of ``d^2`` by
+    median and MAD (Wilson-Hilferty: for Gaussian rows ``(d^2)^(1/3)`` is
+    nearly normal) and takes its quantile, so the bulk's heavy tails or several
+    regimes widen it while outliers, fewer than half, do not.  It is never
+    below the quantile for Gaussian rows at the effective sample size
+    (Hotelling's T^2 law of a new row, :func:`hotelling_quantile`), which
+    keeps small samples from flagging their own rows.
 
-Flat-top kernel (``solver="auto"``)
-    The fixed point's kernel weighs even typical rows down (at p = 3 a row at
-    the median distance gets 0.67), which costs efficiency: its components
-    are about 10 % less accurate than PCA's on clean data.  Every full-data
-    pass therefore also evaluates a *flat-top* kernel from the same location
-    and scatter, ``exp(-max(d^2 - q, 0) / (2 c^2))`` with ``q`` the chi-square
-    ``FINAL_QUANTILE`` quantile: weight 1 for the bulk, the same Gaussian
-    fall-off beyond ``q``.  The last pass's gives the components: one
-    re-weighting step, as in the reweighted MCD, at no extra pass.  :func:`flat_top_consistency`
-    gives its factor at the Gaussian in closed form.
+``score_samples`` reports the correntropy weight ``exp(-d^2 / (2 c^2))``
+with ``c^2 = max(p / 2, 3)`` (:func:`robust_kernel_size2`): a score that
+orders rows by distance on a scale that does not saturate.
 """
 
 from __future__ import annotations
@@ -45,35 +37,37 @@ from scipy import stats
 __all__ = [
     "paper_kernel_sizes",
     "robust_kernel_size2",
-    "consistency_factor",
-    "outlier_cutoff_d2",
-    "KERNEL_SIZE_FACTOR",
-    "OUTLIER_QUANTILE",
-    "FINAL_QUANTILE",
-    "flat_top_radius2",
     "flat_top_consistency",
-    "calibrated_cutoff",
+    "outlier_cutoff_d2",
     "hotelling_quantile",
+    "calibrated_cutoff",
+    "OUTLIER_QUANTILE",
     "CUTOFF_QUANTILE",
+    "FINAL_QUANTILE",
+    "TRIM_QUANTILE",
 ]
 
-#: c^2 = max(KERNEL_SIZE_FACTOR * p, MIN_KERNEL_SIZE2): the efficiency /
-#: robustness trade-off of the default solver, chosen by measurement
-#: (benchmarks/accuracy.py).  A larger c^2 is more efficient on Gaussian data
-#: but lets a far, tight cluster of 10 % of the rows pull the fixed point at
-#: p = 10 (c^2 = 10 failed there, 5 held); a smaller one costs efficiency at
-#: small p (at p = 3, c^2 = 1.5 gave 1.5x the angle error of PCA on clean
-#: data, c^2 = 3 gave 1.09x).
+#: ``c^2 = max(KERNEL_SIZE_FACTOR * p, MIN_KERNEL_SIZE2)`` of the score kernel.
 KERNEL_SIZE_FACTOR = 0.5
 MIN_KERNEL_SIZE2 = 3.0
 
 #: Rows with ``d^2`` above this quantile of the calibrated law of the fitted
 #: bulk's distances (:func:`calibrated_cutoff`) are flagged by
 #: ``MCPCA.is_outlier``: a false-alarm rate of 0.2 % where the law fits.
+#: Chosen on benchmarks/robustness.py: 0.999 missed spikes on real recordings
+#: (recall 0.93), 0.995 flagged two good rows of starsCYG.
 OUTLIER_QUANTILE = 0.998
 
-#: The flat top of the default's re-weighting reaches this calibrated quantile.
+#: The core fixed point's flat top reaches this calibrated (trimmed) quantile.
 CUTOFF_QUANTILE = 0.975
+
+#: The final, inclusive kernel reaches this calibrated (untrimmed) quantile:
+#: the bulk's tails and regimes are in, the faults out.
+FINAL_QUANTILE = 0.99
+
+#: With ``trim``, :func:`calibrated_cutoff` fits its law to the rows whose
+#: ``d^2`` is below this chi-square quantile (rescaled to the data's median).
+TRIM_QUANTILE = 0.999
 
 
 def paper_kernel_sizes(sigma0: float, eta: float, n_decay: int) -> np.ndarray:
@@ -82,25 +76,8 @@ def paper_kernel_sizes(sigma0: float, eta: float, n_decay: int) -> np.ndarray:
 
 
 def robust_kernel_size2(p: int) -> float:
-    """Squared kernel size ``c^2`` of the Mahalanobis kernel, in units of d^2."""
+    """Squared kernel size ``c^2`` of the score kernel, in units of d^2."""
     return max(KERNEL_SIZE_FACTOR * p, MIN_KERNEL_SIZE2)
-
-
-def consistency_factor(c2: float) -> float:
-    """Factor that makes the kernel-weighted covariance consistent at the Gaussian."""
-    return (1.0 + c2) / c2
-
-
-#: The flat top of the final step reaches this chi-square quantile of d^2.
-#: Chosen by measurement (20 seeds, p = 3, median largest angle): 0.95 took
-#: clean data from 1.81 to 1.71 deg and a 25 % far cluster from 1.90 to 1.65;
-#: 0.99 let 20 % paper-type outliers in (2.15 -> 2.67 deg), 0.95 less so (2.32).
-FINAL_QUANTILE = 0.95
-
-
-def flat_top_radius2(p: int, quantile: float = FINAL_QUANTILE) -> float:
-    """``q``: rows with ``d^2 <= q`` get weight 1 in the final step."""
-    return float(stats.chi2.ppf(quantile, df=p))
 
 
 def flat_top_consistency(p: int, c2: float, q: float) -> float:
@@ -157,7 +134,7 @@ def calibrated_cutoff(d2: np.ndarray, quantile: float, *, p: int, n_effective: f
     med = np.median(d2)
     if not med > 0:
         return floor
-    roots = np.cbrt(d2[d2 <= stats.chi2.ppf(0.999, p) * med / stats.chi2.ppf(0.5, p)] if trim else d2)
+    roots = np.cbrt(d2[d2 <= stats.chi2.ppf(TRIM_QUANTILE, p) * med / stats.chi2.ppf(0.5, p)] if trim else d2)
     center = np.median(roots)
     spread = stats.median_abs_deviation(roots, scale="normal")
     return max(float((center + stats.norm.ppf(quantile) * spread) ** 3), floor)

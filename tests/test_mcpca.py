@@ -168,9 +168,9 @@ def test_flat_top_consistency_factor(p, c2):
     """Closed form against numerical integration over the chi-square density."""
     from scipy import integrate, stats
 
-    from dask_mcpca._schedule import flat_top_consistency, flat_top_radius2
+    from dask_mcpca._schedule import flat_top_consistency
 
-    q = flat_top_radius2(p)
+    q = stats.chi2.ppf(0.95, p)
     w = lambda x: np.exp(-max(x - q, 0.0) / (2 * c2))  # noqa: E731
 
     def expect(f):
@@ -190,10 +190,10 @@ def test_flat_top_consistency_at_tiny_kernel_size():
     """As c^2 -> 0 the flat top is a hard cut at q: the factor is F_p(q) / F_{p+2}(q)."""
     from scipy import stats
 
-    from dask_mcpca._schedule import flat_top_consistency, flat_top_radius2
+    from dask_mcpca._schedule import flat_top_consistency
 
     for p in (3, 10, 50):
-        q = flat_top_radius2(p)
+        q = stats.chi2.ppf(0.95, p)
         hard = stats.chi2.cdf(q, p) / stats.chi2.cdf(q, p + 2)
         assert_allclose(flat_top_consistency(p, 1e-4, q), hard, rtol=1e-6)
 
