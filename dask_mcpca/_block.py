@@ -59,6 +59,10 @@ class PassPlan:
         Exponent offsets ``z_j >= 0`` (None: all 0).  Kernel ``j`` then gives
         the weight ``exp(min(z_j + e_j(x), 0))``: 1 inside the ellipsoid
         ``(x - c)^T A_j (x - c) <= 2 z_j`` and Gaussian beyond it.
+    kernel_centers : ndarray of shape (J, p) or None
+        A centre per kernel for its exponent (None: all ``center``); the
+        moments of every kernel are still measured from ``center``, so they
+        can be added and subtracted.
     sample_rate : float
         Probability with which each row is kept in the returned row sample.
     seed : int
@@ -73,6 +77,7 @@ class PassPlan:
     center: np.ndarray
     kernels: np.ndarray | None = None
     offsets: np.ndarray | None = None
+    kernel_centers: np.ndarray | None = None
     sample_rate: float = 0.0
     seed: int = 0
     n_kernels: int = field(init=False)
@@ -84,6 +89,11 @@ class PassPlan:
             if self.kernels is None or offsets.shape != (self.n_kernels,) or not np.all(offsets >= 0):
                 raise ValueError(f"offsets must be {self.n_kernels} values >= 0, one per kernel; got {self.offsets!r}")
             object.__setattr__(self, "offsets", offsets)
+        if self.kernel_centers is not None:
+            centers = np.asarray(self.kernel_centers, dtype=np.float64)
+            if self.kernels is None or centers.shape != (self.n_kernels, len(self.center)):
+                raise ValueError(f"kernel_centers must be {self.n_kernels} points, one per kernel")
+            object.__setattr__(self, "kernel_centers", centers)
 
 
 def _row_uniforms(rows: np.ndarray, seed: int) -> np.ndarray:
@@ -131,9 +141,13 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
         log_scale, weight = np.empty(J), np.empty(J)
         rel_mean, scatter = np.empty((J, p)), np.empty((J, p, p))
         offsets = np.zeros(J) if plan.offsets is None else plan.offsets
+        centers = plan.kernel_centers
         for j, A in enumerate(plan.kernels):
-            if j == 0 or not np.array_equal(A, plan.kernels[j - 1]):
-                quad = np.einsum("ij,ij->i", Y @ A, Y)  # y_k^T A y_k, reused by equal kernels
+            same_center = centers is None or j == 0 or np.array_equal(centers[j], centers[j - 1])
+            if j == 0 or not (same_center and np.array_equal(A, plan.kernels[j - 1])):
+                # y_k^T A y_k, reused by equal kernels; about the kernel's own centre
+                Yj = Y if centers is None else Y - (centers[j] - plan.center)
+                quad = np.einsum("ij,ij->i", Yj @ A, Yj)
             # e_k = z - 1/2 y_k^T A y_k, capped at 0 (for z = 0, A is PSD and
             # positive values are round-off).
             e = -0.5 * quad
@@ -206,7 +220,7 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
             keep = _row_uniforms(rows, plan.seed) < plan.sample_rate
             if finite is not None:
                 keep &= finite
-            samples.append(Y[keep] + shift)
+            samples.append(np.asarray(sub[keep], dtype=np.float64))  # the rows as stored, exactly
         if n_bad:
             Y = Y[finite]
         part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)

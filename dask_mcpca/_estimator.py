@@ -27,7 +27,7 @@ from ._io import as_row_blocks
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, PassRunner, single_threaded_blas
 from ._power import descending_eigh, orient_rows
-from ._robust import SAMPLE_SIZE, fit_robust
+from ._robust import SAMPLE_SIZE, fit_robust, in_point_mass
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
 __all__ = ["MCPCA", "check_params", "load"]
@@ -194,6 +194,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
         ``"auto"``: share of the rows' weight in the last re-weighting step
         (weighted rows over rows); at least half of the rows carry full
         weight in every step.
+    point_masses_ : ndarray of shape (n_masses, n_features)
+        ``"auto"``: rows repeated exactly in the sample in at least
+        max(5, 0.1 %) and at most 10 % of its rows, as a frozen logger repeats
+        its last record.  They carry no weight in the fit and
+        :meth:`is_outlier` flags them.
     n_passes_ : int
         Full passes over the data made by this call to ``fit``.
     n_iter_ : int
@@ -454,10 +459,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
         kernel_scale = np.sqrt(robust_kernel_size2(len(lam))) * self.kernel_factor
         self._set_variances(lam[:k], lam[k:], lam.sum(), location, kernel_scale)
         self.support_ = float(support)
+        self.point_masses_ = np.empty((0, len(lam))) if robust.point_masses is None else robust.point_masses
         rank = int(np.sum(lam > 0))
-        cutoff = calibrated_cutoff(
-            self._d2(moments.sample), OUTLIER_QUANTILE, p=max(rank, 1), n_effective=support * moments.n_rows
-        )
+        free = moments.sample[~in_point_mass(moments.sample, robust.point_masses)]
+        n_effective = support * moments.n_rows
+        cutoff = calibrated_cutoff(self._d2(free), OUTLIER_QUANTILE, p=max(rank, 1), n_effective=n_effective)
         self._set_cutoff(cutoff)
 
     def _set_from_paper(self, state, center, scatter0, k) -> None:
@@ -698,9 +704,11 @@ class MCPCA(TransformerMixin, BaseEstimator):
         return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None)
 
     def is_outlier(self, X: Any) -> np.ndarray | da.Array:
-        """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``.
+        """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``, or that repeat a point mass.
 
-        Equivalently ``score_samples(X) < outlier_threshold_``.
+        Equivalently ``score_samples(X) < outlier_threshold_``, or the row is
+        one of ``point_masses_`` (a frozen logger's repeated record, which the
+        fit gave no weight).
 
         Parameters
         ----------
@@ -735,8 +743,13 @@ class MCPCA(TransformerMixin, BaseEstimator):
         array([False,  True])
         """
         check_is_fitted(self, "components_")
-        cut = self.outlier_cutoff_
-        return self._map_rows(X, lambda b: self._d2(b) > cut, None, dtype=bool)
+        cut, masses = self.outlier_cutoff_, getattr(self, "point_masses_", None)
+
+        def flags(block):
+            block = np.asarray(block, np.float64)
+            return (self._d2(block) > cut) | in_point_mass(block, masses)
+
+        return self._map_rows(X, flags, None, dtype=bool)
 
     # ---------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> None:

@@ -82,6 +82,8 @@ class RobustState:
     converged: bool = False
     last_change: float = float("nan")  # change made by the last full-data step
     rate: float = float("nan")  # contraction rate of the fixed point, from the sample
+    # Rows repeated exactly in the sample (a frozen logger): no weight in the fit.
+    point_masses: np.ndarray | None = None
     # The final, inclusive step of the last full-data pass (None until one ran).
     final_cutoff: float = float("nan")
     final_location: np.ndarray | None = None
@@ -160,17 +162,28 @@ def robust_start(sample: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, np.n
     return location, _median_scaled(sample - location, scatter)
 
 
-def step_plan(location, scatter, kernel_size2: float, cutoffs) -> PassPlan:
+def step_plan(location, scatter, kernel_size2: float, cutoffs, *, point_masses=None) -> PassPlan:
     """The plan of one re-weighting pass: flat-top Mahalanobis kernels.
 
     Kernel ``j`` gives ``exp(min(q_j / (2 c^2) - d^2 / (2 c^2), 0))`` with
     ``d^2`` under ``scatter``: one matrix ``A = Sigma^-1 / c^2`` (its
-    quadratic form is computed once) with offsets ``q_j / (2 c^2)``.
+    quadratic form is computed once) with offsets ``q_j / (2 c^2)``.  A kernel
+    per point mass follows, centred on it and narrow enough to hold only its
+    rows.
     """
     cutoffs = np.atleast_1d(np.asarray(cutoffs, dtype=np.float64))
-    A = precision(scatter) / kernel_size2
-    kernels = np.repeat(A[None], len(cutoffs), axis=0)
-    return PassPlan(center=location, kernels=kernels, offsets=cutoffs / (2 * kernel_size2))
+    P = precision(scatter)
+    kernels = np.repeat((P / kernel_size2)[None], len(cutoffs), axis=0)
+    offsets = cutoffs / (2 * kernel_size2)
+    if point_masses is None or not len(point_masses):
+        return PassPlan(center=location, kernels=kernels, offsets=offsets)
+    G = len(point_masses)
+    return PassPlan(
+        center=location,
+        kernels=np.concatenate([kernels, np.repeat((P / _POINT_MASS_C2)[None], G, axis=0)]),
+        offsets=np.concatenate([offsets, np.zeros(G)]),
+        kernel_centers=np.concatenate([np.repeat(np.asarray(location, float)[None], len(cutoffs), 0), point_masses]),
+    )
 
 
 #: ``c^2`` of the fall-off beyond the flat top, in units of ``d^2`` (at
@@ -202,6 +215,36 @@ def _tight_rows(Z: np.ndarray, n_sample: int) -> np.ndarray:
     return np.asarray(counts) >= k
 
 
+#: A row repeated exactly in at least ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)``
+#: and at most ``MAX_POINT_MASS_SHARE * n`` of the n sample rows is a point
+#: mass (a frozen logger repeating its last record): it gets no weight in the
+#: fit and ``is_outlier`` flags it.  A repeated row holding more of the rows
+#: is taken for a regime of the data (an idle sensor reporting exact zeros).
+MAX_POINT_MASS_SHARE = 0.1
+
+#: ``c^2`` of the kernel that picks out a point mass's rows: rows that differ
+#: from it by more than round-off get weight 0.
+_POINT_MASS_C2 = 1e-12
+
+
+def point_masses(sample: np.ndarray) -> np.ndarray:
+    """Rows repeated exactly in the sample often enough to be a point mass (see above)."""
+    n, p = sample.shape
+    if n == 0:
+        return np.empty((0, p))
+    rows, counts = np.unique(sample, axis=0, return_counts=True)
+    k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
+    return rows[(counts >= k) & (counts <= MAX_POINT_MASS_SHARE * n)]
+
+
+def in_point_mass(rows: np.ndarray, masses: np.ndarray | None) -> np.ndarray:
+    """True for the rows equal to one of ``masses``."""
+    hit = np.zeros(len(rows), bool)
+    for m in () if masses is None else masses:
+        hit |= np.all(rows == m, axis=1)
+    return hit
+
+
 def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, calibrate: bool = True):
     """Radii ``(q_fit, q_final)`` of the next pass, from the sample's distances now.
 
@@ -212,7 +255,7 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, cali
     between the two radii, ``q_final`` stops short of it.
     """
     p = max(_rank(state.scatter), 1)
-    Y = sample - state.location
+    Y = sample[~in_point_mass(sample, state.point_masses)] - state.location
     d2 = _mahalanobis2(Y, state.scatter)
     if calibrate:
         q_fit = calibrated_cutoff(d2, CUTOFF_QUANTILE, p=p, n_effective=n_effective, trim=True)
@@ -240,22 +283,62 @@ def _step(
 
     With ``final``, the same pass also evaluates the final kernel (radius
     ``state.final_cutoff``) from the current state and stores its location
-    and consistent scatter in ``state.final_*``.
+    and consistent scatter in ``state.final_*``.  Each point mass adds a
+    kernel that picks out its rows; their moments, at the weight the other
+    kernels give that point, are taken out of those kernels' moments.
     """
     c2, p = state.kernel_size2, len(state.location)
     cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
-    res = runner.run(step_plan(state.location, state.scatter, c2, cutoffs), label=label)
+    plan = step_plan(state.location, state.scatter, c2, cutoffs, point_masses=state.point_masses)
+    res = runner.run(plan, label=label)
+    moments = [_without_point_masses(res, j, state, q) for j, q in enumerate(cutoffs)]
     if final:
-        state.final_location = res.mean[1] if fixed_center is None else fixed_center
-        state.final_scatter = res.covariance(1, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[1])
-        state.support = float(res.weight[1] * np.exp(res.log_scale[1]) / res.n_rows)
-    location = res.mean[0] if fixed_center is None else fixed_center
-    scatter = res.covariance(0, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[0])
+        weight, mean, cov = moments[1]
+        state.final_location = mean if fixed_center is None else fixed_center
+        state.final_scatter = _about(cov, mean, fixed_center) * flat_top_consistency(p, c2, cutoffs[1])
+        state.support = float(weight / res.n_rows)
+    weight, mean, cov = moments[0]
+    location = mean if fixed_center is None else fixed_center
+    scatter = _about(cov, mean, fixed_center) * flat_top_consistency(p, c2, cutoffs[0])
     change = _relative_change(state, location, scatter)
     state.location, state.scatter = location, scatter
-    state.core_support = float(res.weight[0] * np.exp(res.log_scale[0]) / res.n_rows)
+    state.core_support = float(weight / res.n_rows)
     state.n_iter += 1
     return res, change
+
+
+def _about(cov: np.ndarray, mean: np.ndarray, center: np.ndarray | None) -> np.ndarray:
+    """A covariance about its mean, moved to ``center`` if given."""
+    if center is None:
+        return cov
+    d = mean - center
+    return cov + np.outer(d, d)
+
+
+def _without_point_masses(res: PassResult, j: int, state: RobustState, cutoff: float):
+    """Weight (over the rows), mean and covariance of kernel ``j`` without the point masses' rows.
+
+    Kernel ``J + g`` of the pass holds the rows of point mass ``g``; kernel
+    ``j`` gave each of them the weight ``w_j(m_g)``.  Their moments are taken
+    out with the pairwise formula of :func:`._block.combine` run backwards.
+    Weights are measured in kernel ``j``'s scale, ``exp(log_scale[j])``.
+    """
+    weight, mean, scatter = res.weight[j], res.mean[j], res.scatter[j]
+    masses = () if state.point_masses is None else state.point_masses
+    J = res.weight.shape[0] - len(masses)
+    for g, m in enumerate(masses):
+        k = J + g
+        d2 = float(_mahalanobis2((m - state.location)[None], state.scatter)[0])
+        factor = np.exp(min((cutoff - d2) / (2 * state.kernel_size2), 0.0) + res.log_scale[k] - res.log_scale[j])
+        w_g = res.weight[k] * factor
+        rest = weight - w_g
+        if not (w_g > 0 and rest > 0):
+            continue
+        rest_mean = (weight * mean - w_g * res.mean[k]) / rest
+        delta = rest_mean - res.mean[k]
+        scatter = scatter - res.scatter[k] * factor - (rest * w_g / weight) * np.outer(delta, delta)
+        weight, mean = rest, rest_mean
+    return weight * np.exp(res.log_scale[j]), mean, scatter / weight
 
 
 def _relative_change(state: RobustState, location, scatter) -> float:
@@ -360,6 +443,7 @@ def fit_robust(
             scatter=scatter,
             kernel_size2=kernel_factor**2 * _FALL_OFF2,
             core_support=min(1.0, max(START_FRACTION, (p + 2) / len(sample))),
+            point_masses=point_masses(sample),
         )
         _iterate_on_sample(state, sample, fixed_center=fixed_center, tol=tol)
         if on_step is not None:
