@@ -338,3 +338,26 @@ def test_corrupt_hdf5_chunk_names_the_file(tmp_path):
     with pytest.raises(OSError) as err:
         MCPCA().fit(f"{path}:/data")
     assert str(path) in str(err.value)
+
+
+def test_zarr_store_with_a_missing_chunk_file_is_refused_when_opened(tmp_path):
+    """Zarr reads a missing chunk as its fill value: fitting it would fit zeros."""
+    store = _zarr_store(tmp_path / "partial.zarr", _data(n=400))
+    os.remove(os.path.join(store, "c", "2", "0"))
+    with pytest.raises(ValueError) as err:
+        MCPCA().fit(store)
+    msg = str(err.value)
+    assert store in msg and "rows 200:300" in msg and "1 of 4 row chunks missing" in msg
+
+
+def test_relative_paths_are_made_absolute(tmp_path, monkeypatch):
+    from dask_mcpca._io import as_row_blocks, open_store
+
+    _zarr_store(tmp_path / "rel.zarr", _data())
+    monkeypatch.chdir(tmp_path)
+    assert str(open_store("rel.zarr").store.root) == str(tmp_path / "rel.zarr")
+    zarr = pytest.importorskip("zarr")
+    # an array the user opened by a relative path is reopened by its absolute one
+    X = as_row_blocks(zarr.open_array("rel.zarr", mode="r"))
+    monkeypatch.chdir("/")
+    np.testing.assert_array_equal(X.compute(), _data())
