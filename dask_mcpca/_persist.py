@@ -171,6 +171,8 @@ def load(path):
         raise ModelFormatError(f"{path!r} is a directory, not a dask-mcpca model file") from None
     except (UnicodeDecodeError, ValueError) as err:  # includes JSONDecodeError
         raise ModelFormatError(f"{path!r} is not a dask-mcpca model file (not JSON: {err})") from None
+    except RecursionError:
+        raise ModelFormatError(f"{path!r} is not a dask-mcpca model file (JSON nested too deeply)") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ModelFormatError(f"{path!r} is not a dask-mcpca model file (no \"format\": \"{FORMAT}\")")
     version = document.get("format_version")
