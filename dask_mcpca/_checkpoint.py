@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from ._atomic import atomic_path, stale_temporaries
+from ._atomic import atomic_path, recover
 from ._paper import PaperState
 from ._robust import RobustState
 
@@ -108,8 +108,7 @@ class Checkpoint:
             "mean": moments.mean[0].tolist(),
             "scatter": moments.scatter[0].ravel().tolist(),
         }
-        for stale in stale_temporaries(self.path):  # left by a process killed mid-write
-            os.remove(stale)
+        recover(self.path)  # temporaries left by a process killed mid-write
         if not os.path.exists(self.path):
             return
         try:

@@ -263,6 +263,20 @@ def _refuse_inside_input(output: str, store: str, what: str) -> None:
         raise _UsageError(f"{what} {output!r} would overlap the input store {root!r}; choose another path")
 
 
+def _check_output_location(output: str, *, is_file: bool) -> None:
+    """Refuse, before any work, an output that could not be written (read-only, not a folder)."""
+    path = os.path.abspath(output)
+    if is_file and os.path.isdir(path):
+        raise _UsageError(f"--output {output!r} is a directory; name a file")
+    parent = os.path.dirname(path)
+    while not os.path.lexists(parent):  # atomic_path creates the missing folders
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise _UsageError(f"--output {output!r} cannot be created: {parent!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise _UsageError(f"--output {output!r} cannot be created: directory {parent!r} is not writable")
+
+
 def _open(store: str, dataset: str | None):
     from ._io import as_row_blocks, open_store
 
@@ -300,6 +314,7 @@ def _cmd_fit(args, out) -> int:
     from ._estimator import MCPCA
 
     _refuse_inside_input(args.output, args.store, "--output")
+    _check_output_location(args.output, is_file=True)
     model = MCPCA(
         args.n_components,
         solver=args.solver,
@@ -335,8 +350,11 @@ def _cmd_score(args, out) -> int:
     from ._progress import compute_with_progress
 
     _refuse_inside_input(args.output, args.store, "--output")
+    if _is_within(args.model, args.output) or _is_within(args.output, args.model):
+        raise _UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
     if os.path.lexists(args.output) and not args.overwrite:
         raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
+    _check_output_location(args.output, is_file=False)
     model = load(args.model)
     X = _open(args.store, args.dataset)
     if not isinstance(X, da.Array):  # pragma: no cover - stores always open as dask arrays

@@ -466,3 +466,65 @@ def test_temporary_left_by_a_kill_mid_write_is_removed(saved, fresh_fits):
     _assert_same_end(resumed, fresh_fits[1]["auto"])
     assert not stale.exists()
     assert sorted(os.listdir(path.parent)) == [path.name]
+
+
+_KILLED_BETWEEN_RENAMES = textwrap.dedent(
+    """
+    import os, signal, sys
+    import numpy as np, zarr
+    from dask_mcpca._atomic import atomic_path
+
+    real_replace = os.replace
+
+    def replace_then_die(src, dst):  # the first rename (old store aside) happens, then SIGKILL
+        real_replace(src, dst)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    path = sys.argv[1]
+    with atomic_path(path) as tmp:
+        zarr.open(tmp, mode="w", shape=(100, 3), chunks=(50, 3), dtype="f8")[:] = 7.0
+        os.replace = replace_then_die
+    """
+)
+
+
+@pytest.mark.parametrize("next_write", ["fails", "succeeds"])
+def test_kill_between_the_two_renames_is_repaired_by_the_next_write(tmp_path, next_write):
+    """SIGKILL after the old store was moved aside and before the new one was moved in."""
+    path = tmp_path / "scores.zarr"
+    old = np.arange(300.0).reshape(100, 3)
+    _write_store(path, old)
+    child = subprocess.run([sys.executable, "-c", _KILLED_BETWEEN_RENAMES, str(path)], capture_output=True, text=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert not path.exists()  # the window: no store under its name, the old one hidden as .old
+    assert any(name.endswith(".tmp.old") for name in os.listdir(tmp_path))
+
+    if next_write == "fails":
+        with pytest.raises(RuntimeError):
+            with atomic_path(path) as tmp:
+                raise RuntimeError("the next run fails too")
+        np.testing.assert_array_equal(_read_store(path), old)  # the old store is back
+    else:
+        with atomic_path(path) as tmp:
+            _write_store(__import__("pathlib").Path(tmp), np.ones((100, 3)))
+        np.testing.assert_array_equal(_read_store(path), np.ones((100, 3)))
+    assert os.listdir(tmp_path) == ["scores.zarr"]  # no .tmp, no .tmp.old
+
+
+def test_temporaries_of_a_live_writer_are_left_alone(tmp_path):
+    """Two processes writing the same path: one must not delete the other's temporary."""
+    path = tmp_path / "model.json"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = tmp_path / f".model.json.0badf00d-{sleeper.pid}.tmp"
+        live.write_text("being written")
+        dead = tmp_path / ".model.json.0badf00d.tmp"  # no pid: left by a process long gone
+        dead.write_text("left over")
+        assert stale_temporaries(path) == [str(dead)]
+        with atomic_path(path) as tmp:
+            open(tmp, "w").write("{}")
+        assert live.exists() and not dead.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert stale_temporaries(path) == [str(live)]

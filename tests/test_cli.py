@@ -136,6 +136,14 @@ def _error_cases(stores, model_file):
             "overlap the input store",
         ),
         "demo rows not a number": (["demo", "--rows", "many"], "--rows"),
+        "score output is the model": (
+            ["score", s["single"], "--model", model_file, "--output", model_file, "--overwrite"],
+            "would overwrite the model",
+        ),
+        "fit output is a directory": (["fit", s["single"], "--output", s["existing"]], "is a directory"),
+        "fit output under a file": (
+            ["fit", s["single"], "--output", os.path.join(s["h5"], "m.json")], "is not a directory"
+        ),
     }
 
 
@@ -158,6 +166,9 @@ IN_PROCESS_CASES = (
     "model is not a model",
     "score output is the input",
     "demo rows not a number",
+    "score output is the model",
+    "fit output is a directory",
+    "fit output under a file",
 )
 
 
@@ -467,3 +478,46 @@ def test_connect_timeout_must_be_a_finite_number_of_seconds(stores, value, capsy
     rc = _main_status(["fit", stores["single"], "--scheduler", "tcp://127.0.0.1:1", "--connect-timeout", value])
     captured = capsys.readouterr()
     _assert_one_line_error(rc, captured.out, captured.err, "--connect-timeout")
+
+
+def test_fit_into_a_read_only_directory_fails_before_fitting(stores, tmp_path, capsys):
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("this user can write into a 0o555 directory (root)")
+        rc = _main_status(["fit", stores["single"], "-o", str(folder / "m.json")])
+    finally:
+        folder.chmod(0o755)
+    captured = capsys.readouterr()
+    _assert_one_line_error(rc, captured.out, captured.err, "not writable")
+    assert "fitting" not in captured.out  # refused before the data was opened
+
+
+def test_score_killed_mid_write_leaves_nothing_after_the_next_run(tmp_path, model_file):
+    """SIGKILL while ``score`` writes: the hidden temporary is removed by the next ``score``."""
+    rng = np.random.default_rng(1)
+    big = str(tmp_path / "big.zarr")
+    z = zarr.create_array(big, shape=(600_000, N_FEATURES), chunks=(20_000, N_FEATURES), dtype="float32")
+    z[:] = rng.normal(size=z.shape).astype(np.float32)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = str(out_dir / "scores.zarr")
+    proc = _start("score", big, "--model", model_file, "--output", out, "--no-progress")
+    try:
+        deadline = time.monotonic() + 120
+        while not any(n.endswith(".tmp") for n in os.listdir(out_dir)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert [n for n in os.listdir(out_dir) if n.startswith(".")]  # the temporary the kill left
+    rc, out_text, err = _run("score", big, "--model", model_file, "--output", out, "--no-progress")
+    assert rc == 0, err
+    assert os.listdir(out_dir) == ["scores.zarr"]
+    model = load(model_file)
+    np.testing.assert_array_equal(zarr.open_group(out, mode="r")["outlier"][:], model.is_outlier(z[:]))
