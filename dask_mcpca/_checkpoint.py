@@ -74,6 +74,23 @@ def _decode(cls, meta: dict, arrays) -> object:
     return cls(**kwargs)
 
 
+def _damaged_header(header: dict) -> str:
+    """What is wrong with a checkpoint header's layout ("" when nothing is)."""
+    kinds = {"params": dict, "shape": list, "data": dict, "states": dict}
+    for key, kind in kinds.items():
+        if not isinstance(header.get(key), kind):
+            return f"no {key!r} {kind.__name__}"
+    if not all(k in header["data"] for k in ("n_rows", "mean", "scatter")):
+        return "its data fingerprint is incomplete"
+    unknown = sorted(set(header["states"]) - set(_STATES))
+    return f"unknown state(s) {unknown}" if unknown else ""
+
+
+def _plain(value):
+    """A numpy scalar as the Python number it equals (``np.int64(2)`` is ``2``), else its repr."""
+    return value.item() if isinstance(value, np.generic) else repr(value)
+
+
 class _NoCheckpoint:
     def check_data(self, moments) -> None:
         pass
@@ -90,7 +107,7 @@ class Checkpoint:
 
     def __init__(self, path, params: dict, shape):
         self.path = os.fspath(path)
-        self.params = json.loads(json.dumps(params, default=repr))
+        self.params = json.loads(json.dumps(params, default=_plain))
         self.shape = list(shape)
         self.fingerprint = None
         self.states: dict = {}
@@ -117,9 +134,15 @@ class Checkpoint:
                 arrays = {k: z[k] for k in z.files if k != "__header__"}
         except Exception as err:
             raise CheckpointMismatchError(f"checkpoint {self.path!r} cannot be read: {err}") from None
-        if header.get("format") != FORMAT:
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            found = header.get("format") if isinstance(header, dict) else header
             raise CheckpointMismatchError(
-                f"{self.path!r} is not a {FORMAT} file (found {header.get('format')!r}); delete it to fit afresh"
+                f"{self.path!r} is not a {FORMAT} file (found {found!r}); delete it to fit afresh"
+            )
+        damaged = _damaged_header(header)
+        if damaged:
+            raise CheckpointMismatchError(
+                f"checkpoint {self.path!r} has a damaged header ({damaged}); delete it to fit afresh"
             )
         if header["params"] != self.params:
             diff = sorted(k for k in self.params if header["params"].get(k) != self.params[k])
@@ -142,7 +165,12 @@ class Checkpoint:
         for kind, meta in header["states"].items():
             prefix = kind + ":"
             mine = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-            self._loaded[kind] = _decode(_STATES[kind], meta, mine)
+            try:
+                self._loaded[kind] = _decode(_STATES[kind], meta, mine)
+            except (KeyError, TypeError, ValueError) as err:
+                raise CheckpointMismatchError(
+                    f"checkpoint {self.path!r} holds a damaged {kind!r} state ({err}); delete it to fit afresh"
+                ) from None
         self.states = dict(self._loaded)
 
     def load(self, kind: str):

@@ -9,7 +9,9 @@ pass (moments, a row sample and the NaN check), then hands over to one solver:
 
 from __future__ import annotations
 
+import math
 import numbers
+import os
 from typing import Literal
 
 import dask.array as da
@@ -55,7 +57,8 @@ _PARAMETER_CONSTRAINTS = {
     "nan_policy": (lambda v: isinstance(v, str) and v in NAN_POLICIES, f"one of {NAN_POLICIES}"),
     "kernel_factor": (lambda v: _is_real(v) and 0 < v < np.inf, "a float > 0"),
     "sample_size": (lambda v: _is_int(v) and v >= 10, "an int >= 10"),
-    "random_state": (lambda v: v is None or _is_int(v), "None or an int"),
+    "random_state": (lambda v: v is None or (_is_int(v) and 0 <= v < 2**64), "None or an int in [0, 2**64)"),
+    "checkpoint": (lambda v: v is None or isinstance(v, (str, os.PathLike)), "None or a file path"),
     "progress": (lambda v: isinstance(v, bool), "True or False"),
 }
 
@@ -264,10 +267,15 @@ class MCPCA(TransformerMixin, BaseEstimator):
                 f"X has {n} rows and {p} features; solver={self.solver!r} with center={self.center!r} "
                 f"needs at least {needed} rows"
             )
-        if n > self.sample_size < needed:
+        # Each row is drawn with probability sample_size / n, so the sample holds
+        # sample_size +- sqrt(sample_size) rows: ask for 6 standard deviations more than
+        # needed, so that whether it is enough does not depend on the seed.
+        least = needed if n <= self.sample_size else math.ceil((3 + math.sqrt(9 + needed)) ** 2)
+        if n > self.sample_size < least:
             raise ValueError(
                 f"MCPCA: parameter sample_size={self.sample_size} is invalid; the robust start "
-                f"needs a row sample of at least {needed} rows (n_features + 2)"
+                f"needs a row sample of at least {needed} rows (n_features + 2); the sample's size "
+                f"varies by about sqrt(sample_size) with the seed, so sample_size must be at least {least}"
             )
         solver = self.solver
         tol = self.tol if self.tol is not None else DEFAULT_TOL[solver]
@@ -408,6 +416,13 @@ class MCPCA(TransformerMixin, BaseEstimator):
     def inverse_transform(self, X):
         """Map scores back to the data space: ``X @ components_ + mean_``."""
         check_is_fitted(self, "components_")
+        width = X.shape[-1] if getattr(X, "ndim", np.ndim(X)) == 2 else None
+        if width != self.n_components_:
+            shape = getattr(X, "shape", np.shape(X))
+            raise ValueError(
+                f"inverse_transform takes scores of shape (n_samples, {self.n_components_}) "
+                f"(n_components_={self.n_components_}); got shape {tuple(shape)}"
+            )
         if isinstance(X, da.Array):
             return X @ self.components_ + self.mean_
         return np.asarray(X) @ self.components_ + self.mean_

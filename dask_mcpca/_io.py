@@ -101,6 +101,10 @@ def open_store(path: str | os.PathLike, dataset: str | None = None):
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such store: {path!r}")
     if os.path.isfile(path):
+        import h5py
+
+        if not h5py.is_hdf5(path):
+            raise ValueError(f"{path!r} is neither a Zarr store (a directory) nor an HDF5 file")
         if dataset is None:
             dataset = _single_hdf5_dataset(path)
         return H5Dataset(path, dataset)
@@ -298,6 +302,24 @@ def _as_float(x):
     return x
 
 
+def _refuse_unsupported(X) -> None:
+    """Input kinds that ``np.asarray`` would turn into a wrong array, or fail on deep inside."""
+    kind = f"{type(X).__module__}.{type(X).__name__}"
+    if kind.startswith(("scipy.sparse", "sparse.")) or type(X).__module__.startswith("sparse"):
+        raise TypeError(
+            f"X is a sparse matrix ({type(X).__name__}); MCPCA needs dense rows: pass X.toarray(), "
+            "or a dask array of dense blocks"
+        )
+    if kind.startswith("xarray") and type(X).__name__ == "Dataset":
+        names = sorted(map(str, X.data_vars))
+        raise TypeError(f"X is an xarray.Dataset; pass one of its variables, ds[name], with name in {names}")
+    if isinstance(X, np.ma.MaskedArray) or (isinstance(X, da.Array) and isinstance(X._meta, np.ma.MaskedArray)):
+        raise TypeError(
+            "X is a masked array; its mask would be ignored. Pass X.filled(np.nan) with "
+            "nan_policy='omit' to leave the masked rows out"
+        )
+
+
 def as_row_blocks(X: Any) -> np.ndarray | da.Array:
     """Return ``X`` as a float numpy array or a dask array chunked by full rows.
 
@@ -315,6 +337,7 @@ def as_row_blocks(X: Any) -> np.ndarray | da.Array:
     """
     if isinstance(X, (str, os.PathLike)):
         X = open_store(X)
+    _refuse_unsupported(X)
     if type(X).__module__.startswith("xarray"):
         X = X.data
     if type(X).__module__.startswith("h5py"):

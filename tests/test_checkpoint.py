@@ -528,3 +528,41 @@ def test_temporaries_of_a_live_writer_are_left_alone(tmp_path):
         sleeper.kill()
         sleeper.wait()
     assert stale_temporaries(path) == [str(live)]
+
+
+def _edit_header(path, edit):
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays["__header__"]))
+    edit(header)
+    arrays["__header__"] = np.array(json.dumps(header))
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda h: h.pop("params"), "damaged header .*no 'params' dict"),
+        (lambda h: h.__setitem__("states", []), "damaged header .*no 'states' dict"),
+        (lambda h: h["data"].pop("scatter"), "damaged header .*fingerprint is incomplete"),
+        (lambda h: h["states"].__setitem__("other", {}), r"damaged header .*unknown state\(s\) \['other'\]"),
+    ],
+    ids=["no-params", "states-a-list", "no-scatter", "unknown-state"],
+)
+def test_edited_checkpoint_header_is_refused(saved, edit, match):
+    X, kw, path, _ = saved
+    _edit_header(path, edit)
+    before = path.read_bytes()
+    with pytest.raises(CheckpointMismatchError, match=match):
+        MCPCA(checkpoint=path, **kw).fit(X)
+    assert path.read_bytes() == before
+
+
+def test_numpy_integer_parameters_match_a_checkpoint_written_with_python_ints(tmp_path, fresh_fits):
+    X = fresh_fits[0]
+    path = tmp_path / "fit.ckpt.npz"
+    first = MCPCA(n_components=2, checkpoint=path).fit(X)
+    again = MCPCA(n_components=np.int64(2), sample_size=np.int32(20_000), checkpoint=path).fit(X)
+    np.testing.assert_allclose(again.components_, first.components_, rtol=1e-12, atol=1e-14)
+    assert again.n_passes_ == 1  # resumed at the end
