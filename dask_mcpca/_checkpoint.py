@@ -2,10 +2,13 @@
 
 A checkpoint is one ``.npz`` file (no pickle): the solver's state as arrays
 plus a JSON header with the parameters and a fingerprint of the data (row
-count, mean and scatter from the first pass).  It is written to a temporary
+count, mean, scatter and each column's minimum and maximum, from the first
+pass: a reflection ``2 * mean - X`` has the same mean and scatter, not the
+same ranges).  It is written to a temporary
 file in the same directory and renamed over the old one, so an interrupted
 write leaves the previous checkpoint or none, never half a file.  A
-checkpoint written for other data or other parameters is refused.
+checkpoint written for other data or other parameters is refused, and so
+is one whose saved state has the wrong shapes or non-finite values.
 
 The file is kept after a successful fit: fitting again resumes at the end,
 after the one pass that checks the data.  Temporaries left by a process
@@ -28,7 +31,16 @@ __all__ = ["Checkpoint", "CheckpointMismatchError"]
 
 #: Version 2: the robust state holds the final re-weighting step; a version-1
 #: checkpoint would resume without it and give other components, so it is refused.
-FORMAT = "dask_mcpca-checkpoint-2"
+#: Version 3: the fingerprint holds the columns' ranges; a version-2 file cannot
+#: be checked against them, so it is refused too.
+FORMAT = "dask_mcpca-checkpoint-3"
+#: Fingerprint entries (all from the first pass).
+_FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max")
+#: Shapes of the state arrays, in terms of the number of features p.
+_STATE_SHAPES = {"location": 1, "scatter": 2, "final_location": 1, "final_scatter": 2, "v": 1, "P": 2, "Q": 2,
+                 "components": 1}
+#: State entries that may hold NaN (a paper's null-space sigma, "no step yet").
+_MAY_BE_NAN = ("sigmas", "last_change", "last_pass")
 _STATES = {"paper": PaperState, "robust": RobustState}
 
 
@@ -80,10 +92,27 @@ def _damaged_header(header: dict) -> str:
     for key, kind in kinds.items():
         if not isinstance(header.get(key), kind):
             return f"no {key!r} {kind.__name__}"
-    if not all(k in header["data"] for k in ("n_rows", "mean", "scatter")):
+    if not all(k in header["data"] for k in _FINGERPRINT):
         return "its data fingerprint is incomplete"
     unknown = sorted(set(header["states"]) - set(_STATES))
     return f"unknown state(s) {unknown}" if unknown else ""
+
+
+def _check_state(state, p: int) -> None:
+    """Refuse a saved state whose arrays have the wrong shapes or hold NaN, inf or non-numbers."""
+    for f in dataclasses.fields(state):
+        if f.name in _MAY_BE_NAN:
+            continue
+        value = getattr(state, f.name)
+        for item in value if isinstance(value, list) else [value]:
+            if item is None:
+                continue
+            arr = np.asarray(item)
+            expected = (p,) * _STATE_SHAPES.get(f.name, arr.ndim)
+            if f.name in _STATE_SHAPES and arr.shape != expected:
+                raise ValueError(f"{f.name} has shape {arr.shape}, expected {expected}")
+            if arr.dtype.kind not in "biuf" or not np.isfinite(arr).all():
+                raise ValueError(f"{f.name} holds NaN, inf or no number")
 
 
 def _plain(value):
@@ -124,6 +153,8 @@ class Checkpoint:
             "n_rows": int(moments.n_rows),
             "mean": moments.mean[0].tolist(),
             "scatter": moments.scatter[0].ravel().tolist(),
+            "col_min": moments.col_min.tolist(),
+            "col_max": moments.col_max.tolist(),
         }
         recover(self.path)  # temporaries left by a process killed mid-write
         if not os.path.exists(self.path):
@@ -154,19 +185,23 @@ class Checkpoint:
         same = (
             header["shape"] == self.shape
             and old["n_rows"] == self.fingerprint["n_rows"]
-            and np.allclose(old["mean"], self.fingerprint["mean"], rtol=1e-9, atol=1e-12)
-            and np.allclose(old["scatter"], self.fingerprint["scatter"], rtol=1e-9, atol=1e-12)
+            and all(
+                np.shape(old[k]) == np.shape(self.fingerprint[k])
+                and np.allclose(old[k], self.fingerprint[k], rtol=1e-9, atol=1e-12)
+                for k in _FINGERPRINT[1:]
+            )
         )
         if not same:
             raise CheckpointMismatchError(
-                f"checkpoint {self.path!r} was written for other data (shape, row count, mean or "
-                "scatter differ); delete it to start afresh"
+                f"checkpoint {self.path!r} was written for other data (shape, row count, mean, "
+                "scatter or column ranges differ); delete it to start afresh"
             )
         for kind, meta in header["states"].items():
             prefix = kind + ":"
             mine = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
             try:
                 self._loaded[kind] = _decode(_STATES[kind], meta, mine)
+                _check_state(self._loaded[kind], self.shape[1])
             except (KeyError, TypeError, ValueError) as err:
                 raise CheckpointMismatchError(
                     f"checkpoint {self.path!r} holds a damaged {kind!r} state ({err}); delete it to fit afresh"

@@ -566,3 +566,34 @@ def test_numpy_integer_parameters_match_a_checkpoint_written_with_python_ints(tm
     again = MCPCA(n_components=np.int64(2), sample_size=np.int32(20_000), checkpoint=path).fit(X)
     np.testing.assert_allclose(again.components_, first.components_, rtol=1e-12, atol=1e-14)
     assert again.n_passes_ == 1  # resumed at the end
+
+
+def test_checkpoint_of_reflected_data_is_refused(saved):
+    """``2 * mean - X`` has the mean and the scatter of X: the column ranges tell them apart."""
+    X, kw, path, before = saved
+    Y = 2 * X.mean(axis=0) - X
+    np.testing.assert_allclose(Y.mean(axis=0), X.mean(axis=0), atol=1e-12)
+    with pytest.raises(CheckpointMismatchError, match="other data"):
+        MCPCA(checkpoint=path, **kw).fit(Y)
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "name, value, match",
+    [
+        ("robust:location", np.zeros(2), r"location has shape \(2,\)"),
+        ("robust:scatter", np.full((3, 3), np.nan), "scatter holds NaN"),
+        ("robust:location", np.array(["a", "b", "c"]), "location holds NaN, inf or no number"),
+    ],
+    ids=["location-shape", "scatter-nan", "location-text"],
+)
+def test_resumed_state_with_bad_arrays_is_refused(saved, name, value, match):
+    X, kw, path, _ = saved
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    assert name in arrays and arrays[name].shape[-1] == X.shape[1]
+    arrays[name] = value
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+    with pytest.raises(CheckpointMismatchError, match="damaged 'robust' state .*" + match):
+        MCPCA(checkpoint=path, **kw).fit(X)
