@@ -521,3 +521,20 @@ def test_score_killed_mid_write_leaves_nothing_after_the_next_run(tmp_path, mode
     assert os.listdir(out_dir) == ["scores.zarr"]
     model = load(model_file)
     np.testing.assert_array_equal(zarr.open_group(out, mode="r")["outlier"][:], model.is_outlier(z[:]))
+
+
+def test_ctrl_c_mid_fit_exits_130_in_one_line(stores, tmp_path):
+    proc = _start("fit", stores["single"], "--solver", "paper", "-o", str(tmp_path / "m.json"))
+    try:
+        line = ""
+        while not line.startswith("pass"):
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    err = "\n".join(l for l in err.splitlines() if not l.startswith("pass"))
+    assert err.strip() == "dask-mcpca fit: interrupted"
+    assert not os.path.exists(tmp_path / "m.json")
