@@ -9,7 +9,6 @@ pass (moments, a row sample and the NaN check), then hands over to one solver:
 
 from __future__ import annotations
 
-import math
 import numbers
 import os
 from typing import Literal
@@ -35,6 +34,29 @@ CENTERS = ("robust", "mean", False)
 NAN_POLICIES = ("raise", "omit")
 DEFAULT_TOL = {"paper": 1e-6, "auto": 1e-3}
 DEFAULT_MAX_ITER = {"paper": 100, "auto": 10}
+
+
+#: Accepted chance that the row sample of the robust start is too small.
+SAMPLE_SHORT_PROB = 1e-9
+
+
+def _least_sample_size(needed: int) -> int:
+    """Smallest ``sample_size`` whose row sample holds ``needed`` rows but with ``SAMPLE_SHORT_PROB``.
+
+    Each row is kept with probability ``sample_size / n``, so the sample's
+    size is binomial, with a lower tail below that of Poisson(``sample_size``);
+    checking the Poisson tail makes whether a fit can start independent of
+    the seed (a ``sample_size`` just above ``needed`` failed on some seeds).
+    """
+    from scipy.stats import poisson
+
+    lo, hi = needed, 2 * needed + 64
+    while poisson.cdf(needed - 1, hi) > SAMPLE_SHORT_PROB:
+        hi *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if poisson.cdf(needed - 1, mid) <= SAMPLE_SHORT_PROB else (mid + 1, hi)
+    return lo
 
 
 def _is_int(x) -> bool:
@@ -267,15 +289,12 @@ class MCPCA(TransformerMixin, BaseEstimator):
                 f"X has {n} rows and {p} features; solver={self.solver!r} with center={self.center!r} "
                 f"needs at least {needed} rows"
             )
-        # Each row is drawn with probability sample_size / n, so the sample holds
-        # sample_size +- sqrt(sample_size) rows: ask for 6 standard deviations more than
-        # needed, so that whether it is enough does not depend on the seed.
-        least = needed if n <= self.sample_size else math.ceil((3 + math.sqrt(9 + needed)) ** 2)
+        least = needed if n <= self.sample_size else _least_sample_size(needed)
         if n > self.sample_size < least:
             raise ValueError(
                 f"MCPCA: parameter sample_size={self.sample_size} is invalid; the robust start "
                 f"needs a row sample of at least {needed} rows (n_features + 2); the sample's size "
-                f"varies by about sqrt(sample_size) with the seed, so sample_size must be at least {least}"
+                f"varies with the seed, so sample_size must be at least {least}"
             )
         solver = self.solver
         tol = self.tol if self.tol is not None else DEFAULT_TOL[solver]
