@@ -187,7 +187,7 @@ def _client(address: str, timeout: float):
         raise OSError(
             f"cannot reach the dask scheduler at {address!r} within {timeout:g} s ({_one_line(err)})"
         ) from None
-    except Exception as err:  # noqa: BLE001 - whatever a non-Dask service makes the parser do
+    except Exception as err:  # whatever a non-Dask service makes the parser do
         raise OSError(
             f"{address!r} is not a dask scheduler: it did not answer the Dask handshake "
             f"({type(err).__name__}: {_one_line(err)})"
@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     except (_UsageError, _SchedulerLost, FileNotFoundError, KeyError, ValueError, OSError, TimeoutError) as err:
         _say(f"{PROG} {args.command}: error: {_one_line(err)}")
         return 2
-    except (Exception, asyncio.CancelledError) as err:  # noqa: BLE001 - the promise is one line, never a traceback
+    except (Exception, asyncio.CancelledError) as err:  # the promise: one line, never a traceback
         _say(f"{PROG} {args.command}: error: {type(err).__name__}: {_one_line(err)}")
         return 2
 

@@ -204,7 +204,7 @@ def load(path):
         model._validate_params()
         for name, value in document["attributes"].items():
             if not (isinstance(name, str) and name.endswith("_") and name.isidentifier()) or (
-                name.startswith("_") or hasattr(MCPCA, name)
+                name.startswith("_") or hasattr(type(model), name)
             ):
                 raise ValueError(f"bad attribute name {name!r}")
             setattr(model, name, _decode_value(value))
@@ -277,9 +277,12 @@ def validate_fitted(model) -> None:
         value = getattr(model, name)
         shape = tuple({"p": p, "k": k}[d] for d in dims)
         if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.shape != shape:
-            got = f"{value.dtype} array of shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
-            raise ValueError(f"{name} must be a float array of shape {shape} (n_features_in_={p}, "
-                             f"n_components_={k}); got {got}")
+            got = type(value).__name__
+            if isinstance(value, np.ndarray):
+                got = f"{value.dtype} array of shape {value.shape}"
+            raise ValueError(
+                f"{name} must be a float array of shape {shape} (n_features_in_={p}, n_components_={k}); got {got}"
+            )
         bad = np.isinf(value) if allow_nan else ~np.isfinite(value)
         if bad.any():
             raise ValueError(f"{name} holds {int(bad.sum())} non-finite value(s)")

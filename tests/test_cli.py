@@ -383,7 +383,7 @@ class _FakeService:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
-        self.address = "tcp://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.address = f"tcp://127.0.0.1:{self.sock.getsockname()[1]}"
         self.accepted: list = []
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -444,7 +444,7 @@ def test_scheduler_lost_mid_fit_is_one_line(stores, tmp_path):
         scheduler = next(p for name, p in cluster._procs if name == "scheduler")
         os.killpg(scheduler.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
-    err = "\n".join(l for l in err.splitlines() if not l.startswith("pass"))  # the bars of the passes made
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("pass"))  # the bars of the passes made
     _assert_one_line_error(proc.returncode, out, err, "scheduler")
     assert not os.path.exists(tmp_path / "m.json")
 
@@ -535,6 +535,6 @@ def test_ctrl_c_mid_fit_exits_130_in_one_line(stores, tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    err = "\n".join(l for l in err.splitlines() if not l.startswith("pass"))
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("pass"))
     assert err.strip() == "dask-mcpca fit: interrupted"
     assert not os.path.exists(tmp_path / "m.json")
