@@ -156,9 +156,13 @@ def _identify(address: str, timeout: float) -> dict:
     ``asyncio.wait_for``.
     """
     from distributed.comm import connect
+    from distributed.security import Security
+
+    # the client's TLS settings from the Dask config, as Client(address) uses them
+    connection_args = Security().get_connection_args("client")
 
     async def identity():
-        comm = await connect(address, timeout=timeout)
+        comm = await connect(address, timeout=timeout, **connection_args)
         try:
             await comm.write({"op": "identity", "reply": True})
             return await comm.read()

@@ -538,3 +538,28 @@ def test_ctrl_c_mid_fit_exits_130_in_one_line(stores, tmp_path):
     err = "\n".join(line for line in err.splitlines() if not line.startswith("pass"))
     assert err.strip() == "dask-mcpca fit: interrupted"
     assert not os.path.exists(tmp_path / "m.json")
+
+
+def test_fit_on_a_tls_scheduler_uses_the_configured_certificates(stores, tmp_path):
+    """The handshake probe connects with the client's TLS settings from the Dask config, as Client does."""
+    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("cryptography")
+    from distributed.security import Security
+
+    security = Security.temporary()
+    env = dict(os.environ, DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION="True")
+    names = [("tls_ca_file", "CA_FILE"), ("tls_client_cert", "CLIENT__CERT"), ("tls_client_key", "CLIENT__KEY")]
+    for attr, var in names:
+        (tmp_path / f"{attr}.pem").write_text(getattr(security, attr))  # PEM text -> files the config names
+        env[f"DASK_DISTRIBUTED__COMM__TLS__{var}"] = str(tmp_path / f"{attr}.pem")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tls",
+                                  security=security, dashboard_address=None) as cluster:
+        assert cluster.scheduler_address.startswith("tls://")
+        done = subprocess.run(
+            [sys.executable, "-m", "dask_mcpca", "fit", stores["single"], "--scheduler", cluster.scheduler_address,
+             "--no-progress", "-o", str(tmp_path / "m.json")],
+            env=env, capture_output=True, text=True, timeout=TIMEOUT,
+        )
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_allclose(load(tmp_path / "m.json").components_, MCPCA().fit(stores["single"]).components_,
+                               rtol=1e-9, atol=1e-12)
