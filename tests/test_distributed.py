@@ -283,15 +283,20 @@ def relative_store(data, tmp_path, monkeypatch):
     z = zarr.open_array(str(folder / "data.zarr"), mode="w", shape=data.shape,
                         chunks=(STORE_CHUNK_ROWS, N_FEATURES), dtype="f8")
     z[:] = data
+    with h5py.File(folder / "data.h5", "w") as f:
+        f.create_dataset("data", data=data, chunks=(STORE_CHUNK_ROWS, N_FEATURES))
     monkeypatch.chdir(folder)
     return folder
 
 
-def test_relative_zarr_path_fits_the_data_on_the_cluster(client, cluster, stores, relative_store):
+@pytest.mark.parametrize("path, kind", [("data.zarr", "zarr"), ("data.h5:/data", "hdf5")])
+def test_relative_path_fits_the_data_on_the_cluster(client, cluster, stores, relative_store, path, kind):
     """The workers run in another directory: the relative path is made absolute first."""
     assert os.path.realpath(cluster.directory) != os.path.realpath(os.getcwd())
-    got = MCPCA().fit("data.zarr")
-    assert_same_fit(got, local_fit("zarr", "auto", stores))
+    with get_task_stream(client) as stream:
+        got = MCPCA().fit(path)
+    assert stream.data  # the blocks were read on the workers
+    assert_same_fit(got, local_fit(kind, "auto", stores))
     assert got.explained_variance_[0] > 1.0  # not the variance 0 of fill values
 
 
