@@ -117,6 +117,8 @@ def _empty(plan: PassPlan, p: int) -> dict:
         "mean": np.zeros((J, p)),
         "scatter": np.zeros((J, p, p)),
     }
+    if plan.kernels is None:  # a moments pass also finds each column's range (the data's fingerprint)
+        out["col_min"], out["col_max"] = np.full(p, np.inf), np.full(p, -np.inf)
     if plan.sample_rate > 0:
         out["sample"] = np.empty((0, p))
     return out
@@ -198,7 +200,8 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
     dict
         ``n_rows``, ``n_nonfinite``, and per kernel ``log_scale``, ``weight``,
         ``mean``, ``scatter`` (see the module docstring); ``sample`` when the
-        plan asks for one.
+        plan asks for one; ``col_min`` and ``col_max`` (over finite rows) for
+        a moments pass (no kernels).
     """
     X = np.asarray(X)
     p = X.shape[1]
@@ -224,6 +227,9 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
         if n_bad:
             Y = Y[finite]
         part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
+        if plan.kernels is None and len(Y):
+            rows = sub if finite is None else sub[finite]
+            part["col_min"], part["col_max"] = rows.min(axis=0).astype(np.float64), rows.max(axis=0).astype(np.float64)
         part["n_rows"] = n_seen - n_bad
         part["n_nonfinite"] = n_bad
         result = combine(result, part)
@@ -254,6 +260,9 @@ def combine(a: dict, b: dict) -> dict:
         + (wa * wb / safe)[:, None, None] * delta[:, :, None] * delta[:, None, :]
     )
     out.update(log_scale=log_scale, weight=weight, mean=mean, scatter=scatter)
+    if "col_min" in a or "col_min" in b:
+        out["col_min"] = np.minimum(*(x.get("col_min", np.inf) for x in (a, b)))
+        out["col_max"] = np.maximum(*(x.get("col_max", -np.inf) for x in (a, b)))
     if "sample" in a or "sample" in b:
         out["sample"] = np.concatenate([x["sample"] for x in (a, b) if "sample" in x])
     return out

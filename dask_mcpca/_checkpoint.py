@@ -2,10 +2,13 @@
 
 A checkpoint is one ``.npz`` file (no pickle): the solver's state as arrays
 plus a JSON header with the parameters and a fingerprint of the data (row
-count, mean and scatter from the first pass).  It is written to a temporary
+count, mean, scatter and each column's minimum and maximum, from the first
+pass: a reflection ``2 * mean - X`` has the same mean and scatter, not the
+same ranges).  It is written to a temporary
 file in the same directory and renamed over the old one, so an interrupted
 write leaves the previous checkpoint or none, never half a file.  A
-checkpoint written for other data or other parameters is refused.
+checkpoint written for other data or other parameters is refused, and so
+is one whose saved state has the wrong shapes or non-finite values.
 
 The file is kept after a successful fit: fitting again resumes at the end,
 after the one pass that checks the data.  Temporaries left by a process
@@ -20,15 +23,23 @@ import os
 
 import numpy as np
 
-from ._atomic import atomic_path, stale_temporaries
+from ._atomic import atomic_path, recover
 from ._paper import PaperState
 from ._robust import RobustState
 
 __all__ = ["Checkpoint", "CheckpointMismatchError"]
 
-#: Version 3: the robust state is the calibrated re-weighting (cutoff, support,
-#: rate); an older checkpoint holds another estimator's state, so it is refused.
-FORMAT = "dask_mcpca-checkpoint-3"
+#: Version 3: the fingerprint holds the columns' ranges; version 4: the robust
+#: state is the calibrated re-weighting (radii, supports, point masses).  An
+#: older file cannot be checked or holds another estimator's state: refused.
+FORMAT = "dask_mcpca-checkpoint-4"
+#: Fingerprint entries (all from the first pass).
+_FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max")
+#: Shapes of the state arrays, in terms of the number of features p.
+_STATE_SHAPES = {"location": 1, "scatter": 2, "final_location": 1, "final_scatter": 2, "v": 1, "P": 2, "Q": 2,
+                 "components": 1}
+#: State entries that may hold NaN (a paper's null-space sigma, "no step yet").
+_MAY_BE_NAN = ("sigmas", "last_change", "last_pass", "cutoff", "final_cutoff", "support", "core_support", "rate")
 _STATES = {"paper": PaperState, "robust": RobustState}
 
 
@@ -74,6 +85,40 @@ def _decode(cls, meta: dict, arrays) -> object:
     return cls(**kwargs)
 
 
+def _damaged_header(header: dict) -> str:
+    """What is wrong with a checkpoint header's layout ("" when nothing is)."""
+    kinds = {"params": dict, "shape": list, "data": dict, "states": dict}
+    for key, kind in kinds.items():
+        if not isinstance(header.get(key), kind):
+            return f"no {key!r} {kind.__name__}"
+    if not all(k in header["data"] for k in _FINGERPRINT):
+        return "its data fingerprint is incomplete"
+    unknown = sorted(set(header["states"]) - set(_STATES))
+    return f"unknown state(s) {unknown}" if unknown else ""
+
+
+def _check_state(state, p: int) -> None:
+    """Refuse a saved state whose arrays have the wrong shapes or hold NaN, inf or non-numbers."""
+    for f in dataclasses.fields(state):
+        if f.name in _MAY_BE_NAN:
+            continue
+        value = getattr(state, f.name)
+        for item in value if isinstance(value, list) else [value]:
+            if item is None:
+                continue
+            arr = np.asarray(item)
+            expected = (p,) * _STATE_SHAPES.get(f.name, arr.ndim)
+            if f.name in _STATE_SHAPES and arr.shape != expected:
+                raise ValueError(f"{f.name} has shape {arr.shape}, expected {expected}")
+            if arr.dtype.kind not in "biuf" or not np.isfinite(arr).all():
+                raise ValueError(f"{f.name} holds NaN, inf or no number")
+
+
+def _plain(value):
+    """A numpy scalar as the Python number it equals (``np.int64(2)`` is ``2``), else its repr."""
+    return value.item() if isinstance(value, np.generic) else repr(value)
+
+
 class _NoCheckpoint:
     def check_data(self, moments) -> None:
         pass
@@ -90,7 +135,7 @@ class Checkpoint:
 
     def __init__(self, path, params: dict, shape):
         self.path = os.fspath(path)
-        self.params = json.loads(json.dumps(params, default=repr))
+        self.params = json.loads(json.dumps(params, default=_plain))
         self.shape = list(shape)
         self.fingerprint = None
         self.states: dict = {}
@@ -107,9 +152,10 @@ class Checkpoint:
             "n_rows": int(moments.n_rows),
             "mean": moments.mean[0].tolist(),
             "scatter": moments.scatter[0].ravel().tolist(),
+            "col_min": moments.col_min.tolist(),
+            "col_max": moments.col_max.tolist(),
         }
-        for stale in stale_temporaries(self.path):  # left by a process killed mid-write
-            os.remove(stale)
+        recover(self.path)  # temporaries left by a process killed mid-write
         if not os.path.exists(self.path):
             return
         try:
@@ -118,9 +164,15 @@ class Checkpoint:
                 arrays = {k: z[k] for k in z.files if k != "__header__"}
         except Exception as err:
             raise CheckpointMismatchError(f"checkpoint {self.path!r} cannot be read: {err}") from None
-        if header.get("format") != FORMAT:
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            found = header.get("format") if isinstance(header, dict) else header
             raise CheckpointMismatchError(
-                f"{self.path!r} is not a {FORMAT} file (found {header.get('format')!r}); delete it to fit afresh"
+                f"{self.path!r} is not a {FORMAT} file (found {found!r}); delete it to fit afresh"
+            )
+        damaged = _damaged_header(header)
+        if damaged:
+            raise CheckpointMismatchError(
+                f"checkpoint {self.path!r} has a damaged header ({damaged}); delete it to fit afresh"
             )
         if header["params"] != self.params:
             diff = sorted(k for k in self.params if header["params"].get(k) != self.params[k])
@@ -132,18 +184,27 @@ class Checkpoint:
         same = (
             header["shape"] == self.shape
             and old["n_rows"] == self.fingerprint["n_rows"]
-            and np.allclose(old["mean"], self.fingerprint["mean"], rtol=1e-9, atol=1e-12)
-            and np.allclose(old["scatter"], self.fingerprint["scatter"], rtol=1e-9, atol=1e-12)
+            and all(
+                np.shape(old[k]) == np.shape(self.fingerprint[k])
+                and np.allclose(old[k], self.fingerprint[k], rtol=1e-9, atol=1e-12)
+                for k in _FINGERPRINT[1:]
+            )
         )
         if not same:
             raise CheckpointMismatchError(
-                f"checkpoint {self.path!r} was written for other data (shape, row count, mean or "
-                "scatter differ); delete it to start afresh"
+                f"checkpoint {self.path!r} was written for other data (shape, row count, mean, "
+                "scatter or column ranges differ); delete it to start afresh"
             )
         for kind, meta in header["states"].items():
             prefix = kind + ":"
             mine = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-            self._loaded[kind] = _decode(_STATES[kind], meta, mine)
+            try:
+                self._loaded[kind] = _decode(_STATES[kind], meta, mine)
+                _check_state(self._loaded[kind], self.shape[1])
+            except (KeyError, TypeError, ValueError) as err:
+                raise CheckpointMismatchError(
+                    f"checkpoint {self.path!r} holds a damaged {kind!r} state ({err}); delete it to fit afresh"
+                ) from None
         self.states = dict(self._loaded)
 
     def load(self, kind: str):

@@ -18,14 +18,20 @@ block and renamed into place only when complete.  ``--scheduler`` connects to
 a running ``dask.distributed`` scheduler (its workers must see the same
 paths); without it the local threaded scheduler is used.
 
-Errors (a missing store, a wrong dataset name, an unreachable scheduler, a
-bad parameter value) are reported as one line on stderr, with exit status 2.
+Every failure (a missing store, a wrong dataset name, an unreachable
+scheduler or one lost mid-fit, a bad parameter value, a damaged model file)
+is reported as one line on stderr, with exit status 2; Ctrl-C exits 130.
+Waiting for ``--scheduler`` is bounded by ``--connect-timeout``, the
+handshake included: an address that accepts connections but is no Dask
+scheduler (a dashboard port, an SSH server) fails within that time.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -40,6 +46,10 @@ PROG = "dask-mcpca"
 MAX_TABLE_ROWS = 20
 #: Seconds to wait for a ``--scheduler`` before giving up.
 DEFAULT_CONNECT_TIMEOUT = 10.0
+#: Largest ``--connect-timeout`` accepted (seconds).
+MAX_CONNECT_TIMEOUT = 3600.0
+#: Seconds ``Client.close`` may take (the scheduler may be gone).
+CLOSE_TIMEOUT = 5.0
 
 #: ``--center`` choices: the estimator's, with ``none`` for ``center=False``.
 _CENTERS = {("none" if c is False else c): c for c in CENTERS}
@@ -76,6 +86,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _connect_timeout(text: str) -> float:
+    value = _positive_float(text)
+    if not value <= MAX_CONNECT_TIMEOUT:  # also refuses inf
+        raise argparse.ArgumentTypeError(f"expected a number of seconds in (0, {MAX_CONNECT_TIMEOUT:g}], got {text!r}")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
@@ -89,7 +106,7 @@ def _build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument(
             "--connect-timeout",
-            type=_positive_float,
+            type=_connect_timeout,
             default=DEFAULT_CONNECT_TIMEOUT,
             metavar="SECONDS",
             help=f"how long to try to reach --scheduler (default {DEFAULT_CONNECT_TIMEOUT:g})",
@@ -129,26 +146,103 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 # ---------------------------------------------------------------- helpers
+class _SchedulerLost(Exception):
+    """The scheduler went away during the computation."""
+
+
+def _identify(address: str, timeout: float) -> dict:
+    """Ask ``address`` who it is, handshake included, within ``timeout`` seconds.
+
+    ``distributed``'s own connect bounds the TCP connection but not the
+    handshake that follows, so a listener that accepts and never answers
+    would hang a ``Client`` forever; and a service that talks first (an SSH
+    banner) is read as a message header.  Everything here runs under one
+    ``asyncio.wait_for``.
+    """
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    # the client's TLS settings from the Dask config, as Client(address) uses them
+    connection_args = Security().get_connection_args("client")
+
+    async def identity():
+        comm = await connect(address, timeout=timeout, **connection_args)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    async def bounded():
+        return await asyncio.wait_for(identity(), timeout)
+
+    return asyncio.run(bounded())
+
+
+def _client(address: str, timeout: float):
+    """A ``distributed.Client`` of the scheduler at ``address``, or a one-line error within ``timeout``."""
+    from distributed import Client
+    from distributed.comm import parse_address
+
+    try:
+        parse_address(address)
+    except ValueError as err:
+        raise ValueError(f"bad scheduler address {address!r}: {_one_line(err)}") from None
+    started = time.monotonic()
+    try:
+        reply = _identify(address, timeout)
+    except (OSError, TimeoutError, asyncio.TimeoutError) as err:
+        raise OSError(
+            f"cannot reach the dask scheduler at {address!r} within {timeout:g} s ({_one_line(err)})"
+        ) from None
+    except Exception as err:  # whatever a non-Dask service makes the parser do
+        raise OSError(
+            f"{address!r} is not a dask scheduler: it did not answer the Dask handshake "
+            f"({type(err).__name__}: {_one_line(err)})"
+        ) from None
+    if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
+        raise OSError(f"{address!r} is not a dask scheduler: it answered as {str(reply)[:80]!r}")
+    remaining = max(1.0, timeout - (time.monotonic() - started))
+    try:
+        return Client(address, timeout=remaining, set_as_default=True)
+    except (OSError, TimeoutError) as err:
+        raise OSError(
+            f"cannot reach the dask scheduler at {address!r} within {timeout:g} s ({_one_line(err)})"
+        ) from None
+
+
+def _is_scheduler_loss(err: BaseException) -> bool:
+    """A cancelled future or a closed comm: what a client sees when its scheduler dies."""
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+
+    return isinstance(err, (asyncio.CancelledError, FutureCancelledError, CommClosedError))
+
+
 @contextlib.contextmanager
 def _scheduler(address: str | None, timeout: float):
     """Use the distributed scheduler at ``address`` inside the block (None: local threads)."""
     if not address:
         yield None
         return
-    from distributed import Client
+    import distributed  # noqa: F401 - configures its loggers on import; quieten them after
 
-    try:
-        client = Client(address, timeout=timeout, set_as_default=True)
-    except (OSError, TimeoutError) as err:
-        raise OSError(
-            f"cannot reach the dask scheduler at {address!r} within {timeout:g} s ({_one_line(err)})"
-        ) from None
-    except ValueError as err:
-        raise ValueError(f"bad scheduler address {address!r}: {_one_line(err)}") from None
+    # The client logs its reconnection attempts on stderr; the error line below says it once.
+    for name in ["distributed", *logging.root.manager.loggerDict]:
+        if name.split(".")[0] == "distributed":
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    client = _client(address, timeout)
     try:
         yield client
+    except BaseException as err:
+        if _is_scheduler_loss(err):
+            raise _SchedulerLost(
+                f"lost the dask scheduler at {address!r} during the computation ({type(err).__name__})"
+            ) from None
+        raise
     finally:
-        client.close()
+        with contextlib.suppress(Exception):
+            client.close(timeout=CLOSE_TIMEOUT)
 
 
 def _one_line(err: BaseException) -> str:
@@ -171,6 +265,20 @@ def _refuse_inside_input(output: str, store: str, what: str) -> None:
     root = _store_root(store)
     if _is_within(output, root) or _is_within(root, output):
         raise _UsageError(f"{what} {output!r} would overlap the input store {root!r}; choose another path")
+
+
+def _check_output_location(output: str, *, is_file: bool) -> None:
+    """Refuse, before any work, an output that could not be written (read-only, not a folder)."""
+    path = os.path.abspath(output)
+    if is_file and os.path.isdir(path):
+        raise _UsageError(f"--output {output!r} is a directory; name a file")
+    parent = os.path.dirname(path)
+    while not os.path.lexists(parent):  # atomic_path creates the missing folders
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise _UsageError(f"--output {output!r} cannot be created: {parent!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise _UsageError(f"--output {output!r} cannot be created: directory {parent!r} is not writable")
 
 
 def _open(store: str, dataset: str | None):
@@ -208,6 +316,7 @@ def summary_table(model) -> str:
 # --------------------------------------------------------------- commands
 def _cmd_fit(args, out) -> int:
     _refuse_inside_input(args.output, args.store, "--output")
+    _check_output_location(args.output, is_file=True)
     model = MCPCA(
         args.n_components,
         solver=args.solver,
@@ -242,8 +351,11 @@ def _cmd_score(args, out) -> int:
     from ._progress import compute_with_progress
 
     _refuse_inside_input(args.output, args.store, "--output")
+    if _is_within(args.model, args.output) or _is_within(args.output, args.model):
+        raise _UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
     if os.path.lexists(args.output) and not args.overwrite:
         raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
+    _check_output_location(args.output, is_file=False)
     model = load(args.model)
     X = _open(args.store, args.dataset)
     if not isinstance(X, da.Array):  # pragma: no cover - stores always open as dask arrays
@@ -286,17 +398,49 @@ def _cmd_demo(args, out) -> int:
 
 
 # ------------------------------------------------------------------ main
+def _say(line: str) -> None:
+    """Write one line on stderr; with stderr closed, say nothing rather than fail."""
+    try:
+        sys.stdout.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; return the exit status (0, or 2 on error)."""
+    """Run the command line; return the exit status (0; 2 on error; 130 on Ctrl-C)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
+    if args.command in ("fit", "demo") and sys.stderr is None:
+        args.no_progress = True  # nowhere to draw it
     try:
         with _scheduler(args.scheduler, getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)):
-            return args.func(args, sys.stdout)
-    except (_UsageError, FileNotFoundError, KeyError, ValueError, OSError, TimeoutError) as err:
-        sys.stdout.flush()
-        print(f"{PROG} {args.command}: error: {_one_line(err)}", file=sys.stderr)
-        return 2
+            return args.func(args, _Stdout())
     except KeyboardInterrupt:
-        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        _say(f"{PROG} {args.command}: interrupted")
         return 130
+    except (_UsageError, _SchedulerLost, FileNotFoundError, KeyError, ValueError, OSError, TimeoutError) as err:
+        _say(f"{PROG} {args.command}: error: {_one_line(err)}")
+        return 2
+    except (Exception, asyncio.CancelledError) as err:  # the promise: one line, never a traceback
+        _say(f"{PROG} {args.command}: error: {type(err).__name__}: {_one_line(err)}")
+        return 2
+
+
+class _Stdout:
+    """``sys.stdout`` that tolerates being closed (``>&-``): output is dropped, the work goes on."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stdout.write(text)
+        except (AttributeError, OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except (AttributeError, OSError, ValueError):
+            pass

@@ -73,6 +73,29 @@ def check_params(estimator: MCPCA) -> None:
     )
 
 
+#: Accepted chance that the row sample of the robust start is too small.
+SAMPLE_SHORT_PROB = 1e-9
+
+
+def _least_sample_size(needed: int) -> int:
+    """Smallest ``sample_size`` whose row sample holds ``needed`` rows but with ``SAMPLE_SHORT_PROB``.
+
+    Each row is kept with probability ``sample_size / n``, so the sample's
+    size is binomial, with a lower tail below that of Poisson(``sample_size``);
+    checking the Poisson tail makes whether a fit can start independent of
+    the seed (a ``sample_size`` just above ``needed`` failed on some seeds).
+    """
+    from scipy.stats import poisson
+
+    lo, hi = needed, 2 * needed + 64
+    while poisson.cdf(needed - 1, hi) > SAMPLE_SHORT_PROB:
+        hi *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if poisson.cdf(needed - 1, mid) <= SAMPLE_SHORT_PROB else (mid + 1, hi)
+    return lo
+
+
 def _nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
     """Wrap a row-block function: rows holding NaN or inf give NaN (False for flags).
 
@@ -273,7 +296,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         "nan_policy": [StrOptions(set(NAN_POLICIES))],
         "checkpoint": [str, os.PathLike, None],
         "sample_size": [Interval(Integral, 10, None, closed="left")],
-        "random_state": [Interval(Integral, 0, None, closed="left"), None],
+        "random_state": [Interval(Integral, 0, 2**64 - 1, closed="both"), None],
         "progress": ["boolean"],
     }
 
@@ -367,10 +390,12 @@ class MCPCA(TransformerMixin, BaseEstimator):
                 f"X has {n} rows and {p} features; solver={self.solver!r} with center={self.center!r} "
                 f"needs at least {needed} rows"
             )
-        if n > self.sample_size < needed:
+        least = needed if n <= self.sample_size else _least_sample_size(needed)
+        if n > self.sample_size < least:
             raise ValueError(
                 f"MCPCA: parameter sample_size={self.sample_size} is invalid; the robust start "
-                f"needs a row sample of at least {needed} rows (n_features + 2)"
+                f"needs a row sample of at least {needed} rows (n_features + 2); the sample's size "
+                f"varies with the seed, so sample_size must be at least {least}"
             )
         solver = self.solver
         tol = self.tol if self.tol is not None else DEFAULT_TOL[solver]
@@ -491,6 +516,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         if len(rest):
             C += self.noise_variance_ * (np.eye(p) - self.components_.T @ self.components_)
         self.covariance_ = C
+        self.point_masses_ = np.empty((0, p))
         self._set_cutoff(outlier_cutoff_d2(p))
 
     def _set_cutoff(self, cutoff: float) -> None:
@@ -599,6 +625,13 @@ class MCPCA(TransformerMixin, BaseEstimator):
         True
         """
         check_is_fitted(self, "components_")
+        width = X.shape[-1] if getattr(X, "ndim", np.ndim(X)) == 2 else None
+        if width != self.n_components_:
+            shape = getattr(X, "shape", np.shape(X))
+            raise ValueError(
+                f"inverse_transform takes scores of shape (n_samples, {self.n_components_}) "
+                f"(n_components_={self.n_components_}); got shape {tuple(shape)}"
+            )
         if isinstance(X, da.Array):
             return X @ self.components_ + self.mean_
         return np.asarray(X) @ self.components_ + self.mean_

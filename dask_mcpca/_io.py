@@ -4,6 +4,14 @@ Whatever the user hands to ``fit``, :func:`as_row_blocks` returns either an
 in-memory numpy array (processed without a task graph) or a dask array whose
 chunks span full rows.  Stores are opened read-only; the dask chunks follow
 the store's row chunks, grouped so one block holds about ``BLOCK_BYTES``.
+
+Paths are made absolute here, before any task graph is built: a worker of a
+distributed cluster runs in its own directory.  A Zarr array on a local disk
+must have every chunk file when it is opened (Zarr reads a missing chunk as
+its fill value, which would be fitted as data), and a task that reads it
+checks that the store and the chunks of its rows are still there on the
+machine it runs on, so a store a worker cannot see is an error there, never
+a block of fill values.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ class H5Dataset:
     def __init__(self, path: str, name: str):
         import h5py
 
-        self.path, self.name = os.fspath(path), name
+        self.path, self.name = os.path.abspath(os.fspath(path)), name
         try:
             with h5py.File(self.path, "r") as f:
                 if name not in f:
@@ -110,9 +118,14 @@ def open_store(path: str | os.PathLike, dataset: str | None = None):
     path = os.fspath(path)
     if dataset is None:
         path, dataset = split_store_path(path)
+    path = os.path.abspath(path)  # the workers of a cluster run in other directories
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such store: {path!r}")
     if os.path.isfile(path):
+        import h5py
+
+        if not h5py.is_hdf5(path):
+            raise ValueError(f"{path!r} is neither a Zarr store (a directory) nor an HDF5 file")
         if dataset is None:
             dataset = _single_hdf5_dataset(path)
         return H5Dataset(path, dataset)
@@ -178,19 +191,99 @@ def _rows(key) -> str:
     return f"rows {rows!r}"
 
 
+def _local_root(arr) -> str | None:
+    """Absolute directory of a Zarr array on a local disk, or None for other stores."""
+    root = getattr(arr.store, "root", None)
+    if root is None or type(arr.store).__name__ != "LocalStore":
+        return None
+    return os.path.join(os.path.abspath(os.fspath(root)), arr.path)
+
+
+def _reopen_absolute(arr):
+    """The same array, opened read-only through its absolute path when its store's is relative."""
+    import zarr
+
+    root = getattr(arr.store, "root", None)
+    if _local_root(arr) is None or os.path.isabs(os.fspath(root)):
+        return arr
+    return zarr.open_array(os.path.abspath(os.fspath(root)), path=arr.path or None, mode="r")
+
+
 class _ZarrRows:
-    """A Zarr array whose read errors name the store, the array and the rows.
+    """A Zarr array whose reads fail loudly and name the store, the array and the rows.
 
     A corrupt or unreadable chunk otherwise surfaces as a bare codec error
-    (``Zstd decompression error``) from inside a dask task.
+    (``Zstd decompression error``) from inside a dask task, and a chunk or
+    store that the reading process cannot see reads as the fill value.  For a
+    store on a local disk every chunk file must exist when it is opened, and
+    each read first checks, on the process that reads, that the store's
+    metadata and the chunk files of the rows read are there.
     """
 
     def __init__(self, arr):
+        arr = _reopen_absolute(arr)
         self.arr = arr
         self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
-        self.where = f"Zarr store {str(arr.store)!r}" + (f", array {arr.path!r}" if arr.path else "")
+        self.root = _local_root(arr)
+        self.where = f"Zarr store {self.root or str(arr.store)!r}" + (f", array {arr.path!r}" if arr.path else "")
+        if self.root is not None:
+            missing = self._missing_units(0, self.shape[0])
+            if missing:
+                a, b = self._unit_rows(missing[0])
+                raise ValueError(
+                    f"{self.where} has no chunk file for rows {a}:{b} ({len(missing)} of "
+                    f"{self._grid()[0]} row chunks missing); Zarr would read them as the fill value "
+                    f"{self.arr.fill_value!r}. Complete the store, or pass dask.array.from_zarr(...) "
+                    "to accept fill values"
+                )
+
+    def _unit(self) -> tuple[int, int]:
+        """Rows and columns of one stored object (a shard, or a chunk if unsharded)."""
+        return tuple(getattr(self.arr, "shards", None) or self.arr.chunks)
+
+    def _grid(self) -> tuple[int, int]:
+        r, c = self._unit()
+        return -(-self.shape[0] // r), -(-self.shape[1] // c)
+
+    def _unit_rows(self, i: int) -> tuple[int, int]:
+        r = self._unit()[0]
+        return i * r, min(self.shape[0], (i + 1) * r)
+
+    def _missing_units(self, start: int, stop: int) -> list[int]:
+        """Row indices of the stored objects of rows ``start:stop`` that have a missing file."""
+        r = self._unit()[0]
+        n_cols = self._grid()[1]
+        encode = self.arr.metadata.encode_chunk_key
+        return [
+            i
+            for i in range(start // r, -(-stop // r))
+            if not all(os.path.exists(os.path.join(self.root, encode((i, j)))) for j in range(n_cols))
+        ]
+
+    def _check_visible(self, key) -> None:
+        import socket
+
+        meta = ("zarr.json", ".zarray")
+        if not any(os.path.exists(os.path.join(self.root, m)) for m in meta):
+            raise FileNotFoundError(
+                f"{self.where} is not visible to the process reading it (host {socket.gethostname()!r}, "
+                f"cwd {os.getcwd()!r}); every dask worker must see the store at the same path"
+            )
+        rows = key[0] if isinstance(key, tuple) else key
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            return
+        start, stop, _ = rows.indices(self.shape[0])
+        missing = self._missing_units(start, stop) if stop > start else []
+        if missing:
+            a, b = self._unit_rows(missing[0])
+            raise FileNotFoundError(
+                f"{self.where}: the chunk file of rows {a}:{b} is missing on host {socket.gethostname()!r} "
+                "(it was there when the store was opened)"
+            )
 
     def __getitem__(self, key):
+        if self.root is not None:
+            self._check_visible(key)
         try:
             return self.arr[key]
         except Exception as err:
@@ -208,8 +301,9 @@ def _from_store(arr) -> da.Array:
     store_rows = arr.chunks[0] if arr.chunks else None
     rows = _row_chunk(n, p, arr.dtype.itemsize, store_rows)
     if isinstance(arr, zarr.Array):
-        name = "from-zarr-" + tokenize(arr, rows)
-        return da.from_array(_ZarrRows(arr), chunks=(rows, p), asarray=True, lock=False, name=name)
+        rows_reader = _ZarrRows(arr)
+        name = "from-zarr-" + tokenize(rows_reader.arr, rows)
+        return da.from_array(rows_reader, chunks=(rows, p), asarray=True, lock=False, name=name)
     return da.from_array(arr, chunks=(rows, p), asarray=True, lock=False, name=f"h5-{arr.path}-{arr.name}-{rows}")
 
 
@@ -246,6 +340,24 @@ def _as_float(x):
     return x
 
 
+def _refuse_unsupported(X) -> None:
+    """Input kinds that ``np.asarray`` would turn into a wrong array, or fail on deep inside."""
+    kind = f"{type(X).__module__}.{type(X).__name__}"
+    if kind.startswith(("scipy.sparse", "sparse.")) or type(X).__module__.startswith("sparse"):
+        raise TypeError(
+            f"Sparse data was passed ({type(X).__name__}), but dense data is required: MCPCA needs dense rows; "
+            "pass X.toarray(), or a dask array of dense blocks"
+        )
+    if kind.startswith("xarray") and type(X).__name__ == "Dataset":
+        names = sorted(map(str, X.data_vars))
+        raise TypeError(f"X is an xarray.Dataset; pass one of its variables, ds[name], with name in {names}")
+    if isinstance(X, np.ma.MaskedArray) or (isinstance(X, da.Array) and isinstance(X._meta, np.ma.MaskedArray)):
+        raise TypeError(
+            "X is a masked array; its mask would be ignored. Pass X.filled(np.nan) with "
+            "nan_policy='omit' to leave the masked rows out"
+        )
+
+
 def as_row_blocks(X: Any) -> np.ndarray | da.Array:
     """Return ``X`` as a float numpy array or a dask array chunked by full rows.
 
@@ -263,6 +375,7 @@ def as_row_blocks(X: Any) -> np.ndarray | da.Array:
     """
     if isinstance(X, (str, os.PathLike)):
         X = open_store(X)
+    _refuse_unsupported(X)
     if type(X).__module__.startswith("xarray"):
         X = X.data
     if type(X).__module__.startswith("h5py"):

@@ -43,6 +43,8 @@ class PassResult:
     mean: np.ndarray
     scatter: np.ndarray
     sample: np.ndarray | None = None
+    col_min: np.ndarray | None = None  # moments pass only: each column's range over finite rows
+    col_max: np.ndarray | None = None
 
     def covariance(self, j: int = 0, *, about: np.ndarray | None = None) -> np.ndarray:
         """Weighted covariance of kernel ``j``: about its weighted mean, or about ``about``."""

@@ -33,14 +33,24 @@ load.
 
 :func:`save` writes to a temporary sibling and renames it over ``path``
 (:func:`dask_mcpca._atomic.atomic_path`), so a crash never leaves half a model.
-:func:`load` refuses files of another format or of a newer format version.
+:func:`load` refuses files of another format or of a newer format version,
+and trusts nothing in the file: it reads at most ``MAX_MODEL_BYTES`` of a
+regular file, validates the parameters as the constructor's callers do
+(``MCPCA._validate_params``), drops ``checkpoint`` (a path written by another
+fit must not be resumed from), and checks every fitted attribute against
+``n_features_in_`` and ``n_components_``: its shape, a float dtype, finite
+values, orthonormal components, variances >= 0 and ``kernel_scale_ > 0``
+(:func:`validate_fitted`).  A file that fails is refused with a
+:class:`ModelFormatError` that names the file and the attribute.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
+import stat
 from typing import Any, TypeVar
 
 import numpy as np
@@ -51,10 +61,14 @@ from ._version import __version__
 
 T = TypeVar("T")
 
-__all__ = ["save", "load", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["save", "load", "validate_fitted", "ModelFormatError", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "dask-mcpca-model"
 FORMAT_VERSION = 1
+#: Largest model file read (bytes); the p x p covariance of p = 5000 is ~0.5 GB of JSON.
+MAX_MODEL_BYTES = 2**30
+#: Largest deviation of ``components_ @ components_.T`` from the identity accepted.
+ORTHONORMAL_TOL = 1e-6
 
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _ARRAY_KINDS = "biuf"  # bool, signed / unsigned int, float
@@ -171,14 +185,15 @@ def load(path: str | os.PathLike, cls: type[T]) -> T:
     """
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            document = json.load(f, parse_constant=_reject_constant)
+        document = json.loads(_read_capped(path), parse_constant=_reject_constant)
     except FileNotFoundError:
         raise FileNotFoundError(f"no such model file: {path!r}") from None
     except IsADirectoryError:
         raise ModelFormatError(f"{path!r} is a directory, not a dask-mcpca model file") from None
     except (UnicodeDecodeError, ValueError) as err:  # includes JSONDecodeError
         raise ModelFormatError(f"{path!r} is not a dask-mcpca model file (not JSON: {err})") from None
+    except RecursionError:
+        raise ModelFormatError(f"{path!r} is not a dask-mcpca model file (JSON nested too deeply)") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ModelFormatError(f"{path!r} is not a dask-mcpca model file (no \"format\": \"{FORMAT}\")")
     version = document.get("format_version")
@@ -189,15 +204,126 @@ def load(path: str | os.PathLike, cls: type[T]) -> T:
     if document.get("class") != cls.__name__:
         raise ModelFormatError(f"{path!r} holds a {document.get('class')!r}, not an {cls.__name__} model")
     try:
+        if not isinstance(document.get("params"), dict) or not isinstance(document.get("attributes"), dict):
+            raise ValueError("it needs a \"params\" and an \"attributes\" object")
         params = {name: _decode_value(v) for name, v in document["params"].items()}
+        params.pop("checkpoint", None)  # a path of another fit: never resumed from on refit
         model = cls(**params)
+        model._validate_params()  # scikit-learn's declarative check of the parameters
         for name, value in document["attributes"].items():
-            if not (name.endswith("_") and name.isidentifier()):
+            if not (isinstance(name, str) and name.endswith("_") and name.isidentifier()) or (
+                name.startswith("_") or hasattr(type(model), name)
+            ):
                 raise ValueError(f"bad attribute name {name!r}")
             setattr(model, name, _decode_value(value))
-    except (KeyError, TypeError, ValueError) as err:
-        raise ModelFormatError(f"{path!r} is a damaged dask-mcpca model file: {err}") from None
+        validate_fitted(model)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ModelFormatError(f"{path!r} is a damaged dask-mcpca model file: {_text(err)}") from None
     return model
+
+
+def _text(err: BaseException) -> str:
+    return str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+
+
+def _read_capped(path: str) -> str:
+    """The text of the regular file ``path``, refused beyond ``MAX_MODEL_BYTES``."""
+    with open(path, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(mode):
+            raise ValueError("not a regular file")
+        data = f.read(MAX_MODEL_BYTES + 1)
+    if len(data) > MAX_MODEL_BYTES:
+        raise ValueError(f"larger than {MAX_MODEL_BYTES} bytes, the most a model file may hold")
+    return data.decode("utf-8")
+
+
+# name -> (shape in terms of p and k, allow NaN); checked by validate_fitted.
+_ARRAYS = {
+    "components_": (("k", "p"), False),
+    "explained_variance_": (("k",), False),
+    "explained_variance_ratio_": (("k",), False),
+    "mean_": (("p",), False),
+    "covariance_": (("p", "p"), False),
+    "sigmas_": (("k",), True),  # NaN for the paper's last component
+}
+
+
+def _int(model, name: str, low: int, high: float = math.inf) -> int:
+    value = getattr(model, name)
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= value <= high):
+        raise ValueError(f"{name}={value!r} must be an int in [{low}, {high}]")
+    return int(value)
+
+
+def _real(model, name: str, ok, expected: str) -> None:
+    value = getattr(model, name)
+    if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and ok(float(value))):
+        raise ValueError(f"{name}={value!r} must be {expected}")
+    setattr(model, name, float(value))
+
+
+def validate_fitted(model) -> None:
+    """Check a model's fitted attributes against ``n_features_in_`` (see :func:`load`).
+
+    Raises
+    ------
+    ValueError
+        Naming the first attribute that is missing, of the wrong shape or
+        dtype, non-finite, or out of range.
+    """
+    missing = [n for n in (*_ARRAYS, "n_features_in_", "n_components_", "noise_variance_", "kernel_scale_",
+                           "outlier_threshold_", "n_samples_", "n_passes_", "n_iter_", "converged_")
+               if not hasattr(model, n)]
+    if missing:
+        raise ValueError(f"fitted attribute(s) {', '.join(missing)} missing")
+    p = _int(model, "n_features_in_", 1)
+    k = _int(model, "n_components_", 1, p)
+    for name, (dims, allow_nan) in _ARRAYS.items():
+        value = getattr(model, name)
+        shape = tuple({"p": p, "k": k}[d] for d in dims)
+        if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.shape != shape:
+            got = type(value).__name__
+            if isinstance(value, np.ndarray):
+                got = f"{value.dtype} array of shape {value.shape}"
+            raise ValueError(
+                f"{name} must be a float array of shape {shape} (n_features_in_={p}, n_components_={k}); got {got}"
+            )
+        bad = np.isinf(value) if allow_nan else ~np.isfinite(value)
+        if bad.any():
+            raise ValueError(f"{name} holds {int(bad.sum())} non-finite value(s)")
+    C = model.components_
+    gap = float(np.abs(C @ C.T - np.eye(k)).max())
+    if not gap <= ORTHONORMAL_TOL:
+        raise ValueError(f"components_ are not orthonormal (|C C^T - I| = {gap:.3g} > {ORTHONORMAL_TOL:g})")
+    for name in ("explained_variance_", "explained_variance_ratio_", "sigmas_"):
+        if (getattr(model, name) < 0).any():
+            raise ValueError(f"{name} holds negative values")
+    if (model.explained_variance_ratio_ > 1).any():
+        raise ValueError("explained_variance_ratio_ holds values above 1")
+    cov = model.covariance_
+    if not np.allclose(cov, cov.T, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(cov).max()))):
+        raise ValueError("covariance_ is not symmetric")
+    _real(model, "noise_variance_", lambda v: math.isfinite(v) and v >= 0, "a finite float >= 0")
+    _real(model, "kernel_scale_", lambda v: math.isfinite(v) and v > 0, "a finite float > 0")
+    _real(model, "outlier_threshold_", lambda v: 0 <= v <= 1, "a float in [0, 1]")
+    if hasattr(model, "outlier_cutoff_"):
+        _real(model, "outlier_cutoff_", lambda v: v > 0, "a float > 0")
+    else:  # written before the cutoff was calibrated: the threshold implies it
+        t = model.outlier_threshold_
+        model.outlier_cutoff_ = -2.0 * model.kernel_scale_**2 * math.log(t) if t > 0 else math.inf
+    masses = getattr(model, "point_masses_", np.empty((0, p)))
+    if not (isinstance(masses, np.ndarray) and masses.ndim == 2 and masses.shape[1] == p and masses.dtype.kind == "f"
+            and np.isfinite(masses).all()):
+        raise ValueError(f"point_masses_ must be a finite float array of shape (n, {p})")
+    model.point_masses_ = masses
+    _int(model, "n_samples_", 1)
+    _int(model, "n_passes_", 0)
+    _int(model, "n_iter_", 0)
+    if not isinstance(model.converged_, (bool, np.bool_)):
+        raise ValueError(f"converged_={model.converged_!r} must be true or false")
 
 
 def _reject_constant(name: str):

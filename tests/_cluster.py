@@ -56,9 +56,11 @@ class ProcessCluster:
 
     Examples
     --------
-    >>> with ProcessCluster(tmp_path) as cluster:           # doctest: +SKIP
-    ...     with distributed.Client(cluster.address) as client:
-    ...         ...
+    In a test (it starts real processes, so it is not a doctest)::
+
+        with ProcessCluster(tmp_path) as cluster:
+            with distributed.Client(cluster.address) as client:
+                ...
     """
 
     def __init__(self, directory, *, n_workers: int = 2, nthreads: int = 1, memory_limit: str = "1GiB"):

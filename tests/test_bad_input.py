@@ -176,7 +176,7 @@ INVALID = [
     ("max_iter", 0, "an int in the range [1, inf) or None"),
     ("nan_policy", "ignore", "a str among"),
     ("sample_size", 5, "an int in the range [10, inf)"),
-    ("random_state", -1, "an int in the range [0, inf) or None"),
+    ("random_state", -1, "an int in the range [0, 18446744073709551615] or None"),
     ("progress", "yes", "an instance of 'bool'"),
 ]
 
@@ -357,3 +357,203 @@ def test_corrupt_hdf5_chunk_names_the_file(tmp_path):
     with pytest.raises(OSError) as err:
         MCPCA().fit(f"{path}:/data")
     assert str(path) in str(err.value)
+
+
+def test_zarr_store_with_a_missing_chunk_file_is_refused_when_opened(tmp_path):
+    """Zarr reads a missing chunk as its fill value: fitting it would fit zeros."""
+    store = _zarr_store(tmp_path / "partial.zarr", _data(n=400))
+    os.remove(os.path.join(store, "c", "2", "0"))
+    with pytest.raises(ValueError) as err:
+        MCPCA().fit(store)
+    msg = str(err.value)
+    assert store in msg and "rows 200:300" in msg and "1 of 4 row chunks missing" in msg
+
+
+def test_relative_paths_are_made_absolute(tmp_path, monkeypatch):
+    from dask_mcpca._io import as_row_blocks, open_store
+
+    _zarr_store(tmp_path / "rel.zarr", _data())
+    monkeypatch.chdir(tmp_path)
+    assert str(open_store("rel.zarr").store.root) == str(tmp_path / "rel.zarr")
+    zarr = pytest.importorskip("zarr")
+    # an array the user opened by a relative path is reopened by its absolute one
+    X = as_row_blocks(zarr.open_array("rel.zarr", mode="r"))
+    monkeypatch.chdir("/")
+    np.testing.assert_array_equal(X.compute(), _data())
+
+
+# ------------------------------------------------------- the contract table
+# Every bad input the package knows, with the error it gets: (id, how to
+# build the call, error type, a fragment the message must hold).  ``make``
+# takes the test's tmp_path and returns a zero-argument callable that fails.
+def _fitted(n_components=2):
+    return MCPCA(n_components=n_components).fit(_data())
+
+
+def _sparse(tmp_path):
+    sparse = pytest.importorskip("scipy.sparse")
+    X = sparse.random(300, 3, density=0.5, format="csr", random_state=0)
+    return lambda: MCPCA().fit(X)
+
+
+def _dataset(tmp_path):
+    xr = pytest.importorskip("xarray")
+    ds = xr.Dataset({"sensors": (("time", "channel"), _data()), "quality": ("time", np.ones(300))})
+    return lambda: MCPCA().fit(ds)
+
+
+def _masked(tmp_path):
+    X = np.ma.masked_array(_data(), mask=np.zeros((300, 3), bool))
+    X.mask[5, 1] = True
+    return lambda: MCPCA().fit(X)
+
+
+def _text_file(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not an array\n")
+    return lambda: MCPCA().fit(str(path))
+
+
+def _h5_with_text_name(tmp_path):
+    path = tmp_path / "notes.h5"
+    path.write_text("not HDF5 either\n")
+    return lambda: MCPCA().fit(str(path) + ":/data")
+
+
+def _inverse_wrong_width(tmp_path):
+    model = _fitted(2)
+    return lambda: model.inverse_transform(np.zeros((5, 3)))
+
+
+def _transform_wrong_width(tmp_path):
+    model = _fitted(2)
+    return lambda: model.transform(np.zeros((5, 4)))
+
+
+CONTRACT = [
+    ("1-D", lambda t: lambda: MCPCA().fit(np.zeros(10)), ValueError, "must be 2-D"),
+    ("empty", lambda t: lambda: MCPCA().fit(np.zeros((0, 3))), ValueError, "X is empty"),
+    ("strings", lambda t: lambda: MCPCA().fit(np.array([["a", "b"]] * 9)), ValueError, "must hold numbers"),
+    ("NaN", lambda t: lambda: MCPCA().fit(np.where(np.eye(300, 3) > 0, np.nan, _data())), ValueError,
+     "nan_policy='omit'"),
+    ("scipy.sparse", _sparse, TypeError, "Sparse data was passed (csr_matrix), but dense data is required"),
+    ("xarray.Dataset", _dataset, TypeError, "xarray.Dataset; pass one of its variables"),
+    ("masked array", _masked, TypeError, "masked array"),
+    ("missing store", lambda t: lambda: MCPCA().fit(str(t / "none.zarr")), FileNotFoundError, "none.zarr"),
+    ("text file", _text_file, ValueError, "notes.txt' is neither a Zarr store"),
+    ("text file named .h5", _h5_with_text_name, ValueError, "notes.h5' is neither a Zarr store"),
+    ("checkpoint=5", lambda t: lambda: MCPCA(checkpoint=5).fit(_data()), ValueError,
+     "'checkpoint' parameter of MCPCA must be"),
+    ("random_state=-1", lambda t: lambda: MCPCA(random_state=-1).fit(_data()), ValueError,
+     "'random_state' parameter of MCPCA must be an int in the range"),
+    ("random_state=2**70", lambda t: lambda: MCPCA(random_state=2**70).fit(_data()), ValueError,
+     "Got 1180591620717411303424 instead"),
+    ("n_components too many", lambda t: lambda: MCPCA(4).fit(_data()), ValueError, "X has only 3 features"),
+    ("sample_size below p + 2", lambda t: lambda: MCPCA(sample_size=15).fit(_untouchable(5000, 20)),
+     ValueError, "sample_size=15 is invalid"),
+    ("transform: other width", _transform_wrong_width, ValueError,
+     "X has 4 features, but MCPCA is expecting 3 features"),
+    ("inverse_transform: other width", _inverse_wrong_width, ValueError,
+     "inverse_transform takes scores of shape (n_samples, 2)"),
+]
+
+
+@pytest.mark.parametrize("make, error, fragment", [c[1:] for c in CONTRACT], ids=[c[0] for c in CONTRACT])
+def test_contract(tmp_path, make, error, fragment):
+    call = make(tmp_path)
+    with pytest.raises(error) as err:
+        call()
+    assert fragment in str(err.value)
+    # raised by the package (or by scikit-learn's check of the parameters the
+    # package declares), not from deep inside numpy, scipy or dask
+    package = os.path.dirname(__import__("dask_mcpca").__file__)
+    origin = str(err.traceback[-1].frame.code.path)
+    sklearn_check = os.path.join("sklearn", "utils", "_param_validation.py")
+    assert origin.startswith(package) or origin.endswith(sklearn_check), origin
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_too_small_sample_size_fails_for_every_seed(seed):
+    """Whether the Bernoulli row sample is large enough must not depend on the seed."""
+    X = np.random.default_rng(seed).normal(size=(5000, 20))
+    with pytest.raises(ValueError, match="sample_size=40 is invalid; .* at least 22 rows"):
+        MCPCA(sample_size=40, random_state=seed).fit(X)
+
+
+# --------------------------------------------------------- model files
+def _model_document(tmp_path):
+    import json
+
+    path = tmp_path / "good.json"
+    _fitted(2).save(path)
+    return json.loads(path.read_text())
+
+
+def _set(doc, name, values=None, **fields):
+    attr = doc["attributes"][name]
+    if isinstance(attr, dict):
+        if values is not None:
+            attr["data"] = values
+        attr.update(fields)
+    else:
+        doc["attributes"][name] = values
+
+
+def _edit(fn):
+    def edit(doc):
+        fn(doc)
+        return doc
+    return edit
+
+
+BAD_MODELS = [
+    ("mean_ of the wrong shape", _edit(lambda d: _set(d, "mean_", [0.0, 0.0], shape=[2])),
+     "mean_ must be a float array of shape (3,)"),
+    ("NaN in components_", _edit(lambda d: d["attributes"]["components_"]["data"].__setitem__(0, "NaN")),
+     "components_ holds 1 non-finite value"),
+    ("kernel_scale_ = 0", _edit(lambda d: _set(d, "kernel_scale_", 0)), "kernel_scale_=0 must be a finite float > 0"),
+    ("negative variance", _edit(lambda d: d["attributes"]["explained_variance_"]["data"].__setitem__(1, -1.0)),
+     "explained_variance_ holds negative values"),
+    ("components not orthonormal", _edit(lambda d: d["attributes"]["components_"]["data"].__setitem__(0, 3.0)),
+     "components_ are not orthonormal"),
+    ("integer components", _edit(lambda d: _set(d, "components_", [1, 0, 0, 0, 1, 0], dtype="<i8")),
+     "components_ must be a float array"),
+    ("missing mean_", _edit(lambda d: d["attributes"].pop("mean_")), "mean_ missing"),
+    ("n_components_ above n_features_in_", _edit(lambda d: _set(d, "n_components_", 7)), "n_components_=7"),
+    ("bad parameter", _edit(lambda d: d["params"].__setitem__("solver", "fast")),
+     "'solver' parameter of MCPCA must be"),
+    ("attribute shadowing a method", _edit(lambda d: d["attributes"].__setitem__("__class__", 1)),
+     "bad attribute name '__class__'"),
+    ("no attributes", _edit(lambda d: d.pop("attributes")), "needs a \"params\" and an \"attributes\" object"),
+]
+
+
+@pytest.mark.parametrize("edit, fragment", [c[1:] for c in BAD_MODELS], ids=[c[0] for c in BAD_MODELS])
+def test_load_refuses_a_damaged_model(tmp_path, edit, fragment):
+    import json
+
+    from dask_mcpca import load
+    from dask_mcpca._persist import ModelFormatError
+
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(edit(_model_document(tmp_path))))
+    with pytest.raises(ModelFormatError) as err:
+        load(path)
+    assert "edited.json" in str(err.value) and fragment in str(err.value)
+
+
+@pytest.mark.parametrize("what", ["/dev/zero", "nested", "huge"])
+def test_load_reads_a_bounded_amount(tmp_path, what):
+    from dask_mcpca import _persist, load
+
+    if what == "/dev/zero":
+        path, fragment = "/dev/zero", "not a regular file"
+    elif what == "nested":
+        path, fragment = tmp_path / "deep.json", "nested too deeply"
+        path.write_text('{"format": "dask-mcpca-model", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    else:
+        path, fragment = tmp_path / "huge.json", "larger than"
+        with open(path, "wb") as f:  # sparse: no disk or memory used for the hole
+            f.truncate(_persist.MAX_MODEL_BYTES + 1)
+    with pytest.raises(_persist.ModelFormatError, match=fragment):
+        load(path)

@@ -434,3 +434,134 @@ def test_temporary_left_by_a_kill_mid_write_is_removed(saved, fresh_fits):
     _assert_same_end(resumed, fresh_fits[1]["auto"])
     assert not stale.exists()
     assert sorted(os.listdir(path.parent)) == [path.name]
+
+
+_KILLED_BETWEEN_RENAMES = textwrap.dedent(
+    """
+    import os, signal, sys
+    import numpy as np, zarr
+    from dask_mcpca._atomic import atomic_path
+
+    real_replace = os.replace
+
+    def replace_then_die(src, dst):  # the first rename (old store aside) happens, then SIGKILL
+        real_replace(src, dst)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    path = sys.argv[1]
+    with atomic_path(path) as tmp:
+        zarr.open(tmp, mode="w", shape=(100, 3), chunks=(50, 3), dtype="f8")[:] = 7.0
+        os.replace = replace_then_die
+    """
+)
+
+
+@pytest.mark.parametrize("next_write", ["fails", "succeeds"])
+def test_kill_between_the_two_renames_is_repaired_by_the_next_write(tmp_path, next_write):
+    """SIGKILL after the old store was moved aside and before the new one was moved in."""
+    path = tmp_path / "scores.zarr"
+    old = np.arange(300.0).reshape(100, 3)
+    _write_store(path, old)
+    child = subprocess.run([sys.executable, "-c", _KILLED_BETWEEN_RENAMES, str(path)], capture_output=True, text=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert not path.exists()  # the window: no store under its name, the old one hidden as .old
+    assert any(name.endswith(".tmp.old") for name in os.listdir(tmp_path))
+
+    if next_write == "fails":
+        with pytest.raises(RuntimeError):
+            with atomic_path(path) as tmp:
+                raise RuntimeError("the next run fails too")
+        np.testing.assert_array_equal(_read_store(path), old)  # the old store is back
+    else:
+        with atomic_path(path) as tmp:
+            _write_store(__import__("pathlib").Path(tmp), np.ones((100, 3)))
+        np.testing.assert_array_equal(_read_store(path), np.ones((100, 3)))
+    assert os.listdir(tmp_path) == ["scores.zarr"]  # no .tmp, no .tmp.old
+
+
+def test_temporaries_of_a_live_writer_are_left_alone(tmp_path):
+    """Two processes writing the same path: one must not delete the other's temporary."""
+    path = tmp_path / "model.json"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = tmp_path / f".model.json.0badf00d-{sleeper.pid}.tmp"
+        live.write_text("being written")
+        dead = tmp_path / ".model.json.0badf00d.tmp"  # no pid: left by a process long gone
+        dead.write_text("left over")
+        assert stale_temporaries(path) == [str(dead)]
+        with atomic_path(path) as tmp:
+            open(tmp, "w").write("{}")
+        assert live.exists() and not dead.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert stale_temporaries(path) == [str(live)]
+
+
+def _edit_header(path, edit):
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays["__header__"]))
+    edit(header)
+    arrays["__header__"] = np.array(json.dumps(header))
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda h: h.pop("params"), "damaged header .*no 'params' dict"),
+        (lambda h: h.__setitem__("states", []), "damaged header .*no 'states' dict"),
+        (lambda h: h["data"].pop("scatter"), "damaged header .*fingerprint is incomplete"),
+        (lambda h: h["states"].__setitem__("other", {}), r"damaged header .*unknown state\(s\) \['other'\]"),
+    ],
+    ids=["no-params", "states-a-list", "no-scatter", "unknown-state"],
+)
+def test_edited_checkpoint_header_is_refused(saved, edit, match):
+    X, kw, path, _ = saved
+    _edit_header(path, edit)
+    before = path.read_bytes()
+    with pytest.raises(CheckpointMismatchError, match=match):
+        MCPCA(checkpoint=path, **kw).fit(X)
+    assert path.read_bytes() == before
+
+
+def test_numpy_integer_parameters_match_a_checkpoint_written_with_python_ints(tmp_path, fresh_fits):
+    X = fresh_fits[0]
+    path = tmp_path / "fit.ckpt.npz"
+    first = MCPCA(n_components=2, checkpoint=path).fit(X)
+    again = MCPCA(n_components=np.int64(2), sample_size=np.int32(20_000), checkpoint=path).fit(X)
+    np.testing.assert_allclose(again.components_, first.components_, rtol=1e-12, atol=1e-14)
+    assert again.n_passes_ == 1  # resumed at the end
+
+
+def test_checkpoint_of_reflected_data_is_refused(saved):
+    """``2 * mean - X`` has the mean and the scatter of X: the column ranges tell them apart."""
+    X, kw, path, before = saved
+    Y = 2 * X.mean(axis=0) - X
+    np.testing.assert_allclose(Y.mean(axis=0), X.mean(axis=0), atol=1e-12)
+    with pytest.raises(CheckpointMismatchError, match="other data"):
+        MCPCA(checkpoint=path, **kw).fit(Y)
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "name, value, match",
+    [
+        ("robust:location", np.zeros(2), r"location has shape \(2,\)"),
+        ("robust:scatter", np.full((3, 3), np.nan), "scatter holds NaN"),
+        ("robust:location", np.array(["a", "b", "c"]), "location holds NaN, inf or no number"),
+    ],
+    ids=["location-shape", "scatter-nan", "location-text"],
+)
+def test_resumed_state_with_bad_arrays_is_refused(saved, name, value, match):
+    X, kw, path, _ = saved
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    assert name in arrays and arrays[name].shape[-1] == X.shape[1]
+    arrays[name] = value
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+    with pytest.raises(CheckpointMismatchError, match="damaged 'robust' state .*" + match):
+        MCPCA(checkpoint=path, **kw).fit(X)

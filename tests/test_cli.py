@@ -8,10 +8,13 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import sysconfig
+import threading
+import time
 
 import dask.array as da
 import h5py
@@ -133,6 +136,14 @@ def _error_cases(stores, model_file):
             "overlap the input store",
         ),
         "demo rows not a number": (["demo", "--rows", "many"], "--rows"),
+        "score output is the model": (
+            ["score", s["single"], "--model", model_file, "--output", model_file, "--overwrite"],
+            "would overwrite the model",
+        ),
+        "fit output is a directory": (["fit", s["single"], "--output", s["existing"]], "is a directory"),
+        "fit output under a file": (
+            ["fit", s["single"], "--output", os.path.join(s["h5"], "m.json")], "is not a directory"
+        ),
     }
 
 
@@ -155,6 +166,9 @@ IN_PROCESS_CASES = (
     "model is not a model",
     "score output is the input",
     "demo rows not a number",
+    "score output is the model",
+    "fit output is a directory",
+    "fit output under a file",
 )
 
 
@@ -358,3 +372,179 @@ def test_demo_truth_is_what_the_archive_holds(tmp_path):
     # The same seed gives the same archive; the fault placement depends only on (rows, seed).
     again = make_faults(n, 4)
     assert np.array_equal(again.spikes, faults.spikes) and np.array_equal(again.swapped, faults.swapped)
+
+
+# ------------------------------------------- every failure is one line
+class _FakeService:
+    """A TCP listener on 127.0.0.1 that accepts and then sends ``banner`` (maybe nothing), never more."""
+
+    def __init__(self, banner: bytes = b""):
+        self.banner = banner
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.address = f"tcp://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.accepted: list = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.accepted.append(conn)
+            if self.banner:
+                conn.sendall(self.banner)
+
+    def close(self):
+        self.sock.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+@pytest.mark.parametrize(
+    "banner",
+    [b"", b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n", b"\xff" * 64],
+    ids=["silent", "ssh-banner", "binary-garbage"],
+)
+def test_scheduler_address_that_is_no_scheduler_fails_within_the_timeout(stores, tmp_path, banner):
+    """A listener that never answers (a dashboard port) or sends a banner: one line within the deadline."""
+    service = _FakeService(banner)
+    try:
+        started = time.monotonic()
+        proc = _start("fit", stores["single"], "--scheduler", service.address, "--connect-timeout", "2",
+                      "-o", str(tmp_path / "m.json"))
+        try:
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        elapsed = time.monotonic() - started
+    finally:
+        service.close()
+    assert service.accepted, "the command never connected to the listener"
+    _assert_one_line_error(proc.returncode, out, err, service.address)
+    assert "dask scheduler" in err
+    assert elapsed < 30  # interpreter start-up and imports included; 2 s of waiting
+    assert not os.path.exists(tmp_path / "m.json")
+
+
+def test_scheduler_lost_mid_fit_is_one_line(stores, tmp_path):
+    from _cluster import ProcessCluster
+
+    with ProcessCluster(tmp_path / "cluster", n_workers=1) as cluster:
+        proc = _start("fit", stores["single"], "--solver", "paper", "--scheduler", cluster.address,
+                      "--connect-timeout", "2", "-o", str(tmp_path / "m.json"))
+        # wait for the first finished pass (its progress line on stderr), then kill the scheduler
+        line = ""
+        while not line.startswith("pass"):
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, proc.communicate()
+        scheduler = next(p for name, p in cluster._procs if name == "scheduler")
+        os.killpg(scheduler.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("pass"))  # the bars of the passes made
+    _assert_one_line_error(proc.returncode, out, err, "scheduler")
+    assert not os.path.exists(tmp_path / "m.json")
+
+
+def test_deeply_nested_model_file_is_one_line(stores, tmp_path, capsys):
+    model = tmp_path / "deep.json"
+    model.write_text('{"format": "dask-mcpca-model", "params": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    rc = _main_status(["score", stores["single"], "--model", str(model), "--output", str(tmp_path / "o.zarr")])
+    captured = capsys.readouterr()
+    _assert_one_line_error(rc, captured.out, captured.err, "deep.json")
+
+
+def _with_stderr_closed(*args, cwd=None):
+    cmd = ["bash", "-c", 'exec "$@" 2>&-', "_", sys.executable, "-m", "dask_mcpca", *args]
+    return subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=TIMEOUT, cwd=cwd)
+
+
+def test_stderr_closed(stores, tmp_path):
+    """No stderr to write to: errors still exit 2, and a fit that draws progress still succeeds."""
+    failed = _with_stderr_closed("fit", str(tmp_path / "nowhere.zarr"))
+    assert failed.returncode == 2 and "Traceback" not in failed.stdout
+    fitted = _with_stderr_closed("fit", stores["single"], "-o", str(tmp_path / "m.json"))
+    assert fitted.returncode == 0, fitted.stdout
+    assert "model written to" in fitted.stdout
+    np.testing.assert_allclose(load(tmp_path / "m.json").components_, MCPCA().fit(stores["single"]).components_,
+                               rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e9"])
+def test_connect_timeout_must_be_a_finite_number_of_seconds(stores, value, capsys):
+    rc = _main_status(["fit", stores["single"], "--scheduler", "tcp://127.0.0.1:1", "--connect-timeout", value])
+    captured = capsys.readouterr()
+    _assert_one_line_error(rc, captured.out, captured.err, "--connect-timeout")
+
+
+def test_score_killed_mid_write_leaves_nothing_after_the_next_run(tmp_path, model_file):
+    """SIGKILL while ``score`` writes: the hidden temporary is removed by the next ``score``."""
+    rng = np.random.default_rng(1)
+    big = str(tmp_path / "big.zarr")
+    z = zarr.create_array(big, shape=(600_000, N_FEATURES), chunks=(20_000, N_FEATURES), dtype="float32")
+    z[:] = rng.normal(size=z.shape).astype(np.float32)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = str(out_dir / "scores.zarr")
+    proc = _start("score", big, "--model", model_file, "--output", out, "--no-progress")
+    try:
+        deadline = time.monotonic() + 120
+        while not any(n.endswith(".tmp") for n in os.listdir(out_dir)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert [n for n in os.listdir(out_dir) if n.startswith(".")]  # the temporary the kill left
+    rc, out_text, err = _run("score", big, "--model", model_file, "--output", out, "--no-progress")
+    assert rc == 0, err
+    assert os.listdir(out_dir) == ["scores.zarr"]
+    model = load(model_file)
+    np.testing.assert_array_equal(zarr.open_group(out, mode="r")["outlier"][:], model.is_outlier(z[:]))
+
+
+def test_ctrl_c_mid_fit_exits_130_in_one_line(stores, tmp_path):
+    proc = _start("fit", stores["single"], "--solver", "paper", "-o", str(tmp_path / "m.json"))
+    try:
+        line = ""
+        while not line.startswith("pass"):
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("pass"))
+    assert err.strip() == "dask-mcpca fit: interrupted"
+    assert not os.path.exists(tmp_path / "m.json")
+
+
+def test_fit_on_a_tls_scheduler_uses_the_configured_certificates(stores, tmp_path):
+    """The handshake probe connects with the client's TLS settings from the Dask config, as Client does."""
+    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("cryptography")
+    from distributed.security import Security
+
+    security = Security.temporary()
+    env = dict(os.environ, DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION="True")
+    names = [("tls_ca_file", "CA_FILE"), ("tls_client_cert", "CLIENT__CERT"), ("tls_client_key", "CLIENT__KEY")]
+    for attr, var in names:
+        (tmp_path / f"{attr}.pem").write_text(getattr(security, attr))  # PEM text -> files the config names
+        env[f"DASK_DISTRIBUTED__COMM__TLS__{var}"] = str(tmp_path / f"{attr}.pem")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tls",
+                                  security=security, dashboard_address=None) as cluster:
+        assert cluster.scheduler_address.startswith("tls://")
+        done = subprocess.run(
+            [sys.executable, "-m", "dask_mcpca", "fit", stores["single"], "--scheduler", cluster.scheduler_address,
+             "--no-progress", "-o", str(tmp_path / "m.json")],
+            env=env, capture_output=True, text=True, timeout=TIMEOUT,
+        )
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_allclose(load(tmp_path / "m.json").components_, MCPCA().fit(stores["single"]).components_,
+                               rtol=1e-9, atol=1e-12)

@@ -268,3 +268,67 @@ def test_start_cluster_script(tmp_path, stores):
     for pid in pids:  # the scheduler, the worker launcher (it runs the nannies) and the workers
         assert _gone(pid), f"process {pid} still runs after stop"
     assert not (state / "scheduler.pid").exists()
+
+
+# ------------------------------------------ paths the workers cannot see
+@pytest.fixture
+def relative_store(data, tmp_path, monkeypatch):
+    """``data.zarr`` in a folder that is this process's cwd but not the workers'."""
+    folder = tmp_path / "here"
+    folder.mkdir()
+    z = zarr.open_array(str(folder / "data.zarr"), mode="w", shape=data.shape,
+                        chunks=(STORE_CHUNK_ROWS, N_FEATURES), dtype="f8")
+    z[:] = data
+    with h5py.File(folder / "data.h5", "w") as f:
+        f.create_dataset("data", data=data, chunks=(STORE_CHUNK_ROWS, N_FEATURES))
+    monkeypatch.chdir(folder)
+    return folder
+
+
+@pytest.mark.parametrize("path, kind", [("data.zarr", "zarr"), ("data.h5:/data", "hdf5")])
+def test_relative_path_fits_the_data_on_the_cluster(client, cluster, stores, relative_store, path, kind):
+    """The workers run in another directory: the relative path is made absolute first."""
+    assert os.path.realpath(cluster.directory) != os.path.realpath(os.getcwd())
+    with get_task_stream(client) as stream:
+        got = MCPCA().fit(path)
+    assert stream.data  # the blocks were read on the workers
+    assert_same_fit(got, local_fit(kind, "auto", stores))
+    assert got.explained_variance_[0] > 1.0  # not the variance 0 of fill values
+
+
+def test_relative_zarr_path_on_the_cli_with_scheduler(client, cluster, stores, relative_store):
+    done = subprocess.run(
+        [sys.executable, "-m", "dask_mcpca", "fit", "data.zarr", "--scheduler", cluster.address,
+         "-o", "model.json", "--no-progress"],
+        env=subprocess_env(), capture_output=True, text=True, timeout=120, cwd=relative_store,
+    )
+    assert done.returncode == 0, done.stderr
+    from dask_mcpca import load
+
+    assert_same_fit(load(relative_store / "model.json"), local_fit("zarr", "auto", stores))
+
+
+def _chunk_file(store: str, row_chunk: int) -> str:
+    return os.path.join(store, "c", str(row_chunk), "0")
+
+
+@pytest.mark.parametrize("lose", ["chunk", "store"])
+def test_data_gone_before_the_workers_read_it_raises_on_the_worker(client, data, tmp_path, lose):
+    """A chunk or store that vanished after opening is an error, not the fill value 0."""
+    from dask_mcpca._io import as_row_blocks
+
+    path = str(tmp_path / "vanishing.zarr")
+    z = zarr.open_array(path, mode="w", shape=data.shape, chunks=(STORE_CHUNK_ROWS, N_FEATURES), dtype="f8")
+    z[:] = data
+    X = as_row_blocks(path)  # opened while everything is there
+    model = MCPCA().fit(data)
+    if lose == "chunk":
+        os.remove(_chunk_file(path, 7))
+    else:
+        os.rename(path, path + ".moved")
+    with get_task_stream(client) as stream:
+        with pytest.raises(FileNotFoundError) as err:
+            model.transform(X).compute()
+    assert stream.data  # the error was raised by a task on a worker
+    assert path in str(err.value)
+    assert ("rows 7000:8000" in str(err.value)) if lose == "chunk" else ("not visible" in str(err.value))

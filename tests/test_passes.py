@@ -17,6 +17,8 @@ from conftest import RecordingRows
 
 import dask_mcpca._passes as passes_module
 from dask_mcpca import MCPCA
+from dask_mcpca._block import PassPlan
+from dask_mcpca._passes import PassRunner
 
 #: The default solver's documented bound on full-data passes.
 MAX_DEFAULT_PASSES = 12
@@ -132,3 +134,15 @@ def test_numpy_input_builds_no_task_graph():
     reference = MCPCA().fit(da.from_array(X, chunks=(1_000, 5)))
     assert model.n_passes_ == reference.n_passes_
     np.testing.assert_allclose(model.components_, reference.components_, atol=1e-8)
+
+
+@pytest.mark.parametrize("rows_per_block", [7, 64, 1000])
+def test_moments_pass_finds_the_column_ranges_of_the_finite_rows(rows_per_block):
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(500, 3)) * [1.0, 10.0, 0.1]
+    X[[3, 200], [1, 2]] = [np.nan, -np.inf]  # left out of the ranges, as of every other statistic
+    finite = np.isfinite(X).all(axis=1)
+    runner = PassRunner(da.from_array(X, chunks=(rows_per_block, -1)), nan_policy="omit")
+    result = runner.run(PassPlan(center=np.zeros(3)))
+    np.testing.assert_array_equal(result.col_min, X[finite].min(axis=0))
+    np.testing.assert_array_equal(result.col_max, X[finite].max(axis=0))

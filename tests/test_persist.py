@@ -104,10 +104,13 @@ def test_extra_attribute_dtypes_round_trip(tmp_path):
     assert loaded.extra_inf_ == float("inf")
 
 
-def test_checkpoint_path_parameter_is_saved_as_text(tmp_path):
+def test_checkpoint_path_is_saved_as_text_and_dropped_on_load(tmp_path):
+    """A refit of a loaded model must not resume from a checkpoint path the file names."""
     model = MCPCA(checkpoint=tmp_path / "ck.npz").fit(_data())
     model.save(tmp_path / "m.json")
-    assert load(tmp_path / "m.json").checkpoint == os.fspath(tmp_path / "ck.npz")
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert doc["params"]["checkpoint"] == os.fspath(tmp_path / "ck.npz")
+    assert load(tmp_path / "m.json").checkpoint is None
 
 
 def test_save_replaces_atomically_and_a_failed_save_keeps_the_old_file(tmp_path):
