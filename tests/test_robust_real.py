@@ -120,3 +120,33 @@ def test_default_reads_the_data_at_most_four_times():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # the bound may stop it: that is the point
             assert MCPCA(sample_size=2000).fit(X).n_passes_ <= 4
+
+
+def test_frozen_logger_gets_no_weight_and_is_flagged():
+    """2 % of the rows repeat one record (a frozen logger): out of the fit, flagged."""
+    X, V = cluster_cell(0.0, 0, seed=3)  # clean Gaussian rows, eigenvalues 10 * 0.7**i, components V
+    rng = np.random.default_rng(3)
+    frozen = rng.choice(len(X), len(X) // 50, replace=False)
+    Xf = X.copy()
+    Xf[frozen] = 2.0 * np.sqrt(10.0) * V[0]  # one plausible record: 2 sd along the first component
+    model = MCPCA().fit(Xf)
+    assert len(model.point_masses_) == 1
+    np.testing.assert_array_equal(model.point_masses_[0], Xf[frozen[0]])
+    flags = np.asarray(model.is_outlier(Xf))
+    assert flags[frozen].all()
+    clean = np.ones(len(X), bool)
+    clean[frozen] = False
+    assert flags[clean].mean() < 0.01
+    # The fit is that of the clean rows: the same components as without the frozen rows.
+    reference = MCPCA().fit(X[clean])
+    assert _top3_angle(model.components_, reference.components_) < 1.0
+
+
+def test_a_repeated_row_holding_many_rows_is_a_regime_not_a_fault():
+    """An idle sensor reporting exact zeros for 30 % of the rows is part of the data."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(5000, 4))
+    X[:1500] = 0.0
+    model = MCPCA().fit(X)
+    assert len(model.point_masses_) == 0
+    assert np.asarray(model.is_outlier(X))[:1500].sum() == 0
