@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
@@ -27,7 +27,7 @@ from ._io import as_row_blocks
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, PassRunner, single_threaded_blas
 from ._power import descending_eigh, orient_rows
-from ._robust import SAMPLE_SIZE, fit_robust, in_point_mass
+from ._robust import SAMPLE_SIZE, fit_robust, in_point_mass, outlyingness
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
 __all__ = ["MCPCA", "check_params", "load"]
@@ -385,10 +385,13 @@ class MCPCA(TransformerMixin, BaseEstimator):
         if k > p:
             raise ValueError(f"MCPCA: parameter n_components={k} is invalid; X has only {p} features")
         needed = p + 2 if (self.solver == "auto" or self.center == "robust") else 2
+        if n < needed and self.solver == "auto" and k <= n - 2:
+            return self._fit_in_span(X, k)
         if n < needed:
             raise ValueError(
                 f"X has {n} rows and {p} features; solver={self.solver!r} with center={self.center!r} "
-                f"needs at least {needed} rows"
+                f"needs at least {needed} rows (or, with solver='auto', n_components <= {n - 2} to fit "
+                "in the span of the rows)"
             )
         least = needed if n <= self.sample_size else _least_sample_size(needed)
         if n > self.sample_size < least:
@@ -459,6 +462,55 @@ class MCPCA(TransformerMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=3,
             )
+        return self
+
+    def _fit_in_span(self, X, k: int):
+        """Wide data (fewer than ``n_features + 2`` rows): a robust fit in k dimensions of the rows' span.
+
+        As ROBPCA does: the rows, centred at their coordinatewise median,
+        span at most n - 1 dimensions; their outlyingness in that span picks
+        the least outlying half, whose principal axes give k robust
+        directions; the default solver then fits the rows' coordinates along
+        them (k <= n - 2, so it has the rows it needs), and the result is
+        mapped back.  Distances (and flags) are measured within the k
+        directions, plus the distance from them in units of
+        ``noise_variance_``, the half's median squared residual per discarded
+        direction; the cutoff is calibrated on the rows' distances.  The rows
+        are read into memory (they are fewer than the features).
+        """
+        rows = np.asarray(X.compute() if isinstance(X, da.Array) else X, dtype=np.float64)
+        finite = np.isfinite(rows).all(axis=1)
+        if not finite.all():
+            if self.nan_policy == "raise":
+                raise NonFiniteRowsError(
+                    f"{int((~finite).sum())} of {len(rows)} rows hold NaN or inf; "
+                    "clean them, or pass nan_policy='omit' to leave such rows out of the fit"
+                )
+            rows = rows[finite]
+        n, p = rows.shape
+        if k > n - 2:
+            raise ValueError(f"only {n} usable rows for n_components={k}: fitting in their span needs k <= n - 2")
+        seed = 0 if self.random_state is None else self.random_state
+        origin = np.zeros(p) if self.center is False else np.median(rows, axis=0)
+        _, sv, Vt = np.linalg.svd(rows - origin, full_matrices=False)
+        span = Vt[: int(np.sum(sv > sv[0] * max(n, p) * np.finfo(float).eps))].T if sv[0] > 0 else Vt[:1].T
+        scores = (rows - origin) @ span
+        h = min(n, max(int(np.ceil(n / 2)), k + 2))
+        half = np.argsort(outlyingness(scores, seed=seed), kind="stable")[:h]
+        _, W = descending_eigh(np.atleast_2d(np.cov(scores[half], rowvar=False)))
+        basis = span @ W[:, :k]  # p x k, orthonormal columns
+        inner = clone(self).set_params(n_components=None, checkpoint=None).fit((rows - origin) @ basis)
+        self.components_ = orient_rows(inner.components_ @ basis.T)
+        self.n_features_in_ = p
+        lam = inner.explained_variance_
+        centred = rows[half] - origin
+        residual2 = np.einsum("ij,ij->i", centred, centred) - np.sum((centred @ basis) ** 2, axis=1)
+        noise = np.full(p - k, max(float(np.median(residual2)), 0.0) / (p - k)) if p > k else np.empty(0)
+        self._set_variances(lam, noise, lam.sum() + noise.sum(), origin + inner.mean_ @ basis.T, inner.kernel_scale_)
+        self.support_ = inner.support_
+        self._set_cutoff(calibrated_cutoff(self._d2(rows), OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n))
+        self.n_samples_, self.n_iter_, self.converged_ = n, inner.n_iter_, inner.converged_
+        self.n_passes_ = 1
         return self
 
     def _fingerprint_params(self) -> dict:

@@ -150,3 +150,27 @@ def test_a_repeated_row_holding_many_rows_is_a_regime_not_a_fault():
     model = MCPCA().fit(X)
     assert len(model.point_masses_) == 0
     assert np.asarray(model.is_outlier(X))[:1500].sum() == 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_wide_data_is_fitted_in_the_span_of_its_rows(seed):
+    """30 rows, 100 features, a 3-factor model and 3 far outliers: fitted, not refused."""
+    import scipy.linalg
+    from sklearn.decomposition import PCA
+
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.normal(size=(100, 3)))
+    X = (rng.normal(size=(30, 3)) * [5, 3, 2]) @ Q.T + 0.1 * rng.normal(size=(30, 100))
+    X[:3] += 60 * rng.normal(size=(3, 100)) / 10
+
+    def angle(components):
+        return np.degrees(scipy.linalg.subspace_angles(components.T, Q).max())
+
+    model = MCPCA(n_components=3).fit(X)
+    assert model.components_.shape == (3, 100)
+    oracle = angle(PCA(3).fit(X[3:]).components_)  # PCA on the 27 clean rows
+    assert angle(model.components_) < oracle + 12 and angle(PCA(3).fit(X).components_) > 60
+    flags = np.asarray(model.is_outlier(X))
+    assert flags[:3].all() and flags[3:].sum() <= 1
+    with pytest.raises(ValueError, match="n_components <= 28 to fit in the span"):
+        MCPCA().fit(X)
