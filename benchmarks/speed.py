@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -91,8 +92,8 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
     from dask_mcpca import MCPCA
     from dask_mcpca._io import as_row_blocks
     from dask_mcpca._passes import PassRunner
-    from dask_mcpca._robust import step_plan
-    from dask_mcpca._schedule import robust_kernel_size2
+    from dask_mcpca._robust import FALL_OFF2, step_plan
+    from dask_mcpca._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE
 
     path = str(info.path)
     X = as_row_blocks(path)
@@ -100,10 +101,11 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
     X_np = zarr.open_array(path, mode="r")[:]
     X_sub = np.ascontiguousarray(X_np[:mcd_rows])
 
-    # The kernels of one robust step (fixed point and final flat top), from a
-    # fit on the subsample.
+    # The kernels of one robust step (the core and the final flat top), from
+    # a fit on the subsample, at the Gaussian radii of the default.
     ref = MCPCA().fit(X_sub)
-    plan = step_plan(ref.mean_, ref.covariance_, robust_kernel_size2(p))
+    radii = [stats.chi2.ppf(q, p) for q in (CUTOFF_QUANTILE, FINAL_QUANTILE)]
+    plan = step_plan(ref.mean_, ref.covariance_, FALL_OFF2, radii)
 
     def xtx():
         (X.T @ X).compute()

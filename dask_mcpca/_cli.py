@@ -373,7 +373,7 @@ def _cmd_score(args, out) -> int:
                 "arrays": {
                     "scores": "projections (X - mean_) @ components_.T",
                     "weight": "score_samples: correntropy weight in (0, 1]",
-                    "outlier": "is_outlier: d^2 above the 99.9 % chi-square quantile",
+                    "outlier": "is_outlier: d^2 above the model's outlier_cutoff_, or a point mass",
                 },
             }
         )

@@ -191,7 +191,7 @@ def step_plan(location, scatter, kernel_size2: float, cutoffs, *, point_masses=N
 #: as a tight cluster at a moderate distance, cannot pull the fit towards it
 #: (a fall-off of ``c^2 = 1`` let 10-20 % clusters at Mahalanobis distance 6
 #: in; benchmarks/robustness.py).
-_FALL_OFF2 = 0.25
+FALL_OFF2 = 0.25
 
 #: A sample row with this many sample rows (itself included) within
 #: ``TIGHT_RADIUS`` in the whitened metric belongs to a tight group.
@@ -267,7 +267,7 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, cali
         tight = _tight_rows(_whiten(Y[shell], state.scatter), len(sample))
         if tight.any():
             q_final = max(q_fit, 0.9 * d2[shell][tight].min())
-    scale = state.kernel_size2 / _FALL_OFF2  # kernel_factor ** 2
+    scale = state.kernel_size2 / FALL_OFF2  # kernel_factor ** 2
     return q_fit * scale, q_final * scale
 
 
@@ -441,7 +441,7 @@ def fit_robust(
         state = RobustState(
             location=location,
             scatter=scatter,
-            kernel_size2=kernel_factor**2 * _FALL_OFF2,
+            kernel_size2=kernel_factor**2 * FALL_OFF2,
             core_support=min(1.0, max(START_FRACTION, (p + 2) / len(sample))),
             point_masses=point_masses(sample),
         )

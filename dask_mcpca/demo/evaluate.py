@@ -76,6 +76,7 @@ class DemoResult:
     n_passes: int
     seconds: dict
     paths: dict
+    cutoff: float  # MCPCA's outlier_cutoff_ (the classical flags use the chi-square quantile)
 
     def precision_recall(self, method: int = 0) -> tuple[float, float]:
         flagged, total = self.counts[method, :, 0], self.counts[method, :, 1]

@@ -63,7 +63,7 @@ def _panel_flagged(ax, result: DemoResult) -> None:
     ax.set_ylabel("rows flagged (%)")
     precision, recall = result.precision_recall(0)
     ax.set_title(
-        f"rows flagged as outliers (d² > {outlier_cutoff_d2(len(CHANNELS)):.1f})\n"
+        f"rows flagged (MCPCA: d² > {result.cutoff:.1f}, PCA: d² > {outlier_cutoff_d2(len(CHANNELS)):.1f})\n"
         f"MCPCA: precision {precision:.1%}, recall {recall:.1%}"
     )
     ax.legend(fontsize=8, frameon=False, loc="upper center", ncol=2)
@@ -75,7 +75,7 @@ def _panel_scores(ax, result: DemoResult, sample) -> None:
     rows, d2, kind = sample
     scored = np.isfinite(d2)  # rows with a gap have no score
     rows, d2, kind = rows[scored], d2[scored], kind[scored]
-    cut = outlier_cutoff_d2(len(CHANNELS))
+    cut = result.cutoff
     for k in (0, 1, 2, 3):  # clean rows first, faults drawn on top
         sel = kind == k
         n_total = result.counts[0, k, 1]

@@ -86,10 +86,14 @@ def run_demo(
         n_passes=model.n_passes_,
         seconds=seconds,
         paths={"sensors": sensors, "truth": truth, "model": model_path, "report": os.path.join(out, "report.png")},
+        cutoff=model.outlier_cutoff_,
     )
     say("Principal axes vs the generator's true loadings (angles in degrees)")
     say(table(result) + "\n")
-    say(f"Outliers: rows with d^2 above the chi-square(12) 99.9 % quantile ({outlier_cutoff_d2(len(CHANNELS)):.1f})")
+    say(
+        f"Outliers: MCPCA flags d^2 above its calibrated cutoff ({model.outlier_cutoff_:.1f}); PCA, above the "
+        f"chi-square(12) 99.8 % quantile ({outlier_cutoff_d2(len(CHANNELS)):.1f})"
+    )
     say(outlier_table(result) + "\n")
     t = time.perf_counter()
     plot(result.paths["report"], result, pca_components, model, sample, seed)
