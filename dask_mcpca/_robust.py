@@ -1,38 +1,43 @@
 """``solver="auto"``: the robust default, all components in a handful of passes.
 
 Real archives are multi-regime and heavy-tailed, and their contamination
-includes tight clusters (a stuck sensor, a frozen logger) near the bulk.  A
-robust estimator for them must neither call most rows outliers nor let a tight
-minority capture it.  The default works in two stages:
+includes tight groups of rows (a stuck sensor, a frozen logger) near the bulk.
+A robust estimator for them must neither call most rows outliers nor let a
+tight minority capture it.  The default works on a row sample drawn during the
+first pass, in memory, and then on the full data, one pass per step:
 
-1. **Start, in memory, on a row sample** drawn during the first pass
-   (:func:`robust_start`): the Stahel-Donoho outlyingness of every sample row,
-   the largest robust z-score over directions through pairs of sample rows
-   (as in ROBPCA's first stage), and the mean and covariance of the least
-   outlying half, scaled so that the median squared Mahalanobis distance is
-   the chi-square median.  Outlyingness looks at one direction at a time, so
-   a tight cluster, however dense, is as outlying as its distance makes it;
-   the half-sample determinant that ranks DetMCD starts rewards a tight
-   cluster instead, and S-estimators with a 50 % breakdown point are drawn
-   to one (both measured on the cluster grid of ``benchmarks/accuracy.py``).
-2. **A calibrated re-weighting fixed point**: each row gets the correntropy
-   weight of a flat-top kernel,
-   ``w = exp(-max(d^2 - q, 0) / (2 c^2))`` with ``d^2`` its squared
-   Mahalanobis distance under the current location and scatter: 1 inside the
-   ellipsoid ``d^2 <= q``, a Gaussian fall-off beyond.  The weighted mean and
-   covariance (made consistent at the Gaussian) are the next state.  The
-   radius ``q`` comes from the data's own distances
-   (:func:`._schedule.calibrated_cutoff`): so heavy tails and several
-   regimes widen it, and the fit cannot shrink onto one quiet regime, while a
-   Gaussian bulk gets the chi-square quantile.  It is iterated to convergence
-   on the sample (free: in memory), then on the full data, one pass per step.
+1. **Start** (:func:`robust_start`): the Stahel-Donoho outlyingness of every
+   sample row (its largest robust z-score over directions through pairs of
+   sample rows, as in ROBPCA's first stage), and the mean and covariance of
+   the least outlying half, scaled so that the median squared Mahalanobis
+   distance is the chi-square median.  Outlyingness looks at one direction at
+   a time, so a tight cluster is as outlying as its distance makes it; the
+   half-sample determinant that ranked DetMCD's starts rewards a tight
+   cluster instead, and 50 %-breakdown S-estimators are drawn to one.
+2. **Core fixed point**: each row gets the correntropy weight of a flat-top
+   kernel, ``w = exp(-max(d^2 - q, 0) / (2 c^2))``: 1 inside the ellipsoid
+   ``d^2 <= q``, a steep Gaussian fall-off beyond.  The weighted mean and
+   covariance, made consistent at the Gaussian, are the next state.  The
+   radius is first the Gaussian quantile (so the start's neighbourhood, not
+   the data's tails, decides what is in), then calibrated on the data's own
+   distances (:func:`._schedule.calibrated_cutoff`), so that heavy tails and
+   several regimes widen it and the fit cannot shrink onto one quiet regime.
+3. **Final, inclusive kernel**: the same kernel with a wider calibrated radius,
+   untrimmed, lets the bulk's tails and regimes in, stopping short of a tight
+   group of rows between the two radii.  It gives the components.
+4. **Point masses**: a record repeated exactly in many sample rows (a frozen
+   logger) gets a kernel of its own that picks out its rows, and their
+   moments are subtracted from the others' (:func:`_without_point_masses`).
 
-Coverage guarantee: ``q`` is never below the median of the sample's ``d^2``,
-so at least half of the rows carry full weight in every step, whatever the
-data's shape (``RobustState.support`` reports the weighted share of the
-rows; ``MCPCA.support_`` exposes it).
+Each full-data pass evaluates all kernels from the current state with one
+quadratic form; the core is iterated until the estimated distance to its fixed
+point is below ``tol``.  All p components come from one p x p
+eigendecomposition of the final kernel's covariance.
 
-All p components come from one p x p eigendecomposition of the last scatter.
+Coverage guarantee: the core radius is never below the median of the sample's
+``d^2``, so at least half of the sample's rows (and of all rows, up to
+sampling error) carry full weight in every step, whatever the data's shape
+(``MCPCA.support_`` reports the final kernel's share).
 """
 
 from __future__ import annotations
@@ -261,6 +266,7 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, cali
         q_fit = calibrated_cutoff(d2, CUTOFF_QUANTILE, p=p, n_effective=n_effective, trim=True)
     else:
         q_fit = hotelling_quantile(p, n_effective, CUTOFF_QUANTILE)
+    q_fit = max(q_fit, float(np.median(d2)))  # the coverage guarantee
     q_final = max(calibrated_cutoff(d2, FINAL_QUANTILE, p=p, n_effective=n_effective), q_fit)
     shell = (d2 > q_fit) & (d2 <= q_final)
     if shell.sum() > 1:

@@ -174,3 +174,20 @@ def test_wide_data_is_fitted_in_the_span_of_its_rows(seed):
     assert flags[:3].all() and flags[3:].sum() <= 1
     with pytest.raises(ValueError, match="n_components <= 28 to fit in the span"):
         MCPCA().fit(X)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_at_least_half_the_rows_carry_full_weight_whatever_the_shape(seed):
+    """Four regimes over a 120x range of scales (the shape that made the old default implode)."""
+    from dask_mcpca._block import PassPlan
+    from dask_mcpca._passes import PassRunner
+    from dask_mcpca._robust import fit_robust
+
+    X = _regimes(seed, scales=(0.05, 0.5, 3.0, 6.0))
+    runner = PassRunner(X)
+    moments = runner.run(PassPlan(center=np.zeros(X.shape[1]), sample_rate=0.5, seed=seed))
+    state = fit_robust(runner, moments=moments, fixed_center=None, tol=1e-3, max_passes=3)
+    # The radius holds half of the sample's rows; the full data's share differs by sampling only.
+    assert state.core_support >= 0.5 - 3 / np.sqrt(len(moments.sample))
+    assert state.support >= state.core_support
+    assert np.mean(MCPCA().fit(X).is_outlier(X)) < 0.5  # never the majority
