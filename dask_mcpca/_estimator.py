@@ -689,14 +689,23 @@ class MCPCA(TransformerMixin, BaseEstimator):
         return np.asarray(X) @ self.components_ + self.mean_
 
     def _d2(self, block):
+        """Squared Mahalanobis distance under the fitted model.
+
+        Variances are floored at the round-off level of the largest one
+        (``max * p * eps * 1e3``, the rank floor of the fit): a direction in
+        which the data never varied counts a row's deviation along it,
+        consistently, as a huge distance when it is beyond round-off and as
+        nothing when it is round-off.
+        """
         Y = np.asarray(block, np.float64) - self.mean_
         Z = Y @ self.components_.T
         lam = self.explained_variance_
-        inv = np.where(lam > 0, 1.0 / np.where(lam > 0, lam, 1.0), 0.0)
-        d2 = (Z**2) @ inv
-        if self.n_components_ < self.n_features_in_ and self.noise_variance_ > 0:
+        top = max(float(lam.max(initial=0.0)), self.noise_variance_)
+        floor = top * self.n_features_in_ * np.finfo(float).eps * 1e3 if top > 0 else np.finfo(float).tiny
+        d2 = (Z**2) @ (1.0 / np.maximum(lam, floor))
+        if self.n_components_ < self.n_features_in_:
             resid = np.einsum("ij,ij->i", Y, Y) - np.einsum("ij,ij->i", Z, Z)
-            d2 += np.maximum(resid, 0.0) / self.noise_variance_
+            d2 += np.maximum(resid, 0.0) / max(self.noise_variance_, floor)
         return d2
 
     def mahalanobis(self, X: Any) -> np.ndarray | da.Array:

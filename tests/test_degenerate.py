@@ -9,10 +9,12 @@ without a bound fails instead of hanging the suite.
 from __future__ import annotations
 
 import signal
+import warnings
 
 import dask.array as da
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 
 from dask_mcpca import MCPCA
 from dask_mcpca._robust import robust_start
@@ -245,3 +247,26 @@ def test_every_loop_is_bounded_and_reports_convergence(kw):
         assert m.n_iter_ == 2 * 4 * 2
     else:
         assert m.n_iter_ == 2 and m.n_passes_ == 1 + 2
+
+
+def test_a_direction_without_spread_is_measured_consistently():
+    """A constant column (digits' blank pixels): a new row that leaves it is flagged, round-off is not.
+
+    The fit has zero variance there; a deviation far above round-off (1 or
+    1e6) must be flagged alike, a deviation at round-off (1e-12) must not.
+    (With ``n_components < p`` the discarded directions share
+    ``noise_variance_``, as in probabilistic PCA, so a blank pixel is no
+    longer a direction without spread.)
+    """
+    from sklearn.datasets import load_digits
+
+    X = load_digits().data[:600]
+    blank = int(np.flatnonzero(X.std(axis=0) == 0)[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = MCPCA().fit(X)
+    base = np.asarray(model.is_outlier(X[:50]))
+    for value, flagged in ((1e6, True), (1.0, True), (1e-12, False)):
+        rows = X[:50].copy()
+        rows[:, blank] = value
+        assert (np.asarray(model.is_outlier(rows)) == (True if flagged else base)).all(), value
