@@ -26,7 +26,7 @@ from ._block import PassPlan
 from ._io import as_row_blocks
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, PassRunner, single_threaded_blas
-from ._power import descending_eigh, orient_rows
+from ._power import descending_eigh, orient_rows, variance_floor
 from ._robust import SAMPLE_SIZE, fit_robust, in_point_mass, outlyingness
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
@@ -692,7 +692,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         """Squared Mahalanobis distance under the fitted model.
 
         Variances are floored at the round-off level of the largest one
-        (``max * p * eps * 1e3``, the rank floor of the fit): a direction in
+        (:func:`._power.variance_floor`, the rank floor of the fit): a direction in
         which the data never varied counts a row's deviation along it,
         consistently, as a huge distance when it is beyond round-off and as
         nothing when it is round-off.
@@ -701,7 +701,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         Z = Y @ self.components_.T
         lam = self.explained_variance_
         top = max(float(lam.max(initial=0.0)), self.noise_variance_)
-        floor = top * self.n_features_in_ * np.finfo(float).eps * 1e3 if top > 0 else np.finfo(float).tiny
+        floor = variance_floor(top, self.n_features_in_) if top > 0 else np.finfo(float).tiny
         d2 = (Z**2) @ (1.0 / np.maximum(lam, floor))
         if self.n_components_ < self.n_features_in_:
             resid = np.einsum("ij,ij->i", Y, Y) - np.einsum("ij,ij->i", Z, Z)

@@ -22,6 +22,7 @@ from ._power import (
     last_component,
     power_iteration,
     residual_kernel,
+    variance_floor,
     woodbury_update,
 )
 from ._schedule import paper_kernel_sizes
@@ -83,7 +84,7 @@ def fit_paper(
     lam = np.maximum(lam, 0.0)
     # Eigenvalues at round-off level of the largest are zero: a tiny kernel
     # size sqrt(lambda_i) built on round-off would give meaningless weights.
-    rank = int(np.sum(lam > lam[0] * p * np.finfo(float).eps * 1e3))
+    rank = int(np.sum(lam > variance_floor(lam[0], p)))
     if min(n_components, p - 1) > rank:
         raise ValueError(
             f"the data have rank {rank} about the centre (eigenvalues of the unweighted scatter: "

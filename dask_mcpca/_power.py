@@ -17,13 +17,31 @@ __all__ = [
     "residual_kernel",
     "orient_rows",
     "descending_eigh",
+    "variance_floor",
+    "spread_directions",
 ]
+
+#: Variances below ``RANK_FLOOR * p * eps`` times the largest are round-off:
+#: the numerical rank floor of every scatter the package decomposes.
+RANK_FLOOR = 1e3
 
 #: Bound on the inner power iteration (Algorithm 2, lines 6-8).
 MAX_POWER_STEPS = 20_000
 
 #: Consecutive sign flips that reveal a negative dominant eigenvalue.
 FLIPS_FOR_NEGATIVE = 5
+
+
+def variance_floor(largest: float, p: int) -> float:
+    """The variance below which a direction of a p x p scatter is round-off."""
+    return max(float(largest), 0.0) * p * np.finfo(float).eps * RANK_FLOOR
+
+
+def spread_directions(scatter: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Variances and unit directions (columns) of ``scatter`` above :func:`variance_floor`."""
+    w, V = np.linalg.eigh((scatter + scatter.T) / 2)
+    keep = w > variance_floor(w.max(), len(w))
+    return w[keep], V[:, keep]
 
 
 def descending_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

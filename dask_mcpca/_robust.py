@@ -50,6 +50,7 @@ from scipy.spatial import cKDTree
 
 from ._block import PassPlan
 from ._passes import PassResult, PassRunner
+from ._power import spread_directions
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
 
 __all__ = ["RobustState", "robust_start", "fit_robust", "step_plan", "precision", "outlyingness", "SAMPLE_SIZE"]
@@ -97,15 +98,12 @@ class RobustState:
 
 def precision(scatter: np.ndarray) -> np.ndarray:
     """Pseudo-inverse of a scatter matrix; directions without spread get 0."""
-    w, V = np.linalg.eigh((scatter + scatter.T) / 2)
-    floor = max(w.max(), 0.0) * len(w) * np.finfo(float).eps * 1e3
-    inv = np.where(w > floor, 1.0 / np.where(w > floor, w, 1.0), 0.0)
-    return (V * inv) @ V.T
+    w, V = spread_directions(scatter)
+    return (V / w) @ V.T
 
 
 def _rank(scatter: np.ndarray) -> int:
-    w = np.linalg.eigvalsh(scatter)
-    return int(np.sum(w > max(w.max(), 0.0) * len(w) * np.finfo(float).eps * 1e3))
+    return len(spread_directions(scatter)[0])
 
 
 def _mahalanobis2(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
@@ -206,9 +204,8 @@ TIGHT_RADIUS = 0.05
 
 
 def _whiten(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
-    w, V = np.linalg.eigh((scatter + scatter.T) / 2)
-    keep = w > max(w.max(), 0.0) * len(w) * np.finfo(float).eps * 1e3
-    return Y @ (V[:, keep] / np.sqrt(w[keep]))
+    w, V = spread_directions(scatter)
+    return Y @ (V / np.sqrt(w))
 
 
 def _tight_rows(Z: np.ndarray, n_sample: int) -> np.ndarray:
@@ -349,12 +346,11 @@ def _without_point_masses(res: PassResult, j: int, state: RobustState, cutoff: f
 
 def _relative_change(state: RobustState, location, scatter) -> float:
     """Largest change of the fit, measured in the metric of the old scatter."""
-    w, V = np.linalg.eigh(state.scatter)
-    keep = w > w.max() * 1e-12 if w.max() > 0 else np.zeros_like(w, bool)
-    if not keep.any():
+    w, V = spread_directions(state.scatter)
+    if not len(w):
         return 0.0
-    W = V[:, keep] / np.sqrt(w[keep])
-    shape_change = np.linalg.norm(W.T @ scatter @ W - np.eye(keep.sum()), 2)
+    W = V / np.sqrt(w)
+    shape_change = np.linalg.norm(W.T @ scatter @ W - np.eye(len(w)), 2)
     loc_change = np.linalg.norm(W.T @ (location - state.location))
     return float(shape_change + loc_change)
 
