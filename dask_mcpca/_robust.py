@@ -135,12 +135,25 @@ def outlyingness(sample: np.ndarray, *, n_directions: int = N_DIRECTIONS, seed: 
     directions = directions[norms > 0] / norms[norms > 0, None]
     if not len(directions):
         return np.zeros(n)
-    proj = centred @ directions.T
-    spread = _mad(proj)
+    proj = directions @ centred.T  # one direction per (contiguous) row
+    deviation = np.abs(proj - _row_medians(proj)[:, None])
+    spread = _row_medians(deviation) * _MAD_TO_SD
     keep = spread > 0
     if not keep.any():
         return np.zeros(n)
-    return np.max(np.abs(proj[:, keep] - np.median(proj[:, keep], axis=0)) / spread[keep], axis=1)
+    return np.max(deviation[keep] / spread[keep, None], axis=0)
+
+
+#: MAD times this is the standard deviation of a normal law.
+_MAD_TO_SD = 1.0 / stats.norm.ppf(0.75)
+
+
+def _row_medians(A: np.ndarray) -> np.ndarray:
+    """The median of each row, by one partial sort (``np.median`` copies and checks for NaN)."""
+    n = A.shape[1]
+    k = n // 2
+    part = np.partition(A, [k - 1, k] if n % 2 == 0 else [k], axis=1)
+    return part[:, k] if n % 2 else (part[:, k - 1] + part[:, k]) / 2
 
 
 def _median_scaled(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
