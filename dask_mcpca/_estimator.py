@@ -157,8 +157,10 @@ class MCPCA(TransformerMixin, BaseEstimator):
         fit ordinary PCA; small values are more robust and less efficient.
     tol : float or None, default=None
         Convergence tolerance.  ``"paper"``: on ``||v_new - v||`` of the
-        inner and outer loops (default 1e-6).  ``"auto"``: on the relative
-        change of the robust scatter per pass (default 1e-3).
+        inner and outer loops (default 1e-6).  ``"auto"``: on the estimated
+        distance to the fixed point, relative to the robust scatter (default:
+        1e-3, or a tenth of the scatter's own sampling error,
+        ``0.1 * sqrt(p / n)``, where that is larger).
     max_iter : int or None, default=None
         ``"paper"``: bound on re-weightings per kernel size (default 100).
         ``"auto"``: bound on full-data passes after the first (default 3, so
@@ -424,7 +426,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
                 moments=moments,
                 fixed_center=fixed,
                 kernel_factor=self.kernel_factor,
-                tol=DEFAULT_TOL["auto"] if solver == "paper" else tol,
+                tol=None if solver == "paper" else self.tol,
                 max_passes=DEFAULT_MAX_ITER["auto"] if solver == "paper" else max_iter,
                 state=ckpt.load("robust"),
                 on_step=lambda s: ckpt.save("robust", s),

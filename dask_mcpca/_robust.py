@@ -368,6 +368,13 @@ def _relative_change(state: RobustState, location, scatter) -> float:
     return float(shape_change + loc_change)
 
 
+#: Default tolerance of the fixed point, and the share of the scatter's own
+#: sampling error (``sqrt(p / n)`` in the metric of :func:`_relative_change`)
+#: below which the default stops too: at p = 200 the core's shape converges
+#: slowly (rate 0.6-0.9 per pass), far below the noise of the estimate.
+DEFAULT_TOL = 1e-3
+STATISTICAL_TOL = 0.1
+
 #: Cap on the estimated contraction rate of the fixed point.
 MAX_RATE = 0.95
 
@@ -383,16 +390,24 @@ def _remaining(change: float, rate: float) -> float:
     return change * rho / (1.0 - rho)
 
 
+#: Sample steps without a new smallest change after which the calibrated
+#: phase stops: its radius is a step function of the state (a median of the
+#: sample's distances), so the iteration can settle into a jitter of the size
+#: of one row's weight rather than converge.
+STALL_STEPS = 10
+
+
 def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, tol: float) -> None:
-    """The core fixed point on the in-memory sample, to convergence.
+    """The core fixed point on the in-memory sample; then the radii of the full-data passes.
 
     First with the Gaussian radius (so the start's neighbourhood, not the
     data's tails, decides what is in the core), then with the calibrated one
-    (so heavy tails and several regimes widen it).
+    (so heavy tails and several regimes widen it).  The radii are then fixed
+    for the full-data passes, which thus iterate one smooth map.
     """
     in_memory = PassRunner(sample)
     for calibrate in (False, True):
-        previous = float("nan")
+        previous, best, since_best = float("nan"), float("inf"), 0
         for _ in range(MAX_SAMPLE_STEPS):
             state.cutoff = _cutoffs(state, sample, state.core_support * len(sample), calibrate=calibrate)[0]
             change = _step(in_memory, state, fixed_center=fixed_center, label="sample")[1]
@@ -400,8 +415,13 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
                 state.rate = change / previous
             if change == 0 or _remaining(change, state.rate) < tol / 10:
                 break
+            best, since_best = (change, 0) if change < best else (best, since_best + 1)
+            if since_best >= STALL_STEPS:
+                break
             previous = change
+    state.cutoff, state.final_cutoff = _cutoffs(state, sample, state.core_support * len(sample))
     state.n_iter = 0
+    state.rate = float("nan")
 
 
 def fit_robust(
@@ -410,7 +430,7 @@ def fit_robust(
     moments: PassResult,
     fixed_center: np.ndarray | None,
     kernel_factor: float = 1.0,
-    tol: float,
+    tol: float | None,
     max_passes: int,
     state: RobustState | None = None,
     on_step=None,
@@ -431,9 +451,13 @@ def fit_robust(
     kernel_factor : float
         Multiplies the kernel: the flat-top radius and the fall-off grow with
         its square; a huge value gives every row weight 1 (ordinary PCA).
-    tol : float
+    tol : float or None
         Stop when the estimated distance to the fixed point (relative, in the
         metric of the scatter; see :func:`_remaining`) is below ``tol``.
+        None: below ``max(DEFAULT_TOL, STATISTICAL_TOL * sqrt(p / n))``, a
+        tenth of the sampling error of the scatter itself in that metric
+        (about ``sqrt(p / n)``): iterating further moves the fit by less
+        than its own noise.
     max_passes : int
         Bound on the full-data passes of this stage.
     seed : int
@@ -444,6 +468,8 @@ def fit_robust(
     """
     p = runner.n_features
     sample = moments.sample
+    if tol is None:
+        tol = max(DEFAULT_TOL, STATISTICAL_TOL * np.sqrt(p / max(moments.n_rows, 1)))
     if state is None:
         if len(sample) < p + 2:
             raise ValueError(
@@ -464,7 +490,6 @@ def fit_robust(
         if on_step is not None:
             on_step(state)
     while not state.converged and state.n_iter < max_passes:  # a resumed state continues its count
-        state.cutoff, state.final_cutoff = _cutoffs(state, sample, state.core_support * moments.n_rows)
         res, change = _step(
             runner, state, fixed_center=fixed_center, label=f"robust step {state.n_iter + 1}", final=final_step
         )
