@@ -152,3 +152,29 @@ def test_channel_contributions_with_discarded_components():
 def test_channel_contributions_refuses_an_unknown_method():
     with pytest.raises(ValueError, match="method='nope'"):
         MCPCA().fit(_data()).channel_contributions(_data(), method="nope")
+
+
+def test_demo_faults_are_attributed_to_their_channels(tmp_path):
+    """The demo's stuck channel is the top contributor, its swapped channels the top two."""
+    import zarr
+
+    from dask_mcpca.demo.archive import SWAP, make_archive
+
+    n = 200_000
+    sensors, truth, faults = make_archive(tmp_path, n_rows=n, seed=0)
+    model = MCPCA(nan_policy="omit").fit(sensors)
+    kind = zarr.open_array(truth, mode="r")[:]
+    flagged = model.is_outlier(sensors).compute()
+    c = model.channel_contributions(sensors).compute()
+    order = np.argsort(-np.nan_to_num(c, nan=-1.0), axis=1)[:, :2]
+    stuck_channel = np.full(n, -1)
+    for start, length, channel, _ in faults.stuck:
+        stuck_channel[int(start) : int(start + length)] = int(channel)
+    stuck = flagged & (kind == 2)
+    swapped = flagged & (kind == 3)
+    assert stuck.sum() > 1000 and swapped.sum() > 1000
+    stuck_accuracy = np.mean(order[stuck, 0] == stuck_channel[stuck])
+    swapped_channels = np.flatnonzero(SWAP != np.arange(len(SWAP)))
+    swapped_accuracy = np.mean(np.isin(order[swapped], swapped_channels).all(axis=1))
+    assert stuck_accuracy >= 0.95, stuck_accuracy
+    assert swapped_accuracy >= 0.90, swapped_accuracy
