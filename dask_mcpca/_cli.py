@@ -45,6 +45,7 @@ import os
 import sys
 import time
 
+from ._atomic import is_url
 from ._estimator import CENTERS, MCPCA, NAN_POLICIES, SOLVERS, check_params, load
 from ._io import split_store_path
 
@@ -386,6 +387,10 @@ def _store_root(store: str) -> str:
 
 
 def _refuse_inside_input(output: str, store: str, what: str) -> None:
+    if is_url(output) or is_url(store):
+        if is_url(output) and is_url(store) and (output + "/").startswith(store.rstrip("/") + "/"):
+            raise _UsageError(f"{what} {output!r} would overlap the input store {store!r}; choose another path")
+        return
     root = _store_root(store)
     if _is_within(output, root) or _is_within(root, output):
         raise _UsageError(f"{what} {output!r} would overlap the input store {root!r}; choose another path")
@@ -393,6 +398,8 @@ def _refuse_inside_input(output: str, store: str, what: str) -> None:
 
 def _check_output_location(output: str, *, is_file: bool) -> None:
     """Refuse, before any work, an output that could not be written (read-only, not a folder)."""
+    if is_url(output):  # the object store says so when it is written
+        return
     path = os.path.abspath(output)
     if is_file and os.path.isdir(path):
         raise _UsageError(f"--output {output!r} is a directory; name a file")
@@ -479,13 +486,13 @@ def _cmd_score(args, out) -> int:
     import dask.array as da
     import zarr
 
-    from ._atomic import atomic_path
     from ._progress import compute_with_progress
 
     _refuse_inside_input(args.output, args.store, "--output")
-    if _is_within(args.model, args.output) or _is_within(args.output, args.model):
+    if not is_url(args.output) and (_is_within(args.model, args.output) or _is_within(args.output, args.model)):
         raise _UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
-    if os.path.lexists(args.output) and not args.overwrite:
+    options = _storage_options(args.storage_options)
+    if _exists(args.output, options) and not args.overwrite:
         raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
     _check_output_location(args.output, is_file=False)
     model = load(args.model)
@@ -506,20 +513,21 @@ def _cmd_score(args, out) -> int:
         "created_by": f"{PROG} score",
         "arrays": SCORE_ARRAYS,
     }
-    with atomic_path(args.output) as tmp:
+    with _output_store(args.output, options) as tmp:
+        so = {"storage_options": options} if is_url(tmp) else {}
         if isinstance(outputs["scores"], da.Array):
-            root = zarr.open_group(tmp, mode="w")
+            root = zarr.open_group(tmp, mode="w", **so)
             root.attrs.update(attrs)
-            writes = [da.to_zarr(a, tmp, component=name, compute=False) for name, a in outputs.items()]
+            writes = [da.to_zarr(a, tmp, component=name, compute=False, **so) for name, a in outputs.items()]
         else:  # DataArrays: written by xarray, with their dims and coordinates
             import xarray as xr
 
             ds = xr.Dataset(outputs, attrs={k: v for k, v in attrs.items() if v is not None})
             for name, text in SCORE_ARRAYS.items():
                 ds[name].attrs["description"] = text
-            writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True)]
+            writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, **so)]
         compute_with_progress(*writes, enabled=not args.no_progress)
-        n_out = int(da.from_zarr(tmp, component="outlier").sum().compute())
+        n_out = int(da.from_zarr(tmp, component="outlier", **so).sum().compute())
     elapsed = time.perf_counter() - started
     n = X.shape[0]
     print(
@@ -529,6 +537,41 @@ def _cmd_score(args, out) -> int:
         file=out,
     )
     return 0
+
+
+def _exists(path: str, options: dict | None) -> bool:
+    if not is_url(path):
+        return os.path.lexists(path)
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path, **(options or {}))
+    return fs.exists(root)
+
+
+@contextlib.contextmanager
+def _output_store(path: str, options: dict | None):
+    """Where ``score`` writes: a local temporary renamed into place, or the URL itself.
+
+    An object store has no rename, so a URL is written in place: first any
+    old store under it is deleted (``--overwrite``), and the group attribute
+    ``complete: true`` is set last, after every array is written; an
+    interrupted ``score`` leaves a store without it, which the next
+    ``score --overwrite`` replaces.
+    """
+    if not is_url(path):
+        from ._atomic import atomic_path
+
+        with atomic_path(path) as tmp:
+            yield tmp
+        return
+    import fsspec
+    import zarr
+
+    fs, root = fsspec.core.url_to_fs(path, **(options or {}))
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+    yield path
+    zarr.open_group(path, mode="r+", storage_options=options).attrs["complete"] = True
 
 
 def _cmd_report(args, out) -> int:
@@ -543,8 +586,12 @@ def _cmd_report(args, out) -> int:
     print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()
     summary = _report.summarize(model, X, max_gap=args.max_gap, progress=not args.no_progress)
-    _report.plot(summary, args.output, title=os.path.basename(os.path.normpath(_store_root(args.store))))
-    _report.write_events(summary, events)
+    options = _storage_options(args.storage_options)
+    title = args.store.rstrip("/").rpartition("/")[2] if is_url(args.store) else os.path.basename(
+        os.path.normpath(_store_root(args.store))
+    )
+    _report.plot(summary, args.output, title=title, storage_options=options)
+    _report.write_events(summary, events, storage_options=options)
     share = summary.n_flagged / max(summary.n_scored, 1)
     print(
         f"{summary.n_rows:,} rows in {_fmt_seconds(time.perf_counter() - started)}: {summary.n_flagged:,} flagged "

@@ -339,16 +339,23 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.progress = progress
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X: Any, y: None = None) -> MCPCA:
+    def fit(self, X: Any, y: None = None, *, storage_options: dict | None = None) -> MCPCA:
         """Fit the model to ``X``.
 
         Parameters
         ----------
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features).  A string names a Zarr store or
-            ``"file.h5:/dataset"``.
+            ``"file.h5:/dataset"``, or is a Zarr URL that fsspec understands
+            (``"s3://bucket/archive.zarr"``, ``gs://``, ``abfs://``, ``https://``).
         y : None
             Ignored; present for scikit-learn's API.
+        storage_options : dict, optional
+            fsspec options for a URL (``{"endpoint_url": ...}``, credentials);
+            without them the backend reads credentials from the environment.
+            The other methods take the URL with credentials from the
+            environment, or the lazy array of
+            ``dask_mcpca.open_archive(url, storage_options=...)``.
 
         Returns
         -------
@@ -377,7 +384,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         check_params(self)
         _labels.check_feature_names(self, X, reset=True)
-        X = as_row_blocks(X)
+        X = as_row_blocks(X, storage_options=storage_options)
         if X.shape[0] < 2:
             raise ValueError(
                 f"Found array with {X.shape[0]} sample(s) (shape={X.shape}) while a minimum of 2 is required "

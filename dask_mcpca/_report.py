@@ -18,6 +18,7 @@ threshold, the share flagged per block, the largest events) and
 from __future__ import annotations
 
 import csv
+import io
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -254,12 +255,14 @@ def _event_labels(summary: ArchiveSummary, event: Event) -> tuple[str, str]:
     return str(coordinate[event.start]), str(coordinate[event.stop - 1])
 
 
-def write_events(summary: ArchiveSummary, path: str | os.PathLike) -> None:
-    """The events as CSV, written atomically (see :func:`write_events_to`)."""
-    from ._atomic import atomic_path
+def write_events(summary: ArchiveSummary, path: str | os.PathLike, *, storage_options: dict | None = None) -> None:
+    """The events as CSV, written atomically, also to an object store URL (see :func:`write_events_to`)."""
+    from ._atomic import write_bytes
 
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        write_events_to(summary, f)
+    text = io.StringIO(newline="")
+    write_events_to(summary, text)
+    data = text.getvalue().encode()
+    write_bytes(path if isinstance(path, str) else os.fspath(path), data, storage_options=storage_options)
 
 
 def write_events_to(summary: ArchiveSummary, f) -> None:
@@ -298,15 +301,15 @@ def _describe_event(summary: ArchiveSummary, e: Event) -> str:
     return f"{where} ({e.stop - e.start:,} rows), peak d² {e.peak_d2:.3g}: {top}"
 
 
-def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "") -> None:
-    """The PNG report of ``summary`` (matplotlib, imported only here)."""
+def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", storage_options=None) -> None:
+    """The PNG report of ``summary`` (matplotlib, imported only here); ``path`` may be a URL."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.gridspec import GridSpec
 
-    from ._atomic import atomic_path
+    from ._atomic import write_bytes
 
     style = {"font.size": 9, "axes.titlesize": 10, "axes.spines.top": False, "axes.spines.right": False}
     p = len(summary.channels)
@@ -370,6 +373,7 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "") -
         lines = [_describe_event(summary, e) for e in sorted(largest, key=lambda e: e.start)]
         ax.set_title(f"largest events, with the channels most responsible ({len(summary.events):,} in all)")
         ax.text(0, 1, "\n".join(lines) or "no flagged rows", va="top", family="monospace", fontsize=8)
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png", bbox_inches="tight")
+        png = io.BytesIO()
+        fig.savefig(png, format="png", bbox_inches="tight")
         plt.close(fig)
+    write_bytes(path if isinstance(path, str) else os.fspath(path), png.getvalue(), storage_options=storage_options)
