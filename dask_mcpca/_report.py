@@ -35,6 +35,8 @@ __all__ = ["BlockSummary", "ArchiveSummary", "summarize", "plot", "write_events"
 N_BINS = 2000
 #: Channels named per event (the largest shares of its summed contributions).
 TOP_CHANNELS = 3
+#: Rows of a block processed at once (bounds the float64 working set of a task).
+SLICE_ROWS = 65_536
 #: Events listed in the PNG.
 EVENTS_SHOWN = 8
 
@@ -65,38 +67,55 @@ def _runs(flags: np.ndarray) -> np.ndarray:
 
 
 def summarize_block(block: np.ndarray, start: int, n_total: int, model) -> BlockSummary:
-    """The :class:`BlockSummary` of rows ``start:start + len(block)`` of an archive of ``n_total`` rows."""
-    X = np.asarray(block, np.float64)
-    ok = np.isfinite(X).all(axis=1)
-    Xs = np.where(ok[:, None], X, 0.0)
-    d2 = np.where(ok, model._d2(Xs), np.nan)
-    flags = ok & ((d2 > model.outlier_cutoff_) | in_point_mass(Xs, getattr(model, "point_masses_", None)))
-    rows = np.arange(start, start + len(X))
-    bins = rows * N_BINS // max(n_total, 1)
+    """The :class:`BlockSummary` of rows ``start:start + len(block)`` of an archive of ``n_total`` rows.
+
+    The block is processed ``SLICE_ROWS`` rows at a time, so the working set
+    in float64 stays a few MB whatever the block's size; only the per-row
+    distance and flag of the block are kept whole (9 bytes a row).
+    """
+    n, p = block.shape
+    d2 = np.full(n, np.nan)
+    flags = np.zeros(n, dtype=bool)
+    sum_x, sum_xx, n_scored = np.zeros(p), np.zeros((p, p)), 0
+    masses = getattr(model, "point_masses_", None)
+    for a in range(0, n, SLICE_ROWS):
+        X = np.asarray(block[a : a + SLICE_ROWS], np.float64)
+        ok = np.isfinite(X).all(axis=1)
+        Xs = np.where(ok[:, None], X, 0.0)  # rows with a gap add nothing to the sums
+        d = model._d2(Xs)
+        d2[a : a + len(X)] = np.where(ok, d, np.nan)
+        flags[a : a + len(X)] = ok & ((d > model.outlier_cutoff_) | in_point_mass(Xs, masses))
+        sum_x += Xs.sum(axis=0)
+        sum_xx += Xs.T @ Xs
+        n_scored += int(ok.sum())
+    bins = np.arange(start, start + n) * N_BINS // max(n_total, 1)
     first = np.flatnonzero(np.diff(np.concatenate([[-1], bins])))  # bins are contiguous
-    d2z = np.where(ok, d2, 0.0)
-    with np.errstate(invalid="ignore"):
-        bin_max = np.fmax.reduceat(np.where(ok, d2, -np.inf), first) if len(X) else np.empty(0)
-    bin_max = np.where(np.isfinite(bin_max), bin_max, np.nan)
+    scored = ~np.isnan(d2)
+    if n:
+        bin_max = np.fmax.reduceat(np.where(scored, d2, -np.inf), first)
+        bin_max = np.where(np.isfinite(bin_max), bin_max, np.nan)
+        bin_sum = np.add.reduceat(np.where(scored, d2, 0.0), first)
+        bin_count = np.add.reduceat(scored.astype(np.int64), first)
+    else:
+        bin_max, bin_sum, bin_count = np.empty(0), np.empty(0), np.empty(0, np.int64)
     runs = _runs(flags)
     root = model._precision(0.5)
-    run_contrib = np.empty((len(runs), X.shape[1]))
+    run_contrib = np.empty((len(runs), p))
     run_peak = np.empty(len(runs))
-    for i, (a, b) in enumerate(runs):
-        run_contrib[i] = (((Xs[a:b] - model.mean_) @ root) ** 2).sum(axis=0)
+    for i, (a, b) in enumerate(runs):  # flagged rows are finite
+        run_contrib[i] = (((np.asarray(block[a:b], np.float64) - model.mean_) @ root) ** 2).sum(axis=0)
         run_peak[i] = d2[a:b].max()
-    Xok = Xs[ok]
     return BlockSummary(
         start=int(start),
-        n_rows=len(X),
-        n_scored=int(ok.sum()),
+        n_rows=n,
+        n_scored=n_scored,
         n_flagged=int(flags.sum()),
-        sum_x=Xok.sum(axis=0),
-        sum_xx=Xok.T @ Xok,
-        bins=bins[first] if len(X) else np.empty(0, int),
+        sum_x=sum_x,
+        sum_xx=sum_xx,
+        bins=bins[first],
         bin_max=bin_max,
-        bin_sum=np.add.reduceat(d2z, first) if len(X) else np.empty(0),
-        bin_count=np.add.reduceat(ok.astype(np.int64), first) if len(X) else np.empty(0, int),
+        bin_sum=bin_sum,
+        bin_count=bin_count,
         runs=runs + start,
         run_peak=run_peak,
         run_contrib=run_contrib,
