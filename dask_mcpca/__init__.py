@@ -10,11 +10,14 @@ Where things live:
 - ``_paper`` / ``_robust``: the two solvers
 - ``_estimator``: the scikit-learn estimator ``MCPCA``
 - ``_checkpoint``, ``_persist``: resumable fits, the saved-model codec
+- ``_labels``: names in, names out (feature names, DataArray rows and coordinates)
+- ``_report``: ``dask-mcpca report``, one streaming pass summarised as a PNG and events
 - ``_cli``: the ``dask-mcpca`` command line
 """
 
 from ._checkpoint import CheckpointMismatchError
 from ._estimator import MCPCA, check_params, load
+from ._io import open_archive
 from ._passes import NonFiniteRowsError
 from ._persist import ModelFormatError
 from ._version import __version__
@@ -23,6 +26,7 @@ __all__ = [
     "MCPCA",
     "load",
     "check_params",
+    "open_archive",
     "NonFiniteRowsError",
     "CheckpointMismatchError",
     "ModelFormatError",

@@ -19,7 +19,7 @@ import os
 import shutil
 import uuid
 
-__all__ = ["atomic_path", "recover", "stale_temporaries"]
+__all__ = ["atomic_path", "recover", "stale_temporaries", "is_url", "write_bytes"]
 
 #: Suffix of the temporary sibling; ``.old`` is added to a store moved aside.
 TMP_SUFFIX = ".tmp"
@@ -120,3 +120,24 @@ def atomic_path(path):
     except BaseException:
         _remove(tmp)
         raise
+
+
+def is_url(path) -> bool:
+    """Whether ``path`` is a URL for fsspec (``s3://...``) rather than a local path."""
+    return isinstance(path, str) and "://" in path
+
+
+def write_bytes(path, data: bytes, *, storage_options: dict | None = None) -> None:
+    """Write one file atomically: renamed into place locally, one PUT on an object store.
+
+    An object store (S3, GCS, Azure) makes a single object visible whole or
+    not at all, so a URL is written with one ``fsspec`` write of all the bytes.
+    """
+    if is_url(path):
+        import fsspec
+
+        with fsspec.open(path, "wb", **(storage_options or {})) as f:
+            f.write(data)
+        return
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)

@@ -7,9 +7,18 @@ Subcommands::
                      [--scheduler ADDRESS] [--output model.json] [--no-progress]
     dask-mcpca score STORE --model model.json --output scores.zarr [--dataset NAME]
                      [--overwrite] [--scheduler ADDRESS] [--no-progress]
+    dask-mcpca report STORE --model model.json --output report.png [--events events.csv]
+                     [--max-gap ROWS] [--scheduler ADDRESS] [--no-progress]
     dask-mcpca demo  [--rows N] [--out DIR] [--seed S] [--no-progress]
 
-``STORE`` is a Zarr store (a directory) or an HDF5 file, opened read-only;
+``fit``, ``score`` and ``report`` also take ``--variables a,b,c`` (1-D
+variables of an archive written by xarray, stacked as channels), ``--rows
+START:STOP`` and ``--time START:STOP`` (rows by position or by the label of
+the row coordinate) and ``--storage-option KEY=VALUE`` (fsspec options for a
+URL such as ``s3://bucket/archive.zarr``; credentials otherwise come from the
+environment, as fsspec's backends read them).
+
+``STORE`` is a Zarr store (a directory or a URL) or an HDF5 file, opened read-only;
 nothing is ever written into it.  ``fit`` writes the model as JSON
 (:mod:`dask_mcpca._persist`); ``score`` writes a new Zarr group with the
 per-row ``scores`` (projections on the components), ``weight``
@@ -36,6 +45,7 @@ import os
 import sys
 import time
 
+from ._atomic import is_url
 from ._estimator import CENTERS, MCPCA, NAN_POLICIES, SOLVERS, check_params, load
 from ._io import split_store_path
 
@@ -50,6 +60,15 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_CONNECT_TIMEOUT = 3600.0
 #: Seconds ``Client.close`` may take (the scheduler may be gone).
 CLOSE_TIMEOUT = 5.0
+
+#: The arrays ``score`` writes, and what each holds (also in the output's attributes).
+SCORE_ARRAYS = {
+    "scores": "projections (X - mean_) @ components_.T",
+    "weight": "score_samples: correntropy weight in (0, 1]",
+    "outlier": "is_outlier: d^2 above outlier_cutoff_, or a point mass",
+    "d2": "mahalanobis: squared robust distance",
+    "contributions": "channel_contributions: each channel's share of d2 (whitened, sums to d2)",
+}
 
 #: ``--center`` choices: the estimator's, with ``none`` for ``center=False``.
 _CENTERS = {("none" if c is False else c): c for c in CENTERS}
@@ -86,6 +105,70 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _name_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected names separated by commas, got {text!r}")
+    return names
+
+
+def _row_slice(text: str) -> slice:
+    """``START:STOP`` by position (either may be empty)."""
+    start, sep, stop = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return slice(int(start) if start.strip() else None, int(stop) if stop.strip() else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected START:STOP (whole numbers, either may be empty), got {text!r}"
+        ) from None
+
+
+def _label_slice(text: str) -> slice:
+    """``START:STOP`` by label (times such as ``2024-01-01T00:00:2024-02-01``: split at ``/`` if given)."""
+    sep = "/" if "/" in text else ":"
+    if sep == ":" and text.count(":") != 1:
+        raise argparse.ArgumentTypeError(f"write times with colons as START/STOP, got {text!r}")
+    start, _, stop = text.partition(sep)
+    return slice(start.strip() or None, stop.strip() or None)
+
+
+def _key_value(text: str) -> tuple[str, object]:
+    import json
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def _storage_options(pairs: list[tuple[str, object]]) -> dict | None:
+    """``[("a.b", 1)]`` -> ``{"a": {"b": 1}}`` (dotted keys nest, as ``client_kwargs.region_name``)."""
+    options: dict = {}
+    for key, value in pairs:
+        *parents, last = key.split(".")
+        node = options
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return options or None
+
+
 def _connect_timeout(text: str) -> float:
     value = _positive_float(text)
     if not value <= MAX_CONNECT_TIMEOUT:  # also refuses inf
@@ -98,7 +181,9 @@ def _build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Robust PCA (maximum correntropy power iterations) of Zarr / HDF5 archives.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{fit,score,demo}", parser_class=_Parser)
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{fit,score,report,demo}", parser_class=_Parser
+    )
 
     def scheduler_options(p):
         p.add_argument(
@@ -112,9 +197,31 @@ def _build_parser() -> argparse.ArgumentParser:
             help=f"how long to try to reach --scheduler (default {DEFAULT_CONNECT_TIMEOUT:g})",
         )
 
+    def data_options(p):
+        p.add_argument(
+            "--variables",
+            type=_name_list,
+            metavar="A,B,C",
+            help="1-D variables of an xarray archive to use as the channels (default: all, or its 2-D variable)",
+        )
+        p.add_argument("--rows", type=_row_slice, metavar="START:STOP", help="rows to use, by position")
+        p.add_argument(
+            "--time", type=_label_slice, metavar="START:STOP", help="rows to use, by the row coordinate (xarray)"
+        )
+        p.add_argument(
+            "--storage-option",
+            dest="storage_options",
+            type=_key_value,
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="fsspec option for a URL store (repeatable; VALUE read as JSON when it parses)",
+        )
+
     fit = sub.add_parser("fit", help="fit a model to a Zarr store or HDF5 file and save it")
     fit.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file (file.h5 or file.h5:/dataset)")
     fit.add_argument("--dataset", metavar="NAME", help="array inside the store (needed when it holds several)")
+    data_options(fit)
     fit.add_argument("--n-components", type=_positive_int, metavar="K", help="components to keep (default: all)")
     fit.add_argument("--solver", choices=SOLVERS, default="auto")
     fit.add_argument("--center", choices=tuple(_CENTERS), default="robust")
@@ -131,8 +238,26 @@ def _build_parser() -> argparse.ArgumentParser:
     score.add_argument("--dataset", metavar="NAME", help="array inside the store")
     score.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     score.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
+    data_options(score)
     scheduler_options(score)
     score.set_defaults(func=_cmd_score)
+
+    report = sub.add_parser(
+        "report", help="a PNG report and an events CSV for a fitted archive (one streaming pass, no truth needed)"
+    )
+    report.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file")
+    report.add_argument("--model", "-m", required=True, metavar="PATH", help="model file written by 'fit'")
+    report.add_argument("--output", "-o", default="report.png", metavar="PATH", help="PNG (default report.png)")
+    report.add_argument("--events", metavar="PATH", help="events CSV (default: the PNG's name with .csv)")
+    report.add_argument("--dataset", metavar="NAME", help="array inside the store")
+    report.add_argument(
+        "--max-gap", type=_non_negative_int, default=0, metavar="ROWS",
+        help="flagged runs at most this many rows apart are one event (default 0)",
+    )
+    report.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
+    data_options(report)
+    scheduler_options(report)
+    report.set_defaults(func=_cmd_report)
 
     demo = sub.add_parser(
         "demo", help="synthetic sensor archive with faults: MCPCA vs PCA, printed and as a PNG report"
@@ -262,6 +387,10 @@ def _store_root(store: str) -> str:
 
 
 def _refuse_inside_input(output: str, store: str, what: str) -> None:
+    if is_url(output) or is_url(store):
+        if is_url(output) and is_url(store) and (output + "/").startswith(store.rstrip("/") + "/"):
+            raise _UsageError(f"{what} {output!r} would overlap the input store {store!r}; choose another path")
+        return
     root = _store_root(store)
     if _is_within(output, root) or _is_within(root, output):
         raise _UsageError(f"{what} {output!r} would overlap the input store {root!r}; choose another path")
@@ -269,6 +398,8 @@ def _refuse_inside_input(output: str, store: str, what: str) -> None:
 
 def _check_output_location(output: str, *, is_file: bool) -> None:
     """Refuse, before any work, an output that could not be written (read-only, not a folder)."""
+    if is_url(output):  # the object store says so when it is written
+        return
     path = os.path.abspath(output)
     if is_file and os.path.isdir(path):
         raise _UsageError(f"--output {output!r} is a directory; name a file")
@@ -281,10 +412,18 @@ def _check_output_location(output: str, *, is_file: bool) -> None:
         raise _UsageError(f"--output {output!r} cannot be created: directory {parent!r} is not writable")
 
 
-def _open(store: str, dataset: str | None):
-    from ._io import as_row_blocks, open_store
+def _open(args):
+    """The archive named on the command line: a DataArray for an xarray store, else a dask array."""
+    from ._io import open_archive
 
-    return as_row_blocks(open_store(store, dataset))
+    return open_archive(
+        args.store,
+        dataset=args.dataset,
+        variables=args.variables,
+        rows=args.rows,
+        time=args.time,
+        storage_options=_storage_options(args.storage_options),
+    )
 
 
 def _fmt_seconds(s: float) -> str:
@@ -325,7 +464,7 @@ def _cmd_fit(args, out) -> int:
         progress=not args.no_progress,
     )
     check_params(model)
-    X = _open(args.store, args.dataset)
+    X = _open(args)
     print(f"fitting {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()
     model.fit(X)
@@ -347,44 +486,116 @@ def _cmd_score(args, out) -> int:
     import dask.array as da
     import zarr
 
-    from ._atomic import atomic_path
     from ._progress import compute_with_progress
 
     _refuse_inside_input(args.output, args.store, "--output")
-    if _is_within(args.model, args.output) or _is_within(args.output, args.model):
+    if not is_url(args.output) and (_is_within(args.model, args.output) or _is_within(args.output, args.model)):
         raise _UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
-    if os.path.lexists(args.output) and not args.overwrite:
+    options = _storage_options(args.storage_options)
+    if _exists(args.output, options) and not args.overwrite:
         raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
     _check_output_location(args.output, is_file=False)
     model = load(args.model)
-    X = _open(args.store, args.dataset)
-    if not isinstance(X, da.Array):  # pragma: no cover - stores always open as dask arrays
-        X = da.from_array(X, chunks=(max(1, len(X)), X.shape[1]))
+    X = _open(args)
     started = time.perf_counter()
-    outputs = {"scores": model.transform(X), "weight": model.score_samples(X), "outlier": model.is_outlier(X)}
-    with atomic_path(args.output) as tmp:
-        root = zarr.open_group(tmp, mode="w")
-        root.attrs.update(
-            {
-                "source": os.path.abspath(_store_root(args.store)),
-                "dataset": args.dataset,
-                "model": os.path.abspath(args.model),
-                "created_by": f"{PROG} score",
-                "arrays": {
-                    "scores": "projections (X - mean_) @ components_.T",
-                    "weight": "score_samples: correntropy weight in (0, 1]",
-                    "outlier": "is_outlier: d^2 above the model's outlier_cutoff_, or a point mass",
-                },
-            }
-        )
-        writes = [da.to_zarr(a, tmp, component=name, compute=False) for name, a in outputs.items()]
+    outputs = {
+        "scores": model.transform(X),
+        "weight": model.score_samples(X),
+        "outlier": model.is_outlier(X),
+        "d2": model.mahalanobis(X),
+        "contributions": model.channel_contributions(X),
+    }
+    attrs = {
+        "source": args.store if "://" in args.store else os.path.abspath(_store_root(args.store)),
+        "dataset": args.dataset,
+        "variables": args.variables,
+        "model": os.path.abspath(args.model),
+        "created_by": f"{PROG} score",
+        "arrays": SCORE_ARRAYS,
+    }
+    with _output_store(args.output, options) as tmp:
+        so = {"storage_options": options} if is_url(tmp) else {}
+        if isinstance(outputs["scores"], da.Array):
+            root = zarr.open_group(tmp, mode="w", **so)
+            root.attrs.update(attrs)
+            writes = [da.to_zarr(a, tmp, component=name, compute=False, **so) for name, a in outputs.items()]
+        else:  # DataArrays: written by xarray, with their dims and coordinates
+            import xarray as xr
+
+            ds = xr.Dataset(outputs, attrs={k: v for k, v in attrs.items() if v is not None})
+            for name, text in SCORE_ARRAYS.items():
+                ds[name].attrs["description"] = text
+            writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, **so)]
         compute_with_progress(*writes, enabled=not args.no_progress)
-        n_out = int(da.from_zarr(tmp, component="outlier").sum().compute())
+        n_out = int(da.from_zarr(tmp, component="outlier", **so).sum().compute())
     elapsed = time.perf_counter() - started
     n = X.shape[0]
     print(
         f"scored {n:,} rows in {_fmt_seconds(elapsed)}: {n_out:,} outliers ({n_out / n:.2%})\n"
-        f"written to {args.output}: scores ({n:,} x {model.n_components_}), weight ({n:,}), outlier ({n:,})",
+        f"written to {args.output}: scores ({n:,} x {model.n_components_}), weight, outlier, d2 ({n:,}), "
+        f"contributions ({n:,} x {model.n_features_in_})",
+        file=out,
+    )
+    return 0
+
+
+def _exists(path: str, options: dict | None) -> bool:
+    if not is_url(path):
+        return os.path.lexists(path)
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path, **(options or {}))
+    return fs.exists(root)
+
+
+@contextlib.contextmanager
+def _output_store(path: str, options: dict | None):
+    """Where ``score`` writes: a local temporary renamed into place, or the URL itself.
+
+    An object store has no rename, so a URL is written in place: first any
+    old store under it is deleted (``--overwrite``), and the group attribute
+    ``complete: true`` is set last, after every array is written; an
+    interrupted ``score`` leaves a store without it, which the next
+    ``score --overwrite`` replaces.
+    """
+    if not is_url(path):
+        from ._atomic import atomic_path
+
+        with atomic_path(path) as tmp:
+            yield tmp
+        return
+    import fsspec
+    import zarr
+
+    fs, root = fsspec.core.url_to_fs(path, **(options or {}))
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+    yield path
+    zarr.open_group(path, mode="r+", storage_options=options).attrs["complete"] = True
+
+
+def _cmd_report(args, out) -> int:
+    from . import _report
+
+    events = args.events or os.path.splitext(args.output)[0] + ".csv"
+    for path in (args.output, events):
+        _refuse_inside_input(path, args.store, "--output" if path == args.output else "--events")
+        _check_output_location(path, is_file=True)
+    model = load(args.model)
+    X = _open(args)
+    print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)
+    started = time.perf_counter()
+    summary = _report.summarize(model, X, max_gap=args.max_gap, progress=not args.no_progress)
+    options = _storage_options(args.storage_options)
+    title = args.store.rstrip("/").rpartition("/")[2] if is_url(args.store) else os.path.basename(
+        os.path.normpath(_store_root(args.store))
+    )
+    _report.plot(summary, args.output, title=title, storage_options=options)
+    _report.write_events(summary, events, storage_options=options)
+    share = summary.n_flagged / max(summary.n_scored, 1)
+    print(
+        f"{summary.n_rows:,} rows in {_fmt_seconds(time.perf_counter() - started)}: {summary.n_flagged:,} flagged "
+        f"({share:.2%}) in {len(summary.events):,} events\nreport written to {args.output}, events to {events}",
         file=out,
     )
     return 0
@@ -414,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (0; 2 on error; 130 on Ctrl-C)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("fit", "demo") and sys.stderr is None:
+    if args.command in ("fit", "demo", "report") and sys.stderr is None:
         args.no_progress = True  # nowhere to draw it
     try:
         with _scheduler(args.scheduler, getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)):

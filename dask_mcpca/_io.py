@@ -22,7 +22,15 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-__all__ = ["as_row_blocks", "open_store", "split_store_path", "H5Dataset", "BLOCK_BYTES"]
+__all__ = [
+    "as_row_blocks",
+    "open_store",
+    "open_archive",
+    "is_xarray_store",
+    "split_store_path",
+    "H5Dataset",
+    "BLOCK_BYTES",
+]
 
 #: Target size of one row block of a store (bytes, in the store's dtype).
 BLOCK_BYTES = 128 * 2**20
@@ -99,7 +107,7 @@ def split_store_path(path: str | os.PathLike) -> tuple[str, str | None]:
     return path, None
 
 
-def open_store(path: str | os.PathLike, dataset: str | None = None):
+def open_store(path: str | os.PathLike, dataset: str | None = None, *, storage_options: dict | None = None):
     """Open a Zarr store or an HDF5 file read-only and return its 2-D array.
 
     Parameters
@@ -116,6 +124,8 @@ def open_store(path: str | os.PathLike, dataset: str | None = None):
     zarr.Array or H5Dataset
     """
     path = os.fspath(path)
+    if _is_url(path):
+        return _open_url(path, dataset, storage_options)
     if dataset is None:
         path, dataset = split_store_path(path)
     path = os.path.abspath(path)  # the workers of a cluster run in other directories
@@ -135,6 +145,30 @@ def open_store(path: str | os.PathLike, dataset: str | None = None):
         node = zarr.open(path, mode="r")
     except Exception as err:  # zarr raises several types for "not a store"
         raise ValueError(f"{path!r} is neither a Zarr store nor an HDF5 file: {err}") from None
+    return _array_in(node, path, dataset)
+
+
+def _open_url(url: str, dataset: str | None, storage_options: dict | None):
+    """A Zarr store at a URL that fsspec understands (``s3://``, ``gs://``, ``https://``, ``file://``)."""
+    import zarr
+
+    try:
+        node = zarr.open(url, mode="r", storage_options=storage_options or None)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"no Zarr store at {url!r} ({err})") from None
+    except ImportError as err:
+        raise ImportError(
+            f"reading {url!r} needs the fsspec backend of its protocol ({err}); pip install 'dask-mcpca[cloud]'"
+        ) from None
+    except Exception as err:
+        raise ValueError(f"cannot open {url!r} as a Zarr store: {type(err).__name__}: {err}") from None
+    return _array_in(node, url, dataset)
+
+
+def _array_in(node, path: str, dataset: str | None):
+    """The 2-D array ``dataset`` of the Zarr group ``node`` (or ``node`` itself, an array)."""
+    import zarr
+
     if isinstance(node, zarr.Array):
         if dataset not in (None, "", "/"):
             raise KeyError(f"Zarr store {path!r} is a single array; it has no dataset {dataset!r}")
@@ -358,14 +392,18 @@ def _refuse_unsupported(X) -> None:
         )
 
 
-def as_row_blocks(X: Any) -> np.ndarray | da.Array:
+def as_row_blocks(X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
     """Return ``X`` as a float numpy array or a dask array chunked by full rows.
 
     Parameters
     ----------
     X : array-like, dask array, zarr.Array, H5Dataset, h5py.Dataset,
         xarray.DataArray, or str / path-like naming a store
-        (``"archive.zarr"``, ``"archive.zarr:/group/array"``, ``"file.h5:/data"``).
+        (``"archive.zarr"``, ``"archive.zarr:/group/array"``, ``"file.h5:/data"``),
+        or a Zarr URL that fsspec understands (``"s3://bucket/archive.zarr"``).
+    storage_options : dict, optional
+        Passed to fsspec for a URL (credentials, ``endpoint_url``); without
+        them fsspec's backends read credentials from the environment.
 
     Returns
     -------
@@ -374,7 +412,7 @@ def as_row_blocks(X: Any) -> np.ndarray | da.Array:
         across the columns and row chunks that are whole store chunks.
     """
     if isinstance(X, (str, os.PathLike)):
-        X = open_store(X)
+        X = open_store(X, storage_options=storage_options)
     _refuse_unsupported(X)
     if type(X).__module__.startswith("xarray"):
         X = X.data
@@ -405,3 +443,138 @@ def _is_sparse(X) -> bool:
     import scipy.sparse
 
     return scipy.sparse.issparse(X)
+
+
+# ------------------------------------------------------- archives written by xarray
+def is_xarray_store(path: str, *, storage_options: dict | None = None) -> bool:
+    """Whether ``path`` is a Zarr group whose arrays name their dimensions (as ``Dataset.to_zarr`` writes).
+
+    Zarr v3 keeps the names in ``dimension_names``, xarray's Zarr v2 layout
+    in the ``_ARRAY_DIMENSIONS`` attribute.
+    """
+    import zarr
+
+    try:
+        node = zarr.open(path, mode="r", storage_options=storage_options) if _is_url(path) else zarr.open(
+            path, mode="r"
+        )
+    except Exception:
+        return False
+    if isinstance(node, zarr.Array):
+        return False
+    for _, arr in node.arrays():
+        if getattr(arr.metadata, "dimension_names", None) or "_ARRAY_DIMENSIONS" in arr.attrs:
+            return True
+    return False
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path
+
+
+def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel_dim: str):
+    """The 2-D (row, channel) DataArray named by ``dataset`` or ``variables`` in Dataset ``ds``."""
+    names = [str(n) for n in ds.data_vars]  # as the store lists them (Zarr: alphabetical); --variables orders
+    if dataset is not None and variables:
+        raise ValueError("name either a dataset (a 2-D variable) or variables (1-D ones), not both")
+    if dataset is not None:
+        name = dataset.strip("/")
+        if name not in ds.data_vars:
+            raise KeyError(f"the archive has no variable {dataset!r}; it has {names}")
+        X = ds[name]
+        if X.ndim != 2:
+            raise ValueError(f"variable {name!r} has dims {X.dims}; name a 2-D (row, channel) variable, or "
+                             "1-D variables along the same row dimension as variables")
+        return X
+    if not variables:
+        two_d = [n for n in names if ds[n].ndim == 2]
+        if len(two_d) == 1:
+            return ds[two_d[0]]
+        one_d = [n for n in names if ds[n].ndim == 1]
+        if two_d or len({ds[n].dims for n in one_d}) != 1:
+            raise KeyError(
+                f"the archive holds variables {names} with dims "
+                f"{sorted({str(ds[n].dims) for n in names})}; name the channels with variables (--variables a,b,c) "
+                "or a 2-D variable with dataset (--dataset NAME)"
+            )
+        variables = one_d
+    missing = [v for v in variables if v not in ds.data_vars]
+    if missing:
+        raise KeyError(f"the archive has no variable(s) {missing}; it has {names}")
+    dims = {ds[v].dims for v in variables}
+    if len(dims) != 1 or len(next(iter(dims))) != 1:
+        raise ValueError(
+            f"variables {variables} must all be 1-D along the same dimension; got dims {sorted(map(str, dims))}"
+        )
+    row = next(iter(dims))[0]
+    return ds[list(variables)].to_dataarray(dim=channel_dim).transpose(row, channel_dim)
+
+
+def open_archive(
+    path: str | os.PathLike,
+    *,
+    dataset: str | None = None,
+    variables: list[str] | None = None,
+    rows: slice | None = None,
+    time: slice | None = None,
+    channel_dim: str = "channel",
+    storage_options: dict | None = None,
+):
+    """Open an archive lazily: a DataArray for a store written by xarray, else a dask array.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A Zarr store, an HDF5 file, or a Zarr URL (``s3://...``).
+    dataset : str, optional
+        The array (or, for an xarray store, the 2-D data variable) to read.
+    variables : list of str, optional
+        For an xarray store: 1-D data variables along one row dimension,
+        stacked as the channels (their names become the channel coordinate
+        along ``channel_dim``).  Without ``dataset`` and ``variables``, the
+        store's only 2-D variable, or all its 1-D variables if they share
+        their dimension.
+    rows : slice, optional
+        Rows to keep, by position (cheap: nothing is read).
+    time : slice, optional
+        Rows to keep by the label of the row coordinate (``slice("2024-01",
+        "2024-03")``); xarray stores with a row index only.
+    storage_options : dict, optional
+        fsspec options for a URL.
+
+    Returns
+    -------
+    xarray.DataArray or dask.array.Array
+        Lazy; rows chunked as for :func:`as_row_blocks`.
+    """
+    path = os.fspath(path)
+    url = _is_url(path)
+    if not url and dataset is None and not os.path.isfile(split_store_path(path)[0]):
+        path_only, inner = split_store_path(path)
+        if inner is not None and os.path.isdir(path_only):
+            path, dataset = path_only, inner
+    labelled = not _is_hdf5_path(path) and (url or os.path.isdir(path)) and is_xarray_store(
+        path if url else os.path.abspath(path), storage_options=storage_options
+    )
+    if not labelled:
+        if variables:
+            raise ValueError(f"{path!r} was not written by xarray (its arrays name no dimensions); "
+                             "variables need an xarray archive")
+        if time is not None:
+            raise ValueError(f"{path!r} has no time coordinate (it was not written by xarray); select rows by position")
+        X = as_row_blocks(open_store(path, dataset, storage_options=storage_options))
+        return X if rows is None else X[rows]
+    import xarray as xr
+
+    ds = xr.open_zarr(path if url else os.path.abspath(path), chunks={}, storage_options=storage_options)
+    X = _data_variable(ds, dataset, variables, channel_dim)
+    row = X.dims[0]
+    if rows is not None:
+        X = X.isel({row: rows})
+    if time is not None:
+        if row not in X.indexes:
+            raise ValueError(f"the archive's row dimension {row!r} has no coordinate to select by label")
+        X = X.sel({row: time})
+    n, p = X.shape
+    store_rows = X.chunks[0][0] if X.chunks and X.chunks[0] else None
+    return X.chunk({row: _row_chunk(n, p, X.dtype.itemsize, store_rows), X.dims[1]: -1})

@@ -1,0 +1,169 @@
+"""Archives written by xarray on the command line: fit, score and report, locally and on a cluster.
+
+The archive is the demo's (faults with a known channel), rewritten as xarray
+writes a plant's logger: one 1-D variable per channel along a ``time``
+coordinate (``Dataset.to_zarr``).  The command line must keep the names and
+the time axis: ``score``'s output opens with ``xarray.open_zarr`` as named,
+time-indexed variables, and ``report``'s events name the faulty channels.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+from _cluster import ProcessCluster
+
+from dask_mcpca import load
+from dask_mcpca._cli import main
+from dask_mcpca.demo.archive import CHANNELS, make_archive
+
+N_ROWS = 60_000
+START = pd.Timestamp("2025-01-01")
+PERIOD = "1s"
+
+
+def _run(*args) -> int:
+    try:
+        return main([str(a) for a in args] + ["--no-progress"])
+    except SystemExit as exit:  # argparse's own errors
+        return exit.code
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    """The demo archive as an xarray store; returns (path, data, truth kinds, faults)."""
+    root = tmp_path_factory.mktemp("archive")
+    sensors, truth, faults = make_archive(root / "demo", n_rows=N_ROWS, seed=0)
+    X = zarr.open_array(sensors, mode="r")[:]
+    time = pd.date_range(START, periods=N_ROWS, freq=PERIOD)
+    ds = xr.Dataset({c: ("time", X[:, j]) for j, c in enumerate(CHANNELS)}, coords={"time": time})
+    path = root / "plant.zarr"
+    ds.chunk({"time": 10_000}).to_zarr(path)
+    return str(path), X, zarr.open_array(truth, mode="r")[:], faults
+
+
+@pytest.fixture(scope="module")
+def model_file(archive, tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "model.json"
+    assert _run("fit", archive[0], "--nan-policy", "omit", "--output", path) == 0
+    return str(path)
+
+
+def test_fit_names_the_channels_of_an_xarray_archive(model_file):
+    model = load(model_file)
+    assert sorted(model.feature_names_in_) == sorted(CHANNELS)
+    assert model.feature_dim_in_ == "channel"
+    assert list(model.loadings_.channel.values) == list(model.feature_names_in_)
+
+
+def test_fit_with_variables_and_time(archive, tmp_path):
+    out = tmp_path / "m.json"
+    rc = _run("fit", archive[0], "--variables", "T1,T2,P1,P3", "--time", "2025-01-01T00:10/2025-01-01T05:00",
+              "--nan-policy", "omit", "--output", out)
+    assert rc == 0
+    model = load(out)
+    assert list(model.feature_names_in_) == ["T1", "T2", "P1", "P3"]
+    # partial-string selection, as pandas does it: the whole minute 05:00 is in
+    expected_rows = len(pd.date_range("2025-01-01T00:10:00", "2025-01-01T05:00:59", freq=PERIOD))
+    assert model.n_samples_ <= expected_rows and model.n_samples_ > 0.99 * expected_rows
+
+
+def test_rows_slice_a_plain_zarr_store(tmp_path):
+    z = zarr.create_array(tmp_path / "x.zarr", shape=(3000, 3), chunks=(500, 3), dtype="f8")
+    z[:] = np.random.default_rng(0).normal(size=(3000, 3))
+    assert _run("fit", tmp_path / "x.zarr", "--rows", "1000:2500", "--output", tmp_path / "m.json") == 0
+    assert load(tmp_path / "m.json").n_samples_ == 1500
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--variables", "T1,NOPE"], "no variable(s) ['NOPE']"),
+        (["--dataset", "T1"], "name a 2-D (row, channel) variable"),
+        (["--time", "2025/2026", "--rows", "0:10", "--variables", "T1,T2"], None),  # valid: both apply
+    ],
+)
+def test_bad_selections_are_one_line_errors(archive, tmp_path, capsys, args, message):
+    rc = _run("fit", archive[0], *args, "--nan-policy", "omit", "--output", tmp_path / "m.json")
+    err = capsys.readouterr().err
+    if message is None:
+        assert rc in (0, 2)  # ten rows: the fit may refuse them, in one line
+        assert len(err.strip().splitlines()) <= 1
+        return
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_variables_need_an_xarray_archive(tmp_path, capsys):
+    zarr.create_array(tmp_path / "x.zarr", shape=(100, 3), chunks=(50, 3), dtype="f8")[:] = 1.0
+    assert _run("fit", tmp_path / "x.zarr", "--variables", "a,b", "--output", tmp_path / "m.json") == 2
+    assert "not written by xarray" in capsys.readouterr().err
+
+
+def test_score_writes_named_time_indexed_variables(archive, model_file, tmp_path):
+    out = tmp_path / "scores.zarr"
+    assert _run("score", archive[0], "--model", model_file, "--output", out) == 0
+    ds = xr.open_zarr(out)
+    model = load(model_file)
+    k, p = model.n_components_, model.n_features_in_
+    assert ds["contributions"].shape == (N_ROWS, p)
+    assert ds["scores"].dims == ("time", "component") and ds["scores"].shape == (N_ROWS, k)
+    for name in ("weight", "outlier", "d2"):
+        assert ds[name].dims == ("time",)
+    assert ds["contributions"].dims == ("time", "channel")
+    assert list(ds.channel.values) == list(model.feature_names_in_)
+    assert ds.indexes["time"].equals(pd.date_range(START, periods=N_ROWS, freq=PERIOD))
+    X = archive[1][:, [CHANNELS.index(c) for c in model.feature_names_in_]].astype(np.float64)
+    ok = np.isfinite(X).all(axis=1)
+    np.testing.assert_allclose(ds["d2"].values[ok], model.mahalanobis(X[ok]), rtol=1e-10)
+    np.testing.assert_array_equal(ds["outlier"].values[ok], model.is_outlier(X[ok]))
+
+
+def _events(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _assert_report(png, events_csv, archive):
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    events = _events(events_csv)
+    assert events and {"first_time", "last_time", "channel_1", "share_1"} <= set(events[0])
+    faults = archive[3]
+    for start, length, channel, _ in faults.stuck:  # each stuck stretch: one event, its channel on top
+        inside = [e for e in events if int(e["start_row"]) < start + length and int(e["stop_row"]) > start]
+        longest = max(inside, key=lambda e: int(e["rows"]))
+        assert longest["channel_1"] == CHANNELS[int(channel)]
+        assert int(longest["rows"]) >= 0.9 * length
+        first = pd.Timestamp(longest["first_time"])
+        assert first == START + pd.Timedelta(seconds=int(longest["start_row"]))
+    return events
+
+
+def test_report_writes_a_png_and_the_events(archive, model_file, tmp_path, capsys):
+    png = tmp_path / "report.png"
+    assert _run("report", archive[0], "--model", model_file, "--output", png, "--max-gap", "2") == 0
+    assert "events to" in capsys.readouterr().out
+    _assert_report(png, tmp_path / "report.csv", archive)
+    assert sorted(os.listdir(tmp_path)) == ["report.csv", "report.png"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with ProcessCluster(tmp_path_factory.mktemp("cluster"), n_workers=2, nthreads=1, memory_limit="1GiB") as c:
+        yield c
+
+
+def test_report_on_a_cluster_matches_the_local_report(archive, model_file, cluster, tmp_path):
+    local, remote = tmp_path / "local.png", tmp_path / "remote.png"
+    assert _run("report", archive[0], "--model", model_file, "--output", local, "--max-gap", "2") == 0
+    rc = _run("report", archive[0], "--model", model_file, "--output", remote, "--max-gap", "2",
+              "--scheduler", cluster.address)
+    assert rc == 0
+    assert _events(tmp_path / "local.csv") == _events(tmp_path / "remote.csv")
+    _assert_report(remote, tmp_path / "remote.csv", archive)

@@ -1,0 +1,180 @@
+"""Names and coordinates in and out: DataFrames, DataArrays, scikit-learn feature names, set_output.
+
+Every output of the API keeps the names and coordinates its input had:
+``transform``, ``score_samples``, ``mahalanobis``, ``is_outlier`` and
+``channel_contributions`` of a DataArray are DataArrays with its time
+coordinate (lazy when the input is), ``loadings_`` carries the channel names,
+and a DataFrame's columns become ``feature_names_in_``.
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from dask_mcpca import MCPCA, load
+
+CHANNELS = ["T1", "T2", "P1", "P2"]
+N_ROWS = 1200
+#: method -> dims of its output after the row dimension
+ROW_METHODS = {
+    "transform": ("component",),
+    "score_samples": (),
+    "mahalanobis": (),
+    "is_outlier": (),
+    "channel_contributions": ("channel",),
+}
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(N_ROWS, 4)) @ rng.normal(size=(4, 4)) + [20.0, 21.0, 101.0, 99.0]
+
+
+def _times():
+    return pd.date_range("2024-03-01", periods=N_ROWS, freq="10s")
+
+
+def _dataarray(lazy: bool):
+    X = _data()
+    data = da.from_array(X, chunks=(300, 4)) if lazy else X
+    return xr.DataArray(
+        data,
+        dims=("time", "channel"),
+        coords={"time": _times(), "channel": CHANNELS, "station": ("time", np.arange(N_ROWS) % 3)},
+        name="sensors",
+    )
+
+
+@pytest.mark.parametrize("method", sorted(ROW_METHODS))
+@pytest.mark.parametrize("lazy", [True, False])
+def test_dataarray_outputs_keep_time_and_channels(method, lazy):
+    A = _dataarray(lazy)
+    model = MCPCA(n_components=3).fit(A)
+    out = getattr(model, method)(A)
+    assert isinstance(out, xr.DataArray)
+    assert out.dims == ("time", *ROW_METHODS[method])
+    assert isinstance(out.data, da.Array) == lazy  # lazy stays lazy, numpy stays numpy
+    np.testing.assert_array_equal(out.time.values, _times().values)
+    np.testing.assert_array_equal(out.station.values, np.arange(N_ROWS) % 3)  # non-index row coordinates too
+    if method == "transform":
+        np.testing.assert_array_equal(out.component.values, [0, 1, 2])
+    if method == "channel_contributions":
+        assert list(out.channel.values) == CHANNELS
+    expected = getattr(model, method)(_data())  # the same numbers as from numpy
+    np.testing.assert_allclose(np.asarray(out.values, dtype=float), np.asarray(expected, dtype=float), rtol=1e-10)
+
+
+def test_loadings_and_feature_names_from_a_dataarray(tmp_path):
+    A = _dataarray(lazy=True)
+    model = MCPCA(n_components=2).fit(A)
+    assert list(model.feature_names_in_) == CHANNELS and model.feature_dim_in_ == "channel"
+    L = model.loadings_
+    assert L.dims == ("component", "channel") and list(L.channel.values) == CHANNELS
+    np.testing.assert_array_equal(L.values, model.components_)
+    model.save(tmp_path / "model.json")
+    loaded = load(tmp_path / "model.json")
+    assert list(loaded.feature_names_in_) == CHANNELS and loaded.feature_dim_in_ == "channel"
+    assert list(loaded.loadings_.channel.values) == CHANNELS
+    back = loaded.inverse_transform(loaded.transform(A))
+    assert back.dims == ("time", "channel") and list(back.channel.values) == CHANNELS
+
+
+def test_refit_on_numpy_forgets_names():
+    model = MCPCA().fit(_dataarray(lazy=False))
+    model.fit(_data())
+    assert not hasattr(model, "feature_names_in_") and not hasattr(model, "feature_dim_in_")
+    assert model.loadings_.dims == ("component", "feature")
+
+
+def test_dataarray_with_other_channels_is_refused():
+    model = MCPCA().fit(_dataarray(lazy=False))
+    other = _dataarray(lazy=False).assign_coords(channel=["T1", "T2", "P1", "X9"])
+    with pytest.raises(ValueError, match="feature names should match"):
+        model.transform(other)
+
+
+def test_xarray_written_zarr_store_is_lazy_end_to_end(tmp_path):
+    _dataarray(lazy=True).to_dataset().to_zarr(tmp_path / "archive.zarr")
+    A = xr.open_zarr(tmp_path / "archive.zarr")["sensors"]
+    model = MCPCA().fit(A)
+    flags = model.is_outlier(A)
+    assert isinstance(flags.data, da.Array) and flags.dims == ("time",)
+    assert list(model.feature_names_in_) == CHANNELS
+
+
+def test_dataframe_feature_names_and_set_output_in_a_pipeline():
+    df = pd.DataFrame(_data(), columns=CHANNELS, index=_times())
+    pipe = make_pipeline(StandardScaler(), MCPCA(n_components=2)).set_output(transform="pandas")
+    out = pipe.fit_transform(df)
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == ["mcpca0", "mcpca1"]
+    assert out.index.equals(df.index)
+    mcpca = pipe[-1]
+    assert list(mcpca.feature_names_in_) == CHANNELS
+    assert list(pipe.get_feature_names_out()) == ["mcpca0", "mcpca1"]
+    assert list(MCPCA().fit(df).get_feature_names_out(CHANNELS)) == [f"mcpca{i}" for i in range(4)]
+    contributions = MCPCA().fit(df).channel_contributions(df)
+    assert list(contributions.columns) == CHANNELS and contributions.index.equals(df.index)
+
+
+# ----------------------------------------------------------- which channel
+CONTRIBUTION_METHODS = ["whitened", "product", "residual"]
+
+
+@pytest.mark.parametrize("method", CONTRIBUTION_METHODS)
+def test_channel_contributions_name_the_faulty_channel(method):
+    X = _data()
+    model = MCPCA().fit(X)
+    bad = X[:50].copy()
+    bad[:, 2] += 25 * np.sqrt(model.covariance_[2, 2])
+    c = model.channel_contributions(bad, method=method)
+    assert (c.argmax(axis=1) == 2).all()
+    if method != "residual":  # these two decompose d^2
+        np.testing.assert_allclose(c.sum(axis=1), model.mahalanobis(bad), rtol=1e-9)
+    if method == "whitened":
+        assert (c >= 0).all()
+
+
+def test_channel_contributions_with_discarded_components():
+    X = _data()
+    model = MCPCA(n_components=2).fit(X)
+    c = model.channel_contributions(da.from_array(X, chunks=(400, 4)))
+    assert isinstance(c, da.Array)
+    np.testing.assert_allclose(c.sum(axis=1).compute(), model.mahalanobis(X), rtol=1e-9)
+
+
+def test_channel_contributions_refuses_an_unknown_method():
+    with pytest.raises(ValueError, match="method='nope'"):
+        MCPCA().fit(_data()).channel_contributions(_data(), method="nope")
+
+
+def test_demo_faults_are_attributed_to_their_channels(tmp_path):
+    """The demo's stuck channel is the top contributor, its swapped channels the top two."""
+    import zarr
+
+    from dask_mcpca.demo.archive import SWAP, make_archive
+
+    n = 200_000
+    sensors, truth, faults = make_archive(tmp_path, n_rows=n, seed=0)
+    model = MCPCA(nan_policy="omit").fit(sensors)
+    kind = zarr.open_array(truth, mode="r")[:]
+    flagged = model.is_outlier(sensors).compute()
+    c = model.channel_contributions(sensors).compute()
+    order = np.argsort(-np.nan_to_num(c, nan=-1.0), axis=1)[:, :2]
+    stuck_channel = np.full(n, -1)
+    for start, length, channel, _ in faults.stuck:
+        stuck_channel[int(start) : int(start + length)] = int(channel)
+    stuck = flagged & (kind == 2)
+    swapped = flagged & (kind == 3)
+    assert stuck.sum() > 1000 and swapped.sum() > 1000
+    stuck_accuracy = np.mean(order[stuck, 0] == stuck_channel[stuck])
+    swapped_channels = np.flatnonzero(SWAP != np.arange(len(SWAP)))
+    swapped_accuracy = np.mean(np.isin(order[swapped], swapped_channels).all(axis=1))
+    assert stuck_accuracy >= 0.95, stuck_accuracy
+    assert swapped_accuracy >= 0.90, swapped_accuracy

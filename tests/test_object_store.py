@@ -1,0 +1,154 @@
+"""Zarr archives on an object store: a real S3-compatible server (moto) on 127.0.0.1.
+
+The server is ``python -m moto.server`` in its own process; a scheduler and
+two workers (``tests/_cluster.py``) read the archive from it.  Credentials
+come from the environment (``AWS_ACCESS_KEY_ID``, ...), as s3fs reads them,
+on the client and on the workers; the endpoint is a storage option
+(``--storage-option endpoint_url=...``).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+from _cluster import ProcessCluster
+
+from dask_mcpca import MCPCA, load, open_archive
+from dask_mcpca._cli import main
+
+N_ROWS, CHANNELS = 20_000, ["T1", "T2", "P1", "P2", "V1"]
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+BUCKET = "archive"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """The endpoint URL of a fresh S3 server with credentials in the environment; stopped after."""
+    saved = {k: os.environ.get(k) for k in CREDENTIALS}
+    os.environ.update(CREDENTIALS)
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("s3") / "moto.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    import s3fs
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True).mkdir(BUCKET)
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(N_ROWS, len(CHANNELS))) @ rng.normal(size=(len(CHANNELS), len(CHANNELS)))
+    X[100:160, 2] = 40.0  # a stuck channel: P1
+    return X
+
+
+@pytest.fixture(scope="module")
+def stores(s3, data):
+    """A plain Zarr array and an xarray archive (1-D variables along time) on the S3 server."""
+    options = {"endpoint_url": s3}
+    plain = f"s3://{BUCKET}/plain.zarr"
+    z = zarr.create_array(plain, shape=data.shape, chunks=(2_000, len(CHANNELS)), dtype="f8", storage_options=options)
+    z[:] = data
+    labelled = f"s3://{BUCKET}/plant.zarr"
+    time_ = pd.date_range("2025-06-01", periods=N_ROWS, freq="1min")
+    ds = xr.Dataset({c: ("time", data[:, j]) for j, c in enumerate(CHANNELS)}, coords={"time": time_})
+    ds.chunk({"time": 2_000}).to_zarr(labelled, storage_options=options)
+    return {"plain": plain, "labelled": labelled, "options": options}
+
+
+@pytest.fixture(scope="module")
+def cluster(s3, tmp_path_factory):
+    # started after the credentials are in the environment: the workers inherit them
+    with ProcessCluster(tmp_path_factory.mktemp("cluster"), n_workers=2, nthreads=1, memory_limit="1GiB") as c:
+        yield c
+
+
+def _run(*args) -> int:
+    return main([str(a) for a in args] + ["--no-progress"])
+
+
+def test_fit_an_s3_url_as_the_local_data(stores, data):
+    model = MCPCA().fit(stores["plain"], storage_options=stores["options"])
+    expected = MCPCA().fit(data)
+    np.testing.assert_allclose(model.components_, expected.components_, atol=1e-10)
+    X = open_archive(stores["labelled"], storage_options=stores["options"])
+    assert isinstance(X, xr.DataArray) and X.dims == ("time", "channel")
+    assert list(MCPCA().fit(X).feature_names_in_) == sorted(CHANNELS)
+
+
+def test_a_missing_url_is_a_file_not_found_error(stores):
+    with pytest.raises(FileNotFoundError, match="s3://archive/nope.zarr"):
+        MCPCA().fit(f"s3://{BUCKET}/nope.zarr", storage_options=stores["options"])
+
+
+def test_cli_fit_score_report_on_s3_with_a_cluster(stores, cluster, tmp_path):
+    endpoint = f"endpoint_url={stores['options']['endpoint_url']}"
+    on_cluster = ["--storage-option", endpoint, "--scheduler", cluster.address]
+    model_path = tmp_path / "model.json"
+    assert _run("fit", stores["labelled"], "--output", model_path, *on_cluster) == 0
+    model = load(model_path)
+    assert sorted(model.feature_names_in_) == sorted(CHANNELS)
+
+    scores = f"s3://{BUCKET}/scores.zarr"
+    assert _run("score", stores["labelled"], "--model", model_path, "--output", scores, *on_cluster) == 0
+    ds = xr.open_zarr(scores, storage_options=stores["options"])
+    assert ds.attrs["complete"] is True
+    assert ds["contributions"].dims == ("time", "channel") and ds["outlier"].dims == ("time",)
+    assert ds.indexes["time"][0] == pd.Timestamp("2025-06-01")
+    assert ds["outlier"][100:160].all()
+    assert _run("score", stores["labelled"], "--model", model_path, "--output", scores, *on_cluster) == 2
+    assert _run("score", stores["labelled"], "--model", model_path, "--output", scores, "--overwrite",
+                *on_cluster) == 0
+
+    png = f"s3://{BUCKET}/reports/report.png"
+    assert _run("report", stores["labelled"], "--model", model_path, "--output", png, *on_cluster) == 0
+    import fsspec
+
+    with fsspec.open(png, "rb", **stores["options"]) as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    with fsspec.open(f"s3://{BUCKET}/reports/report.csv", "rt", **stores["options"]) as f:
+        events = list(csv.DictReader(f))
+    stuck = [e for e in events if int(e["start_row"]) <= 100 < int(e["stop_row"])]
+    assert stuck and stuck[0]["channel_1"] == "P1"
