@@ -15,7 +15,7 @@ Where things live:
 
 from ._checkpoint import CheckpointMismatchError
 from ._estimator import MCPCA, check_params, load
-from ._passes import NonFiniteRowsError
+from ._passes import NonFiniteRowsError, NumericalRangeError
 from ._persist import ModelFormatError
 from ._version import __version__
 
@@ -24,6 +24,7 @@ __all__ = [
     "load",
     "check_params",
     "NonFiniteRowsError",
+    "NumericalRangeError",
     "CheckpointMismatchError",
     "ModelFormatError",
     "__version__",

@@ -53,7 +53,16 @@ from ._passes import PassResult, PassRunner
 from ._power import spread_directions
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
 
-__all__ = ["RobustState", "robust_start", "fit_robust", "step_plan", "precision", "outlyingness", "SAMPLE_SIZE"]
+__all__ = [
+    "RobustState",
+    "robust_start",
+    "fit_robust",
+    "step_plan",
+    "precision",
+    "outlyingness",
+    "working_exponent",
+    "SAMPLE_SIZE",
+]
 
 #: Rows drawn during the first pass for the in-memory robust start.
 SAMPLE_SIZE = 20_000
@@ -66,6 +75,40 @@ MAX_SAMPLE_STEPS = 200
 
 #: Share of the sample, by outlyingness, that gives the start.
 START_FRACTION = 0.5
+
+#: Sample rows with a coordinate beyond this, in working units (the bulk's
+#: spread is near 1), are left out of the in-memory work: their squares and
+#: sums would overflow, and a full pass gives them weight 0 anyway.
+FAR_ROW = 2.0**400
+
+
+def working_exponent(sample: np.ndarray | None, col_min: np.ndarray, col_max: np.ndarray) -> int:
+    """Exponent k of the fit's working unit ``2**k``: the power of two nearest the bulk's spread.
+
+    The spread is the largest column MAD of the first pass's row sample (a
+    robust scale: a single row of 1e160 does not move it), or, for a sample
+    with no MAD (most rows equal), its smallest positive deviation from the
+    column medians (not the largest: a far row would set a unit in which the
+    bulk's variances underflow), or the columns' largest magnitude.  Measured after dividing by the power of two
+    above the sample's largest magnitude, so nothing overflows; ``c * X``
+    for a power of two c gives k + log2(c), exactly.  Why one unit, not one
+    per column: ``components_`` are eigenvectors in the data's units, which
+    a common factor keeps and a per-column one does not.
+    """
+    from ._block import _top_exponent
+
+    if sample is not None and len(sample):
+        top = _top_exponent(sample)
+        Z = np.ldexp(sample, -top)  # |Z| <= 1
+        dev = np.abs(Z - np.median(Z, axis=0))
+        spread = float(np.max(np.median(dev, axis=0)))
+        if not spread > 0 and dev.any():  # most rows equal: the nearest other rows set the scale
+            spread = float(dev[dev > 0].min())
+        if spread > 0:
+            return top + int(np.frexp(spread)[1])
+        return top
+    ranges = np.concatenate([col_min, col_max])
+    return _top_exponent(ranges[np.isfinite(ranges)])
 
 
 @dataclass
@@ -96,10 +139,16 @@ class RobustState:
     final_scatter: np.ndarray | None = None
 
 
+#: Eigenvalues of a scatter below this (in working units, where the bulk's
+#: spread is near 1) count as zero, so that no inverse overflows.
+TINY_EIGENVALUE = 2.0**-1000
+
+
 def precision(scatter: np.ndarray) -> np.ndarray:
     """Pseudo-inverse of a scatter matrix; directions without spread get 0."""
     w, V = spread_directions(scatter)
-    return (V / w) @ V.T
+    keep = w > TINY_EIGENVALUE
+    return (V[:, keep] / w[keep]) @ V[:, keep].T
 
 
 def _rank(scatter: np.ndarray) -> int:
@@ -422,9 +471,11 @@ def fit_robust(
     Parameters
     ----------
     runner : PassRunner
-        Passes over the full data (counted).
+        Passes over the full data (counted), in working units.
     moments : PassResult
-        The first pass, with its row sample.
+        The first pass, with its row sample, in the runner's working units
+        (the estimator maps it; see :func:`working_exponent`).  Sample rows
+        beyond ``FAR_ROW`` are left out of the in-memory work.
     fixed_center : ndarray or None
         Keep the location fixed (``center="mean"`` or ``False``); None
         estimates it robustly.
@@ -444,6 +495,8 @@ def fit_robust(
     """
     p = runner.n_features
     sample = moments.sample
+    with np.errstate(invalid="ignore"):
+        sample = sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
     if state is None:
         if len(sample) < p + 2:
             raise ValueError(
