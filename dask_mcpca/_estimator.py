@@ -472,7 +472,8 @@ class MCPCA(TransformerMixin, BaseEstimator):
         unit = working_exponent(moments.sample, moments.col_min, moments.col_max)
         runner.unit_exp = unit
         work = moments.in_units(unit)
-        work.sample = np.ldexp(moments.sample, -unit) if moments.sample is not None else None
+        with np.errstate(over="ignore"):  # far rows overflow to inf; fit_robust leaves them out
+            work.sample = np.ldexp(moments.sample, -unit) if moments.sample is not None else None
         fixed = {"mean": work.mean[0], False: np.zeros(p)}.get(self.center)
         if fixed is not None and not np.all(np.isfinite(fixed)):
             raise NumericalRangeError(

@@ -49,7 +49,7 @@ from scipy import stats
 from scipy.spatial import cKDTree
 
 from ._block import PassPlan
-from ._passes import PassResult, PassRunner
+from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
 
@@ -156,7 +156,11 @@ def _rank(scatter: np.ndarray) -> int:
 
 
 def _mahalanobis2(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
-    return np.einsum("ij,ij->i", Y @ precision(scatter), Y)
+    """Squared distances under ``scatter``; inf for rows so far that they overflow."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        d2 = np.einsum("ij,ij->i", Y @ precision(scatter), Y)
+    d2[np.isnan(d2)] = np.inf
+    return d2
 
 
 def _mad(Z: np.ndarray) -> np.ndarray:
@@ -321,6 +325,12 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, cali
     p = max(_rank(state.scatter), 1)
     Y = sample[~in_point_mass(sample, state.point_masses)] - state.location
     d2 = _mahalanobis2(Y, state.scatter)
+    if not np.isfinite(np.median(d2)):
+        raise NumericalRangeError(
+            "the squared distances of most sample rows from the fit's centre overflow float64: the centre "
+            "lies ~1e150 spreads from the bulk (center='mean' with rows near the float64 limit does this); "
+            "use center='robust'"
+        )
     if calibrate:
         q_fit = calibrated_cutoff(d2, CUTOFF_QUANTILE, p=p, n_effective=n_effective, trim=True)
     else:
@@ -412,9 +422,16 @@ def _relative_change(state: RobustState, location, scatter) -> float:
     if not len(w):
         return 0.0
     W = V / np.sqrt(w)
-    shape_change = np.linalg.norm(W.T @ scatter @ W - np.eye(len(w)), 2)
-    loc_change = np.linalg.norm(W.T @ (location - state.location))
-    return float(shape_change + loc_change)
+    with np.errstate(over="ignore", invalid="ignore"):
+        shape = W.T @ scatter @ W - np.eye(len(w))
+        shift = W.T @ (location - state.location)
+    if not (np.all(np.isfinite(shape)) and np.all(np.isfinite(shift))):
+        return BIG_CHANGE  # the scatter moved by more than float64 holds: far from converged
+    return float(np.linalg.norm(shape, 2) + np.linalg.norm(shift))
+
+
+#: The change reported when it overflows (finite, so that rates stay numbers).
+BIG_CHANGE = 1e300
 
 
 #: Cap on the estimated contraction rate of the fixed point.
