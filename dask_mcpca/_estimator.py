@@ -27,7 +27,7 @@ from ._io import as_row_blocks
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, single_threaded_blas
 from ._power import descending_eigh, orient_rows, variance_floor
-from ._robust import SAMPLE_SIZE, fit_robust, in_point_mass, outlyingness, working_exponent
+from ._robust import FAR_ROW, SAMPLE_SIZE, fit_robust, in_point_mass, outlyingness, working_exponent
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
 __all__ = ["MCPCA", "check_params", "load"]
@@ -130,6 +130,24 @@ def _variances_in_data_units(lam_w: np.ndarray, unit: int) -> np.ndarray:
             "before fitting: the components do not change and the variances scale by its square"
         )
     return lam
+
+
+def _in_working_units(rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """In-memory rows (wide data) in the fit's working units ``2**unit``, or a named error.
+
+    As for a fit by passes (:func:`._robust.working_exponent`); here every
+    row enters the SVD, so a row beyond ``FAR_ROW`` spreads cannot be left
+    out of the arithmetic and is refused instead.
+    """
+    unit = working_exponent(rows, np.zeros(0), np.zeros(0))
+    with np.errstate(over="ignore"):
+        scaled = np.ldexp(rows, -unit)
+    if not np.all(np.abs(scaled) <= FAR_ROW):
+        raise NumericalRangeError(
+            "wide data (fewer rows than n_features + 2): some rows lie more than ~1e120 spreads from the "
+            "others, too far for float64 to hold their distances in one fit; remove them"
+        )
+    return scaled, unit
 
 
 def _nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
@@ -292,6 +310,14 @@ class MCPCA(TransformerMixin, BaseEstimator):
     The weights are accumulated with a per-block log-scale, so they cannot
     all underflow for small kernel sizes.
 
+    Every pass after the first, and the in-memory work, sees the data in
+    units of a power of two near the bulk's spread (from the first pass's
+    row sample): scaling by it is exact, so ``c * X`` gives the same fit as
+    ``X`` (variances times ``c**2``) over float64's range, and rows far
+    beyond the bulk (a finite 1e308) get weight 0 instead of overflowing.
+    What float64 cannot hold (variances beyond its range, a pass whose
+    weighted scatter overflows) raises :class:`NumericalRangeError`.
+
     Unlike scikit-learn, ``random_state=None`` does not mean "fresh
     randomness": it means seed 0, so that two fits of the same data give the
     same model (and a checkpointed fit can resume).  The row sample is drawn
@@ -393,6 +419,9 @@ class MCPCA(TransformerMixin, BaseEstimator):
         ------
         NonFiniteRowsError
             Rows hold NaN or inf and ``nan_policy="raise"``.
+        NumericalRangeError
+            A result or a pass of the fit is beyond float64's range (the
+            message names it and what to multiply the data by).
         CheckpointMismatchError
             ``checkpoint`` names a file written by another fit.
 
@@ -560,6 +589,7 @@ class MCPCA(TransformerMixin, BaseEstimator):
         if k > n - 2:
             raise ValueError(f"only {n} usable rows for n_components={k}: fitting in their span needs k <= n - 2")
         seed = 0 if self.random_state is None else self.random_state
+        data_rows, rows, unit = rows, *_in_working_units(rows)
         origin = np.zeros(p) if self.center is False else np.median(rows, axis=0)
         _, sv, Vt = np.linalg.svd(rows - origin, full_matrices=False)
         span = Vt[: int(np.sum(sv > sv[0] * max(n, p) * np.finfo(float).eps))].T if sv[0] > 0 else Vt[:1].T
@@ -571,13 +601,16 @@ class MCPCA(TransformerMixin, BaseEstimator):
         inner = clone(self).set_params(n_components=None, checkpoint=None).fit((rows - origin) @ basis)
         self.components_ = orient_rows(inner.components_ @ basis.T)
         self.n_features_in_ = p
-        lam = inner.explained_variance_
         centred = rows[half] - origin
         residual2 = np.einsum("ij,ij->i", centred, centred) - np.sum((centred @ basis) ** 2, axis=1)
         noise = np.full(p - k, max(float(np.median(residual2)), 0.0) / (p - k)) if p > k else np.empty(0)
-        self._set_variances(lam, noise, lam.sum() + noise.sum(), origin + inner.mean_ @ basis.T, inner.kernel_scale_)
+        lam = _variances_in_data_units(np.concatenate([inner.explained_variance_, noise]), unit)
+        lam, noise = lam[:k], lam[k:]
+        location = np.ldexp(origin + inner.mean_ @ basis.T, unit)
+        self._set_variances(lam, noise, lam.sum() + noise.sum(), location, inner.kernel_scale_)
         self.support_ = inner.support_
-        self._set_cutoff(calibrated_cutoff(self._d2(rows), OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n))
+        d2 = self._d2(data_rows)
+        self._set_cutoff(calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n))
         self.n_samples_, self.n_iter_, self.converged_ = n, inner.n_iter_, inner.converged_
         self.n_passes_ = 1
         return self

@@ -32,6 +32,7 @@ from dask_mcpca import MCPCA, NumericalRangeError
 
 SOLVERS = [
     pytest.param({}, id="auto"),
+    pytest.param({"n_components": 1}, id="auto-k1"),  # fewer rows than p + 2: the fit in the rows' span
     pytest.param({"solver": "paper", "n_decay": 3, "max_iter": 10}, id="paper"),
     pytest.param({"solver": "paper", "n_decay": 3, "max_iter": 10, "center": "mean"}, id="paper-mean"),
 ]
@@ -63,7 +64,7 @@ def anywhere(draw):
     """Finite float64 data across the whole range, in one of three shapes.
 
     ``raw``: every value drawn from all finite float64 (subnormals and the
-    extremes included).  ``spiked``: a unit-scale bulk scaled by ``2**e``
+    extremes included), wide (fewer rows than p + 2) or not.  ``spiked``: a unit-scale bulk scaled by ``2**e``
     (e in [-1070, 1015]) with a few values replaced by arbitrary finite floats.
     ``extremes``: a unit-scale bulk with rows of +-1e308 and +-1e160.
     """
@@ -71,7 +72,8 @@ def anywhere(draw):
     p = draw(st.integers(1, 3))
     finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
     if kind == "raw":
-        n = draw(st.integers(p + 3, 30))
+        p = draw(st.integers(1, 6))
+        n = draw(st.integers(3, 30))  # n < p + 2: wide data
         return draw(hnp.arrays(np.float64, (n, p), elements=finite))
     n = draw(st.integers(40, 120))
     X = _bulk(draw(st.integers(0, 2**32 - 1)), n, p)
@@ -157,7 +159,7 @@ def test_reported_failures_now_fit_or_name_the_problem(kw, case):
     else:
         X = X * float(case.split()[-1])
         expected = "multiply the data by a power of two"
-    if kw and case.startswith("row"):
+    if kw.get("solver") == "paper" and case.startswith("row"):
         expected = "unweighted scatter of the data about the centre (Algorithm 3, line 1"
     if expected is not None:
         with pytest.raises(NumericalRangeError, match=expected.replace("(", r"\(")):
@@ -175,20 +177,20 @@ def test_reported_failures_now_fit_or_name_the_problem(kw, case):
 
 
 # --------------------------------------------------------------- scaling
-@pytest.mark.parametrize("kw", SOLVERS[:2])
+@pytest.mark.parametrize("kw", [SOLVERS[0], SOLVERS[2]])
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), p=st.integers(2, 4), log_c=st.floats(-150, 150),
        outliers=st.booleans())
 def test_extreme_scaling_gives_the_same_fit(kw, seed, p, log_c, outliers):
     """``c * X``, c in [1e-150, 1e150]: the same components (1e-6 in cosine), variances times c**2 (1e-6)."""
     X = _bulk(seed, 150, p)
-    if outliers and not kw:
+    if outliers and kw.get("solver") != "paper":
         X[:8] = X.mean(axis=0) + 40.0 + np.random.default_rng(seed).normal(size=(8, p))
     c = 10.0**log_c
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         fit, scaled = MCPCA(**kw).fit(X), MCPCA(**kw).fit(X * c)
-    if kw:
+    if kw.get("solver") == "paper":
         assume(fit.converged_ and scaled.converged_)  # see test_invariance: unconverged paper fits stop anywhere
     np.testing.assert_allclose(np.abs(np.sum(fit.components_ * scaled.components_, axis=1)), 1.0, atol=1e-6)
     np.testing.assert_allclose(scaled.explained_variance_ / c**2, fit.explained_variance_, rtol=1e-6)
@@ -196,7 +198,7 @@ def test_extreme_scaling_gives_the_same_fit(kw, seed, p, log_c, outliers):
     np.testing.assert_array_equal(scaled.is_outlier(X * c), fit.is_outlier(X))
 
 
-@pytest.mark.parametrize("kw", SOLVERS[:2])
+@pytest.mark.parametrize("kw", [SOLVERS[0], SOLVERS[2]])
 @pytest.mark.parametrize("k", [-480, -1, 3, 470])
 def test_power_of_two_scaling_is_exact(kw, k):
     """``2**k * X`` gives bit for bit the same fit, scaled: the working unit absorbs the factor exactly."""
