@@ -18,7 +18,7 @@ Where things live:
 from ._checkpoint import CheckpointMismatchError
 from ._estimator import MCPCA, check_params, load
 from ._io import open_archive
-from ._passes import NonFiniteRowsError
+from ._passes import NonFiniteRowsError, NumericalRangeError
 from ._persist import ModelFormatError
 from ._version import __version__
 
@@ -28,6 +28,7 @@ __all__ = [
     "check_params",
     "open_archive",
     "NonFiniteRowsError",
+    "NumericalRangeError",
     "CheckpointMismatchError",
     "ModelFormatError",
     "__version__",

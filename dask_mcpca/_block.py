@@ -27,6 +27,22 @@ therefore keeps a log-scale ``m = max_k e_k`` per kernel and accumulates
 maximum, as a log-sum-exp does.  The weights of a pass are thus known up to one
 common positive factor, which no estimate depends on.
 
+Working units
+-------------
+A fit's passes see the data in working units ``X * 2**-unit_exp``
+(``PassPlan.unit_exp``, chosen by the fit from the first pass's row
+sample): scaling by a power of two is exact in floating point, so the bulk
+of any data, whatever its magnitude, has a spread near 1 and its squares
+neither overflow nor underflow.  A block subtracts the kernels' centre in
+the data's own units (one rounding, as without scaling) and then scales.
+A row that is finite as stored but whose deviation, or exponent, overflows
+in working units is more than ~1e150 spreads from the centre: it gets
+weight exactly 0 and is still a finite row (``n_far`` counts them).  A
+moments pass (no kernels) cannot know the fit's unit yet: each sub-block
+uses its own, the power of two above its largest magnitude, so its moments
+cannot overflow, and the result's ``unit_exp`` says in which unit the
+merged mean and scatter are (:func:`combine` rescales to the larger one).
+
 Moments
 -------
 Weighted moments are kept as (total weight, weighted mean, scatter about that
@@ -44,6 +60,10 @@ __all__ = ["PassPlan", "block_stats", "combine"]
 
 #: Rows handled at once inside a block: bounds the temporaries of a task.
 SUB_BLOCK_ROWS = 65_536
+
+#: ``unit_exp`` of an empty moments result: any unit, its weight is 0.
+_NO_UNIT = -(2**20)
+
 
 @dataclass(frozen=True)
 class PassPlan:
@@ -63,6 +83,10 @@ class PassPlan:
         A centre per kernel for its exponent (None: all ``center``); the
         moments of every kernel are still measured from ``center``, so they
         can be added and subtracted.
+    unit_exp : int
+        The pass sees ``X * 2**-unit_exp`` (working units; see the module
+        docstring); ``center``, ``kernels`` and ``kernel_centers`` are in
+        those units.  Ignored by a moments pass, which picks its own units.
     sample_rate : float
         Probability with which each row is kept in the returned row sample.
     seed : int
@@ -78,6 +102,7 @@ class PassPlan:
     kernels: np.ndarray | None = None
     offsets: np.ndarray | None = None
     kernel_centers: np.ndarray | None = None
+    unit_exp: int = 0
     sample_rate: float = 0.0
     seed: int = 0
     n_kernels: int = field(init=False)
@@ -112,6 +137,8 @@ def _empty(plan: PassPlan, p: int) -> dict:
     out = {
         "n_rows": 0,
         "n_nonfinite": 0,
+        "n_far": 0,
+        "unit_exp": _NO_UNIT if plan.kernels is None else 0,
         "log_scale": np.full(J, -np.inf),
         "weight": np.zeros(J),
         "mean": np.zeros((J, p)),
@@ -129,6 +156,7 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
 
     For kernel passes ``shift`` is the kernels' centre c; for a moments pass
     it is a row of the sub-block, so the raw sums below never cancel badly.
+    Both are in the units of ``Y``.
     The scatter is formed as ``sum g y y^T - w m m^T`` (one GEMM, no centred
     copy of the rows): ``y`` is measured from a point near the weighted mean.
     """
@@ -150,12 +178,18 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
                 # y_k^T A y_k, reused by equal kernels; about the kernel's own centre
                 Yj = Y if centers is None else Y - (centers[j] - plan.center)
                 quad = np.einsum("ij,ij->i", Yj @ A, Yj)
+                # Overflow (inf, or inf - inf = NaN) only for rows ~1e150
+                # spreads away: infinitely far, weight 0.
+                quad[np.isnan(quad)] = np.inf
             # e_k = z - 1/2 y_k^T A y_k, capped at 0 (for z = 0, A is PSD and
             # positive values are round-off).
             e = -0.5 * quad
             e += offsets[j]
             np.minimum(e, 0.0, out=e)
             log_scale[j] = e.max()
+            if log_scale[j] == -np.inf:  # every row infinitely far
+                weight[j], rel_mean[j], scatter[j] = 0.0, 0.0, 0.0
+                continue
             g = np.exp(e - log_scale[j], out=e)
             weight[j] = g.sum()
             rel_mean[j] = (g @ Y) / weight[j]
@@ -164,6 +198,8 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
     return {
         "n_rows": n,
         "n_nonfinite": 0,
+        "n_far": 0,
+        "unit_exp": 0,
         "log_scale": log_scale,
         "weight": weight,
         "mean": rel_mean + shift,
@@ -172,7 +208,11 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
 
 
 def _finite_rows(Y: np.ndarray) -> np.ndarray | None:
-    """Mask of rows without NaN/inf, or None when all are finite (the usual case)."""
+    """Mask of rows without NaN/inf, or None when all are finite (the usual case).
+
+    ``Y`` is the data as stored (cast to float64), never a difference or a
+    scaled copy, which can overflow for finite rows such as 1e308 and -1e308.
+    """
     # A NaN or inf anywhere makes the grand total non-finite, so a finite total
     # proves every row finite.  The total is a contiguous reduction, ~18x cheaper
     # than per-row sums over p columns; overflow only sends us to the exact mask.
@@ -180,6 +220,20 @@ def _finite_rows(Y: np.ndarray) -> np.ndarray | None:
         if np.isfinite(Y.sum()):
             return None
     return np.isfinite(Y).all(axis=1)
+
+
+def _top_exponent(Y: np.ndarray) -> int:
+    """The exponent e of the power of two 2**e above every magnitude in ``Y`` (0 if all are 0)."""
+    top = float(np.max(np.abs(Y))) if Y.size else 0.0
+    return int(np.frexp(top)[1]) if top > 0 else 0
+
+
+def _working_rows(X64: np.ndarray, plan: PassPlan):
+    """Rows of a kernel pass in working units, and the mask of the rows that stay finite there."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        center = np.ldexp(plan.center, plan.unit_exp)  # in data units (within the data's range)
+        Y = np.ldexp(X64 - center, -plan.unit_exp)
+        return Y, _finite_rows(Y)
 
 
 def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
@@ -198,10 +252,12 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
     Returns
     -------
     dict
-        ``n_rows``, ``n_nonfinite``, and per kernel ``log_scale``, ``weight``,
-        ``mean``, ``scatter`` (see the module docstring); ``sample`` when the
-        plan asks for one; ``col_min`` and ``col_max`` (over finite rows) for
-        a moments pass (no kernels).
+        ``n_rows``, ``n_nonfinite``, ``n_far``, ``unit_exp``, and per kernel
+        ``log_scale``, ``weight``, ``mean``, ``scatter`` (see the module
+        docstring; the mean and scatter are in units of ``2**unit_exp`` of
+        the working units); ``sample`` (as stored) when the plan asks for
+        one; ``col_min`` and ``col_max`` (over finite rows, as stored) for a
+        moments pass (no kernels).
     """
     X = np.asarray(X)
     p = X.shape[1]
@@ -209,29 +265,38 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
     samples = []
     for start in range(0, X.shape[0], SUB_BLOCK_ROWS):
         sub = X[start : start + SUB_BLOCK_ROWS]
-        if plan.kernels is None:
-            first = np.asarray(sub[0], dtype=np.float64)
-            shift = np.where(np.isfinite(first), first, 0.0)
-        else:
-            shift = plan.center
-        Y = np.subtract(sub, shift, dtype=np.float64)  # a new float64 array
-        n_seen = Y.shape[0]
-        finite = _finite_rows(Y)
+        X64 = np.asarray(sub, dtype=np.float64)
+        n_seen = X64.shape[0]
+        finite = _finite_rows(X64)  # on the values as stored
         n_bad = 0 if finite is None else int(n_seen - finite.sum())
         if plan.sample_rate > 0:
             rows = np.arange(row_offset + start, row_offset + start + n_seen)
             keep = _row_uniforms(rows, plan.seed) < plan.sample_rate
             if finite is not None:
                 keep &= finite
-            samples.append(np.asarray(sub[keep], dtype=np.float64))  # the rows as stored, exactly
-        if n_bad:
-            Y = Y[finite]
-        part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
-        if plan.kernels is None and len(Y):
-            rows = sub if finite is None else sub[finite]
-            part["col_min"], part["col_max"] = rows.min(axis=0).astype(np.float64), rows.max(axis=0).astype(np.float64)
+            samples.append(np.array(X64[keep]))  # the rows as stored, exactly
+        good = X64 if finite is None else X64[finite]
+        n_far = 0
+        if plan.kernels is None:
+            # measured from the sub-block's first row (its finite entries), so
+            # the sums below never cancel badly; |Y| <= 2 in this unit
+            first = np.where(np.isfinite(X64[0]), X64[0], 0.0) if n_seen else np.zeros(p)
+            unit = max(_top_exponent(good), _top_exponent(first))
+            shift = np.ldexp(first, -unit)
+            Y = np.ldexp(good, -unit) - shift
+        else:
+            unit, shift = 0, plan.center
+            Y, near = _working_rows(good, plan)
+            if near is not None:
+                Y, n_far = Y[near], int(len(near) - near.sum())
+        with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
+            part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
+        if plan.kernels is None and len(good):
+            part["col_min"], part["col_max"] = good.min(axis=0), good.max(axis=0)
+            part["unit_exp"] = unit
         part["n_rows"] = n_seen - n_bad
         part["n_nonfinite"] = n_bad
+        part["n_far"] = n_far
         result = combine(result, part)
     if plan.sample_rate > 0:
         result["sample"] = np.concatenate([result["sample"], *samples])
@@ -243,7 +308,9 @@ def combine(a: dict, b: dict) -> dict:
     out = {
         "n_rows": a["n_rows"] + b["n_rows"],
         "n_nonfinite": a["n_nonfinite"] + b["n_nonfinite"],
+        "n_far": a.get("n_far", 0) + b.get("n_far", 0),
     }
+    a, b, out["unit_exp"] = _same_unit(a, b)
     log_scale = np.maximum(a["log_scale"], b["log_scale"])
     finite = np.isfinite(log_scale)
     with np.errstate(invalid="ignore"):
@@ -266,3 +333,17 @@ def combine(a: dict, b: dict) -> dict:
     if "sample" in a or "sample" in b:
         out["sample"] = np.concatenate([x["sample"] for x in (a, b) if "sample" in x])
     return out
+
+
+def _same_unit(a: dict, b: dict):
+    """``a`` and ``b`` with their mean and scatter in the larger of their units (exact, powers of two)."""
+    ua, ub = a.get("unit_exp", 0), b.get("unit_exp", 0)
+    unit = max(ua, ub)
+
+    def rescale(x, u):
+        if u == unit:
+            return x
+        d = max(u - unit, _NO_UNIT)  # <= 0: a shrink, at worst to 0 (negligible beside the other part)
+        return {**x, "mean": np.ldexp(x["mean"], d), "scatter": np.ldexp(x["scatter"], 2 * d)}
+
+    return rescale(a, ua), rescale(b, ub), unit

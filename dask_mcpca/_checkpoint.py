@@ -30,9 +30,11 @@ from ._robust import RobustState
 __all__ = ["Checkpoint", "CheckpointMismatchError"]
 
 #: Version 3: the fingerprint holds the columns' ranges; version 4: the robust
-#: state is the calibrated re-weighting (radii, supports, point masses).  An
-#: older file cannot be checked or holds another estimator's state: refused.
-FORMAT = "dask_mcpca-checkpoint-4"
+#: state is the calibrated re-weighting (radii, supports, point masses);
+#: version 5: the states are in the fit's working units (``X * 2**-k``, k
+#: from the first pass, so the same for the same data).  An older file cannot
+#: be checked or holds another estimator's state: refused.
+FORMAT = "dask_mcpca-checkpoint-5"
 #: Fingerprint entries (all from the first pass).
 _FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max")
 #: Shapes of the state arrays, in terms of the number of features p.

@@ -25,9 +25,9 @@ from . import _checkpoint, _labels, _persist
 from ._block import PassPlan
 from ._io import as_row_blocks
 from ._paper import fit_paper
-from ._passes import NonFiniteRowsError, PassRunner, single_threaded_blas
+from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, single_threaded_blas
 from ._power import descending_eigh, orient_rows, variance_floor
-from ._robust import SAMPLE_SIZE, fit_robust, in_point_mass, outlyingness
+from ._robust import FAR_ROW, SAMPLE_SIZE, fit_robust, in_point_mass, outlyingness, working_exponent
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
 __all__ = ["MCPCA", "check_params", "load"]
@@ -37,6 +37,21 @@ CENTERS = ("robust", "mean", False)
 NAN_POLICIES = ("raise", "omit")
 DEFAULT_TOL = {"paper": 1e-6, "auto": 1e-3}
 DEFAULT_MAX_ITER = {"paper": 100, "auto": 3}
+
+#: Allowed ``kernel_factor``: its square scales kernel sizes and radii, and
+#: beyond this range they leave float64's comfortable range (1e200 overflowed
+#: in ``kernel_factor**2``) while the fit is long since ordinary PCA (above)
+#: or rests on a handful of rows (below).
+KERNEL_FACTOR_RANGE = (1e-3, 1e6)
+
+#: Below this ``kernel_factor`` a fit rests on a few rows and ``fit`` warns.
+#: The default solver's flat top then holds less than the half of the rows
+#: its coverage guarantee keeps (the radius scales with ``kernel_factor**2``)
+#: and its variances are biased: on Gaussian data (n = 20000, p = 3) 0.3 gave
+#: the second variance 16 % too high and 0.1 the first 45 % too low, while
+#: 0.5 was within 3 %.  The paper's solver (n = 2000, p = 3) flagged 53 % of
+#: the clean rows at 0.01 and 98 % at 0.001, with ``converged_`` True.
+MIN_KERNEL_FACTOR = 0.5
 
 
 def check_params(estimator: MCPCA) -> None:
@@ -94,6 +109,45 @@ def _least_sample_size(needed: int) -> int:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if poisson.cdf(needed - 1, mid) <= SAMPLE_SHORT_PROB else (mid + 1, hi)
     return lo
+
+
+def _variances_in_data_units(lam_w: np.ndarray, unit: int) -> np.ndarray:
+    """Variances from working units ``2**unit`` to the data's units, or a named error.
+
+    The largest variance must be a normal float64; the smaller ones may
+    underflow, as they would beside it in any float64 eigendecomposition.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        lam = np.ldexp(lam_w, 2 * unit)
+    top = lam.max(initial=0.0)
+    if lam_w.max(initial=0.0) > 0 and not (np.isfinite(top) and top >= np.finfo(np.float64).tiny):
+        where = "above the largest" if not np.isfinite(top) else "below the smallest normal"
+        power = -100 if not np.isfinite(top) else 100
+        exponent = float(np.log10(lam_w.max())) + 2 * unit * float(np.log10(2.0))
+        raise NumericalRangeError(
+            f"the robust variances of these data (the largest about 1e{exponent:.0f}) are {where} float64 "
+            f"number and cannot be reported; multiply the data by a power of two such as 2**{power} "
+            "before fitting: the components do not change and the variances scale by its square"
+        )
+    return lam
+
+
+def _in_working_units(rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """In-memory rows (wide data) in the fit's working units ``2**unit``, or a named error.
+
+    As for a fit by passes (:func:`._robust.working_exponent`); here every
+    row enters the SVD, so a row beyond ``FAR_ROW`` spreads cannot be left
+    out of the arithmetic and is refused instead.
+    """
+    unit = working_exponent(rows, np.zeros(0), np.zeros(0))
+    with np.errstate(over="ignore"):
+        scaled = np.ldexp(rows, -unit)
+    if not np.all(np.abs(scaled) <= FAR_ROW):
+        raise NumericalRangeError(
+            "wide data (fewer rows than n_features + 2): some rows lie more than ~1e120 spreads from the "
+            "others, too far for float64 to hold their distances in one fit; remove them"
+        )
+    return scaled, unit
 
 
 def _nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
@@ -155,6 +209,11 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         ``sqrt(lambda_i)``, or the default's flat-top radius and fall-off
         (their square roots).  Large values make all weights equal and the
         fit ordinary PCA; small values are more robust and less efficient.
+        Must lie in [1e-3, 1e6] (beyond, kernel sizes leave float64's
+        range while the fit has long been ordinary PCA or rests on a handful
+        of rows); below 0.5 ``fit`` warns (``UserWarning``) that the fit
+        rests on few rows, with biased variances and many clean rows
+        flagged (measured: see ``MIN_KERNEL_FACTOR`` in the source).
     tol : float or None, default=None
         Convergence tolerance.  ``"paper"``: on ``||v_new - v||`` of the
         inner and outer loops (default 1e-6).  ``"auto"``: on the estimated
@@ -260,6 +319,14 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     The weights are accumulated with a per-block log-scale, so they cannot
     all underflow for small kernel sizes.
 
+    Every pass after the first, and the in-memory work, sees the data in
+    units of a power of two near the bulk's spread (from the first pass's
+    row sample): scaling by it is exact, so ``c * X`` gives the same fit as
+    ``X`` (variances times ``c**2``) over float64's range, and rows far
+    beyond the bulk (a finite 1e308) get weight 0 instead of overflowing.
+    What float64 cannot hold (variances beyond its range, a pass whose
+    weighted scatter overflows) raises :class:`NumericalRangeError`.
+
     Unlike scikit-learn, ``random_state=None`` does not mean "fresh
     randomness": it means seed 0, so that two fits of the same data give the
     same model (and a checkpointed fit can resume).  The row sample is drawn
@@ -299,7 +366,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         "center": [StrOptions({c for c in CENTERS if c}), Options(bool, {False})],
         "eta": [Interval(Real, 0, 1, closed="neither")],
         "n_decay": [Interval(Integral, 1, None, closed="left")],
-        "kernel_factor": [Interval(Real, 0, None, closed="neither")],
+        "kernel_factor": [Interval(Real, KERNEL_FACTOR_RANGE[0], KERNEL_FACTOR_RANGE[1], closed="both")],
         "tol": [Interval(Real, 0, None, closed="neither"), None],
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "nan_policy": [StrOptions(set(NAN_POLICIES))],
@@ -368,6 +435,9 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         ------
         NonFiniteRowsError
             Rows hold NaN or inf and ``nan_policy="raise"``.
+        NumericalRangeError
+            A result or a pass of the fit is beyond float64's range (the
+            message names it and what to multiply the data by).
         CheckpointMismatchError
             ``checkpoint`` names a file written by another fit.
 
@@ -418,6 +488,14 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 f"varies with the seed, so sample_size must be at least {least}"
             )
         solver = self.solver
+        if self.kernel_factor < MIN_KERNEL_FACTOR:
+            warnings.warn(
+                f"MCPCA: kernel_factor={self.kernel_factor} < {MIN_KERNEL_FACTOR} shrinks the kernels until the "
+                "fit rests on a few rows: its variances are biased and many clean rows may be flagged; "
+                f"use kernel_factor >= {MIN_KERNEL_FACTOR}",
+                UserWarning,
+                stacklevel=3,
+            )
         tol = self.tol if self.tol is not None else DEFAULT_TOL[solver]
         max_iter = self.max_iter if self.max_iter is not None else DEFAULT_MAX_ITER[solver]
         runner = PassRunner(X, nan_policy=self.nan_policy, progress=self.progress)
@@ -427,18 +505,32 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         seed = 0 if self.random_state is None else self.random_state
         rate = min(1.0, self.sample_size / n)
         moments = runner.run(PassPlan(center=np.zeros(p), sample_rate=rate, seed=seed), label="moments")
-        ckpt.check_data(moments)
+        ckpt.check_data(moments.in_units(0))
         self.n_samples_ = int(moments.n_rows)
         if self.n_samples_ < 2:
             raise ValueError(f"only {self.n_samples_} usable row(s); at least 2 are needed")
 
         self.n_features_in_ = p
-        fixed = {"mean": moments.mean[0], False: np.zeros(p)}.get(self.center)
+        # Working units (see _block): every later pass and the in-memory work
+        # see X * 2**-unit, whose bulk has a spread near 1; results are mapped
+        # back at the end.  A power of two, so the scaling is exact and c * X
+        # for c a power of two gives bit for bit the same fit, scaled.
+        unit = working_exponent(moments.sample, moments.col_min, moments.col_max)
+        runner.unit_exp = unit
+        work = moments.in_units(unit)
+        with np.errstate(over="ignore"):  # far rows overflow to inf; fit_robust leaves them out
+            work.sample = np.ldexp(moments.sample, -unit) if moments.sample is not None else None
+        fixed = {"mean": work.mean[0], False: np.zeros(p)}.get(self.center)
+        if fixed is not None and not np.all(np.isfinite(fixed)):
+            raise NumericalRangeError(
+                "center='mean': the mean of these data lies beyond float64's range in the units of their "
+                "bulk (rows near the float64 limit dominate it); use center='robust'"
+            )
         robust = None
         if solver == "auto" or self.center == "robust":
             robust = fit_robust(
                 runner,
-                moments=moments,
+                moments=work,
                 fixed_center=fixed,
                 kernel_factor=self.kernel_factor,
                 tol=None if solver == "paper" else self.tol,
@@ -450,10 +542,16 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             )
         center = robust.location if robust is not None else fixed
         if solver == "auto":
-            self._set_from_robust(robust, k, moments)
+            self._set_from_robust(robust, k, moments, unit)
             self.n_iter_, self.converged_ = robust.n_iter, robust.converged
         else:
-            scatter0 = moments.covariance(about=center)
+            scatter0 = work.covariance(about=center)
+            if not np.all(np.isfinite(scatter0)):
+                raise NumericalRangeError(
+                    "solver='paper': the unweighted scatter of the data about the centre (Algorithm 3, line 1, "
+                    "where its kernel sizes start) overflows float64: rows far beyond the bulk, near the "
+                    "float64 limit, dominate it; use solver='auto', or remove those rows"
+                )
             state = fit_paper(
                 runner,
                 center=center,
@@ -467,7 +565,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 state=ckpt.load("paper"),
                 on_step=lambda s: ckpt.save("paper", s),
             )
-            self._set_from_paper(state, center, scatter0, k)
+            self._set_from_paper(state, center, scatter0, k, unit)
             self.n_iter_ = state.n_iter
             self.converged_ = state.converged and (robust is None or robust.converged)
         self.n_passes_ = runner.n_passes
@@ -508,6 +606,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         if k > n - 2:
             raise ValueError(f"only {n} usable rows for n_components={k}: fitting in their span needs k <= n - 2")
         seed = 0 if self.random_state is None else self.random_state
+        data_rows, rows, unit = rows, *_in_working_units(rows)
         origin = np.zeros(p) if self.center is False else np.median(rows, axis=0)
         _, sv, Vt = np.linalg.svd(rows - origin, full_matrices=False)
         span = Vt[: int(np.sum(sv > sv[0] * max(n, p) * np.finfo(float).eps))].T if sv[0] > 0 else Vt[:1].T
@@ -519,13 +618,16 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         inner = clone(self).set_params(n_components=None, checkpoint=None).fit((rows - origin) @ basis)
         self.components_ = orient_rows(inner.components_ @ basis.T)
         self.n_features_in_ = p
-        lam = inner.explained_variance_
         centred = rows[half] - origin
         residual2 = np.einsum("ij,ij->i", centred, centred) - np.sum((centred @ basis) ** 2, axis=1)
         noise = np.full(p - k, max(float(np.median(residual2)), 0.0) / (p - k)) if p > k else np.empty(0)
-        self._set_variances(lam, noise, lam.sum() + noise.sum(), origin + inner.mean_ @ basis.T, inner.kernel_scale_)
+        lam = _variances_in_data_units(np.concatenate([inner.explained_variance_, noise]), unit)
+        lam, noise = lam[:k], lam[k:]
+        location = np.ldexp(origin + inner.mean_ @ basis.T, unit)
+        self._set_variances(lam, noise, lam.sum() + noise.sum(), location, inner.kernel_scale_)
         self.support_ = inner.support_
-        self._set_cutoff(calibrated_cutoff(self._d2(rows), OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n))
+        d2 = self._d2(data_rows)
+        self._set_cutoff(calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n))
         self.n_samples_, self.n_iter_, self.converged_ = n, inner.n_iter_, inner.converged_
         self.n_passes_ = 1
         return self
@@ -535,32 +637,35 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         params.pop("checkpoint"), params.pop("progress")
         return params
 
-    def _set_from_robust(self, robust, k, moments) -> None:
+    def _set_from_robust(self, robust, k, moments, unit) -> None:
         """Components and variances from the final, inclusive step of the last pass.
 
         Without a full-data step (a fit resumed from a checkpoint that had
-        converged) the core fixed point gives them.  The outlier cutoff is then
-        calibrated on the sample's distances under the fitted model
-        (:func:`._schedule.calibrated_cutoff`), at the effective number of rows.
+        converged) the core fixed point gives them.  The robust state is in
+        working units ``2**unit``; it is mapped back to the data's units here.
+        The outlier cutoff is then calibrated on the sample's distances under
+        the fitted model (:func:`._schedule.calibrated_cutoff`), at the
+        effective number of rows.
         """
         final = robust.final_scatter is not None
         scatter = robust.final_scatter if final else robust.scatter
         location = robust.final_location if final else robust.location
         support = robust.support if final else robust.core_support
         lam, V = descending_eigh(scatter)
-        lam = np.maximum(lam, 0.0)
+        lam = _variances_in_data_units(np.maximum(lam, 0.0), unit)
         self.components_ = orient_rows(V[:, :k].T)
         kernel_scale = np.sqrt(robust_kernel_size2(len(lam))) * self.kernel_factor
-        self._set_variances(lam[:k], lam[k:], lam.sum(), location, kernel_scale)
+        self._set_variances(lam[:k], lam[k:], lam.sum(), np.ldexp(location, unit), kernel_scale)
         self.support_ = float(support)
-        self.point_masses_ = np.empty((0, len(lam))) if robust.point_masses is None else robust.point_masses
+        masses = robust.point_masses
+        self.point_masses_ = np.empty((0, len(lam))) if masses is None else np.ldexp(masses, unit)
         rank = int(np.sum(lam > 0))
-        free = moments.sample[~in_point_mass(moments.sample, robust.point_masses)]
+        free = moments.sample[~in_point_mass(moments.sample, self.point_masses_)]
         n_effective = support * moments.n_rows
         cutoff = calibrated_cutoff(self._d2(free), OUTLIER_QUANTILE, p=max(rank, 1), n_effective=n_effective)
         self._set_cutoff(cutoff)
 
-    def _set_from_paper(self, state, center, scatter0, k) -> None:
+    def _set_from_paper(self, state, center, scatter0, k, unit) -> None:
         # The power iteration stops within tol of K's eigenvector, so rows are
         # orthogonal only to ~tol; Gram-Schmidt in order makes them exactly so.
         q, r = np.linalg.qr(np.array(state.components).T)
@@ -569,8 +674,10 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         total = max(float(np.trace(scatter0)), float(variances.sum()))
         rest = total - variances.sum()
         rest_lam = np.full(len(center) - k, rest / (len(center) - k)) if k < len(center) else np.empty(0)
-        self._set_variances(variances, rest_lam, total, center, np.sqrt(robust_kernel_size2(len(center))))
-        self.sigmas_ = np.array(state.sigmas)
+        lam = _variances_in_data_units(np.concatenate([variances, rest_lam]), unit)
+        kernel_scale = np.sqrt(robust_kernel_size2(len(center)))
+        self._set_variances(lam[:k], lam[k:], np.ldexp(total, 2 * unit), np.ldexp(center, unit), kernel_scale)
+        self.sigmas_ = np.ldexp(np.array(state.sigmas), unit)
 
     def _set_variances(self, lam, rest, total, center, kernel_scale) -> None:
         p = len(center)
@@ -581,9 +688,16 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.n_components_ = len(lam)
         self.kernel_scale_ = float(kernel_scale)
         self.sigmas_ = kernel_scale * np.sqrt(lam)
-        C = (self.components_.T * lam) @ self.components_
-        if len(rest):
-            C += self.noise_variance_ * (np.eye(p) - self.components_.T @ self.components_)
+        with np.errstate(over="ignore"):
+            C = (self.components_.T * lam) @ self.components_
+            if len(rest):
+                C += self.noise_variance_ * (np.eye(p) - self.components_.T @ self.components_)
+        if not (np.all(np.isfinite(C)) and np.isfinite(total)):
+            raise NumericalRangeError(
+                "the robust covariance of these data overflows float64 (total variance "
+                f"{total:.3g}); multiply the data by a power of two such as 2**-100 before fitting: "
+                "the components do not change and the variances scale by its square"
+            )
         self.covariance_ = C
         self.point_masses_ = np.empty((0, p))
         self._set_cutoff(outlier_cutoff_d2(p))
@@ -781,14 +895,22 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return np.maximum(lam, floor), max(self.noise_variance_, floor)
 
     def _d2(self, block):
-        """Squared Mahalanobis distance ``y^T P y`` under the fitted model (see :meth:`_precision`)."""
-        Y = np.asarray(block, np.float64) - self.mean_
-        Z = Y @ self.components_.T
+        """Squared Mahalanobis distance ``y^T P y`` under the fitted model (see :meth:`_precision`).
+
+        Computed in units of the fitted spread (a power of two: exact), so
+        squares overflow only for rows ~1e150 spreads away; their distance,
+        inf or NaN after an overflow, is inf.
+        """
         lam, noise = self._floored_variances()
-        d2 = (Z**2) @ (1.0 / lam)
-        if self.n_components_ < self.n_features_in_:
-            resid = np.einsum("ij,ij->i", Y, Y) - np.einsum("ij,ij->i", Z, Z)
-            d2 += np.maximum(resid, 0.0) / noise
+        unit = int(np.frexp(np.sqrt(lam.max(initial=noise)))[1])
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            Y = np.ldexp(np.asarray(block, np.float64) - self.mean_, -unit)
+            Z = Y @ self.components_.T
+            d2 = (Z**2) @ (1.0 / np.ldexp(lam, -2 * unit))
+            if self.n_components_ < self.n_features_in_:
+                resid = np.einsum("ij,ij->i", Y, Y) - np.einsum("ij,ij->i", Z, Z)
+                d2 += np.maximum(resid, 0.0) / np.ldexp(noise, -2 * unit)
+        d2[np.isnan(d2)] = np.inf
         return d2
 
     def mahalanobis(self, X: Any) -> np.ndarray | da.Array:

@@ -47,6 +47,17 @@ class PaperState:
     last_pass: dict | None = None  # weight statistics of the last pass of component i
 
 
+def _unit_scaled(S: np.ndarray) -> np.ndarray:
+    """``S`` divided by the power of two above its largest entry.
+
+    K (eq. (14)) is linear in S, and scaling by a power of two is exact, so
+    the power iteration sees the same directions bit for bit; its products
+    and norms can no longer overflow, whatever the data's magnitude.
+    """
+    top = float(np.max(np.abs(S)))
+    return np.ldexp(S, -int(np.frexp(top)[1])) if 0 < top < np.inf else S
+
+
 def _weighted_variance(v, S, weight):
     return float(v @ S @ v / weight)
 
@@ -104,10 +115,11 @@ def fit_paper(
                 plan = PassPlan(center=center, kernels=residual_kernel(state.P, v, sigma)[None])
                 res = runner.run(plan, label=f"component {i + 1} sigma={sigma:.3g}")
                 S = res.scatter_about(center)
-                K = deflated_operator(S, state.P, state.Q)
+                S_unit = _unit_scaled(S)
+                K = deflated_operator(S_unit, state.P, state.Q)
                 v_new, _, inner_ok, negative = power_iteration(K, v, tol=tol)
                 if negative:  # max|diag K| was not "large enough" (eq. (15))
-                    K = deflated_operator(S, state.P, state.Q, bound=True)
+                    K = deflated_operator(S_unit, state.P, state.Q, bound=True)
                     v_new, _, inner_ok, _ = power_iteration(K, v, tol=tol)
                 state.n_iter += 1
                 state.converged &= inner_ok
@@ -153,5 +165,8 @@ def _append_last(state: PaperState, p: int, scatter0: np.ndarray) -> None:
     lp = state.last_pass
     s, sigma2 = _weighted_variance(v, lp["S"], lp["weight"]), lp["sigma"] ** 2
     state.components.append(v)
-    state.variances.append(s * sigma2 / (sigma2 - s) if s < sigma2 else s)
+    # in units of the power of two above sigma^2 (exact), so s * sigma^2 cannot overflow
+    e = int(np.frexp(sigma2)[1]) if 0 < sigma2 < np.inf else 0
+    s_e, sigma2_e = np.ldexp(s, -e), np.ldexp(sigma2, -e)
+    state.variances.append(float(np.ldexp(s_e * sigma2_e / (sigma2_e - s_e), e)) if s < sigma2 else s)
     state.sigmas.append(float("nan"))

@@ -12,7 +12,7 @@ task graph.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 import dask
@@ -23,7 +23,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 from ._block import PassPlan, block_stats, combine
 from ._progress import PassProgress
 
-__all__ = ["PassRunner", "PassResult", "single_threaded_blas"]
+__all__ = ["PassRunner", "PassResult", "NonFiniteRowsError", "NumericalRangeError", "single_threaded_blas"]
 
 #: Rows per slice when numpy input is processed without a graph.
 NUMPY_BLOCK_ROWS = 262_144
@@ -45,6 +45,14 @@ class PassResult:
     sample: np.ndarray | None = None
     col_min: np.ndarray | None = None  # moments pass only: each column's range over finite rows
     col_max: np.ndarray | None = None
+    n_far: int = 0  # finite rows that overflow in working units: weight 0 (kernel passes)
+    unit_exp: int = 0  # mean and scatter are in units of 2**unit_exp (of the working units)
+
+    def in_units(self, unit_exp: int) -> PassResult:
+        """This result with its mean and scatter in units of ``2**unit_exp`` (exact; may overflow to inf)."""
+        d = self.unit_exp - unit_exp
+        with np.errstate(over="ignore"):
+            return replace(self, mean=np.ldexp(self.mean, d), scatter=np.ldexp(self.scatter, 2 * d), unit_exp=unit_exp)
 
     def covariance(self, j: int = 0, *, about: np.ndarray | None = None) -> np.ndarray:
         """Weighted covariance of kernel ``j``: about its weighted mean, or about ``about``."""
@@ -52,13 +60,38 @@ class PassResult:
         return scatter / self.weight[j]
 
     def scatter_about(self, center: np.ndarray, j: int = 0) -> np.ndarray:
-        """``X^T G X`` about ``center`` (up to the pass's common factor)."""
+        """``X^T G X`` about ``center`` (up to the pass's common factor); inf where it overflows."""
         d = self.mean[j] - center
-        return self.scatter[j] + self.weight[j] * np.outer(d, d)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self.scatter[j] + self.weight[j] * np.outer(d, d)
 
 
 class NonFiniteRowsError(ValueError):
     """Raised when rows hold NaN or inf and ``nan_policy="raise"``."""
+
+
+class NumericalRangeError(ValueError):
+    """A quantity of the fit is not representable in float64 (it overflows or underflows).
+
+    Raised with the pass or the quantity named, instead of an error from
+    inside numpy or a non-finite result; the message says what to change.
+    """
+
+
+def _check_finite(stats: dict, label: str) -> None:
+    """Every kernel of a pass has a positive, finite weight and a finite mean and scatter."""
+    for j in range(len(stats["weight"])):
+        if not stats["weight"][j] > 0:
+            raise NumericalRangeError(
+                f"pass {label!r}: kernel {j} gave every row weight 0 (every row's distance overflows "
+                "float64); the data's values span more than float64 can hold in one fit"
+            )
+        for what in ("mean", "scatter"):
+            if not np.all(np.isfinite(stats[what][j])):
+                raise NumericalRangeError(
+                    f"pass {label!r}: the weighted {what} of kernel {j} is not finite in float64 (rows of "
+                    "magnitude near the float64 limit carry weight); rescale the data or remove those rows"
+                )
 
 
 _BLAS = None
@@ -136,6 +169,8 @@ class PassRunner:
         self.is_dask = isinstance(X, da.Array)
         self.n_blocks = len(X.chunks[0]) if self.is_dask else -(-self.n_rows // NUMPY_BLOCK_ROWS)
         self._blocks = None
+        #: Kernel passes see ``X * 2**-unit_exp`` (set by the fit after the first pass).
+        self.unit_exp = 0
 
     def _dask_blocks(self):
         if self._blocks is None:
@@ -143,7 +178,14 @@ class PassRunner:
         return self._blocks
 
     def run(self, plan: PassPlan, *, label: str = "") -> PassResult:
-        """Make one full pass with ``plan`` and return its merged statistics."""
+        """Make one full pass with ``plan`` and return its merged statistics.
+
+        A kernel pass runs in this runner's working units (``unit_exp``) and
+        its result is checked: a kernel without weight, or a non-finite mean
+        or scatter, raises :class:`NumericalRangeError` naming the pass.
+        """
+        if plan.kernels is not None:
+            plan = replace(plan, unit_exp=self.unit_exp)
         with PassProgress(self, label, enabled=self.progress) as bar:
             if self.is_dask:
                 plan_d = dask.delayed(plan, pure=True)
@@ -167,4 +209,6 @@ class PassRunner:
             )
         if stats["n_rows"] == 0:
             raise ValueError("no rows left to fit: every row holds NaN or inf")
+        if plan.kernels is not None:
+            _check_finite(stats, label)
         return PassResult(**stats)

@@ -49,11 +49,20 @@ from scipy import stats
 from scipy.spatial import cKDTree
 
 from ._block import PassPlan
-from ._passes import PassResult, PassRunner
+from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
 
-__all__ = ["RobustState", "robust_start", "fit_robust", "step_plan", "precision", "outlyingness", "SAMPLE_SIZE"]
+__all__ = [
+    "RobustState",
+    "robust_start",
+    "fit_robust",
+    "step_plan",
+    "precision",
+    "outlyingness",
+    "working_exponent",
+    "SAMPLE_SIZE",
+]
 
 #: Rows drawn during the first pass for the in-memory robust start.
 SAMPLE_SIZE = 20_000
@@ -66,6 +75,40 @@ MAX_SAMPLE_STEPS = 200
 
 #: Share of the sample, by outlyingness, that gives the start.
 START_FRACTION = 0.5
+
+#: Sample rows with a coordinate beyond this, in working units (the bulk's
+#: spread is near 1), are left out of the in-memory work: their squares and
+#: sums would overflow, and a full pass gives them weight 0 anyway.
+FAR_ROW = 2.0**400
+
+
+def working_exponent(sample: np.ndarray | None, col_min: np.ndarray, col_max: np.ndarray) -> int:
+    """Exponent k of the fit's working unit ``2**k``: the power of two nearest the bulk's spread.
+
+    The spread is the largest column MAD of the first pass's row sample (a
+    robust scale: a single row of 1e160 does not move it), or, for a sample
+    with no MAD (most rows equal), its smallest positive deviation from the
+    column medians (not the largest: a far row would set a unit in which the
+    bulk's variances underflow), or the columns' largest magnitude.  Measured after dividing by the power of two
+    above the sample's largest magnitude, so nothing overflows; ``c * X``
+    for a power of two c gives k + log2(c), exactly.  Why one unit, not one
+    per column: ``components_`` are eigenvectors in the data's units, which
+    a common factor keeps and a per-column one does not.
+    """
+    from ._block import _top_exponent
+
+    if sample is not None and len(sample):
+        top = _top_exponent(sample)
+        Z = np.ldexp(sample, -top)  # |Z| <= 1
+        dev = np.abs(Z - np.median(Z, axis=0))
+        spread = float(np.max(np.median(dev, axis=0)))
+        if not spread > 0 and dev.any():  # most rows equal: the nearest other rows set the scale
+            spread = float(dev[dev > 0].min())
+        if spread > 0:
+            return top + int(np.frexp(spread)[1])
+        return top
+    ranges = np.concatenate([col_min, col_max])
+    return _top_exponent(ranges[np.isfinite(ranges)])
 
 
 @dataclass
@@ -96,10 +139,16 @@ class RobustState:
     final_scatter: np.ndarray | None = None
 
 
+#: Eigenvalues of a scatter below this (in working units, where the bulk's
+#: spread is near 1) count as zero, so that no inverse overflows.
+TINY_EIGENVALUE = 2.0**-1000
+
+
 def precision(scatter: np.ndarray) -> np.ndarray:
     """Pseudo-inverse of a scatter matrix; directions without spread get 0."""
     w, V = spread_directions(scatter)
-    return (V / w) @ V.T
+    keep = w > TINY_EIGENVALUE
+    return (V[:, keep] / w[keep]) @ V[:, keep].T
 
 
 def _rank(scatter: np.ndarray) -> int:
@@ -107,7 +156,11 @@ def _rank(scatter: np.ndarray) -> int:
 
 
 def _mahalanobis2(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
-    return np.einsum("ij,ij->i", Y @ precision(scatter), Y)
+    """Squared distances under ``scatter``; inf for rows so far that they overflow."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        d2 = np.einsum("ij,ij->i", Y @ precision(scatter), Y)
+    d2[np.isnan(d2)] = np.inf
+    return d2
 
 
 def _mad(Z: np.ndarray) -> np.ndarray:
@@ -272,6 +325,12 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, cali
     p = max(_rank(state.scatter), 1)
     Y = sample[~in_point_mass(sample, state.point_masses)] - state.location
     d2 = _mahalanobis2(Y, state.scatter)
+    if not np.isfinite(np.median(d2)):
+        raise NumericalRangeError(
+            "the squared distances of most sample rows from the fit's centre overflow float64: the centre "
+            "lies ~1e150 spreads from the bulk (center='mean' with rows near the float64 limit does this); "
+            "use center='robust'"
+        )
     if calibrate:
         q_fit = calibrated_cutoff(d2, CUTOFF_QUANTILE, p=p, n_effective=n_effective, trim=True)
     else:
@@ -363,9 +422,16 @@ def _relative_change(state: RobustState, location, scatter) -> float:
     if not len(w):
         return 0.0
     W = V / np.sqrt(w)
-    shape_change = np.linalg.norm(W.T @ scatter @ W - np.eye(len(w)), 2)
-    loc_change = np.linalg.norm(W.T @ (location - state.location))
-    return float(shape_change + loc_change)
+    with np.errstate(over="ignore", invalid="ignore"):
+        shape = W.T @ scatter @ W - np.eye(len(w))
+        shift = W.T @ (location - state.location)
+    if not (np.all(np.isfinite(shape)) and np.all(np.isfinite(shift))):
+        return BIG_CHANGE  # the scatter moved by more than float64 holds: far from converged
+    return float(np.linalg.norm(shape, 2) + np.linalg.norm(shift))
+
+
+#: The change reported when it overflows (finite, so that rates stay numbers).
+BIG_CHANGE = 1e300
 
 
 #: Default tolerance of the fixed point, and the share of the scatter's own
@@ -442,9 +508,11 @@ def fit_robust(
     Parameters
     ----------
     runner : PassRunner
-        Passes over the full data (counted).
+        Passes over the full data (counted), in working units.
     moments : PassResult
-        The first pass, with its row sample.
+        The first pass, with its row sample, in the runner's working units
+        (the estimator maps it; see :func:`working_exponent`).  Sample rows
+        beyond ``FAR_ROW`` are left out of the in-memory work.
     fixed_center : ndarray or None
         Keep the location fixed (``center="mean"`` or ``False``); None
         estimates it robustly.
@@ -470,6 +538,8 @@ def fit_robust(
     sample = moments.sample
     if tol is None:
         tol = max(DEFAULT_TOL, STATISTICAL_TOL * np.sqrt(p / max(moments.n_rows, 1)))
+    with np.errstate(invalid="ignore"):
+        sample = sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
     if state is None:
         if len(sample) < p + 2:
             raise ValueError(

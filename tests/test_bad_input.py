@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import RecordingRows, assert_same_fit
 
-from dask_mcpca import MCPCA, NonFiniteRowsError, check_params
+from dask_mcpca import MCPCA, NonFiniteRowsError, NumericalRangeError, check_params
 
 SOLVERS = [
     pytest.param({}, id="auto"),
@@ -26,6 +26,12 @@ SOLVERS = [
 def _data(n=300, p=3, seed=0):
     rng = np.random.default_rng(seed)
     return rng.normal(size=(n, p)) * np.geomspace(3.0, 0.3, p)
+
+
+def _with_row(value, row=5):
+    X = _data()
+    X[row] = value
+    return X
 
 
 def _counting(X, rows_per_block):
@@ -171,7 +177,11 @@ INVALID = [
     ("eta", float("nan"), "a float in the range (0.0, 1.0)"),
     ("n_decay", 0, "an int in the range [1, inf)"),
     ("n_decay", 2.0, "an int in the range [1, inf)"),
-    ("kernel_factor", float("inf"), "a float in the range (0.0, inf)"),
+    ("kernel_factor", float("inf"), "a float in the range [0.001, 1000000.0]"),
+    ("kernel_factor", 0.0, "a float in the range [0.001, 1000000.0]"),
+    ("kernel_factor", 1e-10, "a float in the range [0.001, 1000000.0]"),
+    ("kernel_factor", 1e154, "a float in the range [0.001, 1000000.0]"),
+    ("kernel_factor", 1e200, "a float in the range [0.001, 1000000.0]"),
     ("tol", 0.0, "a float in the range (0.0, inf) or None"),
     ("max_iter", 0, "an int in the range [1, inf) or None"),
     ("nan_policy", "ignore", "a str among"),
@@ -455,7 +465,28 @@ CONTRACT = [
      "X has 4 features, but MCPCA is expecting 3 features"),
     ("inverse_transform: other width", _inverse_wrong_width, ValueError,
      "inverse_transform takes scores of shape (n_samples, 2)"),
+    # Numerics: what float64 cannot hold is named (tests/test_numerics.py has the generated cases)
+    ("X * 1e-300", lambda t: lambda: MCPCA().fit(_data() * 1e-300), NumericalRangeError,
+     "below the smallest normal float64 number and cannot be reported; multiply the data by a power of two"),
+    ("X * 1e300", lambda t: lambda: MCPCA().fit(_data() * 1e300), NumericalRangeError,
+     "above the largest float64 number"),
+    ("paper: a row of 1e160", lambda t: lambda: MCPCA(solver="paper").fit(_with_row(1e160)), NumericalRangeError,
+     "unweighted scatter of the data about the centre (Algorithm 3, line 1"),
+    ("center='mean': a row of 1e308", lambda t: lambda: MCPCA(center="mean").fit(_with_row(1e308)),
+     NumericalRangeError, "use center='robust'"),
+    ("kernel_factor=1e200", lambda t: lambda: MCPCA(kernel_factor=1e200).fit(_data()), ValueError,
+     "'kernel_factor' parameter of MCPCA must be a float in the range [0.001, 1000000.0]"),
 ]
+
+
+def test_finite_extreme_rows_are_rows():
+    """Rows of 1e308, -1e308 and 1e160 are finite: no NonFiniteRowsError; the default flags them."""
+    X = _with_row(1e308)
+    X[7], X[9] = -1e308, 1e160
+    model = MCPCA().fit(X)
+    assert model.n_samples_ == 300
+    assert model.is_outlier(X[[5, 7, 9]]).all()
+    assert np.isinf(model.mahalanobis(X[[5, 7]])).all()
 
 
 @pytest.mark.parametrize("make, error, fragment", [c[1:] for c in CONTRACT], ids=[c[0] for c in CONTRACT])

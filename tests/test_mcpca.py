@@ -198,10 +198,11 @@ def test_flat_top_consistency_at_tiny_kernel_size():
         assert_allclose(flat_top_consistency(p, 1e-4, q), hard, rtol=1e-6)
 
 
-def test_small_kernel_factor_fits():
+def test_small_kernel_factor_fits_and_warns():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(2000, 10)) * np.arange(1, 11)
-    model = MCPCA(kernel_factor=0.05).fit(X)
+    with pytest.warns(UserWarning, match=r"kernel_factor=0.05 < 0.5 .* rests on a few rows"):
+        model = MCPCA(kernel_factor=0.05).fit(X)
     assert np.all(np.isfinite(model.components_)) and np.all(np.isfinite(model.explained_variance_))
     assert_allclose(model.components_ @ model.components_.T, np.eye(10), atol=1e-10)
 
