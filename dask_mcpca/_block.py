@@ -79,14 +79,14 @@ class PassPlan:
         Exponent offsets ``z_j >= 0`` (None: all 0).  Kernel ``j`` then gives
         the weight ``exp(min(z_j + e_j(x), 0))``: 1 inside the ellipsoid
         ``(x - c)^T A_j (x - c) <= 2 z_j`` and Gaussian beyond it.
-    kernel_centers : ndarray of shape (J, p) or None
-        A centre per kernel for its exponent (None: all ``center``); the
-        moments of every kernel are still measured from ``center``, so they
-        can be added and subtracted.
+    excluded : tuple of (int, float) pairs
+        ``(column, value)``: a row whose ``column`` holds exactly ``value`` (in
+        working units) enters no kernel's sums: a repeated value, such as a
+        stuck sensor's or a frozen logger's (see :mod:`._robust`).
     unit_exp : int
         The pass sees ``X * 2**-unit_exp`` (working units; see the module
-        docstring); ``center``, ``kernels`` and ``kernel_centers`` are in
-        those units.  Ignored by a moments pass, which picks its own units.
+        docstring); ``center``, ``kernels`` and ``excluded`` are in those
+        units.  Ignored by a moments pass, which picks its own units.
     sample_rate : float
         Probability with which each row is kept in the returned row sample.
     seed : int
@@ -101,7 +101,7 @@ class PassPlan:
     center: np.ndarray
     kernels: np.ndarray | None = None
     offsets: np.ndarray | None = None
-    kernel_centers: np.ndarray | None = None
+    excluded: tuple = ()
     unit_exp: int = 0
     sample_rate: float = 0.0
     seed: int = 0
@@ -114,11 +114,10 @@ class PassPlan:
             if self.kernels is None or offsets.shape != (self.n_kernels,) or not np.all(offsets >= 0):
                 raise ValueError(f"offsets must be {self.n_kernels} values >= 0, one per kernel; got {self.offsets!r}")
             object.__setattr__(self, "offsets", offsets)
-        if self.kernel_centers is not None:
-            centers = np.asarray(self.kernel_centers, dtype=np.float64)
-            if self.kernels is None or centers.shape != (self.n_kernels, len(self.center)):
-                raise ValueError(f"kernel_centers must be {self.n_kernels} points, one per kernel")
-            object.__setattr__(self, "kernel_centers", centers)
+        excluded = tuple((int(c), float(v)) for c, v in self.excluded)
+        if any(not 0 <= c < len(self.center) for c, _ in excluded) or (excluded and self.kernels is None):
+            raise ValueError(f"excluded must be (column, value) pairs of a kernel pass; got {self.excluded!r}")
+        object.__setattr__(self, "excluded", excluded)
 
 
 def _row_uniforms(rows: np.ndarray, seed: int) -> np.ndarray:
@@ -171,13 +170,9 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
         log_scale, weight = np.empty(J), np.empty(J)
         rel_mean, scatter = np.empty((J, p)), np.empty((J, p, p))
         offsets = np.zeros(J) if plan.offsets is None else plan.offsets
-        centers = plan.kernel_centers
         for j, A in enumerate(plan.kernels):
-            same_center = centers is None or j == 0 or np.array_equal(centers[j], centers[j - 1])
-            if j == 0 or not (same_center and np.array_equal(A, plan.kernels[j - 1])):
-                # y_k^T A y_k, reused by equal kernels; about the kernel's own centre
-                Yj = Y if centers is None else Y - (centers[j] - plan.center)
-                quad = np.einsum("ij,ij->i", Yj @ A, Yj)
+            if j == 0 or not np.array_equal(A, plan.kernels[j - 1]):
+                quad = np.einsum("ij,ij->i", Y @ A, Y)  # y_k^T A y_k, reused by equal kernels
                 # Overflow (inf, or inf - inf = NaN) only for rows ~1e150
                 # spreads away: infinitely far, weight 0.
                 quad[np.isnan(quad)] = np.inf
@@ -226,6 +221,14 @@ def _top_exponent(Y: np.ndarray) -> int:
     """The exponent e of the power of two 2**e above every magnitude in ``Y`` (0 if all are 0)."""
     top = float(np.max(np.abs(Y))) if Y.size else 0.0
     return int(np.frexp(top)[1]) if top > 0 else 0
+
+
+def _excluded_rows(X64: np.ndarray, plan: PassPlan) -> np.ndarray:
+    """Rows holding one of the plan's excluded values (compared exactly, in working units)."""
+    hit = np.zeros(len(X64), bool)
+    for column, value in plan.excluded:
+        hit |= np.ldexp(X64[:, column], -plan.unit_exp) == value
+    return hit
 
 
 def _working_rows(X64: np.ndarray, plan: PassPlan):
@@ -286,6 +289,8 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
             Y = np.ldexp(good, -unit) - shift
         else:
             unit, shift = 0, plan.center
+            if plan.excluded:
+                good = good[~_excluded_rows(good, plan)]
             Y, near = _working_rows(good, plan)
             if near is not None:
                 Y, n_far = Y[near], int(len(near) - near.sum())

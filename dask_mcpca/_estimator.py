@@ -27,7 +27,7 @@ from ._io import as_row_blocks
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, single_threaded_blas
 from ._power import descending_eigh, orient_rows, variance_floor
-from ._robust import FAR_ROW, SAMPLE_SIZE, fit_robust, in_point_mass, outlyingness, working_exponent
+from ._robust import FAR_ROW, SAMPLE_SIZE, fit_robust, in_repeated, outlyingness, working_exponent
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
 __all__ = ["MCPCA", "check_params", "load"]
@@ -278,11 +278,13 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         ``"auto"``: share of the rows' weight in the last re-weighting step
         (weighted rows over rows); at least half of the rows carry full
         weight in every step.
-    point_masses_ : ndarray of shape (n_masses, n_features)
-        ``"auto"``: rows repeated exactly in the sample in at least
-        max(5, 0.1 %) and at most 10 % of its rows, as a frozen logger repeats
-        its last record.  They carry no weight in the fit and
-        :meth:`is_outlier` flags them.
+    repeated_values_ : ndarray of shape (n_repeated, 2)
+        ``"auto"``: ``(column, value)`` pairs that a column of the sample holds
+        exactly in at least max(5, 0.1 %) and at most 10 % of its rows, and
+        at least 5 times as often as either neighbouring value of that column:
+        a stuck sensor's value, each channel of a frozen logger's record.  Rows
+        holding one carry no weight in the fit and :meth:`is_outlier` flags
+        them.
     n_passes_ : int
         Full passes over the data made by this call to ``fit``.
     n_iter_ : int
@@ -657,10 +659,11 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         kernel_scale = np.sqrt(robust_kernel_size2(len(lam))) * self.kernel_factor
         self._set_variances(lam[:k], lam[k:], lam.sum(), np.ldexp(location, unit), kernel_scale)
         self.support_ = float(support)
-        masses = robust.point_masses
-        self.point_masses_ = np.empty((0, len(lam))) if masses is None else np.ldexp(masses, unit)
+        repeated = np.empty((0, 2)) if robust.repeated is None else robust.repeated.copy()
+        repeated[:, 1] = np.ldexp(repeated[:, 1], unit)  # exact: a power of two
+        self.repeated_values_ = repeated
         rank = int(np.sum(lam > 0))
-        free = moments.sample[~in_point_mass(moments.sample, self.point_masses_)]
+        free = moments.sample[~in_repeated(moments.sample, robust.repeated)]
         n_effective = support * moments.n_rows
         cutoff = calibrated_cutoff(self._d2(free), OUTLIER_QUANTILE, p=max(rank, 1), n_effective=n_effective)
         self._set_cutoff(cutoff)
@@ -699,7 +702,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 "the components do not change and the variances scale by its square"
             )
         self.covariance_ = C
-        self.point_masses_ = np.empty((0, p))
+        self.repeated_values_ = np.empty((0, 2))
         self._set_cutoff(outlier_cutoff_d2(p))
 
     def _set_cutoff(self, cutoff: float) -> None:
@@ -1005,11 +1008,11 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None)
 
     def is_outlier(self, X: Any) -> np.ndarray | da.Array:
-        """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``, or that repeat a point mass.
+        """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``, or that hold a repeated value.
 
-        Equivalently ``score_samples(X) < outlier_threshold_``, or the row is
-        one of ``point_masses_`` (a frozen logger's repeated record, which the
-        fit gave no weight).
+        Equivalently ``score_samples(X) < outlier_threshold_``, or the row
+        holds one of ``repeated_values_`` (a stuck sensor's value, a frozen
+        logger's record, which the fit gave no weight).
 
         Parameters
         ----------
@@ -1045,11 +1048,11 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         array([False,  True])
         """
         check_is_fitted(self, "components_")
-        cut, masses = self.outlier_cutoff_, getattr(self, "point_masses_", None)
+        cut, repeated = self.outlier_cutoff_, getattr(self, "repeated_values_", None)
 
         def flags(block):
             block = np.asarray(block, np.float64)
-            return (self._d2(block) > cut) | in_point_mass(block, masses)
+            return (self._d2(block) > cut) | in_repeated(block, repeated)
 
         return self._map_rows(X, flags, None, dtype=bool)
 

@@ -314,11 +314,12 @@ def validate_fitted(model) -> None:
     else:  # written before the cutoff was calibrated: the threshold implies it
         t = model.outlier_threshold_
         model.outlier_cutoff_ = -2.0 * model.kernel_scale_**2 * math.log(t) if t > 0 else math.inf
-    masses = getattr(model, "point_masses_", np.empty((0, p)))
-    if not (isinstance(masses, np.ndarray) and masses.ndim == 2 and masses.shape[1] == p and masses.dtype.kind == "f"
-            and np.isfinite(masses).all()):
-        raise ValueError(f"point_masses_ must be a finite float array of shape (n, {p})")
-    model.point_masses_ = masses
+    repeated = getattr(model, "repeated_values_", np.empty((0, 2)))
+    if not (isinstance(repeated, np.ndarray) and repeated.ndim == 2 and repeated.shape[1] == 2
+            and repeated.dtype.kind == "f" and np.isfinite(repeated).all()
+            and np.all((repeated[:, 0] >= 0) & (repeated[:, 0] < p) & (repeated[:, 0] % 1 == 0))):
+        raise ValueError(f"repeated_values_ must be finite (column, value) pairs, columns in [0, {p})")
+    model.repeated_values_ = repeated
     _int(model, "n_samples_", 1)
     _int(model, "n_passes_", 0)
     _int(model, "n_iter_", 0)

@@ -25,9 +25,10 @@ first pass, in memory, and then on the full data, one pass per step:
 3. **Final, inclusive kernel**: the same kernel with a wider calibrated radius,
    untrimmed, lets the bulk's tails and regimes in, stopping short of a tight
    group of rows between the two radii.  It gives the components.
-4. **Point masses**: a record repeated exactly in many sample rows (a frozen
-   logger) gets a kernel of its own that picks out its rows, and their
-   moments are subtracted from the others' (:func:`_without_point_masses`).
+4. **Repeated values**: a value one column holds exactly in many sample rows,
+   far more often than its neighbouring values (a stuck sensor, each channel
+   of a frozen logger's record; :func:`repeated_values`), excludes its rows
+   from every kernel's sums.
 
 Each full-data pass evaluates all kernels from the current state with one
 quadratic form; the core is iterated until the estimated distance to its fixed
@@ -131,8 +132,9 @@ class RobustState:
     converged: bool = False
     last_change: float = float("nan")  # change made by the last full-data step
     rate: float = float("nan")  # contraction rate of the fixed point, from the sample
-    # Rows repeated exactly in the sample (a frozen logger): no weight in the fit.
-    point_masses: np.ndarray | None = None
+    # (column, value) pairs repeated in the sample (stuck sensors, a frozen
+    # logger), in working units: their rows get no weight in the fit.
+    repeated: np.ndarray | None = None
     # The final, inclusive step of the last full-data pass (None until one ran).
     final_cutoff: float = float("nan")
     final_location: np.ndarray | None = None
@@ -231,28 +233,18 @@ def robust_start(sample: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, np.n
     return location, _median_scaled(sample - location, scatter)
 
 
-def step_plan(location, scatter, kernel_size2: float, cutoffs, *, point_masses=None) -> PassPlan:
+def step_plan(location, scatter, kernel_size2: float, cutoffs, *, excluded=None) -> PassPlan:
     """The plan of one re-weighting pass: flat-top Mahalanobis kernels.
 
     Kernel ``j`` gives ``exp(min(q_j / (2 c^2) - d^2 / (2 c^2), 0))`` with
     ``d^2`` under ``scatter``: one matrix ``A = Sigma^-1 / c^2`` (its
-    quadratic form is computed once) with offsets ``q_j / (2 c^2)``.  A kernel
-    per point mass follows, centred on it and narrow enough to hold only its
-    rows.
+    quadratic form is computed once) with offsets ``q_j / (2 c^2)``.  Rows
+    holding one of the ``excluded`` (column, value) pairs enter no sums.
     """
     cutoffs = np.atleast_1d(np.asarray(cutoffs, dtype=np.float64))
-    P = precision(scatter)
-    kernels = np.repeat((P / kernel_size2)[None], len(cutoffs), axis=0)
-    offsets = cutoffs / (2 * kernel_size2)
-    if point_masses is None or not len(point_masses):
-        return PassPlan(center=location, kernels=kernels, offsets=offsets)
-    G = len(point_masses)
-    return PassPlan(
-        center=location,
-        kernels=np.concatenate([kernels, np.repeat((P / _POINT_MASS_C2)[None], G, axis=0)]),
-        offsets=np.concatenate([offsets, np.zeros(G)]),
-        kernel_centers=np.concatenate([np.repeat(np.asarray(location, float)[None], len(cutoffs), 0), point_masses]),
-    )
+    kernels = np.repeat((precision(scatter) / kernel_size2)[None], len(cutoffs), axis=0)
+    pairs = () if excluded is None else tuple(map(tuple, excluded))
+    return PassPlan(center=location, kernels=kernels, offsets=cutoffs / (2 * kernel_size2), excluded=pairs)
 
 
 #: ``c^2`` of the fall-off beyond the flat top, in units of ``d^2`` (at
@@ -283,33 +275,43 @@ def _tight_rows(Z: np.ndarray, n_sample: int) -> np.ndarray:
     return np.asarray(counts) >= k
 
 
-#: A row repeated exactly in at least ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)``
-#: and at most ``MAX_POINT_MASS_SHARE * n`` of the n sample rows is a point
-#: mass (a frozen logger repeating its last record): it gets no weight in the
-#: fit and ``is_outlier`` flags it.  A repeated row holding more of the rows
-#: is taken for a regime of the data (an idle sensor reporting exact zeros).
-MAX_POINT_MASS_SHARE = 0.1
+#: A value that one column of the sample holds exactly in at least
+#: ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
+#: ``MAX_REPEATED_SHARE * n`` of the n rows, and ``REPEAT_SPIKE`` times as often
+#: as any of the ``REPEAT_WINDOW`` nearest distinct values on either side in
+#: that column, is a repeated value: a stuck sensor's, or each channel of a
+#: frozen logger's record.  Rows holding one get no weight in the fit and
+#: ``is_outlier`` flags them.  The neighbour rule keeps the natural modes of
+#: quantized channels out (a lattice of integer counts with rare values between
+#: its points: the window reaches past them); a value held by more rows is taken
+#: for a regime of the data (an idle sensor's exact zeros).
+MAX_REPEATED_SHARE = 0.1
+REPEAT_SPIKE = 5.0
+REPEAT_WINDOW = 4
 
-#: ``c^2`` of the kernel that picks out a point mass's rows: rows that differ
-#: from it by more than round-off get weight 0.
-_POINT_MASS_C2 = 1e-12
 
-
-def point_masses(sample: np.ndarray) -> np.ndarray:
-    """Rows repeated exactly in the sample often enough to be a point mass (see above)."""
+def repeated_values(sample: np.ndarray) -> np.ndarray:
+    """``(column, value)`` rows of the sample's repeated values (see above)."""
     n, p = sample.shape
-    if n == 0:
-        return np.empty((0, p))
-    rows, counts = np.unique(sample, axis=0, return_counts=True)
+    found = []
     k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
-    return rows[(counts >= k) & (counts <= MAX_POINT_MASS_SHARE * n)]
+    for column in range(p):
+        values, counts = np.unique(sample[:, column], return_counts=True)
+        if not (counts >= k).any():
+            continue
+        w = REPEAT_WINDOW
+        padded = np.concatenate([np.zeros(w, counts.dtype), counts, np.zeros(w, counts.dtype)])
+        neighbours = np.max([padded[w + s : w + s + len(counts)] for s in (*range(-w, 0), *range(1, w + 1))], axis=0)
+        spike = (counts >= k) & (counts <= MAX_REPEATED_SHARE * n) & (counts >= REPEAT_SPIKE * neighbours)
+        found += [(column, v) for v in values[spike]]
+    return np.array(found, dtype=np.float64).reshape(-1, 2)
 
 
-def in_point_mass(rows: np.ndarray, masses: np.ndarray | None) -> np.ndarray:
-    """True for the rows equal to one of ``masses``."""
+def in_repeated(rows: np.ndarray, repeated: np.ndarray | None) -> np.ndarray:
+    """True for the rows holding one of the ``(column, value)`` pairs of ``repeated``."""
     hit = np.zeros(len(rows), bool)
-    for m in () if masses is None else masses:
-        hit |= np.all(rows == m, axis=1)
+    for column, value in () if repeated is None else repeated:
+        hit |= rows[:, int(column)] == value
     return hit
 
 
@@ -323,7 +325,7 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, cali
     between the two radii, ``q_final`` stops short of it.
     """
     p = max(_rank(state.scatter), 1)
-    Y = sample[~in_point_mass(sample, state.point_masses)] - state.location
+    Y = sample[~in_repeated(sample, state.repeated)] - state.location
     d2 = _mahalanobis2(Y, state.scatter)
     if not np.isfinite(np.median(d2)):
         raise NumericalRangeError(
@@ -358,62 +360,22 @@ def _step(
 
     With ``final``, the same pass also evaluates the final kernel (radius
     ``state.final_cutoff``) from the current state and stores its location
-    and consistent scatter in ``state.final_*``.  Each point mass adds a
-    kernel that picks out its rows; their moments, at the weight the other
-    kernels give that point, are taken out of those kernels' moments.
+    and consistent scatter in ``state.final_*``.
     """
     c2, p = state.kernel_size2, len(state.location)
     cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
-    plan = step_plan(state.location, state.scatter, c2, cutoffs, point_masses=state.point_masses)
-    res = runner.run(plan, label=label)
-    moments = [_without_point_masses(res, j, state, q) for j, q in enumerate(cutoffs)]
+    res = runner.run(step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated), label=label)
     if final:
-        weight, mean, cov = moments[1]
-        state.final_location = mean if fixed_center is None else fixed_center
-        state.final_scatter = _about(cov, mean, fixed_center) * flat_top_consistency(p, c2, cutoffs[1])
-        state.support = float(weight / res.n_rows)
-    weight, mean, cov = moments[0]
-    location = mean if fixed_center is None else fixed_center
-    scatter = _about(cov, mean, fixed_center) * flat_top_consistency(p, c2, cutoffs[0])
+        state.final_location = res.mean[1] if fixed_center is None else fixed_center
+        state.final_scatter = res.covariance(1, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[1])
+        state.support = float(res.weight[1] * np.exp(res.log_scale[1]) / res.n_rows)
+    location = res.mean[0] if fixed_center is None else fixed_center
+    scatter = res.covariance(0, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[0])
     change = _relative_change(state, location, scatter)
     state.location, state.scatter = location, scatter
-    state.core_support = float(weight / res.n_rows)
+    state.core_support = float(res.weight[0] * np.exp(res.log_scale[0]) / res.n_rows)
     state.n_iter += 1
     return res, change
-
-
-def _about(cov: np.ndarray, mean: np.ndarray, center: np.ndarray | None) -> np.ndarray:
-    """A covariance about its mean, moved to ``center`` if given."""
-    if center is None:
-        return cov
-    d = mean - center
-    return cov + np.outer(d, d)
-
-
-def _without_point_masses(res: PassResult, j: int, state: RobustState, cutoff: float):
-    """Weight (over the rows), mean and covariance of kernel ``j`` without the point masses' rows.
-
-    Kernel ``J + g`` of the pass holds the rows of point mass ``g``; kernel
-    ``j`` gave each of them the weight ``w_j(m_g)``.  Their moments are taken
-    out with the pairwise formula of :func:`._block.combine` run backwards.
-    Weights are measured in kernel ``j``'s scale, ``exp(log_scale[j])``.
-    """
-    weight, mean, scatter = res.weight[j], res.mean[j], res.scatter[j]
-    masses = () if state.point_masses is None else state.point_masses
-    J = res.weight.shape[0] - len(masses)
-    for g, m in enumerate(masses):
-        k = J + g
-        d2 = float(_mahalanobis2((m - state.location)[None], state.scatter)[0])
-        factor = np.exp(min((cutoff - d2) / (2 * state.kernel_size2), 0.0) + res.log_scale[k] - res.log_scale[j])
-        w_g = res.weight[k] * factor
-        rest = weight - w_g
-        if not (w_g > 0 and rest > 0):
-            continue
-        rest_mean = (weight * mean - w_g * res.mean[k]) / rest
-        delta = rest_mean - res.mean[k]
-        scatter = scatter - res.scatter[k] * factor - (rest * w_g / weight) * np.outer(delta, delta)
-        weight, mean = rest, rest_mean
-    return weight * np.exp(res.log_scale[j]), mean, scatter / weight
 
 
 def _relative_change(state: RobustState, location, scatter) -> float:
@@ -554,7 +516,7 @@ def fit_robust(
             scatter=scatter,
             kernel_size2=kernel_factor**2 * FALL_OFF2,
             core_support=min(1.0, max(START_FRACTION, (p + 2) / len(sample))),
-            point_masses=point_masses(sample),
+            repeated=repeated_values(sample),
         )
         _iterate_on_sample(state, sample, fixed_center=fixed_center, tol=tol)
         if on_step is not None:

@@ -133,8 +133,9 @@ def test_frozen_logger_gets_no_weight_and_is_flagged():
     Xf = X.copy()
     Xf[frozen] = 2.0 * np.sqrt(10.0) * V[0]  # one plausible record: 2 sd along the first component
     model = MCPCA().fit(Xf)
-    assert len(model.point_masses_) == 1
-    np.testing.assert_array_equal(model.point_masses_[0], Xf[frozen[0]])
+    # each channel of the record is a repeated value
+    assert sorted(model.repeated_values_[:, 0].astype(int)) == list(range(12))
+    np.testing.assert_array_equal(model.repeated_values_[:, 1], Xf[frozen[0]][model.repeated_values_[:, 0].astype(int)])
     flags = np.asarray(model.is_outlier(Xf))
     assert flags[frozen].all()
     clean = np.ones(len(X), bool)
@@ -145,13 +146,36 @@ def test_frozen_logger_gets_no_weight_and_is_flagged():
     assert _top3_angle(model.components_, reference.components_) < 1.0
 
 
-def test_a_repeated_row_holding_many_rows_is_a_regime_not_a_fault():
+def test_stuck_sensor_gets_no_weight_and_is_flagged():
+    """3 % of the rows with one channel stuck at its 99th percentile, the others live."""
+    X, V = cluster_cell(0.0, 0, seed=6)
+    rng = np.random.default_rng(6)
+    stuck = rng.choice(len(X), 3 * len(X) // 100, replace=False)
+    Xf = X.copy()
+    Xf[stuck, 4] = np.quantile(X[:, 4], 0.99)
+    model = MCPCA().fit(Xf)
+    assert model.repeated_values_.tolist() == [[4.0, Xf[stuck[0], 4]]]
+    flags = np.asarray(model.is_outlier(Xf))
+    assert flags[stuck].all()
+    clean = np.ones(len(X), bool)
+    clean[stuck] = False
+    assert _top3_angle(model.components_, MCPCA().fit(X[clean]).components_) < 1.0
+
+
+def test_quantized_channels_have_no_repeated_values():
+    """Integer counts repeat every value; only a spike over its neighbouring values counts."""
+    rng = np.random.default_rng(7)
+    X = np.round(rng.normal(size=(20000, 5)) * [30, 20, 10, 5, 3])
+    assert len(MCPCA().fit(X).repeated_values_) == 0
+
+
+def test_a_repeated_value_holding_many_rows_is_a_regime_not_a_fault():
     """An idle sensor reporting exact zeros for 30 % of the rows is part of the data."""
     rng = np.random.default_rng(4)
     X = rng.normal(size=(5000, 4))
     X[:1500] = 0.0
     model = MCPCA().fit(X)
-    assert len(model.point_masses_) == 0
+    assert len(model.repeated_values_) == 0
     assert np.asarray(model.is_outlier(X))[:1500].sum() == 0
 
 
