@@ -30,7 +30,7 @@ from ._robust import RobustState
 __all__ = ["Checkpoint", "CheckpointMismatchError"]
 
 #: Version 3: the fingerprint holds the columns' ranges; version 4: the robust
-#: state is the calibrated re-weighting (radii, supports, point masses);
+#: state is the calibrated re-weighting (radii, supports, repeated values);
 #: version 5: the states are in the fit's working units (``X * 2**-k``, k
 #: from the first pass, so the same for the same data).  An older file cannot
 #: be checked or holds another estimator's state: refused.
