@@ -42,7 +42,7 @@ sampling error) carry full weight in every step, whatever the data's shape
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -53,7 +53,16 @@ from ._passes import PassResult, PassRunner
 from ._power import spread_directions
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
 
-__all__ = ["RobustState", "robust_start", "fit_robust", "step_plan", "precision", "outlyingness", "SAMPLE_SIZE"]
+__all__ = [
+    "RobustState",
+    "robust_start",
+    "fit_robust",
+    "warm_step",
+    "step_plan",
+    "precision",
+    "outlyingness",
+    "SAMPLE_SIZE",
+]
 
 #: Rows drawn during the first pass for the in-memory robust start.
 SAMPLE_SIZE = 20_000
@@ -294,6 +303,8 @@ def _step(
     fixed_center: np.ndarray | None,
     label: str,
     final: bool = False,
+    sample_rate: float = 0.0,
+    seed: int = 0,
 ) -> tuple[PassResult, float]:
     """One re-weighting step (one pass); updates ``state`` and returns the change.
 
@@ -302,10 +313,13 @@ def _step(
     and consistent scatter in ``state.final_*``.  Each point mass adds a
     kernel that picks out its rows; their moments, at the weight the other
     kernels give that point, are taken out of those kernels' moments.
+    ``sample_rate`` also draws a row sample in the pass (a warm start's).
     """
     c2, p = state.kernel_size2, len(state.location)
     cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
     plan = step_plan(state.location, state.scatter, c2, cutoffs, point_masses=state.point_masses)
+    if sample_rate > 0:
+        plan = replace(plan, sample_rate=sample_rate, seed=seed)
     res = runner.run(plan, label=label)
     moments = [_without_point_masses(res, j, state, q) for j, q in enumerate(cutoffs)]
     if final:
@@ -422,6 +436,43 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
     state.cutoff, state.final_cutoff = _cutoffs(state, sample, state.core_support * len(sample))
     state.n_iter = 0
     state.rate = float("nan")
+
+
+def warm_step(
+    runner: PassRunner,
+    state: RobustState,
+    *,
+    fixed_center: np.ndarray | None,
+    sample_rate: float,
+    seed: int = 0,
+    final_step: bool = True,
+) -> tuple[PassResult, RobustState]:
+    """The first full-data step of a warm start, from a previous fit's ``state``.
+
+    No start and no sample stage: the previous fit's location, scatter and
+    radii go straight into a full-data step, which also draws the row sample
+    (so the pass gives the new data's row count and the sample that the
+    outlier cutoff is calibrated on).  The radii and point masses are then
+    recalibrated on the new sample, as a cold fit sets them after its sample
+    stage, and :func:`fit_robust` continues from the returned state (the
+    pass's result is returned too, with the sample).  A
+    refit of an archive grown by rows like the old ones typically stops
+    after one more pass (``tests/test_mcpca.py``).
+    """
+    state = replace(state, n_iter=0, converged=False, last_change=float("nan"), rate=float("nan"))
+    res, change = _step(
+        runner,
+        state,
+        fixed_center=fixed_center,
+        label="warm step 1",
+        final=final_step,
+        sample_rate=sample_rate,
+        seed=seed,
+    )
+    state.last_change = change
+    state.point_masses = point_masses(res.sample)
+    state.cutoff, state.final_cutoff = _cutoffs(state, res.sample, state.core_support * len(res.sample))
+    return res, state
 
 
 def fit_robust(
