@@ -154,8 +154,11 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
         E = np.empty((plan.n_kernels, n), dtype=Y.dtype)
         offsets = np.zeros(plan.n_kernels) if plan.offsets is None else plan.offsets
         centers = plan.kernel_centers
+        wider = np.zeros(plan.n_kernels, bool)  # same quadratic form as kernel j - 1, wider flat top
         for j, A in enumerate(plan.kernels):
             same_center = centers is None or j == 0 or np.array_equal(centers[j], centers[j - 1])
+            wider[j] = j > 0 and same_center and np.array_equal(A, plan.kernels[j - 1])
+            wider[j] &= offsets[j] >= offsets[j - 1]
             if j == 0 or not (same_center and np.array_equal(A, plan.kernels[j - 1])):
                 # y_k^T A y_k, reused by equal kernels; about the kernel's own centre
                 Yj = Y if centers is None else Y - (centers[j] - plan.center).astype(Y.dtype)
@@ -166,13 +169,14 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
             E[j] += offsets[j]
         np.minimum(E, 0.0, out=E)
         log_scale = E.max(axis=1).astype(np.float64)
+        wider[1:] &= log_scale[:-1] == 0
         if np.any(log_scale):
             E -= log_scale.astype(Y.dtype)[:, None]
         # Weights below exp(LOG_TINY) would be subnormal, which slows the GEMM
         # many times over; they are far below the round-off of the sums.
         E[E < _LOG_TINY[Y.dtype.type]] = -np.inf
         G = np.exp(E, out=E)
-    weight, wsum, scatter = _weighted_sums(Y, G)
+    weight, wsum, scatter = _weighted_sums(Y, G, wider=None if G is None else wider)
     rel_mean = wsum / weight[:, None]
     scatter -= weight[:, None, None] * rel_mean[:, :, None] * rel_mean[:, None, :]
     return {
@@ -195,33 +199,56 @@ _LOG_TINY = {np.float32: -80.0, np.float64: -700.0}
 GEMM_ROWS = 4096
 
 
-def _weighted_sums(Y: np.ndarray, G: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _weighted_sums(
+    Y: np.ndarray, G: np.ndarray | None, *, wider: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per kernel j: ``sum_k G_jk``, ``sum_k G_jk y_k`` and ``sum_k G_jk y_k y_k^T`` in float64.
 
-    One GEMM per ``GEMM_ROWS`` rows for all kernels: the rows weighted by
+    One GEMM per ``GEMM_ROWS`` rows for the kernels: the rows weighted by
     each kernel, side by side (n x Jp), times the rows.  ``G=None``: unit
     weights, one kernel (a moments pass).
+
+    A kernel marked ``wider`` has the quadratic form of kernel ``j - 1``
+    and a wider flat top, and kernel ``j - 1`` has a row inside its flat top
+    (its log-scale is 0), so ``G_j >= G_(j-1)`` and they differ only on the
+    rows outside kernel ``j - 1``'s flat top (``G_(j-1) < 1``): its sums are
+    kernel ``j - 1``'s plus those rows' ``G_j - G_(j-1)`` terms, which are
+    non-negative (no cancellation).  The final kernel of a robust step is
+    such a kernel, so a step costs one weighted GEMM and a small one.
     """
     n, p = Y.shape
     J = 1 if G is None else G.shape[0]
-    weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J * p, p))
-    W = np.empty((min(n, GEMM_ROWS), J * p), dtype=Y.dtype)
+    weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
+    own = np.arange(J) if wider is None else np.flatnonzero(~wider)
+    K = len(own)
+    W = np.empty((min(n, GEMM_ROWS), K * p), dtype=Y.dtype)
     for start in range(0, n, GEMM_ROWS):
         y = Y[start : start + GEMM_ROWS]
         if G is None:
-            wsum += y.sum(axis=0, dtype=np.float64)
-            scatter += y.T @ y
+            wsum[0] += y.sum(axis=0, dtype=np.float64)
+            scatter[0] += y.T @ y
             continue
         g = G[:, start : start + GEMM_ROWS]
         weight += g.sum(axis=1, dtype=np.float64)
         wsum += g @ y
         w = W[: len(y)]
-        for j in range(J):
-            np.multiply(y, g[j][:, None], out=w[:, j * p : (j + 1) * p])
-        scatter += w.T @ y
+        if K == 1:  # (sqrt(g) y)^T (sqrt(g) y): numpy makes it a SYRK, half the GEMM's work
+            np.multiply(y, np.sqrt(g[own[0]])[:, None], out=w)
+            scatter[own[0]] += w.T @ w
+        else:
+            for k, j in enumerate(own):
+                np.multiply(y, g[j][:, None], out=w[:, k * p : (k + 1) * p])
+            scatter[own] += (w.T @ y).reshape(K, p, p)
+        for j in np.flatnonzero(wider) if wider is not None else ():
+            rows = np.flatnonzero(g[j - 1] < 1)
+            if len(rows):
+                yr = y[rows]
+                scatter[j] += (yr * (g[j, rows] - g[j - 1, rows])[:, None]).T @ yr
     if G is None:
         weight[0] = n
-    return weight, wsum, scatter.reshape(J, p, p)
+    for j in np.flatnonzero(wider) if wider is not None else ():
+        scatter[j] += scatter[j - 1]
+    return weight, wsum, scatter
 
 
 def _work_dtype(dtype: np.dtype, plan: PassPlan) -> type:
