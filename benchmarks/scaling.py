@@ -104,44 +104,50 @@ def measure(what: str, path, address: str | None = None) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _alternate(path, repeats: int, address=None) -> dict:
-    runs = {"fit": [], "xtx": []}
+def _alternate(paths, repeats: int, address=None) -> list[dict]:
+    """Fit and X^T X pass of each store in ``paths``, all of them rotated round-robin ``repeats`` times."""
+    jobs = [(i, what) for i in range(len(paths)) for what in ("fit", "xtx")]
+    runs = {job: [] for job in jobs}
     for r in range(repeats):
-        for what in ("fit", "xtx") if r % 2 == 0 else ("xtx", "fit"):
-            runs[what].append(measure(what, path, address))
-    fit, xtx = runs["fit"], runs["xtx"]
+        for job in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
+            runs[job].append(measure(job[1], paths[job[0]], address))
     med = statistics.median
-    return {
-        "fit_s": med(f["seconds"] for f in fit),
-        "xtx_s": med(x["seconds"] for x in xtx),
-        "non_pass_s": med(f["seconds"] - f["in_passes"] for f in fit),
-        "peak": max(f["peak"] for f in fit),
-        "baseline": fit[0]["baseline"],
-        **{k: fit[0][k] for k in ("n_passes", "n_partial_reads", "n_blocks_read", "n_blocks")},
-    }
+    out = []
+    for i in range(len(paths)):
+        fit, xtx = runs[(i, "fit")], runs[(i, "xtx")]
+        out.append({
+            "fit_s": med(f["seconds"] for f in fit),
+            "xtx_s": med(x["seconds"] for x in xtx),
+            "fit_runs": [f["seconds"] for f in fit],
+            "non_pass_s": med(f["seconds"] - f["in_passes"] for f in fit),
+            "peak": max(f["peak"] for f in fit),
+            "baseline": fit[0]["baseline"],
+            **{k: fit[0][k] for k in ("n_passes", "n_partial_reads", "n_blocks_read", "n_blocks")},
+        })
+    return out
 
 
 def run_scaling(a) -> dict:
     res = {"rows": [], "cols": [], "workers": [], "load": [os.getloadavg()[0]]}
-    for dtype, rows in (("float64", a.rows), ("float32", a.rows32)):
-        for n in rows:
-            info = make_store(n, 10, dtype=dtype)
-            r = _alternate(info.path, a.repeats if n <= 20_000_000 else 1)
-            res["rows"].append({"n": n, "dtype": dtype, **r})
-            print("rows", n, dtype, r, flush=True)
+    for n in sorted(set(a.rows) | set(a.rows32)):  # both dtypes of one size alternate with each other
+        dtypes = [d for d, rows in (("float64", a.rows), ("float32", a.rows32)) if n in rows]
+        paths = [make_store(n, 10, dtype=d).path for d in dtypes]
+        for d, r in zip(dtypes, _alternate(paths, a.repeats if n <= 20_000_000 else 1), strict=True):
+            res["rows"].append({"n": n, "dtype": d, **r})
+            print("rows", n, d, r, flush=True)
     for p in a.cols:
         info = make_store(a.p_rows, p, chunk_rows=max(1000, CHUNK_BYTES // (8 * p)))
-        r = _alternate(info.path, a.repeats)
+        (r,) = _alternate([info.path], a.repeats)
         res["cols"].append({"p": p, "n": a.p_rows, **r})
         print("cols", p, r, flush=True)
     if a.workers:
         from _cluster import ProcessCluster
 
         info = make_store(a.worker_rows, 10)
-        res["workers"].append({"workers": "threads (2)", **_alternate(info.path, a.repeats)})
+        res["workers"].append({"workers": "threads (2)", **_alternate([info.path], a.repeats)[0]})
         for k in a.workers:
             with tempfile.TemporaryDirectory() as tmp, ProcessCluster(tmp, n_workers=k, memory_limit="4GiB") as c:
-                r = _alternate(info.path, a.repeats, c.address)
+                (r,) = _alternate([info.path], a.repeats, c.address)
             res["workers"].append({"workers": k, **r})
             print("workers", k, r, flush=True)
     res["load"].append(os.getloadavg()[0])
@@ -171,6 +177,11 @@ def report(res: dict, command: str) -> str:
             f"{r['fit_s'] / r['xtx_s']:.2f} | {r['n_passes']} | {r['n_partial_reads']} ({r['n_blocks_read']}) | "
             f"{r['non_pass_s']:.2f} | {_mib(r['peak'])} | {_mib(r['baseline'])} |"
         )
+    for n in sorted({r["n"] for r in res["rows"]}):
+        both = {r["dtype"]: r for r in res["rows"] if r["n"] == n}
+        if len(both) == 2:
+            ratio = both["float64"]["fit_s"] / both["float32"]["fit_s"]
+            lines.append(f"\n{n:,} rows: float64 fit / float32 fit = **{ratio:.2f}** (alternated in one run).")
     if res["cols"]:
         lines += [
             "",
