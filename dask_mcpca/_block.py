@@ -48,6 +48,20 @@ Moments
 Weighted moments are kept as (total weight, weighted mean, scatter about that
 mean) and merged with the pairwise formula of Chan, Golub and LeVeque, so no
 large uncentred sum is ever formed.
+
+Precision
+---------
+float32 rows are shifted, weighted and multiplied in float32 (twice the
+arithmetic rate and half the bytes of float64), in GEMMs of ``GEMM_ROWS``
+rows whose results are added in float64, as are all sums across GEMMs,
+sub-blocks and blocks: a float32 fit gives the float64 fit of the same values
+to float32 round-off (``tests/test_mcpca.py``).  The float32 rows are in
+working units too (the centre, rounded to float32 in the data's units, is
+subtracted, then the power of two applied); finiteness is still judged on
+the values as stored.  A sub-block whose float32 working rows would overflow
+where float64 ones do not (a finite row becoming inf), or a kernel beyond
+float32's range, is done in float64, so ``n_far`` and the weights are those
+of the float64 pass.
 """
 
 from __future__ import annotations
@@ -58,8 +72,9 @@ import numpy as np
 
 __all__ = ["PassPlan", "block_stats", "combine"]
 
-#: Rows handled at once inside a block: bounds the temporaries of a task.
-SUB_BLOCK_ROWS = 65_536
+#: Rows handled at once inside a block: bounds the temporaries of a task and
+#: keeps them in cache (32,768 rows ran 10-25 % faster than 65,536 at p = 10).
+SUB_BLOCK_ROWS = 32_768
 
 #: ``unit_exp`` of an empty moments result: any unit, its weight is 0.
 _NO_UNIT = -(2**20)
@@ -151,45 +166,54 @@ def _empty(plan: PassPlan, p: int) -> dict:
 
 
 def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
-    """Moments of the finite float64 rows ``Y = X - shift`` under each kernel.
+    """Moments of the finite rows ``Y = X - shift`` under each kernel.
 
     For kernel passes ``shift`` is the kernels' centre c; for a moments pass
     it is a row of the sub-block, so the raw sums below never cancel badly.
     Both are in the units of ``Y``.
-    The scatter is formed as ``sum g y y^T - w m m^T`` (one GEMM, no centred
-    copy of the rows): ``y`` is measured from a point near the weighted mean.
+    The scatter is formed as ``sum g y y^T - w m m^T`` (no centred copy of
+    the rows): ``y`` is measured from a point near the weighted mean.
+
+    ``Y`` is float32 for float32 data: the products are then float32 and
+    their sums float64 (:func:`_weighted_sums`).  Equal kernels share one
+    quadratic form, and all kernels one weighted GEMM.
     """
     n, p = Y.shape
     if plan.kernels is None:
-        weight = np.array([float(n)])
+        G = None
         log_scale = np.zeros(1)
-        rel_mean = Y.sum(axis=0)[None] / n
-        scatter = (Y.T @ Y)[None]
     else:
         J = plan.n_kernels
-        log_scale, weight = np.empty(J), np.empty(J)
-        rel_mean, scatter = np.empty((J, p)), np.empty((J, p, p))
+        E = np.empty((J, n), dtype=Y.dtype)
         offsets = np.zeros(J) if plan.offsets is None else plan.offsets
+        wider = np.zeros(J, bool)  # same quadratic form as kernel j - 1, wider flat top
         for j, A in enumerate(plan.kernels):
-            if j == 0 or not np.array_equal(A, plan.kernels[j - 1]):
-                quad = np.einsum("ij,ij->i", Y @ A, Y)  # y_k^T A y_k, reused by equal kernels
-                # Overflow (inf, or inf - inf = NaN) only for rows ~1e150
-                # spreads away: infinitely far, weight 0.
+            same = j > 0 and np.array_equal(A, plan.kernels[j - 1])
+            wider[j] = same and offsets[j] >= offsets[j - 1]
+            if not same:
+                quad = np.einsum("ij,ij->i", Y @ A.astype(Y.dtype), Y)  # y_k^T A y_k, reused by equal kernels
+                # Overflow (inf, or inf - inf = NaN) only for rows far beyond
+                # any kernel's reach: infinitely far, weight 0.
                 quad[np.isnan(quad)] = np.inf
             # e_k = z - 1/2 y_k^T A y_k, capped at 0 (for z = 0, A is PSD and
             # positive values are round-off).
-            e = -0.5 * quad
-            e += offsets[j]
-            np.minimum(e, 0.0, out=e)
-            log_scale[j] = e.max()
-            if log_scale[j] == -np.inf:  # every row infinitely far
-                weight[j], rel_mean[j], scatter[j] = 0.0, 0.0, 0.0
-                continue
-            g = np.exp(e - log_scale[j], out=e)
-            weight[j] = g.sum()
-            rel_mean[j] = (g @ Y) / weight[j]
-            scatter[j] = (Y * g[:, None]).T @ Y
+            np.multiply(quad, -0.5, out=E[j])
+            E[j] += offsets[j]
+        np.minimum(E, 0.0, out=E)
+        log_scale = E.max(axis=1).astype(np.float64)
+        wider[1:] &= log_scale[:-1] == 0
+        live = np.isfinite(log_scale)  # -inf: every row infinitely far, weight 0
+        if np.any(log_scale[live]):
+            E[live] -= log_scale[live].astype(Y.dtype)[:, None]
+        # Weights below exp(LOG_TINY) would be subnormal, which slows the GEMM
+        # many times over; they are far below the round-off of the sums.
+        E[E < _LOG_TINY[Y.dtype.type]] = -np.inf
+        G = np.exp(E, out=E)
+    weight, wsum, scatter = _weighted_sums(Y, G, wider=None if G is None else wider)
+    dead = weight == 0  # a kernel whose rows are all infinitely far
+    rel_mean = wsum / np.where(dead, 1.0, weight)[:, None]
     scatter -= weight[:, None, None] * rel_mean[:, :, None] * rel_mean[:, None, :]
+    scatter[dead] = 0.0
     return {
         "n_rows": n,
         "n_nonfinite": 0,
@@ -200,6 +224,83 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
         "mean": rel_mean + shift,
         "scatter": scatter,
     }
+
+
+#: Exponents below which a weight is set to 0 (exp would be subnormal).
+_LOG_TINY = {np.float32: -80.0, np.float64: -700.0}
+
+#: Rows per GEMM of the weighted sums: float32 products accumulate in float32
+#: within one GEMM, so a short GEMM bounds their round-off (at worst about
+#: ``GEMM_ROWS * 2^-24`` relative, typically its square root of that); the
+#: GEMMs' results add in float64.  It also keeps a GEMM's operands in cache.
+GEMM_ROWS = 4096
+
+
+def _weighted_sums(
+    Y: np.ndarray, G: np.ndarray | None, *, wider: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per kernel j: ``sum_k G_jk``, ``sum_k G_jk y_k`` and ``sum_k G_jk y_k y_k^T`` in float64.
+
+    One GEMM per ``GEMM_ROWS`` rows for the kernels: the rows weighted by
+    each kernel, side by side (n x Jp), times the rows.  ``G=None``: unit
+    weights, one kernel (a moments pass).
+
+    A kernel marked ``wider`` has the quadratic form of kernel ``j - 1``
+    and a wider flat top, and kernel ``j - 1`` has a row inside its flat top
+    (its log-scale is 0), so ``G_j >= G_(j-1)`` and they differ only on the
+    rows outside kernel ``j - 1``'s flat top (``G_(j-1) < 1``): its sums are
+    kernel ``j - 1``'s plus those rows' ``G_j - G_(j-1)`` terms, which are
+    non-negative (no cancellation).  The final kernel of a robust step is
+    such a kernel, so a step costs one weighted GEMM and a small one.
+    """
+    n, p = Y.shape
+    J = 1 if G is None else G.shape[0]
+    weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
+    own = np.arange(J) if wider is None else np.flatnonzero(~wider)
+    K = len(own)
+    W = np.empty((min(n, GEMM_ROWS), K * p), dtype=Y.dtype)
+    for start in range(0, n, GEMM_ROWS):
+        y = Y[start : start + GEMM_ROWS]
+        if G is None:
+            wsum[0] += y.sum(axis=0, dtype=np.float64)
+            scatter[0] += y.T @ y
+            continue
+        g = G[:, start : start + GEMM_ROWS]
+        weight += g.sum(axis=1, dtype=np.float64)
+        wsum += g @ y
+        w = W[: len(y)]
+        if K == 1:  # (sqrt(g) y)^T (sqrt(g) y): numpy makes it a SYRK, half the GEMM's work
+            np.multiply(y, np.sqrt(g[own[0]])[:, None], out=w)
+            scatter[own[0]] += w.T @ w
+        else:
+            for k, j in enumerate(own):
+                np.multiply(y, g[j][:, None], out=w[:, k * p : (k + 1) * p])
+            scatter[own] += (w.T @ y).reshape(K, p, p)
+        for j in np.flatnonzero(wider) if wider is not None else ():
+            rows = np.flatnonzero(g[j - 1] < 1)
+            if len(rows):
+                yr = y[rows]
+                scatter[j] += (yr * (g[j, rows] - g[j - 1, rows])[:, None]).T @ yr
+    if G is None:
+        weight[0] = n
+    for j in np.flatnonzero(wider) if wider is not None else ():
+        scatter[j] += scatter[j - 1]
+    return weight, wsum, scatter
+
+
+#: Largest kernel entry (working units) multiplied in float32; beyond it the
+#: pass works in float64 (a quadratic form could overflow float32 for near rows).
+_F32_KERNEL_MAX = 2.0**60
+
+
+def _work_dtype(dtype: np.dtype, plan: PassPlan) -> type:
+    """float32 for float32 rows (the products then run at float32 speed; sums are
+    float64), unless a kernel is beyond float32's comfortable range."""
+    if dtype != np.float32:
+        return np.float64
+    if plan.kernels is not None and not np.all(np.abs(plan.kernels) <= _F32_KERNEL_MAX):
+        return np.float64
+    return np.float32
 
 
 def _finite_rows(Y: np.ndarray) -> np.ndarray | None:
@@ -223,20 +324,39 @@ def _top_exponent(Y: np.ndarray) -> int:
     return int(np.frexp(top)[1]) if top > 0 else 0
 
 
-def _excluded_rows(X64: np.ndarray, plan: PassPlan) -> np.ndarray:
-    """Rows holding one of the plan's excluded values (compared exactly, in working units)."""
-    hit = np.zeros(len(X64), bool)
+def _excluded_rows(X: np.ndarray, plan: PassPlan) -> np.ndarray:
+    """Rows holding one of the plan's excluded values (compared exactly, in working units).
+
+    ``X`` is as stored (float32 or float64); the column is compared in float64,
+    where float32 values and their power-of-two scaling are exact.
+    """
+    hit = np.zeros(len(X), bool)
     for column, value in plan.excluded:
-        hit |= np.ldexp(X64[:, column], -plan.unit_exp) == value
+        hit |= np.ldexp(np.asarray(X[:, column], dtype=np.float64), -plan.unit_exp) == value
     return hit
 
 
-def _working_rows(X64: np.ndarray, plan: PassPlan):
-    """Rows of a kernel pass in working units, and the mask of the rows that stay finite there."""
+def _working_rows(X: np.ndarray, plan: PassPlan):
+    """Rows of a kernel pass in working units, the mask of the rows that stay
+    finite there, and the centre as subtracted (working units, float64).
+
+    ``X`` is as stored, float64 or float32; float32 rows stay float32 (the
+    centre is rounded to float32 in the data's units, and that rounded centre
+    is the returned shift, so the moments' bookkeeping is exact).  If a
+    finite float32 row overflows in float32 working units, the sub-block is
+    redone in float64 (main's semantics: only rows ~1e150 spreads away are far).
+    """
     with np.errstate(over="ignore", invalid="ignore"):
         center = np.ldexp(plan.center, plan.unit_exp)  # in data units (within the data's range)
-        Y = np.ldexp(X64 - center, -plan.unit_exp)
-        return Y, _finite_rows(Y)
+        if X.dtype == np.float32:
+            c32 = center.astype(np.float32)
+            Y = np.ldexp(X - c32, -plan.unit_exp)  # float32, one rounding
+            near = _finite_rows(Y)
+            if near is None:
+                return Y, None, np.ldexp(c32.astype(np.float64), -plan.unit_exp)
+            X = X.astype(np.float64)
+        Y = np.ldexp(X - center, -plan.unit_exp)
+        return Y, _finite_rows(Y), plan.center
 
 
 def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
@@ -245,8 +365,10 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
     Parameters
     ----------
     X : ndarray of shape (n_block, p)
-        One row block, any float dtype; it is read once and cast to float64
-        one sub-block at a time (the caller's array is never modified).
+        One row block, any float dtype; it is read once and shifted one
+        sub-block at a time into float32 (float32 data) or float64 (any
+        other) working rows; the sums are float64 (the caller's array is
+        never modified).
     plan : PassPlan
         The kernels and options of this pass.
     row_offset : int
@@ -264,40 +386,43 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
     """
     X = np.asarray(X)
     p = X.shape[1]
+    work = _work_dtype(X.dtype, plan)
     result = _empty(plan, p)
     samples = []
     for start in range(0, X.shape[0], SUB_BLOCK_ROWS):
         sub = X[start : start + SUB_BLOCK_ROWS]
-        X64 = np.asarray(sub, dtype=np.float64)
-        n_seen = X64.shape[0]
-        finite = _finite_rows(X64)  # on the values as stored
+        Xs = np.asarray(sub, dtype=work)  # as stored: float32 stays float32, any other dtype is cast to float64
+        n_seen = Xs.shape[0]
+        finite = _finite_rows(Xs)  # on the values as stored
         n_bad = 0 if finite is None else int(n_seen - finite.sum())
         if plan.sample_rate > 0:
             rows = np.arange(row_offset + start, row_offset + start + n_seen)
             keep = _row_uniforms(rows, plan.seed) < plan.sample_rate
             if finite is not None:
                 keep &= finite
-            samples.append(np.array(X64[keep]))  # the rows as stored, exactly
-        good = X64 if finite is None else X64[finite]
+            samples.append(np.array(Xs[keep], dtype=np.float64))  # the rows as stored, exactly
+        good = Xs if finite is None else Xs[finite]
         n_far = 0
         if plan.kernels is None:
             # measured from the sub-block's first row (its finite entries), so
             # the sums below never cancel badly; |Y| <= 2 in this unit
-            first = np.where(np.isfinite(X64[0]), X64[0], 0.0) if n_seen else np.zeros(p)
+            first = np.where(np.isfinite(Xs[0]), Xs[0], 0).astype(np.float64) if n_seen else np.zeros(p)
             unit = max(_top_exponent(good), _top_exponent(first))
-            shift = np.ldexp(first, -unit)
-            Y = np.ldexp(good, -unit) - shift
+            shift = np.ldexp(first, -unit).astype(work)
+            Y = np.ldexp(good, -unit)  # in the work dtype (exact, barring float32 underflow)
+            Y -= shift
+            shift = shift.astype(np.float64)  # as subtracted
         else:
-            unit, shift = 0, plan.center
+            unit = 0
             if plan.excluded:
                 good = good[~_excluded_rows(good, plan)]
-            Y, near = _working_rows(good, plan)
+            Y, near, shift = _working_rows(good, plan)
             if near is not None:
                 Y, n_far = Y[near], int(len(near) - near.sum())
         with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
             part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
         if plan.kernels is None and len(good):
-            part["col_min"], part["col_max"] = good.min(axis=0), good.max(axis=0)
+            part["col_min"], part["col_max"] = good.min(axis=0).astype(np.float64), good.max(axis=0).astype(np.float64)
             part["unit_exp"] = unit
         part["n_rows"] = n_seen - n_bad
         part["n_nonfinite"] = n_bad

@@ -23,13 +23,45 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 from ._block import PassPlan, block_stats, combine
 from ._progress import PassProgress
 
-__all__ = ["PassRunner", "PassResult", "NonFiniteRowsError", "NumericalRangeError", "single_threaded_blas"]
+__all__ = [
+    "PassRunner",
+    "PassResult",
+    "NonFiniteRowsError",
+    "NumericalRangeError",
+    "single_threaded_blas",
+    "spread_blocks",
+]
 
 #: Rows per slice when numpy input is processed without a graph.
 NUMPY_BLOCK_ROWS = 262_144
 
 #: Width of the tree reduction (partial results merged per combine task).
 SPLIT_EVERY = 8
+
+#: A store of at least this many row blocks draws the robust start's row
+#: sample from a spread of its blocks (:func:`spread_blocks`) instead of a
+#: full pass; fewer blocks are read fully.
+PARTIAL_MIN_BLOCKS = 16
+
+#: The spread: this share of the blocks, at least ``SPREAD_MIN_BLOCKS`` and
+#: at most ``SPREAD_MAX_BLOCKS`` of them.
+SPREAD_SHARE = 0.125
+SPREAD_MIN_BLOCKS = 8
+SPREAD_MAX_BLOCKS = 32
+
+
+def spread_blocks(n_blocks: int) -> np.ndarray | None:
+    """Row blocks to read for the row sample, evenly spread; None: read all (a full pass).
+
+    Block ``i`` of ``m`` is the middle block of the ``i``-th of ``m`` equal
+    runs of blocks, so that a time-ordered archive is sampled at ``m`` evenly
+    spaced times: an operating regime or a run of faults that lasts longer
+    than ``n_blocks / m`` blocks is in the sample.
+    """
+    if n_blocks < PARTIAL_MIN_BLOCKS:
+        return None
+    m = min(SPREAD_MAX_BLOCKS, max(SPREAD_MIN_BLOCKS, int(np.ceil(SPREAD_SHARE * n_blocks))))
+    return np.unique(((np.arange(m) + 0.5) * n_blocks / m).astype(int))
 
 
 @dataclass
@@ -165,6 +197,9 @@ class PassRunner:
         self.nan_policy = nan_policy
         self.progress = progress
         self.n_passes = 0
+        self.n_partial_reads = 0  # reads of some blocks only (the row sample's)
+        self.n_blocks_read = 0  # blocks read by them
+        self.n_usable_rows = None  # finite rows seen by the last full pass
         self.n_rows, self.n_features = X.shape
         self.is_dask = isinstance(X, da.Array)
         self.n_blocks = len(X.chunks[0]) if self.is_dask else -(-self.n_rows // NUMPY_BLOCK_ROWS)
@@ -177,8 +212,17 @@ class PassRunner:
             self._blocks = list(self.X.to_delayed(optimize_graph=True)[:, 0])
         return self._blocks
 
-    def run(self, plan: PassPlan, *, label: str = "") -> PassResult:
+    def block_rows(self) -> np.ndarray:
+        """Rows of each row block."""
+        if self.is_dask:
+            return np.asarray(self.X.chunks[0])
+        return np.diff(np.minimum(np.arange(self.n_blocks + 1) * NUMPY_BLOCK_ROWS, self.n_rows))
+
+    def run(self, plan: PassPlan, *, label: str = "", blocks: np.ndarray | None = None) -> PassResult:
         """Make one full pass with ``plan`` and return its merged statistics.
+
+        ``blocks`` (indices of row blocks) reads only those: a partial read,
+        counted in ``n_partial_reads`` and ``n_blocks_read``, not in ``n_passes``.
 
         A kernel pass runs in this runner's working units (``unit_exp``) and
         its result is checked: a kernel without weight, or a non-finite mean
@@ -186,22 +230,27 @@ class PassRunner:
         """
         if plan.kernels is not None:
             plan = replace(plan, unit_exp=self.unit_exp)
-        with PassProgress(self, label, enabled=self.progress) as bar:
+        chosen = range(self.n_blocks) if blocks is None else [int(b) for b in blocks]
+        offsets = np.concatenate([[0], np.cumsum(self.block_rows())[:-1]])
+        with PassProgress(self, label, enabled=self.progress, total=len(chosen)) as bar:
             if self.is_dask:
                 plan_d = dask.delayed(plan, pure=True)
-                offsets = np.concatenate([[0], np.cumsum(self.X.chunks[0])[:-1]])
-                parts = [
-                    dask.delayed(_block_task, pure=True)(b, plan_d, int(off))
-                    for off, b in zip(offsets, self._dask_blocks(), strict=True)
-                ]
+                all_blocks = self._dask_blocks()
+                parts = [dask.delayed(_block_task, pure=True)(all_blocks[i], plan_d, int(offsets[i])) for i in chosen]
                 stats = bar.compute(_tree_reduce(parts, SPLIT_EVERY), blocks=parts)
             else:
                 stats = None
-                for start in range(0, self.n_rows, NUMPY_BLOCK_ROWS):
+                for i in chosen:
+                    start = int(offsets[i])
                     part = block_stats(self.X[start : start + NUMPY_BLOCK_ROWS], plan, start)
                     stats = part if stats is None else combine(stats, part)
                     bar.advance(1)
-        self.n_passes += 1
+        if blocks is None:
+            self.n_passes += 1
+            self.n_usable_rows = int(stats["n_rows"])
+        else:
+            self.n_partial_reads += 1
+            self.n_blocks_read += len(chosen)
         if stats["n_nonfinite"] and self.nan_policy == "raise":
             raise NonFiniteRowsError(
                 f"{stats['n_nonfinite']} of {self.n_rows} rows hold NaN or inf; "

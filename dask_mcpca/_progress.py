@@ -98,14 +98,16 @@ class PassProgress(Callback):
     enabled : bool, default=True
         False draws nothing (``compute`` still computes).
     stream : file-like, default=sys.stderr
+    total : int, optional
+        Blocks the pass reads (default: all of the runner's).
     """
 
-    def __init__(self, runner, label: str, *, enabled: bool = True, stream=None):
+    def __init__(self, runner, label: str, *, enabled: bool = True, stream=None, total: int | None = None):
         super().__init__()
         self.runner, self.label, self.enabled = runner, label, enabled
         self.stream = stream if stream is not None else sys.stderr
         self.done = 0
-        self.total = max(1, runner.n_blocks)
+        self.total = max(1, runner.n_blocks if total is None else total)
         self._block_keys: frozenset = frozenset()
         self._last_draw = -float("inf")
         isatty = getattr(self.stream, "isatty", None)

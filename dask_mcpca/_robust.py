@@ -43,7 +43,7 @@ sampling error) carry full weight in every step, whatever the data's shape
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -58,6 +58,8 @@ __all__ = [
     "RobustState",
     "robust_start",
     "fit_robust",
+    "warm_step",
+    "state_in_units",
     "step_plan",
     "precision",
     "outlyingness",
@@ -181,7 +183,10 @@ def outlyingness(sample: np.ndarray, *, n_directions: int = N_DIRECTIONS, seed: 
     """
     n, p = sample.shape
     centred = sample - sample.mean(axis=0)
-    order = np.lexsort((*centred.T[::-1], np.einsum("ij,ij->i", centred, centred)))
+    norm2 = np.einsum("ij,ij->i", centred, centred)
+    order = np.argsort(norm2, kind="stable")
+    if np.any(np.diff(norm2[order]) == 0):  # ties (repeated rows): broken by the columns, in order
+        order = np.lexsort((*centred.T[::-1], norm2))
     rows = centred[order]
     rng = np.random.default_rng(seed)
     i, j = rng.integers(0, n, n_directions), rng.integers(0, n, n_directions)
@@ -355,16 +360,22 @@ def _step(
     fixed_center: np.ndarray | None,
     label: str,
     final: bool = False,
+    sample_rate: float = 0.0,
+    seed: int = 0,
 ) -> tuple[PassResult, float]:
     """One re-weighting step (one pass); updates ``state`` and returns the change.
 
     With ``final``, the same pass also evaluates the final kernel (radius
     ``state.final_cutoff``) from the current state and stores its location
-    and consistent scatter in ``state.final_*``.
+    and consistent scatter in ``state.final_*``.  ``sample_rate`` also draws
+    a row sample in the pass (a warm start's).
     """
     c2, p = state.kernel_size2, len(state.location)
     cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
-    res = runner.run(step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated), label=label)
+    plan = step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated)
+    if sample_rate > 0:
+        plan = replace(plan, sample_rate=sample_rate, seed=seed)
+    res = runner.run(plan, label=label)
     if final:
         state.final_location = res.mean[1] if fixed_center is None else fixed_center
         state.final_scatter = res.covariance(1, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[1])
@@ -378,18 +389,36 @@ def _step(
     return res, change
 
 
+def _about(cov: np.ndarray, mean: np.ndarray, center: np.ndarray | None) -> np.ndarray:
+    """A covariance about its mean, moved to ``center`` if given."""
+    if center is None:
+        return cov
+    d = mean - center
+    return cov + np.outer(d, d)
+
+
+def _spectral_norm(M: np.ndarray) -> float:
+    """``||M||_2`` of a symmetric matrix: its largest absolute eigenvalue (no SVD)."""
+    return float(np.abs(np.linalg.eigvalsh((M + M.T) / 2)).max())
+
+
 def _relative_change(state: RobustState, location, scatter) -> float:
     """Largest change of the fit, measured in the metric of the old scatter."""
     w, V = spread_directions(state.scatter)
     if not len(w):
         return 0.0
     W = V / np.sqrt(w)
+    return _change_in_metric(W, state.location, location, scatter)
+
+
+def _change_in_metric(W: np.ndarray, old_location, location, scatter) -> float:
+    """``||W^T S W - I||_2 + ||W^T (m - m_old)||``: the change in the whitening ``W`` of the old scatter."""
     with np.errstate(over="ignore", invalid="ignore"):
-        shape = W.T @ scatter @ W - np.eye(len(w))
-        shift = W.T @ (location - state.location)
+        shape = W.T @ scatter @ W - np.eye(W.shape[1])
+        shift = W.T @ (location - old_location)
     if not (np.all(np.isfinite(shape)) and np.all(np.isfinite(shift))):
         return BIG_CHANGE  # the scatter moved by more than float64 holds: far from converged
-    return float(np.linalg.norm(shape, 2) + np.linalg.norm(shift))
+    return float(_spectral_norm(shape) + np.linalg.norm(shift))
 
 
 #: The change reported when it overflows (finite, so that rates stay numbers).
@@ -425,6 +454,64 @@ def _remaining(change: float, rate: float) -> float:
 STALL_STEPS = 10
 
 
+def _sample_step(state: RobustState, free: np.ndarray, n_sample: int, *, fixed_center, calibrate: bool) -> float:
+    """One core step on the sample's rows ``free`` (the repeated values' rows left out); the change.
+
+    The radius of :func:`_cutoffs` (``q_fit``), then the re-weighting of
+    :func:`_step`, from one eigendecomposition and one quadratic form of the
+    rows, in memory: at p = 500 a step costs a third of the two passes, three
+    eigendecompositions and the shell search that those functions make.
+    Same numerics as those functions: eigenvalues below ``TINY_EIGENVALUE``
+    do not enter the distances (:func:`precision`), distances that overflow
+    are inf (weight 0), and a median distance that overflows raises
+    :class:`NumericalRangeError`.
+    """
+    w, V = spread_directions(state.scatter)
+    p = max(len(w), 1)
+    Y = free - state.location
+    W = V / np.sqrt(w)  # whitening: the metric of _relative_change
+    keep = w > TINY_EIGENVALUE
+    with np.errstate(over="ignore", invalid="ignore"):
+        Z = Y @ W[:, keep]  # d^2 = |Z|^2, as _mahalanobis2 under precision(scatter)
+        d2 = np.einsum("ij,ij->i", Z, Z)
+    del Z
+    d2[np.isnan(d2)] = np.inf
+    if not np.isfinite(np.median(d2)):
+        raise NumericalRangeError(
+            "the squared distances of most sample rows from the fit's centre overflow float64: the centre "
+            "lies ~1e150 spreads from the bulk (center='mean' with rows near the float64 limit does this); "
+            "use center='robust'"
+        )
+    n_effective = state.core_support * n_sample
+    if calibrate:
+        q_fit = calibrated_cutoff(d2, CUTOFF_QUANTILE, p=p, n_effective=n_effective, trim=True)
+    else:
+        q_fit = hotelling_quantile(p, n_effective, CUTOFF_QUANTILE)
+    c2 = state.kernel_size2
+    state.cutoff = max(q_fit, float(np.median(d2))) * c2 / FALL_OFF2
+    e = np.minimum(state.cutoff / (2 * c2) - d2 / (2 * c2), 0.0)
+    log_scale = e.max()
+    g = np.exp(e - log_scale)
+    weight = g.sum()
+    shift = (g @ Y) / weight
+    mean = state.location + shift
+    Y -= shift  # centred at the weighted mean, then scaled by sqrt(g): one GEMM gives the covariance
+    Y *= np.sqrt(g)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        cov = Y.T @ Y / weight
+    if not (np.all(np.isfinite(cov)) and np.all(np.isfinite(mean))):
+        raise NumericalRangeError(
+            "the weighted scatter of the sample is not finite in float64 (rows of magnitude near the "
+            "float64 limit carry weight); rescale the data or remove those rows"
+        )
+    location = mean if fixed_center is None else fixed_center
+    scatter = _about(cov, mean, fixed_center) * flat_top_consistency(len(state.location), c2, state.cutoff)
+    change = _change_in_metric(W, state.location, location, scatter) if len(w) else 0.0
+    state.location, state.scatter = location, scatter
+    state.core_support = float(weight * np.exp(log_scale) / n_sample)
+    return change
+
+
 def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, tol: float) -> None:
     """The core fixed point on the in-memory sample; then the radii of the full-data passes.
 
@@ -433,12 +520,11 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
     (so heavy tails and several regimes widen it).  The radii are then fixed
     for the full-data passes, which thus iterate one smooth map.
     """
-    in_memory = PassRunner(sample)
+    free = sample[~in_repeated(sample, state.repeated)]
     for calibrate in (False, True):
         previous, best, since_best = float("nan"), float("inf"), 0
         for _ in range(MAX_SAMPLE_STEPS):
-            state.cutoff = _cutoffs(state, sample, state.core_support * len(sample), calibrate=calibrate)[0]
-            change = _step(in_memory, state, fixed_center=fixed_center, label="sample")[1]
+            change = _sample_step(state, free, len(sample), fixed_center=fixed_center, calibrate=calibrate)
             if np.isfinite(previous) and previous > 0 and change > 0:
                 state.rate = change / previous
             if change == 0 or _remaining(change, state.rate) < tol / 10:
@@ -450,6 +536,93 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
     state.cutoff, state.final_cutoff = _cutoffs(state, sample, state.core_support * len(sample))
     state.n_iter = 0
     state.rate = float("nan")
+
+
+def state_in_units(state: RobustState, d: int) -> RobustState | None:
+    """``state`` with its location, scatters and repeated values multiplied by ``2**d`` (scatters by ``4**d``).
+
+    Exact (powers of two) unless a value overflows or its scatter's largest
+    eigenvalue underflows, when None is returned.  Radii and kernel size are
+    in units of the scatter (Mahalanobis), so they do not change.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        mapped = replace(
+            state,
+            location=np.ldexp(state.location, d),
+            scatter=np.ldexp(state.scatter, 2 * d),
+            final_location=None if state.final_location is None else np.ldexp(state.final_location, d),
+            final_scatter=None if state.final_scatter is None else np.ldexp(state.final_scatter, 2 * d),
+        )
+        if state.repeated is not None:
+            mapped.repeated = state.repeated.copy()
+            mapped.repeated[:, 1] = np.ldexp(state.repeated[:, 1], d)
+    for M, M0 in ((mapped.scatter, state.scatter), (mapped.final_scatter, state.final_scatter)):
+        if M is None:
+            continue
+        top = np.abs(np.diag(M)).max(initial=0.0)
+        lost = np.abs(np.diag(M0)).max(initial=0.0) > 0 and not top >= np.finfo(np.float64).tiny
+        if lost or not np.all(np.isfinite(M)):
+            return None
+    values = [mapped.location, mapped.final_location, None if mapped.repeated is None else mapped.repeated[:, 1]]
+    if not all(v is None or np.all(np.isfinite(v)) for v in values):
+        return None
+    return mapped
+
+
+def warm_step(
+    runner: PassRunner,
+    state: RobustState,
+    *,
+    fixed_center: np.ndarray | None,
+    sample_rate: float,
+    seed: int = 0,
+    final_step: bool = True,
+) -> tuple[PassResult, RobustState | None]:
+    """The first full-data step of a warm start, from a previous fit's ``state``.
+
+    No start and no sample stage: the previous fit's location, scatter and
+    radii go straight into a full-data step, which also draws the row sample
+    (so the pass gives the new data's row count and the sample that the
+    outlier cutoff is calibrated on).  The radii and repeated values are then
+    recalibrated on the new sample, as a cold fit sets them after its sample
+    stage, and :func:`fit_robust` continues from the returned state (the
+    pass's result is returned too, with the sample).  A
+    refit of an archive grown by rows like the old ones typically stops
+    after one more pass (``tests/test_mcpca.py``).
+    """
+    state = replace(state, n_iter=0, converged=False, last_change=float("nan"), rate=float("nan"))
+    res, change = _step(
+        runner,
+        state,
+        fixed_center=fixed_center,
+        label="warm step 1",
+        final=final_step,
+        sample_rate=sample_rate,
+        seed=seed,
+    )
+    state.last_change = change
+    # Units.  The step ran in the runner's unit, the previous fit's, in which
+    # ``state`` is.  The unit is now chosen from this pass's row sample as a
+    # cold fit chooses it from its first pass's; if it changed, the state is
+    # mapped to it (exact: a power of two) and the runner switched, so the
+    # rest of the fit is the one a cold fit would run in that unit.  A state
+    # that does not survive the mapping (a change of scale by ~1e150) refuses
+    # the warm start: None is returned and the estimator fits cold.
+    unit = working_exponent(res.sample, np.zeros(0), np.zeros(0)) if len(res.sample) else runner.unit_exp
+    if unit != runner.unit_exp:
+        state = state_in_units(state, runner.unit_exp - unit)
+        if state is None:
+            return res, None
+        runner.unit_exp = unit
+    # The pass's sample is as stored: mapped as the estimator maps a cold
+    # fit's, far rows left out.
+    with np.errstate(over="ignore"):
+        sample = np.ldexp(res.sample, -runner.unit_exp)
+    with np.errstate(invalid="ignore"):
+        sample = sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
+    state.repeated = repeated_values(sample)
+    state.cutoff, state.final_cutoff = _cutoffs(state, sample, state.core_support * len(sample))
+    return res, state
 
 
 def fit_robust(

@@ -146,3 +146,29 @@ def test_moments_pass_finds_the_column_ranges_of_the_finite_rows(rows_per_block)
     result = runner.run(PassPlan(center=np.zeros(3)))
     np.testing.assert_array_equal(result.col_min, X[finite].min(axis=0))
     np.testing.assert_array_equal(result.col_max, X[finite].max(axis=0))
+
+
+# ------------------------------------------------------- the block kernel
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kernels_of_one_pass_equal_separate_passes(dtype):
+    """Two flat tops on one quadratic form (the wider one's sums are the narrower's
+    plus the rows between them) give each kernel's own moments; float32 rows give
+    the float64 moments of the same values to float32 round-off."""
+    from dask_mcpca._block import block_stats
+
+    rng = np.random.default_rng(3)
+    X = (rng.normal(size=(50_000, 6)) * [3, 2, 1, 1, 0.5, 0.2] + 7.0).astype(dtype)
+    X[::25] += 30.0  # outliers beyond both radii
+    P = np.linalg.inv(np.cov(X[:5000].astype(np.float64), rowvar=False))
+    center = np.median(X.astype(np.float64), axis=0)
+    kw = {"center": center}
+    both = block_stats(X, PassPlan(kernels=np.stack([P, P]) / 0.25, offsets=np.array([30.0, 50.0]), **kw))
+    x64 = X.astype(np.float64)
+    for j, z in enumerate((30.0, 50.0)):
+        one = block_stats(x64, PassPlan(kernels=P[None] / 0.25, offsets=np.array([z]), **kw))
+        assert both["log_scale"][j] == one["log_scale"][0] == 0
+        rtol = 1e-12 if dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(both["weight"][j], one["weight"][0], rtol=rtol)
+        np.testing.assert_allclose(both["mean"][j], one["mean"][0], rtol=rtol)
+        scale = one["scatter"][0].max()
+        np.testing.assert_allclose(both["scatter"][j], one["scatter"][0], rtol=rtol, atol=rtol * scale)

@@ -1,0 +1,282 @@
+"""Scaling of the default fit: time and peak memory against rows, columns and workers.
+
+One command (stores are made by :mod:`make_store` and cached)::
+
+    python benchmarks/scaling.py --rows 1000000 5000000 20000000 --cols 10 100 300 500 1000
+
+Every measurement runs in a fresh process, which reports its own peak RSS
+(``VmHWM``) and how long the fit spent inside its reads of the data
+(``PassRunner.run``), so the rest, the "non-pass work" (start, sample
+stage, eigendecompositions), is measured too.  Each point alternates
+``MCPCA().fit(store)`` with a plain ``(X.T @ X).compute()`` pass on the same
+store, ``--repeats`` times, and keeps the medians.
+
+- **rows**: float64 x 10 stores of 1M-row chunks (``--rows``), and float32
+  stores of ``--rows32``;
+- **columns**: ``--p-rows``-row float64 stores of ``--cols`` columns, chunks
+  of about 80 MB; the non-pass work is compared with one X^T X pass of a
+  1M-row store of the same width (the pass on this store, scaled to 1M rows);
+- **workers**: the ``--worker-rows`` float64 store on a real local cluster
+  (``tests/_cluster.py``: a scheduler and 1 or 2 single-threaded worker
+  processes), against the default threaded scheduler.
+
+Writes the ``scaling`` section of ``RESULTS.md`` and ``scaling.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from _results import blas_info, machine_info, update_section  # noqa: E402
+from make_store import make_store  # noqa: E402
+
+__all__ = ["measure"]
+
+#: Bytes per Zarr chunk of the column stores.
+CHUNK_BYTES = 80_000_000
+
+
+def _peak_rss() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _child(what: str, path: str, address: str | None) -> None:
+    """Fit (or make one X^T X pass over) ``path``; print one JSON line."""
+    from threadpoolctl import threadpool_limits
+
+    import dask_mcpca._passes as passes
+    from dask_mcpca import MCPCA
+    from dask_mcpca._io import as_row_blocks
+
+    client = None
+    if address:
+        from distributed import Client
+
+        client = Client(address)
+    in_passes = [0.0]
+    run = passes.PassRunner.run
+
+    def timed(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return run(self, *a, **k)
+        finally:
+            in_passes[0] += time.perf_counter() - t
+
+    passes.PassRunner.run = timed
+    X = as_row_blocks(path)
+    base = _peak_rss()
+    t = time.perf_counter()
+    out = {}
+    if what == "xtx":
+        with threadpool_limits(1, "blas"):
+            (X.T @ X).compute()
+    else:
+        m = MCPCA().fit(path)
+        out = {"n_passes": m.n_passes_, "n_partial_reads": m.n_partial_reads_, "n_blocks_read": m.n_blocks_read_}
+    out.update(seconds=time.perf_counter() - t, in_passes=in_passes[0], peak=_peak_rss(), baseline=base,
+               n_blocks=X.numblocks[0])
+    if client is not None:
+        client.close()
+    print(json.dumps(out))
+
+
+def measure(what: str, path, address: str | None = None) -> dict:
+    """One fresh process: ``what`` is "fit" or "xtx"."""
+    cmd = [sys.executable, __file__, "--child", what, str(path)] + (["--address", address] if address else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _alternate(paths, repeats: int, address=None) -> list[dict]:
+    """Fit and X^T X pass of each store in ``paths``, all of them rotated round-robin ``repeats`` times."""
+    jobs = [(i, what) for i in range(len(paths)) for what in ("fit", "xtx")]
+    runs = {job: [] for job in jobs}
+    for r in range(repeats):
+        for job in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
+            runs[job].append(measure(job[1], paths[job[0]], address))
+    med = statistics.median
+    out = []
+    for i in range(len(paths)):
+        fit, xtx = runs[(i, "fit")], runs[(i, "xtx")]
+        out.append({
+            "fit_s": med(f["seconds"] for f in fit),
+            "xtx_s": med(x["seconds"] for x in xtx),
+            "fit_runs": [f["seconds"] for f in fit],
+            "non_pass_s": med(f["seconds"] - f["in_passes"] for f in fit),
+            "peak": max(f["peak"] for f in fit),
+            "baseline": fit[0]["baseline"],
+            **{k: fit[0][k] for k in ("n_passes", "n_partial_reads", "n_blocks_read", "n_blocks")},
+        })
+    return out
+
+
+def run_scaling(a) -> dict:
+    res = {"rows": [], "cols": [], "workers": [], "load": [os.getloadavg()[0]]}
+    for n in sorted(set(a.rows) | set(a.rows32)):  # both dtypes of one size alternate with each other
+        dtypes = [d for d, rows in (("float64", a.rows), ("float32", a.rows32)) if n in rows]
+        paths = [make_store(n, 10, dtype=d).path for d in dtypes]
+        for d, r in zip(dtypes, _alternate(paths, a.repeats if n <= 20_000_000 else 1), strict=True):
+            res["rows"].append({"n": n, "dtype": d, **r})
+            print("rows", n, d, r, flush=True)
+    for p in a.cols:
+        info = make_store(a.p_rows, p, chunk_rows=max(1000, CHUNK_BYTES // (8 * p)))
+        (r,) = _alternate([info.path], a.repeats)
+        res["cols"].append({"p": p, "n": a.p_rows, **r})
+        print("cols", p, r, flush=True)
+    if a.workers:
+        from _cluster import ProcessCluster
+
+        info = make_store(a.worker_rows, 10)
+        res["workers"].append({"workers": "threads (2)", **_alternate([info.path], a.repeats)[0]})
+        for k in a.workers:
+            with tempfile.TemporaryDirectory() as tmp, ProcessCluster(tmp, n_workers=k, memory_limit="4GiB") as c:
+                (r,) = _alternate([info.path], a.repeats, c.address)
+            res["workers"].append({"workers": k, **r})
+            print("workers", k, r, flush=True)
+    res["load"].append(os.getloadavg()[0])
+    return res
+
+
+def _mib(b) -> str:
+    return f"{b / 2**20:,.0f}"
+
+
+def report(res: dict, command: str) -> str:
+    lines = [
+        "## Scaling: fit time and peak memory against rows, columns and workers",
+        "",
+        f"Command: `{command}`. Each figure is the median over alternated fresh-process runs of",
+        "`MCPCA().fit(store)` and `(X.T @ X).compute()` on the same store; peak = `VmHWM` of the fitting",
+        f"process (the client's, for a cluster). BLAS: {blas_info()}. 1-min load average before / after:",
+        f"{res['load'][0]:.1f} / {res['load'][1]:.1f} on 2 cores. Plot: `benchmarks/scaling.png`.",
+        "",
+        "| rows | dtype | blocks | fit s | X^T X pass s | fit / pass | full passes | partial reads (blocks) "
+        "| non-pass s | peak RSS MiB | after imports MiB |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in res["rows"]:
+        lines.append(
+            f"| {r['n']:,} | {r['dtype']} | {r['n_blocks']} | {r['fit_s']:.1f} | {r['xtx_s']:.1f} | "
+            f"{r['fit_s'] / r['xtx_s']:.2f} | {r['n_passes']} | {r['n_partial_reads']} ({r['n_blocks_read']}) | "
+            f"{r['non_pass_s']:.2f} | {_mib(r['peak'])} | {_mib(r['baseline'])} |"
+        )
+    for n in sorted({r["n"] for r in res["rows"]}):
+        both = {r["dtype"]: r for r in res["rows"] if r["n"] == n}
+        if len(both) == 2:
+            ratio = both["float64"]["fit_s"] / both["float32"]["fit_s"]
+            lines.append(f"\n{n:,} rows: float64 fit / float32 fit = **{ratio:.2f}** (alternated in one run).")
+    if res["cols"]:
+        lines += [
+            "",
+            "Against the number of columns (float64; non-pass work = fit time outside the reads of the data:",
+            "start, sample stage, eigendecompositions; the last column compares it with one X^T X pass of a",
+            "1M-row store of the same width, the pass measured here scaled to 1M rows):",
+            "",
+            "| p | rows | blocks | fit s | X^T X pass s | full passes | non-pass s | non-pass / 1M-row X^T X pass "
+            "| peak RSS MiB |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for r in res["cols"]:
+            per_1m = r["xtx_s"] * 1_000_000 / r["n"]
+            lines.append(
+                f"| {r['p']} | {r['n']:,} | {r['n_blocks']} | {r['fit_s']:.1f} | {r['xtx_s']:.2f} | {r['n_passes']} | "
+                f"{r['non_pass_s']:.1f} | {r['non_pass_s'] / per_1m:.2f} | {_mib(r['peak'])} |"
+            )
+    if res["workers"]:
+        lines += [
+            "",
+            "Against the workers (a real local cluster of single-threaded worker processes, and the default",
+            "threaded scheduler; the machine has 2 cores):",
+            "",
+            "| workers | fit s | X^T X pass s | fit / pass | client peak RSS MiB |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for r in res["workers"]:
+            lines.append(
+                f"| {r['workers']} | {r['fit_s']:.1f} | {r['xtx_s']:.1f} | {r['fit_s'] / r['xtx_s']:.2f} | "
+                f"{_mib(r['peak'])} |"
+            )
+    return "\n".join(lines)
+
+
+def plot(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 4, figsize=(17, 4))
+    for dtype, mark in (("float64", "o"), ("float32", "s")):
+        rows = [r for r in res["rows"] if r["dtype"] == dtype]
+        if rows:
+            n = [r["n"] for r in rows]
+            ax[0].loglog(n, [r["fit_s"] for r in rows], mark + "-", label=f"MCPCA fit, {dtype}")
+            ax[0].loglog(n, [r["xtx_s"] for r in rows], mark + ":", label=f"X^T X pass, {dtype}")
+            ax[1].semilogx(n, [r["peak"] / 2**20 for r in rows], mark + "-", label=f"fit, {dtype}")
+    ax[0].set(xlabel="rows (x 10 columns)", ylabel="seconds", title="time against rows")
+    ax[1].set(xlabel="rows (x 10 columns)", ylabel="peak RSS, MiB", title="memory against rows", ylim=(0, None))
+    if res["cols"]:
+        p = [r["p"] for r in res["cols"]]
+        ax[2].loglog(p, [r["fit_s"] for r in res["cols"]], "o-", label="MCPCA fit")
+        ax[2].loglog(p, [r["xtx_s"] for r in res["cols"]], "o:", label="X^T X pass")
+        ax[2].loglog(p, [r["non_pass_s"] for r in res["cols"]], "^--", label="fit: non-pass work")
+        ax[2].set(xlabel=f"columns ({res['cols'][0]['n']:,} rows)", ylabel="seconds", title="time against columns")
+    if res["workers"]:
+        names = [str(r["workers"]) for r in res["workers"]]
+        x = range(len(names))
+        ax[3].bar([i - 0.2 for i in x], [r["fit_s"] for r in res["workers"]], 0.4, label="MCPCA fit")
+        ax[3].bar([i + 0.2 for i in x], [r["xtx_s"] for r in res["workers"]], 0.4, label="X^T X pass")
+        ax[3].set_xticks(list(x), names)
+        ax[3].set(xlabel="workers", ylabel="seconds", title="time against workers")
+    for a in ax:
+        a.legend(fontsize=8)
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, nargs="*", default=[1_000_000, 5_000_000, 20_000_000])
+    ap.add_argument("--rows32", type=int, nargs="*", default=[20_000_000])
+    ap.add_argument("--cols", type=int, nargs="*", default=[10, 100, 300, 500, 1000])
+    ap.add_argument("--p-rows", type=int, default=200_000)
+    ap.add_argument("--workers", type=int, nargs="*", default=[1, 2])
+    ap.add_argument("--worker-rows", type=int, default=20_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--address", help=argparse.SUPPRESS)
+    ap.add_argument("--no-write", action="store_true")
+    a = ap.parse_args(argv)
+    if a.child:
+        _child(*a.child, a.address)
+        return
+    res = run_scaling(a)
+    (HERE / "data").mkdir(exist_ok=True)
+    (HERE / "data" / "scaling.json").write_text(json.dumps(res, indent=1))
+    text = report(res, "python benchmarks/scaling.py " + " ".join(sys.argv[1:]))
+    print(text)
+    if not a.no_write:
+        update_section("scaling", text, machine=machine_info())
+        plot(res, HERE / "scaling.png")
+
+
+if __name__ == "__main__":
+    main()

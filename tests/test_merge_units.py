@@ -1,0 +1,168 @@
+"""The performance work in the fit's working units (merge of ``performance`` into ``main``).
+
+The float32 kernel, the partial read of a spread of blocks and the warm start
+all run in the power-of-two working unit of :mod:`dask_mcpca._block`:
+
+* float32 rows are shifted and scaled in float32 but judged finite as stored,
+  and a sub-block whose float32 working rows overflow where float64 ones do not
+  is done in float64 (same ``n_far``, same weights);
+* the partial read's row sample chooses the unit, as a full first pass's does;
+* a warm refit runs its first step in the previous fit's unit, then chooses
+  the unit from the new row sample and maps the state to it (exactly, a power
+  of two); a state that cannot be mapped refuses the warm start (a cold fit).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from paper_reference import angles_deg
+from sklearn.exceptions import ConvergenceWarning
+
+from dask_mcpca import MCPCA
+from dask_mcpca._block import PassPlan, block_stats
+from dask_mcpca._robust import RobustState, state_in_units
+
+
+def _bulk(n=20_000, p=4, seed=0):
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.normal(size=(p, p)))
+    X = (rng.normal(size=(n, p)) * np.geomspace(3.0, 0.3, p)) @ Q.T + 5.0
+    X[::25] += 15.0 * Q[:, -1]  # 4 % outliers along the weakest axis
+    return X
+
+
+@pytest.mark.parametrize("k", [-100, 90])
+def test_float32_kernel_in_working_units_is_scale_free(k):
+    """float32 data times 2**k (exact in float32): the same fit, scaled (the unit absorbs k)."""
+    X32 = _bulk().astype(np.float32)
+    ref = MCPCA().fit(X32)
+    scaled = MCPCA().fit(np.ldexp(X32, k))
+    assert angles_deg(scaled.components_, ref.components_).max() < 1e-6
+    np.testing.assert_allclose(scaled.explained_variance_, np.ldexp(ref.explained_variance_, 2 * k), rtol=1e-9)
+    np.testing.assert_allclose(scaled.mean_, np.ldexp(ref.mean_, k), rtol=1e-9)
+    # and it is the float64 fit of the same values, to float32 round-off
+    m64 = MCPCA().fit(np.ldexp(X32.astype(np.float64), k))
+    assert angles_deg(scaled.components_, m64.components_).max() < 0.01
+
+
+def test_float32_rows_that_overflow_in_float32_working_units_fall_back_to_float64():
+    """A finite float32 row of 1e38 is 1e68 in working units 2**-100: beyond float32,
+    not beyond float64.  The pass must count it as float64 would (not far) and give
+    the float64 moments; finiteness is judged on the values as stored."""
+    rng = np.random.default_rng(1)
+    X32 = np.ldexp(rng.normal(size=(5_000, 3)), -100).astype(np.float32)
+    X32[10] = 1e38
+    X32[11, 1] = np.nan
+    plan = PassPlan(
+        center=np.zeros(3), kernels=np.eye(3)[None], offsets=np.array([2.0]), unit_exp=-100, sample_rate=0.5
+    )
+    got = block_stats(X32, plan)
+    want = block_stats(X32.astype(np.float64), plan)
+    assert got["n_far"] == want["n_far"] == 0
+    assert got["n_nonfinite"] == want["n_nonfinite"] == 1
+    assert got["n_rows"] == want["n_rows"] == len(X32) - 1
+    np.testing.assert_allclose(got["weight"], want["weight"], rtol=1e-5)
+    np.testing.assert_allclose(got["mean"], want["mean"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(got["sample"], want["sample"])  # as stored, float64
+
+
+def test_float32_excluded_values_are_compared_in_working_units():
+    """A repeated value is excluded from a float32 pass exactly as from a float64 one."""
+    rng = np.random.default_rng(2)
+    X32 = np.ldexp(rng.normal(size=(4_000, 2)), 40).astype(np.float32)
+    X32[::10, 0] = np.float32(np.ldexp(0.75, 40))  # stuck at 0.75 in working units 2**40
+    plan = PassPlan(
+        center=np.zeros(2), kernels=np.eye(2)[None], offsets=np.array([3.0]), excluded=((0, 0.75),), unit_exp=40
+    )
+    got, want = block_stats(X32, plan), block_stats(X32.astype(np.float64), plan)
+    keep = X32[:, 0] != np.float32(np.ldexp(0.75, 40))
+    assert keep.sum() == len(X32) - 400
+    plain = PassPlan(center=np.zeros(2), kernels=np.eye(2)[None], offsets=np.array([3.0]), unit_exp=40)
+    alone = block_stats(X32[keep].astype(np.float64), plain)
+    np.testing.assert_allclose(want["weight"], alone["weight"], rtol=1e-12)
+    np.testing.assert_allclose(got["weight"], want["weight"], rtol=1e-5)
+    np.testing.assert_allclose(got["mean"], want["mean"], rtol=1e-4, atol=1e-6)
+
+
+def test_partial_read_chooses_the_working_unit_from_its_sample():
+    """A store of many blocks (partial read) fits 2**k X as X, scaled."""
+    X = _bulk(n=100_000)
+    k = 200
+    ref = MCPCA().fit(da.from_array(X, chunks=(5_000, -1)))
+    scaled = MCPCA().fit(da.from_array(np.ldexp(X, k), chunks=(5_000, -1)))
+    assert ref.n_partial_reads_ == scaled.n_partial_reads_ == 1
+    assert scaled._robust_unit == ref._robust_unit + k
+    np.testing.assert_allclose(scaled.components_, ref.components_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(scaled.explained_variance_, np.ldexp(ref.explained_variance_, 2 * k), rtol=1e-12)
+
+
+@pytest.mark.parametrize("shift", [1, -3])
+def test_warm_refit_maps_the_state_when_the_unit_changes(shift):
+    """The previous state, expressed (exactly) in a unit 2**shift away from the one the
+    new data choose: the warm step runs in the old unit, the state is mapped to the new
+    one, and the refit is the refit from the state in the new unit (powers of two:
+    the same arithmetic, scaled), and agrees with the cold fit of the grown archive."""
+    X = _bulk(n=60_000)
+    old, grown = X[:50_000], X
+    ref = MCPCA(warm_start=True).fit(old)
+    model = MCPCA(warm_start=True).fit(old)
+    model._robust_state = state_in_units(model._robust_state, -shift)
+    model._robust_unit += shift
+    ref.fit(grown)
+    model.fit(grown)
+    assert model._robust_unit == ref._robust_unit
+    assert model.n_passes_ == ref.n_passes_ <= 2 and model.converged_
+    np.testing.assert_allclose(model.components_, ref.components_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(model.explained_variance_, ref.explained_variance_, rtol=1e-9)
+    cold = MCPCA().fit(grown)
+    assert angles_deg(model.components_, cold.components_).max() < 0.1
+
+
+def test_warm_start_on_rescaled_data_is_not_a_warm_start_case():
+    """Documented limit (not a units bug): the warm state is a location and scatter in the
+    data's units, so a refit of data rescaled by 2**30 starts far from its fixed point.
+    The unit is still the cold fit's, and the fit finishes (possibly unconverged)."""
+    X = _bulk(n=20_000)
+    model = MCPCA(warm_start=True).fit(X)
+    cold = MCPCA().fit(np.ldexp(X, 30))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(np.ldexp(X, 30))
+    assert model._robust_unit == cold._robust_unit
+    assert np.all(np.isfinite(model.components_))
+
+
+def test_warm_state_that_cannot_be_mapped_refuses_the_warm_start(monkeypatch):
+    """The new data choose another unit and the old state does not survive the mapping
+    (a change of scale by ~1e150; simulated): cold fit, the warm step's pass wasted."""
+    import dask_mcpca._robust as robust
+
+    X = _bulk(n=20_000)
+    cold = MCPCA().fit(X)
+    model = MCPCA(warm_start=True).fit(X)
+    model._robust_state = state_in_units(model._robust_state, -1)
+    model._robust_unit += 1  # the state in another unit (exactly), so that a mapping is needed
+    monkeypatch.setattr(robust, "state_in_units", lambda state, d: None)
+    model.fit(X)
+    assert model.n_passes_ == cold.n_passes_ + 1
+    np.testing.assert_allclose(model.components_, cold.components_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(model.explained_variance_, cold.explained_variance_, rtol=1e-10)
+
+
+def test_state_in_units_is_exact_and_refuses_overflow():
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(3, 3))
+    state = RobustState(
+        location=rng.normal(size=3), scatter=A @ A.T, kernel_size2=2.0, cutoff=5.0, repeated=np.array([[1.0, 0.5]])
+    )
+    mapped = state_in_units(state, 7)
+    np.testing.assert_array_equal(mapped.location, state.location * 128)
+    np.testing.assert_array_equal(mapped.scatter, state.scatter * 128**2)
+    np.testing.assert_array_equal(mapped.repeated, [[1.0, 64.0]])
+    assert mapped.cutoff == state.cutoff and mapped.kernel_size2 == state.kernel_size2
+    assert state_in_units(state, 600) is None  # scatter overflows
+    assert state_in_units(state, -600) is None  # scatter underflows

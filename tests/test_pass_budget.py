@@ -1,0 +1,98 @@
+"""How often a fit reads the data: the row sample from a spread of blocks, warm refits.
+
+A store of many row blocks draws the robust start's row sample from a spread
+of its blocks (a partial read, ``n_partial_reads_``), so the default fit
+makes its full passes in the robust stage only; a warm refit of a grown
+archive starts from the previous fit's state.  Both must give the cold,
+full-pass fit's components (0.1 degree).
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+from paper_reference import angles_deg
+
+from dask_mcpca import MCPCA
+from dask_mcpca._passes import PARTIAL_MIN_BLOCKS, NonFiniteRowsError, spread_blocks
+
+#: Largest angle (degrees) between components of fits that differ only in how
+#: the row sample was drawn (its sampling noise moves the radii a little).
+SAMPLE_NOISE_DEG = 0.1
+
+
+def archive(n=200_000, p=6, seed=0, outliers=0.05):
+    """Gaussian rows with a tight 5 % cluster along the weakest axis, in time order."""
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.normal(size=(p, p)))
+    X = (rng.normal(size=(n, p)) * np.geomspace(3.0, 0.3, p)) @ Q.T + 10.0
+    k = int(outliers * n)
+    X[n // 3 : n // 3 + k] = 10.0 + 12.0 * Q[:, -1] + 0.01 * rng.normal(size=(k, p))  # one run of faults
+    return X
+
+
+def test_spread_blocks():
+    assert spread_blocks(PARTIAL_MIN_BLOCKS - 1) is None
+    for n_blocks in (PARTIAL_MIN_BLOCKS, 20, 100, 1000):
+        chosen = spread_blocks(n_blocks)
+        assert 8 <= len(chosen) <= min(32, n_blocks // 2)
+        assert chosen[0] < n_blocks / len(chosen) and chosen[-1] >= n_blocks - n_blocks / len(chosen)
+        assert np.all(np.diff(chosen) > 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_many_blocks_make_two_full_passes(dtype):
+    X = archive().astype(dtype)
+    few = MCPCA().fit(da.from_array(X, chunks=(50_000, -1)))  # 4 blocks: a full first pass
+    many = MCPCA().fit(da.from_array(X, chunks=(5_000, -1)))  # 40 blocks: a spread of 8
+    assert (few.n_partial_reads_, few.n_blocks_read_) == (0, 0)
+    assert few.n_passes_ == 3
+    assert many.n_partial_reads_ == 1 and many.n_blocks_read_ == len(spread_blocks(40)) == 8
+    assert many.n_passes_ == 2 and many.converged_
+    assert many.n_samples_ == few.n_samples_ == len(X)
+    assert angles_deg(many.components_, few.components_).max() < SAMPLE_NOISE_DEG
+    # the cluster is flagged either way
+    assert many.is_outlier(X[len(X) // 3 : len(X) // 3 + 100]).all()
+
+
+@pytest.mark.parametrize("chunk_rows", [4_000, 6_000, 9_000, 12_500])
+def test_chunkings_of_a_many_block_store_agree(chunk_rows):
+    X = archive()
+    ref = MCPCA().fit(X)
+    model = MCPCA().fit(da.from_array(X, chunks=(chunk_rows, -1)))
+    assert model.n_partial_reads_ == 1
+    assert angles_deg(model.components_, ref.components_).max() < SAMPLE_NOISE_DEG
+
+
+def test_nonfinite_rows_outside_the_spread_are_found():
+    X = archive()
+    X[7_000, 2] = np.nan  # block 1 of 40, which the spread of 8 does not read
+    assert 1 not in spread_blocks(40)
+    with pytest.raises(NonFiniteRowsError, match="1 of"):
+        MCPCA().fit(da.from_array(X, chunks=(5_000, -1)))
+    model = MCPCA(nan_policy="omit").fit(da.from_array(X, chunks=(5_000, -1)))
+    assert model.n_samples_ == len(X) - 1
+
+
+@pytest.mark.parametrize("center", ["robust", False])
+def test_warm_refit_of_a_grown_archive(center):
+    X = archive(n=240_000)
+    old, grown = X[:200_000], X
+    cold = MCPCA(center=center).fit(grown)
+    model = MCPCA(center=center, warm_start=True).fit(old)
+    model.fit(grown)
+    assert model.n_passes_ <= 2 and model.converged_
+    assert model.n_partial_reads_ == 0 and model.n_samples_ == len(grown)
+    assert angles_deg(model.components_, cold.components_).max() < SAMPLE_NOISE_DEG
+    np.testing.assert_allclose(model.explained_variance_, cold.explained_variance_, rtol=0.01)
+    np.testing.assert_allclose(model.outlier_cutoff_, cold.outlier_cutoff_, rtol=0.05)
+
+
+def test_warm_start_off_or_another_width_starts_cold():
+    X = archive(n=50_000)
+    cold = MCPCA().fit(X)
+    assert MCPCA().fit(X[:, :5]).fit(X).n_passes_ == cold.n_passes_  # warm_start=False
+    model = MCPCA(warm_start=True).fit(X[:, :5]).fit(X)  # another width
+    assert model.n_passes_ == cold.n_passes_
+    np.testing.assert_allclose(model.components_, cold.components_)
