@@ -210,3 +210,19 @@ def test_power_of_two_scaling_is_exact(kw, k):
     np.testing.assert_array_equal(scaled.explained_variance_, np.ldexp(fit.explained_variance_, 2 * k))
     np.testing.assert_array_equal(scaled.mean_, np.ldexp(fit.mean_, k))
     assert scaled.n_passes_ == fit.n_passes_
+
+
+def test_outlier_cutoff_when_most_distances_are_infinite():
+    """Found by the hypothesis test above (also on main before the performance merge):
+    a degenerate bulk under which most sample rows are infinitely far made the outlier
+    cutoff's calibration compute inf - inf; it now falls back to the Gaussian quantile."""
+    from dask_mcpca._schedule import calibrated_cutoff, hotelling_quantile
+
+    d2 = np.array([np.inf] * 11)
+    assert calibrated_cutoff(d2, 0.998, p=1, n_effective=9.0) == hotelling_quantile(1, 9.0, 0.998)
+    for far in np.linspace(3.9955e146, 3.9962e146, 15):  # around the 2**400 spreads of FAR_ROW
+        X = np.full((11, 3), 2.0)
+        X[0, 0], X[1, 0] = far, 9.0605e25
+        model = _fit_or_named_error({}, X)
+        if model is not None:
+            _check_fitted(model, X)
