@@ -666,6 +666,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         free = moments.sample[~in_repeated(moments.sample, robust.repeated)]
         n_effective = support * moments.n_rows
         cutoff = calibrated_cutoff(self._d2(free), OUTLIER_QUANTILE, p=max(rank, 1), n_effective=n_effective)
+        if not np.isfinite(cutoff):  # too few rows to calibrate on (n <= p + 1): the Gaussian quantile
+            cutoff = outlier_cutoff_d2(max(rank, 1))
         self._set_cutoff(cutoff)
 
     def _set_from_paper(self, state, center, scatter0, k, unit) -> None:
