@@ -663,7 +663,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         repeated[:, 1] = np.ldexp(repeated[:, 1], unit)  # exact: a power of two
         self.repeated_values_ = repeated
         rank = int(np.sum(lam > 0))
-        free = moments.sample[~in_repeated(moments.sample, robust.repeated)]
+        free = moments.sample[~in_repeated(moments.sample, self.repeated_values_)]  # both in data units
         n_effective = support * moments.n_rows
         cutoff = calibrated_cutoff(self._d2(free), OUTLIER_QUANTILE, p=max(rank, 1), n_effective=n_effective)
         if not np.isfinite(cutoff):  # too few rows to calibrate on (n <= p + 1): the Gaussian quantile
