@@ -772,9 +772,11 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         repeated[:, 1] = np.ldexp(repeated[:, 1], unit)  # exact: a power of two
         self.repeated_values_ = repeated
         rank = int(np.sum(lam > 0))
-        free = moments.sample[~in_repeated(moments.sample, self.repeated_values_)]  # both as stored
+        free = moments.sample[~in_repeated(moments.sample, self.repeated_values_)]  # both in data units
         n_effective = support * moments.n_rows
         cutoff = calibrated_cutoff(self._d2(free), OUTLIER_QUANTILE, p=max(rank, 1), n_effective=n_effective)
+        if not np.isfinite(cutoff):  # too few rows to calibrate on (n <= p + 1): the Gaussian quantile
+            cutoff = outlier_cutoff_d2(max(rank, 1))
         self._set_cutoff(cutoff)
 
     def _set_from_paper(self, state, center, scatter0, k, unit) -> None:

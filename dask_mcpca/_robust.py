@@ -167,10 +167,6 @@ def _mahalanobis2(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
     return d2
 
 
-def _mad(Z: np.ndarray) -> np.ndarray:
-    return stats.median_abs_deviation(Z, axis=0, scale="normal")
-
-
 def outlyingness(sample: np.ndarray, *, n_directions: int = N_DIRECTIONS, seed: int = 0) -> np.ndarray:
     """Stahel-Donoho outlyingness of each row over directions through pairs of rows.
 
@@ -320,8 +316,12 @@ def in_repeated(rows: np.ndarray, repeated: np.ndarray | None) -> np.ndarray:
     return hit
 
 
-def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, calibrate: bool = True):
+def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, calibrate: bool = True,
+             final: bool = True):
     """Radii ``(q_fit, q_final)`` of the next pass, from the sample's distances now.
+
+    Without ``final``, ``q_final`` is NaN and not computed (the sample steps
+    use only ``q_fit``).
 
     ``q_fit`` keeps the fixed point robust: the Gaussian quantile at the
     effective sample size, or (``calibrate``) the trimmed calibrated one.
@@ -343,13 +343,15 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, cali
     else:
         q_fit = hotelling_quantile(p, n_effective, CUTOFF_QUANTILE)
     q_fit = max(q_fit, float(np.median(d2)))  # the coverage guarantee
+    scale = state.kernel_size2 / FALL_OFF2  # kernel_factor ** 2
+    if not final:
+        return q_fit * scale, float("nan")
     q_final = max(calibrated_cutoff(d2, FINAL_QUANTILE, p=p, n_effective=n_effective), q_fit)
     shell = (d2 > q_fit) & (d2 <= q_final)
     if shell.sum() > 1:
         tight = _tight_rows(_whiten(Y[shell], state.scatter), len(sample))
         if tight.any():
             q_final = max(q_fit, 0.9 * d2[shell][tight].min())
-    scale = state.kernel_size2 / FALL_OFF2  # kernel_factor ** 2
     return q_fit * scale, q_final * scale
 
 

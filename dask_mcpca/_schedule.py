@@ -132,7 +132,7 @@ def calibrated_cutoff(d2: np.ndarray, quantile: float, *, p: int, n_effective: f
     d2 = np.asarray(d2, dtype=np.float64)
     floor = hotelling_quantile(p, n_effective, quantile)
     med = np.median(d2)
-    if not (med > 0 and np.isfinite(med)):  # no spread, or most distances infinite: nothing to calibrate on
+    if not (0 < med < np.inf):  # no spread, or every distance beyond float64
         return floor
     roots = np.cbrt(d2[d2 <= stats.chi2.ppf(TRIM_QUANTILE, p) * med / stats.chi2.ppf(0.5, p)] if trim else d2)
     center = np.median(roots)

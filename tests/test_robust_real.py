@@ -218,3 +218,19 @@ def test_at_least_half_the_rows_carry_full_weight_whatever_the_shape(seed):
     assert state.core_support >= 0.5 - 3 / np.sqrt(len(moments.sample))
     assert state.support >= state.core_support
     assert np.mean(MCPCA().fit(X).is_outlier(X)) < 0.5  # never the majority
+
+
+def test_stuck_rows_leave_the_cutoff_calibration_in_any_unit():
+    """The outlier cutoff is calibrated without the repeated values' rows, whatever the data's scale.
+
+    ``2**10 * X`` is fitted in another working unit; the repeated values are
+    compared with the sample in data units in both, so the cutoff (a distance,
+    free of units) is the same.
+    """
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(8000, 6))
+    stuck = rng.choice(8000, 240, replace=False)
+    X[stuck, 2] = np.quantile(X[:, 2], 0.99)
+    small, large = MCPCA().fit(X), MCPCA().fit(X * 2.0**10)
+    assert len(small.repeated_values_) == len(large.repeated_values_) == 1
+    np.testing.assert_allclose(large.outlier_cutoff_, small.outlier_cutoff_, rtol=1e-9)

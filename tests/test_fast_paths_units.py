@@ -1,4 +1,4 @@
-"""The performance work in the fit's working units (merge of ``performance`` into ``main``).
+"""The fast paths (float32 kernel, partial read, warm start) in the fit's working units.
 
 The float32 kernel, the partial read of a spread of blocks and the warm start
 all run in the power-of-two working unit of :mod:`dask_mcpca._block`:
