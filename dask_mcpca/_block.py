@@ -2,8 +2,9 @@
 
 Every pass over the data, local or distributed, calls :func:`block_stats` once
 per row block and merges the results with :func:`combine`.  The result of a
-block is a small dict of numpy arrays (a few p x p matrices), never rows of
-the data, except for an optional row sample that is bounded by design.
+block, of a merge and of the whole pass is one type, :class:`BlockStats`: a
+few p x p matrices and counts, never rows of the data, except for an optional
+row sample that is bounded by design.
 
 Weights
 -------
@@ -66,11 +67,11 @@ of the float64 pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-__all__ = ["PassPlan", "block_stats", "combine"]
+__all__ = ["PassPlan", "BlockStats", "block_stats", "combine"]
 
 #: Rows handled at once inside a block: bounds the temporaries of a task and
 #: keeps them in cache (32,768 rows ran 10-25 % faster than 65,536 at p = 10).
@@ -135,6 +136,93 @@ class PassPlan:
         object.__setattr__(self, "excluded", excluded)
 
 
+@dataclass(slots=True)
+class BlockStats:
+    """What a row block, a merge of blocks or a whole pass contributes: counts and small sums.
+
+    ``J`` is the plan's number of kernels (1 for a moments pass), ``p`` the
+    number of columns.  "Working units" are those of the rows the pass sees,
+    ``X * 2**-plan.unit_exp`` for a kernel pass and ``X`` as stored for a
+    moments pass; ``mean`` and ``scatter`` are in units of ``2**unit_exp``
+    of them, where ``unit_exp`` is 0 for a kernel pass and the power of two
+    a moments pass chose so that its sums cannot overflow (see the module
+    docstring; :meth:`in_units` maps them to any other).  The weights are
+    known up to one positive factor per kernel, ``exp(log_scale[j])``, which
+    the sums share.  Merged by :func:`combine`; plain numpy fields, so it
+    pickles between dask workers.
+
+    Attributes
+    ----------
+    n_rows : int
+        Rows without NaN or inf (judged as stored), including far rows and
+        rows left out for a plan's excluded values.
+    n_nonfinite : int
+        Rows holding NaN or inf; they enter no sum.
+    log_scale : ndarray of shape (J,)
+        ``m_j``, the largest exponent ``e_j`` of a row (the module
+        docstring): the weights summed are ``exp(e_j - m_j)``, so
+        ``weight * exp(log_scale)`` is the true total weight.  ``-inf``
+        when no row has a weight (its sums are then 0).
+    weight : ndarray of shape (J,)
+        ``sum_k exp(e_jk - m_j)``: each kernel's total weight divided by
+        ``exp(m_j)``; the row count for a moments pass (unit weights).
+    mean : ndarray of shape (J, p)
+        Each kernel's weighted mean, in units of ``2**unit_exp`` working units.
+    scatter : ndarray of shape (J, p, p)
+        ``sum_k exp(e_jk - m_j) (y_k - mean_j)(y_k - mean_j)^T``: the weighted
+        scatter about that mean, in the square of ``mean``'s unit.
+    sample : ndarray of shape (n_sample, p) or None
+        The finite rows drawn for the row sample, as stored (data units,
+        float64); None when the plan asks for none.  (``MCPCA``'s fit maps
+        its copy of the first pass's result to working units, sample too.)
+    col_min, col_max : ndarray of shape (p,) or None
+        A moments pass's smallest and largest value of each column over the
+        finite rows, as stored (data units); None for a kernel pass.
+    n_far : int
+        Finite rows whose deviation from the centre overflows in working
+        units: weight 0 (kernel passes).
+    unit_exp : int
+        ``mean`` and ``scatter`` are in units of ``2**unit_exp`` working
+        units (squared for ``scatter``): 0 for a kernel pass; for a moments
+        pass the largest unit of its sub-blocks (``_NO_UNIT``, any unit,
+        while it has no rows).
+    """
+
+    n_rows: int
+    n_nonfinite: int
+    log_scale: np.ndarray
+    weight: np.ndarray
+    mean: np.ndarray
+    scatter: np.ndarray
+    sample: np.ndarray | None = None
+    col_min: np.ndarray | None = None
+    col_max: np.ndarray | None = None
+    n_far: int = 0
+    unit_exp: int = 0
+
+    def in_units(self, unit_exp: int) -> BlockStats:
+        """These statistics with their mean and scatter in units of ``2**unit_exp`` (exact; may overflow to inf)."""
+        d = self.unit_exp - unit_exp
+        with np.errstate(over="ignore"):
+            return replace(self, mean=np.ldexp(self.mean, d), scatter=np.ldexp(self.scatter, 2 * d), unit_exp=unit_exp)
+
+    def covariance(self, j: int = 0, *, about: np.ndarray | None = None) -> np.ndarray:
+        """Weighted covariance of kernel ``j``: about its weighted mean, or about ``about``."""
+        scatter = self.scatter[j] if about is None else self.scatter_about(about, j)
+        return scatter / self.weight[j]
+
+    def scatter_about(self, center: np.ndarray, j: int = 0) -> np.ndarray:
+        """``X^T G X`` about ``center`` (up to the kernel's factor ``exp(log_scale[j])``); inf where it overflows."""
+        d = self.mean[j] - center
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self.scatter[j] + self.weight[j] * np.outer(d, d)
+
+    def __sizeof__(self) -> int:
+        """Bytes held, arrays included (dask's ``sizeof`` uses it to account for a task's result)."""
+        arrays = (self.log_scale, self.weight, self.mean, self.scatter, self.sample, self.col_min, self.col_max)
+        return object.__sizeof__(self) + sum(a.nbytes for a in arrays if a is not None)
+
+
 def _row_uniforms(rows: np.ndarray, seed: int) -> np.ndarray:
     """A uniform number in [0, 1) per global row index (splitmix64 hash)."""
     with np.errstate(over="ignore"):
@@ -146,31 +234,31 @@ def _row_uniforms(rows: np.ndarray, seed: int) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-def _empty(plan: PassPlan, p: int) -> dict:
+def _empty(plan: PassPlan, p: int) -> BlockStats:
+    """The statistics of no rows: the identity of :func:`combine` for ``plan``'s passes."""
     J = plan.n_kernels
-    out = {
-        "n_rows": 0,
-        "n_nonfinite": 0,
-        "n_far": 0,
-        "unit_exp": _NO_UNIT if plan.kernels is None else 0,
-        "log_scale": np.full(J, -np.inf),
-        "weight": np.zeros(J),
-        "mean": np.zeros((J, p)),
-        "scatter": np.zeros((J, p, p)),
-    }
-    if plan.kernels is None:  # a moments pass also finds each column's range (the data's fingerprint)
-        out["col_min"], out["col_max"] = np.full(p, np.inf), np.full(p, -np.inf)
-    if plan.sample_rate > 0:
-        out["sample"] = np.empty((0, p))
-    return out
+    moments = plan.kernels is None  # a moments pass also finds each column's range (the data's fingerprint)
+    return BlockStats(
+        n_rows=0,
+        n_nonfinite=0,
+        log_scale=np.full(J, -np.inf),
+        weight=np.zeros(J),
+        mean=np.zeros((J, p)),
+        scatter=np.zeros((J, p, p)),
+        sample=np.empty((0, p)) if plan.sample_rate > 0 else None,
+        col_min=np.full(p, np.inf) if moments else None,
+        col_max=np.full(p, -np.inf) if moments else None,
+        unit_exp=_NO_UNIT if moments else 0,
+    )
 
 
-def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
+def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> BlockStats:
     """Moments of the finite rows ``Y = X - shift`` under each kernel.
 
     For kernel passes ``shift`` is the kernels' centre c; for a moments pass
     it is a row of the sub-block, so the raw sums below never cancel badly.
-    Both are in the units of ``Y``.
+    Both are in the units of ``Y``, and so is the result (``unit_exp`` 0; the
+    caller sets the counts, the unit and the ranges of a moments pass).
     The scatter is formed as ``sum g y y^T - w m m^T`` (no centred copy of
     the rows): ``y`` is measured from a point near the weighted mean.
 
@@ -214,16 +302,9 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> dict:
     rel_mean = wsum / np.where(dead, 1.0, weight)[:, None]
     scatter -= weight[:, None, None] * rel_mean[:, :, None] * rel_mean[:, None, :]
     scatter[dead] = 0.0
-    return {
-        "n_rows": n,
-        "n_nonfinite": 0,
-        "n_far": 0,
-        "unit_exp": 0,
-        "log_scale": log_scale,
-        "weight": weight,
-        "mean": rel_mean + shift,
-        "scatter": scatter,
-    }
+    return BlockStats(
+        n_rows=n, n_nonfinite=0, log_scale=log_scale, weight=weight, mean=rel_mean + shift, scatter=scatter
+    )
 
 
 #: Exponents below which a weight is set to 0 (exp would be subnormal).
@@ -359,7 +440,7 @@ def _working_rows(X: np.ndarray, plan: PassPlan):
         return Y, _finite_rows(Y), plan.center
 
 
-def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
+def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStats:
     """Everything one row block contributes to a pass.
 
     Parameters
@@ -376,13 +457,10 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
 
     Returns
     -------
-    dict
-        ``n_rows``, ``n_nonfinite``, ``n_far``, ``unit_exp``, and per kernel
-        ``log_scale``, ``weight``, ``mean``, ``scatter`` (see the module
-        docstring; the mean and scatter are in units of ``2**unit_exp`` of
-        the working units); ``sample`` (as stored) when the plan asks for
-        one; ``col_min`` and ``col_max`` (over finite rows, as stored) for a
-        moments pass (no kernels).
+    BlockStats
+        The block's counts and per-kernel sums; ``sample`` (as stored) when
+        the plan asks for one; ``col_min`` and ``col_max`` (over finite rows,
+        as stored) for a moments pass (no kernels).
     """
     X = np.asarray(X)
     p = X.shape[1]
@@ -422,58 +500,71 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> dict:
         with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
             part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
         if plan.kernels is None and len(good):
-            part["col_min"], part["col_max"] = good.min(axis=0).astype(np.float64), good.max(axis=0).astype(np.float64)
-            part["unit_exp"] = unit
-        part["n_rows"] = n_seen - n_bad
-        part["n_nonfinite"] = n_bad
-        part["n_far"] = n_far
+            part.col_min, part.col_max = good.min(axis=0).astype(np.float64), good.max(axis=0).astype(np.float64)
+            part.unit_exp = unit
+        part.n_rows, part.n_nonfinite, part.n_far = n_seen - n_bad, n_bad, n_far
         result = combine(result, part)
     if plan.sample_rate > 0:
-        result["sample"] = np.concatenate([result["sample"], *samples])
+        result.sample = np.concatenate([result.sample, *samples])
     return result
 
 
-def combine(a: dict, b: dict) -> dict:
-    """Merge two partial pass results (associative and commutative up to round-off)."""
-    out = {
-        "n_rows": a["n_rows"] + b["n_rows"],
-        "n_nonfinite": a["n_nonfinite"] + b["n_nonfinite"],
-        "n_far": a.get("n_far", 0) + b.get("n_far", 0),
-    }
-    a, b, out["unit_exp"] = _same_unit(a, b)
-    log_scale = np.maximum(a["log_scale"], b["log_scale"])
+def combine(a: BlockStats, b: BlockStats) -> BlockStats:
+    """Merge two partial results of one pass (associative and commutative up to round-off).
+
+    The counts add; the sums are brought to a common unit and a common
+    log-scale and merged with the pairwise formula of Chan, Golub and LeVeque.
+    Neither input is modified; where only one of them has a row sample, the
+    result holds that same array (no copy).
+    """
+    unit = max(a.unit_exp, b.unit_exp)
+    mean_a, scatter_a = _in_unit(a, unit)
+    mean_b, scatter_b = _in_unit(b, unit)
+    log_scale = np.maximum(a.log_scale, b.log_scale)
     finite = np.isfinite(log_scale)
     with np.errstate(invalid="ignore"):
-        fa = np.where(finite, np.exp(a["log_scale"] - log_scale), 0.0)
-        fb = np.where(finite, np.exp(b["log_scale"] - log_scale), 0.0)
-    wa, wb = a["weight"] * fa, b["weight"] * fb
+        fa = np.where(finite, np.exp(a.log_scale - log_scale), 0.0)
+        fb = np.where(finite, np.exp(b.log_scale - log_scale), 0.0)
+    wa, wb = a.weight * fa, b.weight * fb
     weight = wa + wb
     safe = np.where(weight > 0, weight, 1.0)
-    delta = b["mean"] - a["mean"]
-    mean = a["mean"] + delta * (wb / safe)[:, None]
+    delta = mean_b - mean_a
+    mean = mean_a + delta * (wb / safe)[:, None]
     scatter = (
-        a["scatter"] * fa[:, None, None]
-        + b["scatter"] * fb[:, None, None]
+        scatter_a * fa[:, None, None]
+        + scatter_b * fb[:, None, None]
         + (wa * wb / safe)[:, None, None] * delta[:, :, None] * delta[:, None, :]
     )
-    out.update(log_scale=log_scale, weight=weight, mean=mean, scatter=scatter)
-    if "col_min" in a or "col_min" in b:
-        out["col_min"] = np.minimum(*(x.get("col_min", np.inf) for x in (a, b)))
-        out["col_max"] = np.maximum(*(x.get("col_max", -np.inf) for x in (a, b)))
-    if "sample" in a or "sample" in b:
-        out["sample"] = np.concatenate([x["sample"] for x in (a, b) if "sample" in x])
-    return out
+    ranged = a.col_min is not None or b.col_min is not None
+    return BlockStats(
+        n_rows=a.n_rows + b.n_rows,
+        n_nonfinite=a.n_nonfinite + b.n_nonfinite,
+        log_scale=log_scale,
+        weight=weight,
+        mean=mean,
+        scatter=scatter,
+        sample=_joined(a.sample, b.sample),
+        col_min=np.minimum(_or(a.col_min, np.inf), _or(b.col_min, np.inf)) if ranged else None,
+        col_max=np.maximum(_or(a.col_max, -np.inf), _or(b.col_max, -np.inf)) if ranged else None,
+        n_far=a.n_far + b.n_far,
+        unit_exp=unit,
+    )
 
 
-def _same_unit(a: dict, b: dict):
-    """``a`` and ``b`` with their mean and scatter in the larger of their units (exact, powers of two)."""
-    ua, ub = a.get("unit_exp", 0), b.get("unit_exp", 0)
-    unit = max(ua, ub)
+def _in_unit(stats: BlockStats, unit: int) -> tuple[np.ndarray, np.ndarray]:
+    """``stats``' mean and scatter in units of ``2**unit`` working units, ``unit >= stats.unit_exp`` (exact)."""
+    if stats.unit_exp == unit:
+        return stats.mean, stats.scatter
+    d = max(stats.unit_exp - unit, _NO_UNIT)  # < 0: a shrink, at worst to 0 (negligible beside the other part)
+    return np.ldexp(stats.mean, d), np.ldexp(stats.scatter, 2 * d)
 
-    def rescale(x, u):
-        if u == unit:
-            return x
-        d = max(u - unit, _NO_UNIT)  # <= 0: a shrink, at worst to 0 (negligible beside the other part)
-        return {**x, "mean": np.ldexp(x["mean"], d), "scatter": np.ldexp(x["scatter"], 2 * d)}
 
-    return rescale(a, ua), rescale(b, ub), unit
+def _or(value: np.ndarray | None, default: float) -> np.ndarray | float:
+    return default if value is None else value
+
+
+def _joined(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    """Two row samples as one (either may be None: no sample)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return np.concatenate([a, b])

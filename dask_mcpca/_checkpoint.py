@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import typing
 
 import numpy as np
 
@@ -39,9 +40,9 @@ FORMAT = "dask_mcpca-checkpoint-5"
 _FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max")
 #: Shapes of the state arrays, in terms of the number of features p.
 _STATE_SHAPES = {"location": 1, "scatter": 2, "final_location": 1, "final_scatter": 2, "v": 1, "P": 2, "Q": 2,
-                 "components": 1}
+                 "components": 1, "S": 2}
 #: State entries that may hold NaN (a paper's null-space sigma, "no step yet").
-_MAY_BE_NAN = ("sigmas", "last_change", "last_pass", "cutoff", "final_cutoff", "support", "core_support", "rate")
+_MAY_BE_NAN = ("sigmas", "last_change", "cutoff", "final_cutoff", "support", "core_support", "rate")
 _STATES = {"paper": PaperState, "robust": RobustState}
 
 
@@ -49,8 +50,13 @@ class CheckpointMismatchError(ValueError):
     """The checkpoint on disk belongs to another fit."""
 
 
-def _encode(state) -> tuple[dict, dict]:
-    """Split a state dataclass into JSON scalars and named arrays."""
+def _encode(state: RobustState | PaperState) -> tuple[dict, dict]:
+    """Split a state dataclass into JSON scalars and named arrays.
+
+    A field holding a list is written as one array per item; a field holding
+    a dataclass (``PaperState.last_pass``) as one array per field of it,
+    under ``{"dict": names}``, the form format 5 gave the dict it replaced.
+    """
     meta, arrays = {}, {}
     for f in dataclasses.fields(state):
         value = getattr(state, f.name)
@@ -60,16 +66,18 @@ def _encode(state) -> tuple[dict, dict]:
             meta[f.name] = {"list": len(value)}
             for i, item in enumerate(value):
                 arrays[f"{f.name}.{i}"] = np.asarray(item)
-        elif isinstance(value, dict):
-            meta[f.name] = {"dict": sorted(value)}
-            for key, item in value.items():
-                arrays[f"{f.name}.{key}"] = np.asarray(item)
+        elif dataclasses.is_dataclass(value):
+            names = sorted(g.name for g in dataclasses.fields(value))
+            meta[f.name] = {"dict": names}
+            for name in names:
+                arrays[f"{f.name}.{name}"] = np.asarray(getattr(value, name))
         else:
             meta[f.name] = {"value": value.item() if isinstance(value, np.generic) else value}
     return meta, arrays
 
 
-def _decode(cls, meta: dict, arrays) -> object:
+def _decode(cls: type, meta: dict, arrays: dict) -> RobustState | PaperState:
+    """The state of class ``cls`` from :func:`_encode`'s scalars and arrays."""
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name in arrays:
@@ -81,10 +89,17 @@ def _decode(cls, meta: dict, arrays) -> object:
             kwargs[f.name] = [x.item() if x.ndim == 0 else x for x in items]
         elif "dict" in meta[f.name]:
             items = {k: np.array(arrays[f"{f.name}.{k}"]) for k in meta[f.name]["dict"]}
-            kwargs[f.name] = {k: (x.item() if x.ndim == 0 else x) for k, x in items.items()}
+            fields = {k: (x.item() if x.ndim == 0 else x) for k, x in items.items()}
+            kwargs[f.name] = _field_class(cls, f.name)(**fields)
         else:
             kwargs[f.name] = meta[f.name]["value"]
     return cls(**kwargs)
+
+
+def _field_class(cls: type, name: str) -> type:
+    """The dataclass that field ``name`` of ``cls`` holds (``LastPass`` for ``LastPass | None``)."""
+    hint = typing.get_type_hints(cls)[name]
+    return next(t for t in (*typing.get_args(hint), hint) if dataclasses.is_dataclass(t))
 
 
 def _damaged_header(header: dict) -> str:
@@ -99,8 +114,12 @@ def _damaged_header(header: dict) -> str:
     return f"unknown state(s) {unknown}" if unknown else ""
 
 
-def _check_state(state, p: int) -> None:
-    """Refuse a saved state whose arrays have the wrong shapes or hold NaN, inf or non-numbers."""
+def _check_state(state, p: int, *, prefix: str = "") -> None:
+    """Refuse a saved state whose arrays have the wrong shapes or hold NaN, inf or non-numbers.
+
+    A field holding a dataclass is checked field by field by the same rules
+    (its fields named ``field.name`` in the message).
+    """
     for f in dataclasses.fields(state):
         if f.name in _MAY_BE_NAN:
             continue
@@ -108,12 +127,15 @@ def _check_state(state, p: int) -> None:
         for item in value if isinstance(value, list) else [value]:
             if item is None:
                 continue
+            if dataclasses.is_dataclass(item):
+                _check_state(item, p, prefix=f"{prefix}{f.name}.")
+                continue
             arr = np.asarray(item)
             expected = (p,) * _STATE_SHAPES.get(f.name, arr.ndim)
             if f.name in _STATE_SHAPES and arr.shape != expected:
-                raise ValueError(f"{f.name} has shape {arr.shape}, expected {expected}")
+                raise ValueError(f"{prefix}{f.name} has shape {arr.shape}, expected {expected}")
             if arr.dtype.kind not in "biuf" or not np.isfinite(arr).all():
-                raise ValueError(f"{f.name} holds NaN, inf or no number")
+                raise ValueError(f"{prefix}{f.name} holds NaN, inf or no number")
 
 
 def _plain(value):

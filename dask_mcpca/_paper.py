@@ -27,7 +27,34 @@ from ._power import (
 )
 from ._schedule import paper_kernel_sizes
 
-__all__ = ["PaperState", "fit_paper"]
+__all__ = ["LastPass", "PaperState", "fit_paper"]
+
+
+@dataclass(slots=True)
+class LastPass:
+    """The weighted statistics of the last pass at a component's last kernel size.
+
+    A component's robust variance is read from them when its kernel sizes
+    are done (and the last component's, from component p-1's), so they are
+    part of the checkpointed state.  All in the fit's working units
+    (``X * 2**-unit_exp``, see :mod:`._block`), about the fit's centre.
+
+    Attributes
+    ----------
+    S : ndarray of shape (p, p)
+        ``X^T G X`` about the centre: the scatter weighted by that pass's
+        correntropy weights (the ``S`` of eq. (14)), in squared working units,
+        up to the pass's common weight factor.
+    weight : float
+        The sum of the same weights, up to the same factor: ``S / weight``
+        is the weighted covariance, in squared working units.
+    sigma : float
+        The kernel size of that pass, in working units.
+    """
+
+    S: np.ndarray
+    weight: float
+    sigma: float
 
 
 @dataclass
@@ -44,7 +71,7 @@ class PaperState:
     sigmas: list = field(default_factory=list)
     n_iter: int = 0
     converged: bool = True
-    last_pass: dict | None = None  # weight statistics of the last pass of component i
+    last_pass: LastPass | None = None  # statistics of the last pass of component i
 
 
 def _unit_scaled(S: np.ndarray) -> np.ndarray:
@@ -130,15 +157,15 @@ def fit_paper(
             else:
                 state.converged = False
             state.v = v
-            state.last_pass = {"S": S, "weight": float(res.weight[0]), "sigma": float(sigma)}
+            state.last_pass = LastPass(S=S, weight=float(res.weight[0]), sigma=float(sigma))
             state.decay_step = j + 1
             if on_step is not None:
                 on_step(state)
         v = state.v / np.linalg.norm(state.v)
         lp = state.last_pass
         state.components.append(v)
-        state.variances.append(_weighted_variance(v, lp["S"], lp["weight"]))
-        state.sigmas.append(lp["sigma"])
+        state.variances.append(_weighted_variance(v, lp.S, lp.weight))
+        state.sigmas.append(lp.sigma)
         state.P = state.P + np.outer(v, v)
         state.Q = woodbury_update(state.Q, v)
         state.component, state.decay_step, state.v = i + 1, 0, None
@@ -163,7 +190,7 @@ def _append_last(state: PaperState, p: int, scatter0: np.ndarray) -> None:
         return
     v = last_component(np.column_stack(state.components))
     lp = state.last_pass
-    s, sigma2 = _weighted_variance(v, lp["S"], lp["weight"]), lp["sigma"] ** 2
+    s, sigma2 = _weighted_variance(v, lp.S, lp.weight), lp.sigma**2
     state.components.append(v)
     # in units of the power of two above sigma^2 (exact), so s * sigma^2 cannot overflow
     e = int(np.frexp(sigma2)[1]) if 0 < sigma2 < np.inf else 0

@@ -12,7 +12,7 @@ task graph.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import reduce
 
 import dask
@@ -20,7 +20,7 @@ import dask.array as da
 import numpy as np
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
-from ._block import PassPlan, block_stats, combine
+from ._block import BlockStats, PassPlan, block_stats, combine
 from ._progress import PassProgress
 
 __all__ = [
@@ -64,38 +64,9 @@ def spread_blocks(n_blocks: int) -> np.ndarray | None:
     return np.unique(((np.arange(m) + 0.5) * n_blocks / m).astype(int))
 
 
-@dataclass
-class PassResult:
-    """The merged statistics of one pass (see :mod:`dask_mcpca._block`)."""
-
-    n_rows: int
-    n_nonfinite: int
-    log_scale: np.ndarray
-    weight: np.ndarray
-    mean: np.ndarray
-    scatter: np.ndarray
-    sample: np.ndarray | None = None
-    col_min: np.ndarray | None = None  # moments pass only: each column's range over finite rows
-    col_max: np.ndarray | None = None
-    n_far: int = 0  # finite rows that overflow in working units: weight 0 (kernel passes)
-    unit_exp: int = 0  # mean and scatter are in units of 2**unit_exp (of the working units)
-
-    def in_units(self, unit_exp: int) -> PassResult:
-        """This result with its mean and scatter in units of ``2**unit_exp`` (exact; may overflow to inf)."""
-        d = self.unit_exp - unit_exp
-        with np.errstate(over="ignore"):
-            return replace(self, mean=np.ldexp(self.mean, d), scatter=np.ldexp(self.scatter, 2 * d), unit_exp=unit_exp)
-
-    def covariance(self, j: int = 0, *, about: np.ndarray | None = None) -> np.ndarray:
-        """Weighted covariance of kernel ``j``: about its weighted mean, or about ``about``."""
-        scatter = self.scatter[j] if about is None else self.scatter_about(about, j)
-        return scatter / self.weight[j]
-
-    def scatter_about(self, center: np.ndarray, j: int = 0) -> np.ndarray:
-        """``X^T G X`` about ``center`` (up to the pass's common factor); inf where it overflows."""
-        d = self.mean[j] - center
-        with np.errstate(over="ignore", invalid="ignore"):
-            return self.scatter[j] + self.weight[j] * np.outer(d, d)
+#: The merged statistics of one pass: the blocks' :class:`._block.BlockStats`
+#: merged by the tree, the same type as what each block returns.
+PassResult = BlockStats
 
 
 class NonFiniteRowsError(ValueError):
@@ -110,16 +81,16 @@ class NumericalRangeError(ValueError):
     """
 
 
-def _check_finite(stats: dict, label: str) -> None:
+def _check_finite(stats: BlockStats, label: str) -> None:
     """Every kernel of a pass has a positive, finite weight and a finite mean and scatter."""
-    for j in range(len(stats["weight"])):
-        if not stats["weight"][j] > 0:
+    for j in range(len(stats.weight)):
+        if not stats.weight[j] > 0:
             raise NumericalRangeError(
                 f"pass {label!r}: kernel {j} gave every row weight 0 (every row's distance overflows "
                 "float64); the data's values span more than float64 can hold in one fit"
             )
-        for what in ("mean", "scatter"):
-            if not np.all(np.isfinite(stats[what][j])):
+        for what, value in (("mean", stats.mean), ("scatter", stats.scatter)):
+            if not np.all(np.isfinite(value[j])):
                 raise NumericalRangeError(
                     f"pass {label!r}: the weighted {what} of kernel {j} is not finite in float64 (rows of "
                     "magnitude near the float64 limit carry weight); rescale the data or remove those rows"
@@ -149,7 +120,7 @@ def single_threaded_blas():
     return _controller().limit(limits=1, user_api="blas")
 
 
-def _block_task(block, plan: PassPlan, row_offset: int) -> dict:
+def _block_task(block, plan: PassPlan, row_offset: int) -> BlockStats:
     """:func:`block_stats` inside a dask task, with single-threaded BLAS.
 
     In the client's process (threaded scheduler) ``fit`` has already limited
@@ -176,7 +147,7 @@ def _tree_reduce(parts: list, split_every: int):
     return parts[0]
 
 
-def _combine_many(*parts):
+def _combine_many(*parts: BlockStats) -> BlockStats:
     return reduce(combine, parts)
 
 
@@ -247,17 +218,17 @@ class PassRunner:
                     bar.advance(1)
         if blocks is None:
             self.n_passes += 1
-            self.n_usable_rows = int(stats["n_rows"])
+            self.n_usable_rows = int(stats.n_rows)
         else:
             self.n_partial_reads += 1
             self.n_blocks_read += len(chosen)
-        if stats["n_nonfinite"] and self.nan_policy == "raise":
+        if stats.n_nonfinite and self.nan_policy == "raise":
             raise NonFiniteRowsError(
-                f"{stats['n_nonfinite']} of {self.n_rows} rows hold NaN or inf; "
+                f"{stats.n_nonfinite} of {self.n_rows} rows hold NaN or inf; "
                 "clean them, or pass nan_policy='omit' to leave such rows out of the fit"
             )
-        if stats["n_rows"] == 0:
+        if stats.n_rows == 0:
             raise ValueError("no rows left to fit: every row holds NaN or inf")
         if plan.kernels is not None:
             _check_finite(stats, label)
-        return PassResult(**stats)
+        return stats

@@ -565,3 +565,36 @@ def test_resumed_state_with_bad_arrays_is_refused(saved, name, value, match):
         np.savez(fh, **arrays)
     with pytest.raises(CheckpointMismatchError, match="damaged 'robust' state .*" + match):
         MCPCA(checkpoint=path, **kw).fit(X)
+
+
+@pytest.fixture
+def saved_paper(tmp_path):
+    """A checkpoint of a paper fit interrupted after a few kernel sizes (its state has a last pass)."""
+    X, kw, path = _data(), SOLVERS["paper"], tmp_path / "fit.ckpt.npz"
+    _interrupt_at(X, kw, path, fail_on_pass=12)
+    return X, kw, path
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda a, h: a.__setitem__("paper:last_pass.S", np.full((3, 3), np.inf)), r"last_pass\.S holds NaN"),
+        (lambda a, h: a.__setitem__("paper:last_pass.S", np.eye(2)), r"last_pass\.S has shape \(2, 2\)"),
+        (lambda a, h: a.__setitem__("paper:last_pass.weight", np.array(np.nan)), r"last_pass\.weight holds NaN"),
+        (lambda a, h: h["states"]["paper"]["last_pass"]["dict"].remove("sigma"), "sigma"),
+    ],
+    ids=["S-inf", "S-shape", "weight-nan", "no-sigma"],
+)
+def test_resumed_paper_state_with_a_bad_last_pass_is_refused(saved_paper, edit, match):
+    """The paper solver's last pass (a ``LastPass``) is checked like every other saved array."""
+    X, kw, path = saved_paper
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays["__header__"]))
+    assert header["states"]["paper"]["last_pass"] == {"dict": ["S", "sigma", "weight"]}  # format 5's layout
+    edit(arrays, header)
+    arrays["__header__"] = np.array(json.dumps(header))
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+    with pytest.raises(CheckpointMismatchError, match="damaged 'paper' state .*" + match):
+        MCPCA(checkpoint=path, **kw).fit(X)

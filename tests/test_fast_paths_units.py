@@ -62,12 +62,12 @@ def test_float32_rows_that_overflow_in_float32_working_units_fall_back_to_float6
     )
     got = block_stats(X32, plan)
     want = block_stats(X32.astype(np.float64), plan)
-    assert got["n_far"] == want["n_far"] == 0
-    assert got["n_nonfinite"] == want["n_nonfinite"] == 1
-    assert got["n_rows"] == want["n_rows"] == len(X32) - 1
-    np.testing.assert_allclose(got["weight"], want["weight"], rtol=1e-5)
-    np.testing.assert_allclose(got["mean"], want["mean"], rtol=1e-4, atol=1e-6)
-    np.testing.assert_array_equal(got["sample"], want["sample"])  # as stored, float64
+    assert got.n_far == want.n_far == 0
+    assert got.n_nonfinite == want.n_nonfinite == 1
+    assert got.n_rows == want.n_rows == len(X32) - 1
+    np.testing.assert_allclose(got.weight, want.weight, rtol=1e-5)
+    np.testing.assert_allclose(got.mean, want.mean, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(got.sample, want.sample)  # as stored, float64
 
 
 def test_float32_excluded_values_are_compared_in_working_units():
@@ -83,9 +83,9 @@ def test_float32_excluded_values_are_compared_in_working_units():
     assert keep.sum() == len(X32) - 400
     plain = PassPlan(center=np.zeros(2), kernels=np.eye(2)[None], offsets=np.array([3.0]), unit_exp=40)
     alone = block_stats(X32[keep].astype(np.float64), plain)
-    np.testing.assert_allclose(want["weight"], alone["weight"], rtol=1e-12)
-    np.testing.assert_allclose(got["weight"], want["weight"], rtol=1e-5)
-    np.testing.assert_allclose(got["mean"], want["mean"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(want.weight, alone.weight, rtol=1e-12)
+    np.testing.assert_allclose(got.weight, want.weight, rtol=1e-5)
+    np.testing.assert_allclose(got.mean, want.mean, rtol=1e-4, atol=1e-6)
 
 
 def test_partial_read_chooses_the_working_unit_from_its_sample():

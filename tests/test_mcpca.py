@@ -137,13 +137,13 @@ def test_no_underflow_at_tiny_kernel_size():
     merged = parts[0]
     for part in parts[1:]:
         merged = combine(merged, part)
-    assert merged["weight"][0] > 0 and np.all(np.isfinite(merged["scatter"]))
+    assert merged.weight[0] > 0 and np.all(np.isfinite(merged.scatter))
     # Independent: shift the exponents by their maximum before exponentiating.
     e = -0.5 * np.einsum("ij,jk,ik->i", X, A, X)
     g = np.exp(e - e.max())
     mean = g @ X / g.sum()
-    assert_allclose(merged["mean"][0], mean, rtol=1e-9)
-    assert_allclose(merged["scatter"][0], ((X - mean) * g[:, None]).T @ (X - mean), rtol=1e-8, atol=1e-12)
+    assert_allclose(merged.mean[0], mean, rtol=1e-9)
+    assert_allclose(merged.scatter[0], ((X - mean) * g[:, None]).T @ (X - mean), rtol=1e-8, atol=1e-12)
 
 
 def test_flat_top_kernel_weights():
@@ -157,9 +157,9 @@ def test_flat_top_kernel_weights():
     d2 = np.einsum("ij,jk,ik->i", X - c, A, X - c)  # (x - c)^T A (x - c)
     for j, g in enumerate([np.exp(-d2 / 2), np.exp(-np.maximum(d2 - 2 * z, 0) / 2)]):
         mean = g @ X / g.sum()
-        assert_allclose(merged["mean"][j], mean, rtol=1e-10)
+        assert_allclose(merged.mean[j], mean, rtol=1e-10)
         cov = ((X - mean) * g[:, None]).T @ (X - mean) / g.sum()
-        assert_allclose(merged["scatter"][j] / merged["weight"][j], cov, rtol=1e-9)
+        assert_allclose(merged.scatter[j] / merged.weight[j], cov, rtol=1e-9)
     assert (d2 < 2 * z).sum() > 100  # the flat top is exercised
 
 

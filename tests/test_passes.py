@@ -166,9 +166,38 @@ def test_kernels_of_one_pass_equal_separate_passes(dtype):
     x64 = X.astype(np.float64)
     for j, z in enumerate((30.0, 50.0)):
         one = block_stats(x64, PassPlan(kernels=P[None] / 0.25, offsets=np.array([z]), **kw))
-        assert both["log_scale"][j] == one["log_scale"][0] == 0
+        assert both.log_scale[j] == one.log_scale[0] == 0
         rtol = 1e-12 if dtype == np.float64 else 1e-5
-        np.testing.assert_allclose(both["weight"][j], one["weight"][0], rtol=rtol)
-        np.testing.assert_allclose(both["mean"][j], one["mean"][0], rtol=rtol)
-        scale = one["scatter"][0].max()
-        np.testing.assert_allclose(both["scatter"][j], one["scatter"][0], rtol=rtol, atol=rtol * scale)
+        np.testing.assert_allclose(both.weight[j], one.weight[0], rtol=rtol)
+        np.testing.assert_allclose(both.mean[j], one.mean[0], rtol=rtol)
+        scale = one.scatter[0].max()
+        np.testing.assert_allclose(both.scatter[j], one.scatter[0], rtol=rtol, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("kernels", [None, np.stack([np.eye(3), np.eye(3) / 4])], ids=["moments", "two-kernels"])
+def test_a_block_returns_the_type_a_pass_returns(kernels):
+    """One typed value from a block to the solvers: it pickles (it travels between
+    workers), dask's ``sizeof`` counts its arrays, and ``combine`` merges two
+    without modifying either; the pass's result is the same type."""
+    import pickle
+
+    from dask.sizeof import sizeof
+
+    from dask_mcpca._block import BlockStats, block_stats, combine
+
+    X = _data(900, 3)
+    plan = PassPlan(center=np.zeros(3), kernels=kernels, sample_rate=0.5)
+    a, b = block_stats(X[:400], plan, 0), block_stats(X[400:], plan, 400)
+    assert isinstance(a, BlockStats)
+    assert (a.col_min is None) == (kernels is not None)
+    copies = [pickle.loads(pickle.dumps(x)) for x in (a, b)]
+    merged = combine(a, b)
+    for x, copy in zip((a, b), copies, strict=True):  # inputs untouched
+        for name in ("n_rows", "log_scale", "weight", "mean", "scatter", "sample", "col_min", "unit_exp"):
+            np.testing.assert_array_equal(getattr(x, name), getattr(copy, name), err_msg=name)
+    assert merged.n_rows == 900 and len(merged.sample) == len(a.sample) + len(b.sample)
+    assert sizeof(merged) >= merged.sample.nbytes + merged.scatter.nbytes
+    runner = PassRunner(da.from_array(X, chunks=(400, -1)))
+    result = runner.run(plan)
+    assert type(result) is BlockStats is passes_module.PassResult
+    np.testing.assert_allclose(result.scatter, merged.scatter, rtol=1e-12)

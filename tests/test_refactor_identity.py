@@ -1,0 +1,309 @@
+"""A refactor changes no output bit: fits compared with digests recorded on commit b0a069c.
+
+This is a refactor-identity test, the one place in the suite where the
+expected values come from the code itself, on purpose: the digests in
+``refactor_identity.json`` were recorded by this file's ``--record`` mode on
+commit b0a069c, before the block results and the paper solver's last pass
+became typed dataclasses (issue 12).  They are not a truth about robust PCA
+(the other tests check that against independent answers); they say that the
+refactor, and any later change meant to be a pure refactor, leaves every
+fitted output as it was.
+
+What is compared: ``components_``, ``explained_variance_``, ``mean_``,
+``covariance_``, ``outlier_cutoff_`` and ``n_passes_`` of a handful of fits
+(both solvers, float64 and float32 Zarr stores of several chunks, NaN rows
+under ``nan_policy="omit"``, a checkpointed fit interrupted and resumed, a
+fit resumed from a checkpoint file written by b0a069c), and the content of
+the checkpoint files a fit writes (its on-disk form must not change).
+
+Bit-identity is asserted only in the environment the digests were recorded
+in (numpy's version, the machine, the OS, numpy's SIMD targets and the BLAS
+library and its kernel architecture): the same code gives other bits with
+another BLAS kernel or another numpy SIMD path (an FMA, a different
+summation order), and the fits' iterations can turn such round-off into a
+different stopping step.  Elsewhere the recorded values are compared with a
+tolerance per stored dtype (``FALLBACK_RTOL``) and ``n_passes_`` is not
+compared.  The tolerances were measured on the recording machine by forcing
+other kernels (``OPENBLAS_CORETYPE=Haswell`` or ``Sandybridge`` with numpy's
+AVX-512, or AVX2 too, disabled): float64 fits moved by at most 1.1e-13 of an
+output's largest magnitude (the calibrated outlier cutoff; the components by
+5e-15), float32 fits by up to 2.6e-7 (their products are float32 within a
+GEMM, whose blocking is the kernel's), and one float32 paper fit took one
+pass more.  So 1e-12, as for a refactor on one machine, would be too tight
+elsewhere for a test that no refactor failed.
+
+Record again (only on purpose, for a change that is meant to change outputs)
+with ``python tests/test_refactor_identity.py --record`` and say so in the
+commit message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Interrupted, RecordingRows
+
+from dask_mcpca import MCPCA
+
+zarr = pytest.importorskip("zarr")
+
+HERE = Path(__file__).parent
+#: The recorded digests and values, and the environment they were recorded in.
+RECORD = HERE / "refactor_identity.json"
+#: A checkpoint written by b0a069c (a finished paper fit, robust centre): format 5 as it was.
+OLD_CHECKPOINT = HERE / "data" / "b0a069c_paper.ckpt.npz"
+#: The commit the digests were recorded on.
+RECORDED_ON = "b0a069c"
+
+#: Fitted attributes compared.
+OUTPUTS = ("components_", "explained_variance_", "mean_", "covariance_", "outlier_cutoff_", "n_passes_")
+#: Tolerance in another environment, by the stores' dtype (see the module
+#: docstring), in units of each output's largest magnitude (at least 1):
+#: about 100 and 40 times the deviations measured with other kernels.
+FALLBACK_RTOL = {"f64": 1e-11, "f32": 1e-5}
+
+N_ROWS, N_FEATURES, CHUNK_ROWS = 3000, 4, 200  # 15 row blocks (the robust start reads them all)
+N_ROWS_WIDE = 4000  # 20 blocks: the default solver's row sample reads a spread of them
+
+#: The fits: the store they read and the estimator's parameters.
+CASES = {
+    "auto-f64": ("f64", {}),
+    "auto-f32": ("f32", {}),
+    "auto-f64-spread-sample": ("f64-wide", {"n_components": 2, "sample_size": 400, "random_state": 3}),
+    "auto-nan-omit": ("f64-nan", {"nan_policy": "omit"}),
+    "paper-f64": ("f64", {"solver": "paper", "n_decay": 4}),
+    "paper-f32": ("f32", {"solver": "paper", "n_decay": 4}),
+    "paper-f64-mean-centre": ("f64", {"solver": "paper", "n_decay": 3, "center": "mean", "n_components": 2}),
+    "paper-nan-omit": ("f64-nan", {"solver": "paper", "n_decay": 3, "nan_policy": "omit"}),
+}
+#: Fits interrupted in a pass (its number) and resumed from their checkpoint.
+RESUMED = {
+    "auto-f64-resumed": ("f64", {"tol": 1e-10, "max_iter": 30, "sample_size": 300}, 4),
+    "paper-f64-resumed": ("f64", {"solver": "paper", "n_decay": 4}, 7),
+}
+#: The fit whose checkpoint file is ``OLD_CHECKPOINT``.
+OLD_CHECKPOINT_FIT = ("f64", {"solver": "paper", "n_decay": 4})
+
+
+def _data(n: int, *, seed: int = 12) -> np.ndarray:
+    """Correlated columns far from 0 and not of unit spread (the working unit is not 1), 5 % outliers."""
+    rng = np.random.default_rng(seed)
+    mix = np.array([[3.0, 0.0, 0.0, 0.0], [1.2, 1.0, 0.0, 0.0], [0.3, -0.4, 0.5, 0.0], [0.0, 0.2, 0.1, 0.05]])
+    X = rng.normal(size=(n, N_FEATURES)) @ mix.T * 37.0 + [5.0e3, -120.0, 0.0, 7.0]
+    bad = rng.choice(n, n // 20, replace=False)
+    X[bad] += rng.normal(size=(len(bad), N_FEATURES)) * 40.0 + [0.0, 900.0, 450.0, -30.0]
+    return X
+
+
+def _stores(root: Path) -> dict[str, str]:
+    """The Zarr stores on disk, by name."""
+    X, wide = _data(N_ROWS), _data(N_ROWS_WIDE, seed=13)
+    with_nan = X.copy()
+    with_nan[[5, 404, 405, 1999, 2999], [0, 1, 3, 2, 0]] = np.nan
+    with_nan[777, 2] = np.inf
+    arrays = {"f64": X, "f32": X.astype(np.float32), "f64-wide": wide, "f64-nan": with_nan}
+    paths = {}
+    for name, values in arrays.items():
+        path = root / f"{name}.zarr"
+        z = zarr.create_array(path, shape=values.shape, chunks=(CHUNK_ROWS, N_FEATURES), dtype=values.dtype)
+        z[:] = values
+        paths[name] = str(path)
+    return paths
+
+
+def _fit(X, kw: dict, **extra) -> MCPCA:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a ConvergenceWarning is part of what is recorded, not a failure
+        return MCPCA(**kw, **extra).fit(X)
+
+
+def _resumed(stores: dict, name: str, tmp: Path) -> MCPCA:
+    """The fit ``RESUMED[name]``, interrupted in its pass and resumed from its checkpoint."""
+    store, kw, fail_on_pass = RESUMED[name]
+    path = tmp / f"{name}.ckpt.npz"
+    reader = RecordingRows(zarr.open_array(stores[store], mode="r"), fail_on_pass=fail_on_pass)
+    with pytest.raises(Interrupted):
+        _fit(reader.as_dask(CHUNK_ROWS), kw, checkpoint=path)
+    return _fit(stores[store], kw, checkpoint=path)
+
+
+def _entry(value) -> dict:
+    """The sha256 of an output's bytes (with its dtype and shape), and its values (exact in JSON)."""
+    arr = np.asarray(value)  # tobytes() is in C order whatever the layout
+    digest = hashlib.sha256(f"{arr.dtype.str}{arr.shape}".encode() + arr.tobytes()).hexdigest()
+    return {"sha256": digest, "dtype": arr.dtype.str, "shape": list(arr.shape), "values": arr.ravel().tolist()}
+
+
+def _outputs(model: MCPCA) -> dict:
+    return {name: _entry(getattr(model, name)) for name in OUTPUTS}
+
+
+def _checkpoint_content(path: Path) -> dict:
+    """A checkpoint file's on-disk form: its header and each array's entry (zip timestamps aside)."""
+    with np.load(path, allow_pickle=False) as z:
+        header = json.loads(str(z["__header__"]))
+        arrays = {k: _entry(z[k]) for k in sorted(z.files) if k != "__header__"}
+    return {"header": _entry(np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8)),
+            "states": header["states"], "arrays": arrays}
+
+
+def environment() -> dict:
+    """What the bits of a fit depend on besides the code."""
+    from threadpoolctl import threadpool_info
+
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+        simd = sorted(t for t in __cpu_dispatch__ if __cpu_features__.get(t))
+    except ImportError:  # a numpy without this private module: never bit-identical
+        simd = None
+    blas = sorted({(lib["internal_api"], lib["version"], lib["architecture"])
+                   for lib in threadpool_info() if lib["user_api"] == "blas"}, key=str)
+    return {"numpy": np.__version__, "machine": platform.machine(), "system": platform.system(),
+            "numpy_simd": simd, "blas": [list(lib) for lib in blas]}
+
+
+def _compute(tmp: Path) -> dict:
+    """Every recorded quantity, computed by the code as it stands."""
+    stores = _stores(tmp)
+    fits = {name: _outputs(_fit(stores[store], kw)) for name, (store, kw) in CASES.items()}
+    fits.update({name: _outputs(_resumed(stores, name, tmp)) for name in RESUMED})
+    files = {}
+    for name in ("auto-f64", "paper-f64"):
+        store, kw = CASES[name]
+        path = tmp / f"{name}-written.ckpt.npz"
+        _fit(stores[store], kw, checkpoint=path)
+        files[name] = _checkpoint_content(path)
+    return {"fits": fits, "checkpoint_files": files}
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict:
+    record = json.loads(RECORD.read_text())
+    assert record["commit"] == RECORDED_ON, "recorded again: name the new commit in RECORDED_ON and the docstring"
+    return record
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> dict:
+    return _stores(tmp_path_factory.mktemp("stores"))
+
+
+@pytest.fixture(scope="module")
+def same_environment(recorded) -> bool:
+    return recorded["environment"] == environment()
+
+
+def _assert_unchanged(got: dict, want: dict, same_environment: bool, what: str, *, store: str = "f64") -> None:
+    """Each output in ``want``: the same digest here; elsewhere the same dtype and shape and close values."""
+    rtol = FALLBACK_RTOL[store[:3]]
+    for name, entry in want.items():
+        if same_environment:
+            assert got[name]["sha256"] == entry["sha256"], f"{what}: {name} changed: {got[name]} != {entry}"
+            continue
+        assert got[name]["dtype"] == entry["dtype"] and got[name]["shape"] == entry["shape"], f"{what}: {name}"
+        if name == "n_passes_":  # round-off elsewhere may stop an iteration one step earlier or later
+            continue
+        a, b = np.asarray(got[name]["values"], dtype=float), np.asarray(entry["values"], dtype=float)
+        scale = max(1.0, float(np.abs(b).max(initial=0.0)))
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * scale, err_msg=f"{what}: {name}")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fit_is_unchanged(case, stores, recorded, same_environment):
+    store, kw = CASES[case]
+    got = _outputs(_fit(stores[store], kw))
+    _assert_unchanged(got, recorded["fits"][case], same_environment, case, store=store)
+
+
+@pytest.mark.parametrize("case", RESUMED)
+def test_resumed_fit_is_unchanged(case, stores, recorded, same_environment, tmp_path):
+    got = _outputs(_resumed(stores, case, tmp_path))
+    _assert_unchanged(got, recorded["fits"][case], same_environment, case, store=RESUMED[case][0])
+
+
+@pytest.mark.parametrize("case", ["auto-f64", "paper-f64"])
+def test_checkpoint_file_is_unchanged(case, stores, recorded, same_environment, tmp_path):
+    """The file a fit writes: the same header layout, array names, dtypes and shapes; bit for bit here."""
+    store, kw = CASES[case]
+    path = tmp_path / "fit.ckpt.npz"
+    _fit(stores[store], kw, checkpoint=path)
+    got, want = _checkpoint_content(path), recorded["checkpoint_files"][case]
+    assert got["states"].keys() == want["states"].keys()
+    for kind, meta in want["states"].items():  # the layout: each field's kind (value, list, dict of arrays)
+        assert got["states"][kind].keys() == meta.keys(), kind
+        for field, m in meta.items():
+            assert got["states"][kind][field].keys() == m.keys(), (kind, field)
+            if "value" not in m or same_environment:  # scalars (n_iter, radii) only in the same environment
+                assert got["states"][kind][field] == m, (kind, field)
+    assert got["arrays"].keys() == want["arrays"].keys()
+    _assert_unchanged(got["arrays"], want["arrays"], same_environment, f"{case} checkpoint")
+    if same_environment:
+        assert got["header"]["sha256"] == want["header"]["sha256"]
+
+
+def test_checkpoint_written_by_b0a069c_resumes(stores, recorded, same_environment, tmp_path):
+    """A finished paper fit's format-5 file from before the refactor loads, and the fit ends as it did then."""
+    store, kw = OLD_CHECKPOINT_FIT
+    path = tmp_path / "old.ckpt.npz"
+    shutil.copyfile(OLD_CHECKPOINT, path)
+    model = _fit(stores[store], kw, checkpoint=path)
+    assert model.n_passes_ == 1  # resumed at the end: only the pass that checks the data
+    _assert_unchanged(_outputs(model), recorded["old_checkpoint_resumed"], same_environment, "old checkpoint")
+
+
+def _record() -> None:
+    """Write ``RECORD`` and ``OLD_CHECKPOINT`` from the code as it stands (see the module docstring)."""
+    import subprocess
+    import tempfile
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=HERE, check=True).stdout.strip()
+
+    if git("status", "--porcelain", "--", "../dask_mcpca"):
+        sys.exit("dask_mcpca/ has uncommitted changes: record on a commit, so that the record can name it")
+    commit = git("rev-parse", "--short", "HEAD")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        record = {
+            "comment": (
+                f"Recorded on commit {commit} by `python tests/test_refactor_identity.py --record` "
+                f"(on b0a069c: before the typed-blocks refactor of issue 12). The fitted outputs of the code "
+                "at that commit; a pure refactor must reproduce them bit for bit in this environment."
+            ),
+            "commit": commit,
+            "environment": environment(),
+            **_compute(tmp),
+        }
+        store, kw = OLD_CHECKPOINT_FIT
+        stores = _stores(tmp / "old")
+        OLD_CHECKPOINT.parent.mkdir(exist_ok=True)
+        OLD_CHECKPOINT.unlink(missing_ok=True)
+        _fit(stores[store], kw, checkpoint=OLD_CHECKPOINT)
+        copy = tmp / "old-again.ckpt.npz"
+        shutil.copyfile(OLD_CHECKPOINT, copy)
+        record["old_checkpoint_resumed"] = _outputs(_fit(stores[store], kw, checkpoint=copy))
+    RECORD.write_text(_dumps(record) + "\n")
+
+
+def _dumps(value, depth: int = 0) -> str:
+    """JSON with one line per output (its digest and values), nested by outputs, fits and sections."""
+    if not isinstance(value, dict) or depth == 3 or "sha256" in value:
+        return json.dumps(value)
+    pad = " " * (depth + 1)
+    items = ",\n".join(f"{pad}{json.dumps(k)}: {_dumps(v, depth + 1)}" for k, v in value.items())
+    return "{\n" + items + "\n" + " " * depth + "}"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--record"]:
+        sys.exit(f"usage: python {sys.argv[0]} --record   (writes {RECORD.name}; see the docstring)")
+    _record()
