@@ -3,7 +3,7 @@
 Whatever the user hands to ``fit``, :func:`as_row_blocks` returns either an
 in-memory numpy array (processed without a task graph) or a dask array whose
 chunks span full rows.  Stores are opened read-only; the dask chunks follow
-the store's row chunks, grouped so one block holds about ``BLOCK_BYTES``.
+the store's row chunks, grouped so one block holds about ``BLOCK_VALUES`` values.
 
 Paths are made absolute here, before any task graph is built: a worker of a
 distributed cluster runs in its own directory.  A Zarr array on a local disk
@@ -29,11 +29,15 @@ __all__ = [
     "is_xarray_store",
     "split_store_path",
     "H5Dataset",
-    "BLOCK_BYTES",
+    "BLOCK_VALUES",
 ]
 
-#: Target size of one row block of a store (bytes, in the store's dtype).
-BLOCK_BYTES = 128 * 2**20
+#: Target size of one row block of a store, in values (rows x columns): 128 MiB
+#: of float64, 64 MiB of float32.  Counted in values, not bytes, so that a
+#: float32 and a float64 store of the same shape and chunks get the same blocks,
+#: hence the same passes, the same partial read of a spread of blocks (which
+#: needs 16 or more blocks, see ``_passes.spread_blocks``) and the same fit.
+BLOCK_VALUES = 16 * 2**20
 
 #: Smallest number of blocks a store is split into (when its chunks allow).
 MIN_BLOCKS = 2 * (os.cpu_count() or 1)
@@ -202,14 +206,14 @@ def _single_hdf5_dataset(path: str) -> str:
     return names[0]
 
 
-def _row_chunk(n_rows: int, n_cols: int, itemsize: int, store_rows: int | None) -> int:
-    """Rows per dask block: whole store chunks, about BLOCK_BYTES in all.
+def _row_chunk(n_rows: int, n_cols: int, store_rows: int | None) -> int:
+    """Rows per dask block: whole store chunks, about BLOCK_VALUES values in all.
 
     A store smaller than ``MIN_BLOCKS`` blocks of that size is still split
     into about ``MIN_BLOCKS`` blocks (of whole store chunks), so every core
     has work: a 48 MB store would otherwise be one task on one core.
     """
-    target = max(1, BLOCK_BYTES // max(1, n_cols * itemsize))
+    target = max(1, BLOCK_VALUES // max(1, n_cols))
     target = max(1, min(target, -(-n_rows // MIN_BLOCKS)))
     if not store_rows:
         return int(min(n_rows, target)) or 1
@@ -333,7 +337,7 @@ def _from_store(arr) -> da.Array:
 
     n, p = arr.shape
     store_rows = arr.chunks[0] if arr.chunks else None
-    rows = _row_chunk(n, p, arr.dtype.itemsize, store_rows)
+    rows = _row_chunk(n, p, store_rows)
     if isinstance(arr, zarr.Array):
         rows_reader = _ZarrRows(arr)
         name = "from-zarr-" + tokenize(rows_reader.arr, rows)
@@ -577,4 +581,4 @@ def open_archive(
         X = X.sel({row: time})
     n, p = X.shape
     store_rows = X.chunks[0][0] if X.chunks and X.chunks[0] else None
-    return X.chunk({row: _row_chunk(n, p, X.dtype.itemsize, store_rows), X.dims[1]: -1})
+    return X.chunk({row: _row_chunk(n, p, store_rows), X.dims[1]: -1})

@@ -38,7 +38,7 @@ BLOCK_ROWS = 2_500  # rows per dask block of the "-blocks" inputs (8 blocks)
 TOL = 1e-8
 
 #: Input kinds: a store named by its path (one dask block: the store is far
-#: below the 128 MB block size), and a dask array over the same store with
+#: below the block size of 16M values), and a dask array over the same store with
 #: several blocks, so that both workers get tasks.
 INPUTS = ["zarr", "zarr-blocks", "hdf5", "hdf5-blocks"]
 

@@ -96,3 +96,28 @@ def test_warm_start_off_or_another_width_starts_cold():
     model = MCPCA(warm_start=True).fit(X[:, :5]).fit(X)  # another width
     assert model.n_passes_ == cold.n_passes_
     np.testing.assert_allclose(model.components_, cold.components_)
+
+
+def test_float32_and_float64_stores_get_the_same_blocks(tmp_path, monkeypatch):
+    """Blocks are sized in values, not bytes: the same chunks, the same spread, the same passes.
+
+    Sized in bytes, the float32 store's blocks held twice the chunks, so it had
+    half the blocks: here 10 instead of 20, below ``PARTIAL_MIN_BLOCKS``, and its
+    fit made a full first pass that the float64 fit skipped.
+    """
+    import zarr
+
+    from dask_mcpca import _io
+
+    monkeypatch.setattr(_io, "BLOCK_VALUES", 6 * 10_000)  # 10,000 rows of 6 columns: 2 store chunks
+    X = archive()
+    fits = {}
+    for dtype in (np.float64, np.float32):
+        path = tmp_path / f"{np.dtype(dtype).name}.zarr"
+        z = zarr.open_array(str(path), mode="w", shape=X.shape, chunks=(5_000, X.shape[1]), dtype=dtype)
+        z[:] = X.astype(dtype)
+        assert _io.as_row_blocks(str(path)).chunks[0] == (10_000,) * 20
+        fits[dtype] = MCPCA().fit(str(path))
+    for model in fits.values():
+        assert (model.n_passes_, model.n_partial_reads_, model.n_blocks_read_) == (2, 1, len(spread_blocks(20)))
+    assert angles_deg(fits[np.float32].components_, fits[np.float64].components_).max() < 0.01
