@@ -471,6 +471,19 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
         sub = X[start : start + SUB_BLOCK_ROWS]
         Xs = np.asarray(sub, dtype=work)  # as stored: float32 stays float32, any other dtype is cast to float64
         n_seen = Xs.shape[0]
+        if plan.kernels is not None and plan.sample_rate == 0:
+            # The usual kernel pass: shift the rows first.  NaN and inf survive
+            # the shift, so finite working rows prove the stored ones finite and
+            # spare a second scan of the values (the same rows, the same sums).
+            Y, near, shift = _working_rows(Xs, plan)
+            if near is None:
+                if plan.excluded:
+                    Y = Y[~_excluded_rows(Xs, plan)]
+                with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
+                    part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
+                part.n_rows, part.n_nonfinite, part.n_far = n_seen, 0, 0
+                result = combine(result, part)
+                continue
         finite = _finite_rows(Xs)  # on the values as stored
         n_bad = 0 if finite is None else int(n_seen - finite.sum())
         if plan.sample_rate > 0:
