@@ -52,7 +52,7 @@ from scenarios import make_scenario
 import dask_mcpca._estimator as _estimator
 import dask_mcpca._robust as _robust
 from dask_mcpca import MCPCA
-from dask_mcpca._robust import in_repeated
+from dask_mcpca._robust import held_out
 
 DAPHNET, BASIC = "Daphnet S06R02E0", "BasicMotions"
 
@@ -116,7 +116,7 @@ def _weighted_scatter(Y, w):
 def _final_variant(X, robust, unit, kind):
     """The final kernel's scatter, recomputed in memory from the fitted core with another weight."""
     Y = np.ldexp(X, -unit)
-    Y = Y[~in_repeated(Y, robust.repeated)]
+    Y = Y[~held_out(Y, robust)]
     d2 = np.maximum(_d2(Y, robust.location, robust.scatter), 1e-300)
     q_core, q_final, c2 = robust.cutoff, robust.final_cutoff, robust.kernel_size2
     weights = {
@@ -214,7 +214,7 @@ def source_table(data, seeds: int) -> list[str]:
             rows[f"all four faults, {what} dropped"].append(
                 _subspace(clean.components_, _fit(Xf[~drop])[0].components_))
         rows["core fixed point, all four faults"].append(_subspace(_top(rc.scatter), _top(rf.scatter)))
-        free = ~in_repeated(np.ldexp(Xf, -uf), rf.repeated)
+        free = ~held_out(np.ldexp(Xf, -uf), rf)
         for label, state, unit, keep in (
             ("final kernel, all four faults, under the clean fit's core", rc, uc, free),
             ("final kernel, all four faults, swapped rows left out of its sums", rf, uf, free & (labels != "swap")),
