@@ -98,11 +98,17 @@ class PassPlan:
     excluded : tuple of (int, float) pairs
         ``(column, value)``: a row whose ``column`` holds exactly ``value`` (in
         working units) enters no kernel's sums: a repeated value, such as a
-        stuck sensor's or a frozen logger's (see :mod:`._robust`).
+        stuck sensor's (see :mod:`._robust`).
+    excluded_rows : tuple of p-tuples of floats
+        Whole rows (working units): a row equal to one, compared exactly,
+        enters no kernel's sums: a frozen logger's record.  Each costs a
+        comparison of the first column per row, and of the whole row where
+        that matches; :mod:`._robust` passes at most 16.
     unit_exp : int
         The pass sees ``X * 2**-unit_exp`` (working units; see the module
-        docstring); ``center``, ``kernels`` and ``excluded`` are in those
-        units.  Ignored by a moments pass, which picks its own units.
+        docstring); ``center``, ``kernels``, ``excluded`` and
+        ``excluded_rows`` are in those units.  Ignored by a moments pass,
+        which picks its own units.
     sample_rate : float
         Probability with which each row is kept in the returned row sample.
     seed : int
@@ -118,6 +124,7 @@ class PassPlan:
     kernels: np.ndarray | None = None
     offsets: np.ndarray | None = None
     excluded: tuple = ()
+    excluded_rows: tuple = ()
     unit_exp: int = 0
     sample_rate: float = 0.0
     seed: int = 0
@@ -134,6 +141,10 @@ class PassPlan:
         if any(not 0 <= c < len(self.center) for c, _ in excluded) or (excluded and self.kernels is None):
             raise ValueError(f"excluded must be (column, value) pairs of a kernel pass; got {self.excluded!r}")
         object.__setattr__(self, "excluded", excluded)
+        rows = tuple(tuple(float(v) for v in row) for row in self.excluded_rows)
+        if any(len(row) != len(self.center) for row in rows) or (rows and self.kernels is None):
+            raise ValueError(f"excluded_rows must be rows of {len(self.center)} values of a kernel pass")
+        object.__setattr__(self, "excluded_rows", rows)
 
 
 @dataclass(slots=True)
@@ -406,14 +417,23 @@ def _top_exponent(Y: np.ndarray) -> int:
 
 
 def _excluded_rows(X: np.ndarray, plan: PassPlan) -> np.ndarray:
-    """Rows holding one of the plan's excluded values (compared exactly, in working units).
+    """Rows holding one of the plan's excluded values, or equal to one of its excluded rows
+    (compared exactly, in working units).
 
-    ``X`` is as stored (float32 or float64); the column is compared in float64,
-    where float32 values and their power-of-two scaling are exact.
+    ``X`` is as stored (float32 or float64); it is compared in float64,
+    where float32 values and their power-of-two scaling are exact.  An
+    excluded row is matched on the first column, then whole on the rows that
+    match there.
     """
     hit = np.zeros(len(X), bool)
     for column, value in plan.excluded:
         hit |= np.ldexp(np.asarray(X[:, column], dtype=np.float64), -plan.unit_exp) == value
+    if plan.excluded_rows:
+        first = np.ldexp(np.asarray(X[:, 0], dtype=np.float64), -plan.unit_exp)
+        for row in plan.excluded_rows:
+            maybe = np.flatnonzero(first == row[0])
+            whole = np.ldexp(np.asarray(X[maybe], dtype=np.float64), -plan.unit_exp)
+            hit[maybe[(whole == row).all(axis=1)]] = True
     return hit
 
 
@@ -477,7 +497,7 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
             # spare a second scan of the values (the same rows, the same sums).
             Y, near, shift = _working_rows(Xs, plan)
             if near is None:
-                if plan.excluded:
+                if plan.excluded or plan.excluded_rows:
                     Y = Y[~_excluded_rows(Xs, plan)]
                 with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
                     part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
@@ -505,7 +525,7 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
             shift = shift.astype(np.float64)  # as subtracted
         else:
             unit = 0
-            if plan.excluded:
+            if plan.excluded or plan.excluded_rows:
                 good = good[~_excluded_rows(good, plan)]
             Y, near, shift = _working_rows(good, plan)
             if near is not None:

@@ -33,14 +33,17 @@ __all__ = ["Checkpoint", "CheckpointMismatchError"]
 #: Version 3: the fingerprint holds the columns' ranges; version 4: the robust
 #: state is the calibrated re-weighting (radii, supports, repeated values);
 #: version 5: the states are in the fit's working units (``X * 2**-k``, k
-#: from the first pass, so the same for the same data).  An older file cannot
-#: be checked or holds another estimator's state: refused.
-FORMAT = "dask_mcpca-checkpoint-5"
+#: from the first pass, so the same for the same data); version 6: the robust
+#: state holds the repeated rows (a frozen logger's records).  An older file
+#: cannot be checked or holds another estimator's state: refused.
+FORMAT = "dask_mcpca-checkpoint-6"
 #: Fingerprint entries (all from the first pass).
 _FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max")
 #: Shapes of the state arrays, in terms of the number of features p.
 _STATE_SHAPES = {"location": 1, "scatter": 2, "final_location": 1, "final_scatter": 2, "v": 1, "P": 2, "Q": 2,
                  "components": 1, "S": 2}
+#: State arrays of rows of p values (any number of rows).
+_STATE_ROWS = ("repeated_rows",)
 #: State entries that may hold NaN (a paper's null-space sigma, "no step yet").
 _MAY_BE_NAN = ("sigmas", "last_change", "cutoff", "final_cutoff", "support", "core_support", "rate")
 _STATES = {"paper": PaperState, "robust": RobustState}
@@ -134,6 +137,8 @@ def _check_state(state, p: int, *, prefix: str = "") -> None:
             expected = (p,) * _STATE_SHAPES.get(f.name, arr.ndim)
             if f.name in _STATE_SHAPES and arr.shape != expected:
                 raise ValueError(f"{prefix}{f.name} has shape {arr.shape}, expected {expected}")
+            if f.name in _STATE_ROWS and (arr.ndim != 2 or arr.shape[1] != p):
+                raise ValueError(f"{prefix}{f.name} has shape {arr.shape}, expected (m, {p})")
             if arr.dtype.kind not in "biuf" or not np.isfinite(arr).all():
                 raise ValueError(f"{prefix}{f.name} holds NaN, inf or no number")
 

@@ -65,7 +65,7 @@ CLOSE_TIMEOUT = 5.0
 SCORE_ARRAYS = {
     "scores": "projections (X - mean_) @ components_.T",
     "weight": "score_samples: correntropy weight in (0, 1]",
-    "outlier": "is_outlier: d^2 above outlier_cutoff_, or a repeated value (stuck sensor)",
+    "outlier": "is_outlier: d^2 above outlier_cutoff_, a repeated value (stuck sensor) or row (frozen logger)",
     "d2": "mahalanobis: squared robust distance",
     "contributions": "channel_contributions: each channel's share of d2 (whitened, sums to d2)",
 }

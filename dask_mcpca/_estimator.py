@@ -27,7 +27,16 @@ from ._io import as_row_blocks
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, single_threaded_blas, spread_blocks
 from ._power import descending_eigh, orient_rows, variance_floor
-from ._robust import FAR_ROW, SAMPLE_SIZE, fit_robust, in_repeated, outlyingness, warm_step, working_exponent
+from ._robust import (
+    FAR_ROW,
+    SAMPLE_SIZE,
+    fit_robust,
+    in_repeated,
+    in_repeated_rows,
+    outlyingness,
+    warm_step,
+    working_exponent,
+)
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
 __all__ = ["MCPCA", "check_params", "load"]
@@ -290,10 +299,19 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     repeated_values_ : ndarray of shape (n_repeated, 2)
         ``"auto"``: ``(column, value)`` pairs that a column of the sample holds
         exactly in at least max(5, 0.1 %) and at most 10 % of its rows, and
-        at least 5 times as often as either neighbouring value of that column:
-        a stuck sensor's value, each channel of a frozen logger's record.  Rows
-        holding one carry no weight in the fit and :meth:`is_outlier` flags
-        them.
+        at least 5 times as often as any of the 4 nearest distinct values of
+        that column on either side: a stuck sensor's value (counted on the
+        rows not equal to a ``repeated_rows_`` row).  Rows holding one carry
+        no weight in the fit and :meth:`is_outlier` flags them.
+    repeated_rows_ : ndarray of shape (n_repeated_rows, n_features)
+        ``"auto"``: whole rows that the sample repeats exactly, in at least
+        max(5, 0.1 %) and at most 10 % of its rows, and at least 5 times as
+        often as each row equal to it but in one column, moved to one of that
+        column's 4 nearest distinct values on either side: a frozen logger's
+        record (the lattice neighbours keep the natural duplicates of
+        quantized sensors at rest out).  At most 16, those repeated most.
+        Rows equal to one carry no weight in the fit and :meth:`is_outlier`
+        flags them.  Empty for ``"paper"``.
     n_passes_ : int
         Full passes over the data made by this call to ``fit``.
     n_partial_reads_ : int
@@ -771,8 +789,10 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         repeated = np.empty((0, 2)) if robust.repeated is None else robust.repeated.copy()
         repeated[:, 1] = np.ldexp(repeated[:, 1], unit)  # exact: a power of two
         self.repeated_values_ = repeated
+        if robust.repeated_rows is not None:
+            self.repeated_rows_ = np.ldexp(robust.repeated_rows, unit)
         rank = int(np.sum(lam > 0))
-        free = moments.sample[~in_repeated(moments.sample, self.repeated_values_)]  # both in data units
+        free = moments.sample[~self._repeated(moments.sample)]  # both in data units
         n_effective = support * moments.n_rows
         cutoff = calibrated_cutoff(self._d2(free), OUTLIER_QUANTILE, p=max(rank, 1), n_effective=n_effective)
         if not np.isfinite(cutoff):  # too few rows to calibrate on (n <= p + 1): the Gaussian quantile
@@ -814,6 +834,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             )
         self.covariance_ = C
         self.repeated_values_ = np.empty((0, 2))
+        self.repeated_rows_ = np.empty((0, p))
         self._set_cutoff(outlier_cutoff_d2(p))
 
     def _set_cutoff(self, cutoff: float) -> None:
@@ -1119,11 +1140,12 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None)
 
     def is_outlier(self, X: Any) -> np.ndarray | da.Array:
-        """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``, or that hold a repeated value.
+        """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``, or that hold a repeated value or row.
 
         Equivalently ``score_samples(X) < outlier_threshold_``, or the row
-        holds one of ``repeated_values_`` (a stuck sensor's value, a frozen
-        logger's record, which the fit gave no weight).
+        holds one of ``repeated_values_`` (a stuck sensor's value) or equals
+        one of ``repeated_rows_`` (a frozen logger's record), which the fit
+        gave no weight.
 
         Parameters
         ----------
@@ -1159,13 +1181,19 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         array([False,  True])
         """
         check_is_fitted(self, "components_")
-        cut, repeated = self.outlier_cutoff_, getattr(self, "repeated_values_", None)
+        cut = self.outlier_cutoff_
 
         def flags(block):
             block = np.asarray(block, np.float64)
-            return (self._d2(block) > cut) | in_repeated(block, repeated)
+            return (self._d2(block) > cut) | self._repeated(block)
 
         return self._map_rows(X, flags, None, dtype=bool)
+
+    def _repeated(self, rows: np.ndarray) -> np.ndarray:
+        """True for the rows (float64, data units) holding a repeated value or equal to a repeated row."""
+        return in_repeated(rows, getattr(self, "repeated_values_", None)) | in_repeated_rows(
+            rows, getattr(self, "repeated_rows_", None)
+        )
 
     def _precision(self, power: float) -> np.ndarray:
         """``P^power`` of the precision P whose quadratic form is :meth:`mahalanobis`'s ``d^2``."""

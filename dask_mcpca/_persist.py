@@ -320,6 +320,11 @@ def validate_fitted(model) -> None:
             and np.all((repeated[:, 0] >= 0) & (repeated[:, 0] < p) & (repeated[:, 0] % 1 == 0))):
         raise ValueError(f"repeated_values_ must be finite (column, value) pairs, columns in [0, {p})")
     model.repeated_values_ = repeated
+    rows = getattr(model, "repeated_rows_", np.empty((0, p)))  # none in a file written before they were found
+    if not (isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.shape[1] == p
+            and rows.dtype.kind == "f" and np.isfinite(rows).all()):
+        raise ValueError(f"repeated_rows_ must be a finite float array of shape (m, {p})")
+    model.repeated_rows_ = rows
     _int(model, "n_samples_", 1)
     _int(model, "n_passes_", 0)
     _int(model, "n_iter_", 0)

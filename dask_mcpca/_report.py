@@ -27,7 +27,6 @@ import numpy as np
 
 from ._io import as_row_blocks
 from ._labels import is_dataarray
-from ._robust import in_repeated
 
 __all__ = ["BlockSummary", "ArchiveSummary", "summarize", "plot", "write_events", "N_BINS", "TOP_CHANNELS"]
 
@@ -77,14 +76,13 @@ def summarize_block(block: np.ndarray, start: int, n_total: int, model) -> Block
     d2 = np.full(n, np.nan)
     flags = np.zeros(n, dtype=bool)
     sum_x, sum_xx, n_scored = np.zeros(p), np.zeros((p, p)), 0
-    repeated = getattr(model, "repeated_values_", None)
     for a in range(0, n, SLICE_ROWS):
         X = np.asarray(block[a : a + SLICE_ROWS], np.float64)
         ok = np.isfinite(X).all(axis=1)
         Xs = np.where(ok[:, None], X, 0.0)  # rows with a gap add nothing to the sums
         d = model._d2(Xs)
         d2[a : a + len(X)] = np.where(ok, d, np.nan)
-        flags[a : a + len(X)] = ok & ((d > model.outlier_cutoff_) | in_repeated(Xs, repeated))
+        flags[a : a + len(X)] = ok & ((d > model.outlier_cutoff_) | model._repeated(Xs))
         sum_x += Xs.sum(axis=0)
         sum_xx += Xs.T @ Xs
         n_scored += int(ok.sum())

@@ -25,10 +25,12 @@ first pass, in memory, and then on the full data, one pass per step:
 3. **Final, inclusive kernel**: the same kernel with a wider calibrated radius,
    untrimmed, lets the bulk's tails and regimes in, stopping short of a tight
    group of rows between the two radii.  It gives the components.
-4. **Repeated values**: a value one column holds exactly in many sample rows,
-   far more often than its neighbouring values (a stuck sensor, each channel
-   of a frozen logger's record; :func:`repeated_values`), excludes its rows
-   from every kernel's sums.
+4. **Repeated rows and values**: a whole row repeated exactly in many sample
+   rows, far more often than the rows next to it on the data's lattice (a
+   frozen logger's record; :func:`repeated_rows`), and a value one column
+   holds exactly in many of the other rows, far more often than its
+   neighbouring values (a stuck sensor; :func:`repeated_values`), exclude
+   their rows from every kernel's sums.
 
 Each full-data pass evaluates all kernels from the current state with one
 quadratic form; the core is iterated until the estimated distance to its fixed
@@ -64,6 +66,12 @@ __all__ = [
     "precision",
     "outlyingness",
     "working_exponent",
+    "repeated_values",
+    "repeated_rows",
+    "find_repeated",
+    "in_repeated",
+    "in_repeated_rows",
+    "held_out",
     "SAMPLE_SIZE",
 ]
 
@@ -137,6 +145,9 @@ class RobustState:
     # (column, value) pairs repeated in the sample (stuck sensors, a frozen
     # logger), in working units: their rows get no weight in the fit.
     repeated: np.ndarray | None = None
+    # Whole rows repeated in the sample (a frozen logger's records), shape
+    # (m, p), in working units: rows equal to one get no weight in the fit.
+    repeated_rows: np.ndarray | None = None
     # The final, inclusive step of the last full-data pass (None until one ran).
     final_cutoff: float = float("nan")
     final_location: np.ndarray | None = None
@@ -234,18 +245,21 @@ def robust_start(sample: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, np.n
     return location, _median_scaled(sample - location, scatter)
 
 
-def step_plan(location, scatter, kernel_size2: float, cutoffs, *, excluded=None) -> PassPlan:
+def step_plan(location, scatter, kernel_size2: float, cutoffs, *, excluded=None, excluded_rows=None) -> PassPlan:
     """The plan of one re-weighting pass: flat-top Mahalanobis kernels.
 
     Kernel ``j`` gives ``exp(min(q_j / (2 c^2) - d^2 / (2 c^2), 0))`` with
     ``d^2`` under ``scatter``: one matrix ``A = Sigma^-1 / c^2`` (its
     quadratic form is computed once) with offsets ``q_j / (2 c^2)``.  Rows
-    holding one of the ``excluded`` (column, value) pairs enter no sums.
+    holding one of the ``excluded`` (column, value) pairs, or equal to one of
+    the ``excluded_rows``, enter no sums.
     """
     cutoffs = np.atleast_1d(np.asarray(cutoffs, dtype=np.float64))
     kernels = np.repeat((precision(scatter) / kernel_size2)[None], len(cutoffs), axis=0)
     pairs = () if excluded is None else tuple(map(tuple, excluded))
-    return PassPlan(center=location, kernels=kernels, offsets=cutoffs / (2 * kernel_size2), excluded=pairs)
+    rows = () if excluded_rows is None else tuple(map(tuple, excluded_rows))
+    return PassPlan(center=location, kernels=kernels, offsets=cutoffs / (2 * kernel_size2), excluded=pairs,
+                    excluded_rows=rows)
 
 
 #: ``c^2`` of the fall-off beyond the flat top, in units of ``d^2`` (at
@@ -280,7 +294,7 @@ def _tight_rows(Z: np.ndarray, n_sample: int) -> np.ndarray:
 #: ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
 #: ``MAX_REPEATED_SHARE * n`` of the n rows, and ``REPEAT_SPIKE`` times as often
 #: as any of the ``REPEAT_WINDOW`` nearest distinct values on either side in
-#: that column, is a repeated value: a stuck sensor's, or each channel of a
+#: that column, is a repeated value: a stuck sensor's, or a channel of a
 #: frozen logger's record.  Rows holding one get no weight in the fit and
 #: ``is_outlier`` flags them.  The neighbour rule keeps the natural modes of
 #: quantized channels out (a lattice of integer counts with rare values between
@@ -289,6 +303,93 @@ def _tight_rows(Z: np.ndarray, n_sample: int) -> np.ndarray:
 MAX_REPEATED_SHARE = 0.1
 REPEAT_SPIKE = 5.0
 REPEAT_WINDOW = 4
+
+#: At most this many repeated rows (:func:`repeated_rows`) are kept, those
+#: holding the most sample rows: each costs every full-data pass one
+#: comparison of a column per data row (and of the whole row where that
+#: column matches), and the model and the pass plan carry them.
+MAX_REPEATED_ROWS = 16
+
+
+def repeated_rows(sample: np.ndarray) -> np.ndarray:
+    """Whole rows that the sample repeats exactly, far more often than the rows next to them: frozen records.
+
+    A frozen logger repeats one record, all p values.  :func:`repeated_values`
+    finds it only when one of the record's values stands out in its own
+    column; on quantized recordings every value of a record can lie in a
+    busy mode of its channel (Daphnet: 100-580 rows per value) and the record
+    is missed.  The whole row is the better witness: a row held exactly by
+    at least ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
+    ``MAX_REPEATED_SHARE * n`` of the n rows (the per-channel rule's bounds),
+    and ``REPEAT_SPIKE`` times as often as each of its lattice neighbours,
+    is a repeated row.  The neighbours are the rows equal to it except in
+    one column, which holds one of the ``REPEAT_WINDOW`` nearest distinct
+    values of that column (in the sample) on either side: the per-channel
+    rule's window, moved along each column in turn.
+
+    Why the neighbours: exact duplicate rows are natural in quantized data
+    whose spread is a few quantization steps (a sensor at rest repeats its
+    resting record).  Such a density is smooth on the scale of one step, so
+    a record's count is within a small factor of its neighbours' (Gaussian
+    noise of s steps, rounded: the most common value is 1.6 times as common
+    as the next at s = 1, 4.3 times at s = 0.5, and the largest neighbour
+    is that of the noisiest channel); a record repeated by a fault stands
+    out from neighbours that hold only the data's own rows.  Where a
+    sensor's noise is below 0.47 steps in every channel, its resting
+    record is itself such a spike and, if it holds 0.1-10 % of the rows,
+    it is taken for a frozen record: the data cannot tell them apart
+    (``tests/test_robust_real.py`` measures both sides of that line).
+
+    Two guards: if the rows found hold together more than
+    ``MAX_REPEATED_SHARE`` of the sample, duplication is the nature of these
+    data (a data set of a few distinct points, each repeated), not a fault,
+    and none is returned; of more than ``MAX_REPEATED_SHARE`` rows, the
+    ``MAX_REPEATED_ROWS`` holding most rows are kept.
+
+    Neighbours are looked up by a hash of the rows' codes (each value's rank
+    among its column's distinct values): moving one column changes the hash
+    by a known term, so the 2 * ``REPEAT_WINDOW`` * p neighbours of a
+    candidate cost no pass over the sample.  A hash collision can only add
+    rows to a neighbour's count (a missed row, never a false one).
+
+    Returns
+    -------
+    rows : ndarray of shape (m, p)
+        The repeated rows, the most repeated first (m <= ``MAX_REPEATED_ROWS``).
+    """
+    n, p = sample.shape
+    none = np.empty((0, p))
+    k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
+    if n < k or p == 0 or np.unique(sample[:, 0], return_counts=True)[1].max() < k:  # no row can repeat
+        return none
+    rows, counts = np.unique(sample, axis=0, return_counts=True)  # exact (-0.0 and 0.0 are one value)
+    candidates = np.flatnonzero((counts >= k) & (counts <= MAX_REPEATED_SHARE * n))
+    if not len(candidates):
+        return none
+    codes = np.empty(rows.shape, np.int64)
+    sizes = np.empty(p, np.int64)
+    for column in range(p):
+        distinct, codes[:, column] = np.unique(rows[:, column], return_inverse=True)
+        sizes[column] = len(distinct)
+    mult = np.random.default_rng(0).integers(1, 2**63, size=p, dtype=np.uint64) | np.uint64(1)  # odd
+    keys = (codes.astype(np.uint64) * mult).sum(axis=1, dtype=np.uint64)  # wraps modulo 2**64, as meant
+    order = np.argsort(keys, kind="stable")
+    sorted_keys, sorted_counts = keys[order], counts[order]
+    w = REPEAT_WINDOW
+    steps = np.array([*range(-w, 0), *range(1, w + 1)], np.int64)
+    code = codes[candidates][:, :, None]  # (c, p, 1)
+    moved = code + steps  # (c, p, 2w): the neighbours' codes
+    valid = (moved >= 0) & (moved < sizes[:, None])
+    delta = (moved - code).astype(np.uint64) * mult[:, None]  # two's complement: wraps as keys do
+    neighbour_keys = keys[candidates][:, None, None] + delta
+    at = np.minimum(np.searchsorted(sorted_keys, neighbour_keys), len(keys) - 1)
+    held = np.where(valid & (sorted_keys[at] == neighbour_keys), sorted_counts[at], 0)
+    largest = held.reshape(len(candidates), -1).max(axis=1)
+    found = candidates[counts[candidates] >= REPEAT_SPIKE * largest]
+    if counts[found].sum() > MAX_REPEATED_SHARE * n:
+        return none
+    found = found[np.argsort(-counts[found], kind="stable")][:MAX_REPEATED_ROWS]
+    return rows[found]
 
 
 def repeated_values(sample: np.ndarray) -> np.ndarray:
@@ -316,6 +417,36 @@ def in_repeated(rows: np.ndarray, repeated: np.ndarray | None) -> np.ndarray:
     return hit
 
 
+def in_repeated_rows(rows: np.ndarray, repeated_rows: np.ndarray | None) -> np.ndarray:
+    """True for the rows equal (exactly) to one of ``repeated_rows``.
+
+    The first column picks the rows that may match; only those are compared
+    whole (as :func:`._block.block_stats` does in a pass).
+    """
+    hit = np.zeros(len(rows), bool)
+    for row in () if repeated_rows is None else repeated_rows:
+        maybe = np.flatnonzero(rows[:, 0] == row[0])
+        hit[maybe[(rows[maybe] == row).all(axis=1)]] = True
+    return hit
+
+
+def find_repeated(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sample's repeated rows, then the repeated values of its other rows.
+
+    A frozen record's values inflate their columns' counts; once its rows are
+    set aside, what is left of a value's count is the data's own, so the
+    per-channel rule sees stuck sensors, not the record's channels (whose
+    rows would be left out and flagged wholesale, clean ones included).
+    """
+    rows = repeated_rows(sample)
+    return repeated_values(sample[~in_repeated_rows(sample, rows)]), rows
+
+
+def held_out(rows: np.ndarray, state: RobustState) -> np.ndarray:
+    """True for the rows the fit gives no weight: a repeated value's, or equal to a repeated row."""
+    return in_repeated(rows, state.repeated) | in_repeated_rows(rows, state.repeated_rows)
+
+
 def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, calibrate: bool = True,
              final: bool = True):
     """Radii ``(q_fit, q_final)`` of the next pass, from the sample's distances now.
@@ -330,7 +461,7 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, cali
     between the two radii, ``q_final`` stops short of it.
     """
     p = max(_rank(state.scatter), 1)
-    Y = sample[~in_repeated(sample, state.repeated)] - state.location
+    Y = sample[~held_out(sample, state)] - state.location
     d2 = _mahalanobis2(Y, state.scatter)
     if not np.isfinite(np.median(d2)):
         raise NumericalRangeError(
@@ -374,7 +505,8 @@ def _step(
     """
     c2, p = state.kernel_size2, len(state.location)
     cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
-    plan = step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated)
+    plan = step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated,
+                     excluded_rows=state.repeated_rows)
     if sample_rate > 0:
         plan = replace(plan, sample_rate=sample_rate, seed=seed)
     res = runner.run(plan, label=label)
@@ -457,7 +589,7 @@ STALL_STEPS = 10
 
 
 def _sample_step(state: RobustState, free: np.ndarray, n_sample: int, *, fixed_center, calibrate: bool) -> float:
-    """One core step on the sample's rows ``free`` (the repeated values' rows left out); the change.
+    """One core step on the sample's rows ``free`` (the repeated rows and values left out); the change.
 
     The radius of :func:`_cutoffs` (``q_fit``), then the re-weighting of
     :func:`_step`, from one eigendecomposition and one quadratic form of the
@@ -522,7 +654,7 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
     (so heavy tails and several regimes widen it).  The radii are then fixed
     for the full-data passes, which thus iterate one smooth map.
     """
-    free = sample[~in_repeated(sample, state.repeated)]
+    free = sample[~held_out(sample, state)]
     for calibrate in (False, True):
         previous, best, since_best = float("nan"), float("inf"), 0
         for _ in range(MAX_SAMPLE_STEPS):
@@ -541,7 +673,7 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
 
 
 def state_in_units(state: RobustState, d: int) -> RobustState | None:
-    """``state`` with its location, scatters and repeated values multiplied by ``2**d`` (scatters by ``4**d``).
+    """``state`` with its location, scatters, repeated values and rows multiplied by ``2**d`` (scatters by ``4**d``).
 
     Exact (powers of two) unless a value overflows or its scatter's largest
     eigenvalue underflows, when None is returned.  Radii and kernel size are
@@ -558,6 +690,8 @@ def state_in_units(state: RobustState, d: int) -> RobustState | None:
         if state.repeated is not None:
             mapped.repeated = state.repeated.copy()
             mapped.repeated[:, 1] = np.ldexp(state.repeated[:, 1], d)
+        if state.repeated_rows is not None:
+            mapped.repeated_rows = np.ldexp(state.repeated_rows, d)
     for M, M0 in ((mapped.scatter, state.scatter), (mapped.final_scatter, state.final_scatter)):
         if M is None:
             continue
@@ -565,7 +699,8 @@ def state_in_units(state: RobustState, d: int) -> RobustState | None:
         lost = np.abs(np.diag(M0)).max(initial=0.0) > 0 and not top >= np.finfo(np.float64).tiny
         if lost or not np.all(np.isfinite(M)):
             return None
-    values = [mapped.location, mapped.final_location, None if mapped.repeated is None else mapped.repeated[:, 1]]
+    values = [mapped.location, mapped.final_location, None if mapped.repeated is None else mapped.repeated[:, 1],
+              mapped.repeated_rows]
     if not all(v is None or np.all(np.isfinite(v)) for v in values):
         return None
     return mapped
@@ -585,7 +720,7 @@ def warm_step(
     No start and no sample stage: the previous fit's location, scatter and
     radii go straight into a full-data step, which also draws the row sample
     (so the pass gives the new data's row count and the sample that the
-    outlier cutoff is calibrated on).  The radii and repeated values are then
+    outlier cutoff is calibrated on).  The radii, repeated rows and values are then
     recalibrated on the new sample, as a cold fit sets them after its sample
     stage, and :func:`fit_robust` continues from the returned state (the
     pass's result is returned too, with the sample).  A
@@ -622,7 +757,7 @@ def warm_step(
         sample = np.ldexp(res.sample, -runner.unit_exp)
     with np.errstate(invalid="ignore"):
         sample = sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
-    state.repeated = repeated_values(sample)
+    state.repeated, state.repeated_rows = find_repeated(sample)
     state.cutoff, state.final_cutoff = _cutoffs(state, sample, state.core_support * len(sample))
     return res, state
 
@@ -686,12 +821,14 @@ def fit_robust(
         location, scatter = robust_start(sample, seed=seed)
         if fixed_center is not None:
             location = fixed_center
+        repeated, rows = find_repeated(sample)
         state = RobustState(
             location=location,
             scatter=scatter,
             kernel_size2=kernel_factor**2 * FALL_OFF2,
             core_support=min(1.0, max(START_FRACTION, (p + 2) / len(sample))),
-            repeated=repeated_values(sample),
+            repeated=repeated,
+            repeated_rows=rows,
         )
         _iterate_on_sample(state, sample, fixed_center=fixed_center, tol=tol)
         if on_step is not None:

@@ -247,20 +247,39 @@ def test_unreadable_checkpoint_is_refused(tmp_path, content):
     assert path.read_bytes() == content
 
 
-def test_checkpoint_of_an_older_format_is_refused(saved):
-    """A version-1 file (written before the final re-weighting step) is not resumed."""
+@pytest.mark.parametrize("version", [1, 5])
+def test_checkpoint_of_an_older_format_is_refused(saved, version):
+    """A version-1 file (written before the final re-weighting step), or a version-5 one (no repeated
+    rows: resumed, it would give a frozen record weight), is not resumed."""
     X, kw, path, _ = saved
     with np.load(path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     header = json.loads(str(arrays["__header__"]))
-    header["format"] = "dask_mcpca-checkpoint-1"
+    header["format"] = f"dask_mcpca-checkpoint-{version}"
     arrays["__header__"] = np.array(json.dumps(header))
     with open(path, "wb") as fh:
         np.savez(fh, **arrays)
     before = path.read_bytes()
-    with pytest.raises(CheckpointMismatchError, match="checkpoint-1"):
+    with pytest.raises(CheckpointMismatchError, match=f"checkpoint-{version}"):
         MCPCA(checkpoint=path, **kw).fit(X)
     assert path.read_bytes() == before
+
+
+def test_resume_keeps_the_repeated_rows(tmp_path):
+    """A fit of data with a frozen record, interrupted and resumed, ends where the uninterrupted one
+    does, with the same repeated row left out and flagged."""
+    X = _data(n=2000)
+    frozen = np.arange(50, 2000, 40)
+    X[frozen] = X[1000]
+    kw, path = {"tol": 1e-12, "max_iter": 60, "sample_size": 500}, tmp_path / "fit.ckpt.npz"
+    fresh = MCPCA(**kw).fit(_blocks(X))
+    np.testing.assert_array_equal(fresh.repeated_rows_, X[1000:1001])
+    assert fresh.n_passes_ >= 5
+    _interrupt_at(X, kw, path, fail_on_pass=4)
+    resumed = MCPCA(checkpoint=path, **kw).fit(_blocks(X))
+    _assert_same_end(resumed, fresh)
+    np.testing.assert_array_equal(resumed.repeated_rows_, fresh.repeated_rows_)
+    assert np.asarray(resumed.is_outlier(X))[frozen].all()
 
 
 def test_npz_that_is_no_checkpoint_is_refused(tmp_path):
@@ -552,8 +571,9 @@ def test_checkpoint_of_reflected_data_is_refused(saved):
         ("robust:location", np.zeros(2), r"location has shape \(2,\)"),
         ("robust:scatter", np.full((3, 3), np.nan), "scatter holds NaN"),
         ("robust:location", np.array(["a", "b", "c"]), "location holds NaN, inf or no number"),
+        ("robust:repeated_rows", np.zeros((1, 2)), r"repeated_rows has shape \(1, 2\), expected \(m, 3\)"),
     ],
-    ids=["location-shape", "scatter-nan", "location-text"],
+    ids=["location-shape", "scatter-nan", "location-text", "repeated-rows-shape"],
 )
 def test_resumed_state_with_bad_arrays_is_refused(saved, name, value, match):
     X, kw, path, _ = saved

@@ -88,6 +88,29 @@ def test_float32_excluded_values_are_compared_in_working_units():
     np.testing.assert_allclose(got.mean, want.mean, rtol=1e-4, atol=1e-6)
 
 
+def test_float32_excluded_rows_are_compared_in_working_units():
+    """A repeated row is excluded from a float32 pass exactly as from a float64 one, and only rows
+    equal to it in every column (rows sharing its first value, or all but one value, stay in)."""
+    rng = np.random.default_rng(3)
+    X32 = np.ldexp(np.round(rng.normal(size=(6_000, 3)) * 8) / 8, 40).astype(np.float32)
+    record = np.array([0.25, -0.5, 0.75])  # working units 2**40
+    X32[::20] = np.ldexp(record, 40).astype(np.float32)
+    X32[1::20, 0] = np.float32(np.ldexp(0.25, 40))  # the record's first value only
+    X32[2::20] = np.ldexp([0.25, -0.5, 0.625], 40).astype(np.float32)  # all but the last value
+    kw = dict(center=np.zeros(3), kernels=np.eye(3)[None], offsets=np.array([4.0]), unit_exp=40)
+    plan = PassPlan(excluded_rows=(tuple(record),), **kw)
+    got, want = block_stats(X32, plan), block_stats(X32.astype(np.float64), plan)
+    keep = ~(X32 == np.ldexp(record, 40).astype(np.float32)).all(axis=1)
+    assert keep.sum() == len(X32) - 300
+    alone = block_stats(X32[keep].astype(np.float64), PassPlan(**kw))
+    np.testing.assert_allclose(want.weight, alone.weight, rtol=1e-12)
+    np.testing.assert_allclose(want.mean, alone.mean, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(got.weight, want.weight, rtol=1e-5)
+    np.testing.assert_allclose(got.mean, want.mean, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="excluded_rows must be rows of 3 values"):
+        PassPlan(excluded_rows=((0.25, -0.5),), **kw)
+
+
 def test_partial_read_chooses_the_working_unit_from_its_sample():
     """A store of many blocks (partial read) fits 2**k X as X, scaled."""
     X = _bulk(n=100_000)
@@ -157,12 +180,14 @@ def test_state_in_units_is_exact_and_refuses_overflow():
     rng = np.random.default_rng(0)
     A = rng.normal(size=(3, 3))
     state = RobustState(
-        location=rng.normal(size=3), scatter=A @ A.T, kernel_size2=2.0, cutoff=5.0, repeated=np.array([[1.0, 0.5]])
+        location=rng.normal(size=3), scatter=A @ A.T, kernel_size2=2.0, cutoff=5.0, repeated=np.array([[1.0, 0.5]]),
+        repeated_rows=np.array([[0.5, -1.0, 2.0]]),
     )
     mapped = state_in_units(state, 7)
     np.testing.assert_array_equal(mapped.location, state.location * 128)
     np.testing.assert_array_equal(mapped.scatter, state.scatter * 128**2)
     np.testing.assert_array_equal(mapped.repeated, [[1.0, 64.0]])
+    np.testing.assert_array_equal(mapped.repeated_rows, [[64.0, -128.0, 256.0]])
     assert mapped.cutoff == state.cutoff and mapped.kernel_size2 == state.kernel_size2
     assert state_in_units(state, 600) is None  # scatter overflows
     assert state_in_units(state, -600) is None  # scatter underflows

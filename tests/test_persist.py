@@ -168,3 +168,29 @@ def test_unknown_format_is_refused_naming_the_path(tmp_path, content, match):
 def test_a_directory_is_not_a_model(tmp_path):
     with pytest.raises(ValueError, match="directory"):
         load(tmp_path)
+
+
+def test_repeated_rows_round_trip_and_older_files(tmp_path):
+    """A model that found a frozen record flags it after loading; a file written before repeated rows
+    existed loads with none; a file whose repeated rows do not fit the features is refused."""
+    X = _data(n=3000)
+    frozen = np.arange(100, 3000, 40)  # 73 rows, 2.4 %
+    X[frozen] = X[1000]  # a clean row
+    model = _fit("auto", None, "robust", X)
+    np.testing.assert_array_equal(model.repeated_rows_, X[1000:1001])
+    path = tmp_path / "m.json"
+    model.save(path)
+    loaded = load(path)
+    assert_same_model(model, loaded)
+    assert np.asarray(loaded.is_outlier(X))[frozen].all()
+
+    doc = json.loads(path.read_text())
+    del doc["attributes"]["repeated_rows_"]
+    path.write_text(json.dumps(doc))
+    older = load(path)
+    assert older.repeated_rows_.shape == (0, X.shape[1])
+
+    doc["attributes"]["repeated_rows_"] = {"dtype": "<f8", "shape": [1, 2], "data": [1.0, 2.0]}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"repeated_rows_ must be a finite float array of shape \(m, 4\)"):
+        load(path)
