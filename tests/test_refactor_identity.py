@@ -12,9 +12,11 @@ fitted output as it was.
 What is compared: ``components_``, ``explained_variance_``, ``mean_``,
 ``covariance_``, ``outlier_cutoff_`` and ``n_passes_`` of a handful of fits
 (both solvers, float64 and float32 Zarr stores of several chunks, NaN rows
-under ``nan_policy="omit"``, a checkpointed fit interrupted and resumed, a
-fit resumed from a checkpoint file written by b0a069c), and the content of
-the checkpoint files a fit writes (its on-disk form must not change).
+under ``nan_policy="omit"``, a checkpointed fit interrupted and resumed), and
+the content of the checkpoint files a fit writes (its on-disk form must not
+change; recorded again on 9ad346e, when format 6 added the repeated whole rows
+to the robust state, so the format-5 file written by b0a069c is now refused
+by name).
 
 Bit-identity is asserted only in the environment the digests were recorded
 in (numpy's version, the machine, the OS, numpy's SIMD targets and the BLAS
@@ -250,14 +252,16 @@ def test_checkpoint_file_is_unchanged(case, stores, recorded, same_environment, 
         assert got["header"]["sha256"] == want["header"]["sha256"]
 
 
-def test_checkpoint_written_by_b0a069c_resumes(stores, recorded, same_environment, tmp_path):
-    """A finished paper fit's format-5 file from before the refactor loads, and the fit ends as it did then."""
+def test_checkpoint_written_by_b0a069c_is_refused_by_name(stores, tmp_path):
+    """A format-5 file (written by b0a069c, before the repeated whole rows joined the robust state)
+    is refused with an error naming both formats, never resumed with a state missing a field."""
+    from dask_mcpca import CheckpointMismatchError
+
     store, kw = OLD_CHECKPOINT_FIT
     path = tmp_path / "old.ckpt.npz"
     shutil.copyfile(OLD_CHECKPOINT, path)
-    model = _fit(stores[store], kw, checkpoint=path)
-    assert model.n_passes_ == 1  # resumed at the end: only the pass that checks the data
-    _assert_unchanged(_outputs(model), recorded["old_checkpoint_resumed"], same_environment, "old checkpoint")
+    with pytest.raises(CheckpointMismatchError, match="checkpoint-6.*checkpoint-5"):
+        _fit(stores[store], kw, checkpoint=path)
 
 
 def _record() -> None:
