@@ -4,7 +4,7 @@ This module is a codec: it knows parameters and fitted arrays, not the
 estimator.  :meth:`MCPCA.save` hands it the model; :func:`dask_mcpca.load`
 hands it the class to rebuild (``load(path, MCPCA)``).
 
-Format (``format_version`` 1)::
+Format (``format_version`` 1, or 2 for a model with ``repeated_rows_``)::
 
     {
       "format": "dask-mcpca-model",
@@ -64,7 +64,12 @@ T = TypeVar("T")
 __all__ = ["save", "load", "validate_fitted", "ModelFormatError", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "dask-mcpca-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Version 2 adds ``repeated_rows_`` (a frozen logger's records, which
+#: ``is_outlier`` flags).  A model without any is still written as version 1,
+#: which readers of version 1 understand fully; one with some is version 2,
+#: so that such a reader refuses it instead of loading a model that silently
+#: stops flagging those rows.
 #: Largest model file read (bytes); the p x p covariance of p = 5000 is ~0.5 GB of JSON.
 MAX_MODEL_BYTES = 2**30
 #: Largest deviation of ``components_ @ components_.T`` from the identity accepted.
@@ -148,7 +153,7 @@ def save(model: Any, path: str | os.PathLike) -> None:
     }
     document = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format_version": 2 if len(getattr(model, "repeated_rows_", ())) else 1,
         "library_version": __version__,
         "class": type(model).__name__,
         "params": {name: _encode_value(name, v) for name, v in model.get_params(deep=False).items()},

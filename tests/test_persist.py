@@ -75,7 +75,7 @@ def test_file_layout_is_the_documented_one(tmp_path):
     dask_mcpca.MCPCA.save(model, path)
     doc = json.loads(path.read_text())
     assert doc["format"] == FORMAT == "dask-mcpca-model"
-    assert doc["format_version"] == FORMAT_VERSION == 1
+    assert doc["format_version"] == 1 and FORMAT_VERSION == 2  # no repeated rows: readable by version-1 readers
     assert doc["library_version"] == dask_mcpca.__version__
     assert doc["class"] == "MCPCA"
     assert doc["params"]["n_components"] == 2 and doc["params"]["center"] == "robust"
@@ -185,7 +185,9 @@ def test_repeated_rows_round_trip_and_older_files(tmp_path):
     assert np.asarray(loaded.is_outlier(X))[frozen].all()
 
     doc = json.loads(path.read_text())
+    assert doc["format_version"] == 2  # a version-1 reader must refuse it, not drop the rows silently
     del doc["attributes"]["repeated_rows_"]
+    doc["format_version"] = 1
     path.write_text(json.dumps(doc))
     older = load(path)
     assert older.repeated_rows_.shape == (0, X.shape[1])
