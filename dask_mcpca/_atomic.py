@@ -17,9 +17,21 @@ import contextlib
 import glob
 import os
 import shutil
+import stat
+import tempfile
 import uuid
 
-__all__ = ["atomic_path", "recover", "stale_temporaries", "is_url", "write_bytes"]
+__all__ = [
+    "atomic_path",
+    "atomic_open",
+    "recover",
+    "stale_temporaries",
+    "is_url",
+    "local_path",
+    "url_to_fs",
+    "write_bytes",
+    "read_bytes",
+]
 
 #: Suffix of the temporary sibling; ``.old`` is added to a store moved aside.
 TMP_SUFFIX = ".tmp"
@@ -127,17 +139,96 @@ def is_url(path) -> bool:
     return isinstance(path, str) and "://" in path
 
 
-def write_bytes(path, data: bytes, *, storage_options: dict | None = None) -> None:
-    """Write one file atomically: renamed into place locally, one PUT on an object store.
+def local_path(path) -> str | None:
+    """The local path of ``path``: itself, or that of a ``file://`` URL; None for other URLs."""
+    if not is_url(path):
+        return os.fspath(path)
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    return None
 
-    An object store (S3, GCS, Azure) makes a single object visible whole or
-    not at all, so a URL is written with one ``fsspec`` write of all the bytes.
-    """
-    if is_url(path):
+
+def url_to_fs(url: str, storage_options: dict | None = None):
+    """``(filesystem, path)`` of an fsspec URL; an ImportError naming the extra when a backend is missing."""
+    try:
         import fsspec
+    except ImportError:
+        raise ImportError(f"{url!r} is a URL, which needs fsspec: pip install 'dask-mcpca[cloud]'") from None
+    try:
+        return fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except ImportError as err:
+        raise ImportError(
+            f"{url!r} needs the fsspec backend of its protocol ({err}); pip install 'dask-mcpca[cloud]'"
+        ) from None
 
-        with fsspec.open(path, "wb", **(storage_options or {})) as f:
-            f.write(data)
+
+def write_bytes(path, data: bytes, *, storage_options: dict | None = None) -> None:
+    """Write one file atomically: renamed into place locally, one object on an object store.
+
+    A local path or ``file://`` URL goes through :func:`atomic_path`.  Any
+    other URL is written with ``fs.pipe_file``: on S3 that is one PUT (below
+    2 x 50 MiB), or a multipart upload that S3 publishes only when it is
+    completed and that s3fs aborts on failure; GCS and Azure Blob also
+    publish an object only whole.  A reader sees the old object or the new
+    one, never part of it.
+    """
+    local = local_path(path)
+    if local is None:
+        fs, where = url_to_fs(path, storage_options)
+        fs.pipe_file(where, data)
         return
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+    with atomic_path(local) as tmp, open(tmp, "wb") as f:
         f.write(data)
+
+
+def read_bytes(path, *, storage_options: dict | None = None, limit: int | None = None) -> bytes:
+    """The bytes of the file ``path`` (a local path or a URL), at most ``limit + 1`` of them.
+
+    Raises FileNotFoundError when there is none, IsADirectoryError for a
+    directory, ValueError for anything else that is not a regular file.
+    """
+    local = local_path(path)
+    if local is not None:
+        with open(local, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(local)
+            if not stat.S_ISREG(mode):
+                raise ValueError("not a regular file")
+            return f.read(-1 if limit is None else limit + 1)
+    fs, where = url_to_fs(path, storage_options)
+    if not fs.isfile(where):
+        if fs.isdir(where):
+            raise IsADirectoryError(path)
+        raise FileNotFoundError(path)
+    with fs.open(where, "rb") as f:
+        return f.read(-1 if limit is None else limit + 1)
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode: str = "w", *, storage_options: dict | None = None, **open_kwargs):
+    """Open ``path`` for writing; it appears whole when the block ends without error, else not at all.
+
+    A local path or ``file://`` URL: a temporary sibling renamed into place
+    (:func:`atomic_path`).  Any other URL: a local temporary file (in
+    :func:`tempfile.gettempdir`), uploaded as one object with
+    ``fs.put_file`` when the block ends (atomic as :func:`write_bytes` says)
+    and deleted.  ``mode`` is ``"w"`` or ``"wb"``; ``open_kwargs`` go to
+    :func:`open` (``newline=""`` for CSV).
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode={mode!r}; expected 'w' or 'wb'")
+    local = local_path(path)
+    if local is not None:
+        with atomic_path(local) as tmp, open(tmp, mode, **open_kwargs) as f:
+            yield f
+        return
+    fs, where = url_to_fs(path, storage_options)
+    fd, tmp = tempfile.mkstemp(prefix="dask-mcpca-", suffix=TMP_SUFFIX)
+    os.close(fd)
+    try:
+        with open(tmp, mode, **open_kwargs) as f:
+            yield f
+        fs.put_file(tmp, where)
+    finally:
+        os.remove(tmp)

@@ -45,7 +45,7 @@ import os
 import sys
 import time
 
-from ._atomic import is_url
+from ._atomic import atomic_open, is_url
 from ._estimator import CENTERS, MCPCA, NAN_POLICIES, SOLVERS, check_params, load
 from ._io import split_store_path
 
@@ -411,8 +411,11 @@ def _check_output_location(output: str, *, is_file: bool) -> None:
         raise _UsageError(f"--output {output!r} cannot be created: directory {parent!r} is not writable")
 
 
-def _open(args):
-    """The archive named on the command line: a DataArray for an xarray store, else a dask array."""
+def _open(args, **options):
+    """The archive named on the command line: a DataArray for an xarray store, else a dask array.
+
+    ``options`` go to :func:`open_archive` (``block_bytes``, ``row_index``).
+    """
     from ._io import open_archive
 
     return open_archive(
@@ -422,6 +425,7 @@ def _open(args):
         rows=args.rows,
         time=args.time,
         storage_options=_storage_options(args.storage_options),
+        **options,
     )
 
 
@@ -580,21 +584,23 @@ def _cmd_report(args, out) -> int:
     for path in (args.output, events):
         _refuse_inside_input(path, args.store, "--output" if path == args.output else "--events")
         _check_output_location(path, is_file=True)
+    options = _storage_options(args.storage_options)
+    _report.return_large_frees_to_os()  # memory flat in the rows: see its docstring
     model = load(args.model)
-    X = _open(args)
+    # blocks of about _report.BLOCK_BYTES, and the time coordinate read with its rows (no index in memory)
+    X = _open(args, block_bytes=_report.BLOCK_BYTES, row_index=False)
     print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()
-    summary = _report.summarize(model, X, max_gap=args.max_gap, progress=not args.no_progress)
-    options = _storage_options(args.storage_options)
+    with atomic_open(events, "w", storage_options=options, newline="") as f:  # written as the pass goes
+        summary = _report.summarize(model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f)
     title = args.store.rstrip("/").rpartition("/")[2] if is_url(args.store) else os.path.basename(
         os.path.normpath(_store_root(args.store))
     )
     _report.plot(summary, args.output, title=title, storage_options=options)
-    _report.write_events(summary, events, storage_options=options)
     share = summary.n_flagged / max(summary.n_scored, 1)
     print(
         f"{summary.n_rows:,} rows in {_fmt_seconds(time.perf_counter() - started)}: {summary.n_flagged:,} flagged "
-        f"({share:.2%}) in {len(summary.events):,} events\nreport written to {args.output}, events to {events}",
+        f"({share:.2%}) in {summary.n_events:,} events\nreport written to {args.output}, events to {events}",
         file=out,
     )
     return 0

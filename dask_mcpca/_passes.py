@@ -23,7 +23,14 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 from ._block import PassPlan, block_stats, combine
 from ._progress import PassProgress
 
-__all__ = ["PassRunner", "PassResult", "NonFiniteRowsError", "NumericalRangeError", "single_threaded_blas"]
+__all__ = [
+    "PassRunner",
+    "PassResult",
+    "NonFiniteRowsError",
+    "NumericalRangeError",
+    "single_threaded_blas",
+    "limit_blas_in_task",
+]
 
 #: Rows per slice when numpy input is processed without a graph.
 NUMPY_BLOCK_ROWS = 262_144
@@ -117,8 +124,8 @@ def single_threaded_blas():
     return _controller().limit(limits=1, user_api="blas")
 
 
-def _block_task(block, plan: PassPlan, row_offset: int) -> dict:
-    """:func:`block_stats` inside a dask task, with single-threaded BLAS.
+def limit_blas_in_task() -> None:
+    """Make BLAS single-threaded in the process running a dask task, once for the process's life.
 
     In the client's process (threaded scheduler) ``fit`` has already limited
     BLAS.  In a worker process the limit is set once, for the life of the
@@ -130,6 +137,11 @@ def _block_task(block, plan: PassPlan, row_offset: int) -> dict:
         info["num_threads"] > 1 for info in _controller().select(user_api="blas").info()
     ):
         _WORKER_LIMIT = threadpool_limits(limits=1, user_api="blas")
+
+
+def _block_task(block, plan: PassPlan, row_offset: int) -> dict:
+    """:func:`block_stats` inside a dask task, with single-threaded BLAS (:func:`limit_blas_in_task`)."""
+    limit_blas_in_task()
     return block_stats(block, plan, row_offset)
 
 
