@@ -29,6 +29,7 @@ __all__ = [
     "is_url",
     "local_path",
     "url_to_fs",
+    "missing_backend",
     "write_bytes",
     "read_bytes",
 ]
@@ -157,9 +158,15 @@ def url_to_fs(url: str, storage_options: dict | None = None):
     try:
         return fsspec.core.url_to_fs(url, **(storage_options or {}))
     except ImportError as err:
-        raise ImportError(
-            f"{url!r} needs the fsspec backend of its protocol ({err}); pip install 'dask-mcpca[cloud]'"
-        ) from None
+        raise ImportError(missing_backend(url, err)) from None
+
+
+def missing_backend(url: str, err: BaseException) -> str:
+    """The message for a URL whose fsspec backend is not installed."""
+    return (
+        f"{url!r} needs the fsspec backend of its protocol, which is not installed ({err}); "
+        "pip install 'dask-mcpca[cloud]' installs fsspec and s3fs (s3://); gs:// needs gcsfs, abfs:// adlfs"
+    )
 
 
 def write_bytes(path, data: bytes, *, storage_options: dict | None = None) -> None:

@@ -424,9 +424,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         storage_options : dict, optional
             fsspec options for a URL (``{"endpoint_url": ...}``, credentials);
             without them the backend reads credentials from the environment.
-            The other methods take the URL with credentials from the
-            environment, or the lazy array of
-            ``dask_mcpca.open_archive(url, storage_options=...)``.
+            Every method that reads ``X`` takes the same argument.
 
         Returns
         -------
@@ -466,6 +464,33 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             )
         with single_threaded_blas():
             return self._fit(X)
+
+    def fit_transform(self, X: Any, y: None = None, *, storage_options: dict | None = None):
+        """Fit to ``X`` and project it: ``fit(X).transform(X)``, a URL read with ``storage_options`` both times.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Input kinds as for :meth:`fit`.
+        y : None
+            Ignored.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        X_new : ndarray, dask array or DataArray of shape (n_samples, n_components_)
+            As :meth:`transform` returns it.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> X = np.random.default_rng(0).normal(size=(500, 4))
+        >>> MCPCA(n_components=2).fit_transform(X).shape
+        (500, 2)
+        """
+        return self.fit(X, y, storage_options=storage_options).transform(X, storage_options=storage_options)
 
     def _fit(self, X):
         """The fit proper, on full-row blocks; see :meth:`fit`."""
@@ -767,7 +792,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return dim, getattr(self, "feature_names_in_", None)
 
     # ---------------------------------------------------------- transforms
-    def _map_rows(self, X, func, n_out: int | None, dtype=np.float64, *, columns=None):
+    def _map_rows(self, X, func, n_out: int | None, dtype=np.float64, *, columns=None, storage_options=None):
         """Apply ``func`` to row blocks: lazily for dask input, eagerly otherwise.
 
         A DataArray ``X`` gives a DataArray with its row coordinate (and
@@ -775,10 +800,11 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "components_")
         _labels.check_feature_names(self, X, reset=False)
-        return _labels.like_rows(self._map_row_blocks(X, func, n_out, dtype), X, columns=columns)
+        out = self._map_row_blocks(X, func, n_out, dtype, storage_options)
+        return _labels.like_rows(out, X, columns=columns)
 
-    def _map_row_blocks(self, X, func, n_out: int | None, dtype):
-        X = as_row_blocks(X)
+    def _map_row_blocks(self, X, func, n_out: int | None, dtype, storage_options=None):
+        X = as_row_blocks(X, storage_options=storage_options)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(
                 f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
@@ -791,7 +817,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             return X.map_blocks(func, chunks=(X.chunks[0], (n_out,)), dtype=dtype)
         return func(X)
 
-    def transform(self, X: Any) -> np.ndarray | da.Array:
+    def transform(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """Project ``X`` on the components: ``(X - mean_) @ components_.T``.
 
         Parameters
@@ -799,6 +825,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features), the features of the fit; input
             kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
         Returns
         -------
@@ -837,7 +865,10 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "components_")
         comps, mean = self.components_, self.mean_
         columns = (_labels.COMPONENT_DIM, np.arange(len(comps)))
-        return self._map_rows(X, lambda b: (np.asarray(b, np.float64) - mean) @ comps.T, len(comps), columns=columns)
+        return self._map_rows(
+            X, lambda b: (np.asarray(b, np.float64) - mean) @ comps.T, len(comps), columns=columns,
+            storage_options=storage_options,
+        )
 
     def inverse_transform(self, X: Any) -> np.ndarray | da.Array:
         """Map scores back to the data space: ``X @ components_ + mean_``.
@@ -918,7 +949,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         d2[np.isnan(d2)] = np.inf
         return d2
 
-    def mahalanobis(self, X: Any) -> np.ndarray | da.Array:
+    def mahalanobis(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """Squared robust Mahalanobis distance of each row under the fitted model.
 
         ``d^2 = sum_j z_j^2 / explained_variance_[j]`` over the components,
@@ -930,6 +961,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features), the features of the fit; input
             kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
         Returns
         -------
@@ -960,9 +993,9 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         >>> bool(abs(np.median(d2) / 2.37 - 1) < 0.2)   # about chi-square(3)'s median
         True
         """
-        return self._map_rows(X, self._d2, None)
+        return self._map_rows(X, self._d2, None, storage_options=storage_options)
 
-    def score_samples(self, X: Any) -> np.ndarray | da.Array:
+    def score_samples(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """Correntropy weight of each row, in [0, 1]: ``exp(-d^2 / (2 c^2))``.
 
         ``d^2`` is the squared robust Mahalanobis distance under the fitted
@@ -975,6 +1008,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features), the features of the fit; input
             kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
         Returns
         -------
@@ -1007,9 +1042,9 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "components_")
         c2 = self.kernel_scale_**2
-        return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None)
+        return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None, storage_options=storage_options)
 
-    def is_outlier(self, X: Any) -> np.ndarray | da.Array:
+    def is_outlier(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``, or that hold a repeated value.
 
         Equivalently ``score_samples(X) < outlier_threshold_``, or the row
@@ -1021,6 +1056,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features), the features of the fit; input
             kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
         Returns
         -------
@@ -1056,7 +1093,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             block = np.asarray(block, np.float64)
             return (self._d2(block) > cut) | in_repeated(block, repeated)
 
-        return self._map_rows(X, flags, None, dtype=bool)
+        return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options)
 
     def _precision(self, power: float) -> np.ndarray:
         """``P^power`` of the precision P whose quadratic form is :meth:`mahalanobis`'s ``d^2``."""
@@ -1068,7 +1105,11 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return P
 
     def channel_contributions(
-        self, X: Any, *, method: Literal["whitened", "product", "residual"] = "whitened"
+        self,
+        X: Any,
+        *,
+        method: Literal["whitened", "product", "residual"] = "whitened",
+        storage_options: dict | None = None,
     ) -> np.ndarray | da.Array:
         """Each channel's share of each row's robust distance: which channel makes a row an outlier.
 
@@ -1097,6 +1138,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             Shape (n_samples, n_features), the features of the fit.
         method : {"whitened", "product", "residual"}, default="whitened"
             The decomposition, as above.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
         Returns
         -------
@@ -1138,7 +1181,9 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 PY = Y @ P
                 return Y * PY if method == "product" else PY**2 * inv_diag
 
-        out = self._map_rows(X, func, self.n_features_in_, columns=self._feature_columns(X))
+        out = self._map_rows(
+            X, func, self.n_features_in_, columns=self._feature_columns(X), storage_options=storage_options
+        )
         if _labels.is_dataframe(X):
             import pandas as pd
 

@@ -158,9 +158,9 @@ def _open_url(url: str, dataset: str | None, storage_options: dict | None):
     except FileNotFoundError as err:
         raise FileNotFoundError(f"no Zarr store at {url!r} ({err})") from None
     except ImportError as err:
-        raise ImportError(
-            f"reading {url!r} needs the fsspec backend of its protocol ({err}); pip install 'dask-mcpca[cloud]'"
-        ) from None
+        from ._atomic import missing_backend
+
+        raise ImportError(missing_backend(url, err)) from None
     except Exception as err:
         raise ValueError(f"cannot open {url!r} as a Zarr store: {type(err).__name__}: {err}") from None
     return _array_in(node, url, dataset)

@@ -152,3 +152,37 @@ def test_cli_fit_score_report_on_s3_with_a_cluster(stores, cluster, tmp_path):
         events = list(csv.DictReader(f))
     stuck = [e for e in events if int(e["start_row"]) <= 100 < int(e["stop_row"])]
     assert stuck and stuck[0]["channel_1"] == "P1"
+
+
+# ------------------------------------------------- every path takes storage_options
+METHODS = ["transform", "score_samples", "mahalanobis", "is_outlier", "channel_contributions"]
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    return MCPCA().fit(data)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_reads_an_s3_url_with_storage_options(stores, data, fitted, method):
+    got = getattr(fitted, method)(stores["plain"], storage_options=stores["options"])
+    expected = getattr(fitted, method)(data)  # the same rows from memory
+    np.testing.assert_allclose(np.asarray(got.compute()), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_fit_transform_reads_an_s3_url_twice_with_storage_options(stores, data):
+    got = MCPCA(n_components=2).fit_transform(stores["plain"], storage_options=stores["options"])
+    np.testing.assert_allclose(got.compute(), MCPCA(n_components=2).fit_transform(data), rtol=1e-9, atol=1e-9)
+
+
+def test_a_url_whose_backend_is_missing_names_the_package(tmp_path):
+    pytest.importorskip("fsspec")
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("gcsfs is installed")
+    with pytest.raises(ImportError, match=r"gcsfs.*dask-mcpca\[cloud\]"):
+        MCPCA().fit("gs://bucket/archive.zarr")
+
