@@ -204,6 +204,7 @@ def read_bytes(path, *, storage_options: dict | None = None, limit: int | None =
                 raise ValueError("not a regular file")
             return f.read(-1 if limit is None else limit + 1)
     fs, where = url_to_fs(path, storage_options)
+    fs.invalidate_cache(where)  # fsspec caches listings: the object may be newer than this process's last look
     if not fs.isfile(where):
         if fs.isdir(where):
             raise IsADirectoryError(path)

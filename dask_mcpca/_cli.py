@@ -472,7 +472,7 @@ def _cmd_fit(args, out) -> int:
     started = time.perf_counter()
     model.fit(X)
     elapsed = time.perf_counter() - started
-    model.save(args.output)
+    model.save(args.output, storage_options=_storage_options(args.storage_options))
     used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
     print(f"\nMCPCA(solver={args.solver!r}, center={args.center!r}): robust explained variance", file=out)
     print(summary_table(model), file=out)
@@ -498,7 +498,7 @@ def _cmd_score(args, out) -> int:
     if _exists(args.output, options) and not args.overwrite:
         raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
     _check_output_location(args.output, is_file=False)
-    model = load(args.model)
+    model = load(args.model, storage_options=options)
     X = _open(args)
     started = time.perf_counter()
     outputs = {
@@ -512,7 +512,7 @@ def _cmd_score(args, out) -> int:
         "source": args.store if "://" in args.store else os.path.abspath(_store_root(args.store)),
         "dataset": args.dataset,
         "variables": args.variables,
-        "model": os.path.abspath(args.model),
+        "model": args.model if is_url(args.model) else os.path.abspath(args.model),
         "created_by": f"{PROG} score",
         "arrays": SCORE_ARRAYS,
     }
@@ -586,7 +586,7 @@ def _cmd_report(args, out) -> int:
         _check_output_location(path, is_file=True)
     options = _storage_options(args.storage_options)
     _report.return_large_frees_to_os()  # memory flat in the rows: see its docstring
-    model = load(args.model)
+    model = load(args.model, storage_options=options)
     # blocks of about _report.BLOCK_BYTES, and the time coordinate read with its rows (no index in memory)
     X = _open(args, block_bytes=_report.BLOCK_BYTES, row_index=False)
     print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)

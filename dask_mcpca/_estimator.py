@@ -1191,16 +1191,21 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return out
 
     # ---------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, *, storage_options: dict | None = None) -> None:
         """Write the fitted model to ``path`` as JSON (no pickle).
 
         Read it back with :func:`dask_mcpca.load`; the format is described
-        in :mod:`dask_mcpca._persist`.  The file is replaced atomically.
+        in :mod:`dask_mcpca._persist`.  The file is replaced atomically: a
+        local file is written beside it and renamed; on an object store
+        (``s3://bucket/model.json``) it is one object, which the store
+        publishes whole or not at all.
 
         Parameters
         ----------
         path : str or path-like
-            Destination file; replaced atomically if it exists.
+            Destination file or fsspec URL; replaced atomically if it exists.
+        storage_options : dict, optional
+            fsspec options for a URL (``{"endpoint_url": ...}``, credentials).
 
         See Also
         --------
@@ -1221,16 +1226,18 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         >>> bool((loaded.transform(X) == model.transform(X)).all())
         True
         """
-        _persist.save(self, path)
+        _persist.save(self, path, storage_options=storage_options)
 
 
-def load(path: str | os.PathLike) -> MCPCA:
+def load(path: str | os.PathLike, *, storage_options: dict | None = None) -> MCPCA:
     """Read a model written by :meth:`MCPCA.save`.
 
     Parameters
     ----------
     path : str or path-like
-        The model file.
+        The model file, or an fsspec URL (``s3://bucket/model.json``).
+    storage_options : dict, optional
+        fsspec options for a URL.
 
     Returns
     -------
@@ -1263,4 +1270,4 @@ def load(path: str | os.PathLike) -> MCPCA:
     >>> bool((loaded.components_ == model.components_).all())
     True
     """
-    return _persist.load(path, MCPCA)
+    return _persist.load(path, MCPCA, storage_options=storage_options)

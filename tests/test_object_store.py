@@ -186,3 +186,100 @@ def test_a_url_whose_backend_is_missing_names_the_package(tmp_path):
     with pytest.raises(ImportError, match=r"gcsfs.*dask-mcpca\[cloud\]"):
         MCPCA().fit("gs://bucket/archive.zarr")
 
+
+# ------------------------------------------------------------- models on S3
+def _fs(stores):
+    import s3fs
+
+    return s3fs.S3FileSystem(endpoint_url=stores["options"]["endpoint_url"], skip_instance_cache=True)
+
+
+def test_model_round_trip_through_s3_is_bit_identical_to_a_local_one(stores, fitted, tmp_path):
+    from conftest import assert_same_model
+
+    url = f"s3://{BUCKET}/models/model.json"
+    fitted.save(url, storage_options=stores["options"])
+    fitted.save(tmp_path / "model.json")
+    from_s3 = load(url, storage_options=stores["options"])
+    local = load(tmp_path / "model.json")
+    assert_same_model(from_s3, local)
+    assert from_s3.components_.tobytes() == fitted.components_.tobytes()
+    assert _fs(stores).cat_file(url) == (tmp_path / "model.json").read_bytes()
+
+
+def test_a_model_url_whose_backend_is_missing_names_the_package(fitted):
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("gcsfs is installed")
+    for call in (lambda: fitted.save("gs://bucket/model.json"), lambda: load("gs://bucket/model.json")):
+        with pytest.raises(ImportError, match=r"gcsfs.*dask-mcpca\[cloud\]"):
+            call()
+
+
+def test_a_missing_or_damaged_model_on_s3_is_named(stores, fitted):
+    from dask_mcpca import ModelFormatError
+
+    with pytest.raises(FileNotFoundError, match="no such model file: 's3://archive/models/none.json'"):
+        load(f"s3://{BUCKET}/models/none.json", storage_options=stores["options"])
+    with pytest.raises(ModelFormatError, match="is a directory"):
+        load(f"s3://{BUCKET}/models", storage_options=stores["options"])
+    _fs(stores).pipe_file(f"{BUCKET}/models/half.json", b'{"format": "dask-mcpca-model", "format_ver')
+    with pytest.raises(ModelFormatError, match="not JSON"):
+        load(f"s3://{BUCKET}/models/half.json", storage_options=stores["options"])
+
+
+def test_a_failed_save_leaves_the_old_model_on_s3(stores, fitted, data):
+    from sklearn.base import clone
+
+    url = f"s3://{BUCKET}/models/kept.json"
+    fitted.save(url, storage_options=stores["options"])
+    before = _fs(stores).cat_file(url)
+    other = clone(fitted).fit(data[:5_000])
+    other.unsupported_ = object()  # cannot be encoded: the save fails before anything is written
+    with pytest.raises(TypeError, match="unsupported_"):
+        other.save(url, storage_options=stores["options"])
+    assert _fs(stores).cat_file(url) == before
+
+
+def test_a_writer_killed_mid_upload_leaves_the_old_object(stores):
+    """S3 publishes a multipart upload only when it is completed: a writer killed during one changes nothing."""
+    from _cluster import subprocess_env
+
+    fs = _fs(stores)
+    key = f"{BUCKET}/models/large.json"
+    fs.pipe_file(key, b"the old model")
+    size = 160 * 2**20  # above 2 x 50 MiB: s3fs uploads it in parts
+    script = (
+        "import sys; from dask_mcpca._atomic import write_bytes; "
+        f"write_bytes('s3://{key}', b'x' * {size}, storage_options={{'endpoint_url': sys.argv[1]}})"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, stores["options"]["endpoint_url"]], env=subprocess_env())
+    try:
+        deadline = time.monotonic() + 120
+        while not fs.call_s3("list_multipart_uploads", Bucket=BUCKET).get("Uploads"):
+            assert proc.poll() is None and time.monotonic() < deadline, "no multipart upload was started"
+            time.sleep(0.01)
+        proc.kill()
+        proc.wait(30)
+    finally:
+        proc.kill()
+    fs.invalidate_cache()
+    assert fs.cat_file(key) == b"the old model"
+
+
+def test_cli_reads_and_writes_the_model_on_s3(stores, tmp_path):
+    endpoint = ["--storage-option", f"endpoint_url={stores['options']['endpoint_url']}"]
+    model_url = f"s3://{BUCKET}/models/cli.json"
+    assert _run("fit", stores["plain"], "--output", model_url, *endpoint) == 0
+    model = load(model_url, storage_options=stores["options"])
+    assert _run("score", stores["plain"], "--model", model_url, "--output", tmp_path / "s.zarr", *endpoint) == 0
+    np.testing.assert_array_equal(
+        zarr.open_group(tmp_path / "s.zarr", mode="r")["outlier"][:],
+        model.is_outlier(stores["plain"], storage_options=stores["options"]).compute(),
+    )
+    assert _run("report", stores["plain"], "--model", model_url, "--output", tmp_path / "r.png", *endpoint) == 0
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
