@@ -9,6 +9,14 @@ repairs both before it starts (:func:`recover`): an orphaned ``.old`` store is
 moved back under ``<name>`` when that is missing and deleted otherwise, and
 the temporaries of processes that no longer run are deleted.  Temporaries of
 a live process (a concurrent writer) are left alone.
+
+On an object store (an fsspec URL other than ``file://``) nothing can be
+renamed.  A single file (a model, a PNG, a CSV) is one object, which S3,
+GCS and Azure Blob make visible only whole (:func:`write_bytes`,
+:func:`atomic_open`).  A Zarr store is written under a hidden sibling prefix
+and published by copies inside the store with its root metadata last
+(:func:`atomic_url_store`, which lists what a reader may see after an
+interruption).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import contextlib
 import glob
 import os
 import shutil
+import socket
 import stat
 import tempfile
 import uuid
@@ -24,6 +33,7 @@ import uuid
 __all__ = [
     "atomic_path",
     "atomic_open",
+    "atomic_url_store",
     "recover",
     "stale_temporaries",
     "is_url",
@@ -211,6 +221,94 @@ def read_bytes(path, *, storage_options: dict | None = None, limit: int | None =
         raise FileNotFoundError(path)
     with fs.open(where, "rb") as f:
         return f.read(-1 if limit is None else limit + 1)
+
+
+#: Metadata objects of a Zarr node (v3; v2 and its consolidated metadata): published after the chunks.
+_ZARR_METADATA = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
+
+
+def _url_temporary_name(name: str) -> str:
+    return f".{name}.{uuid.uuid4().hex[:8]}-{os.getpid()}@{socket.gethostname()}{TMP_SUFFIX}"
+
+
+def _stale_url_temporaries(fs, parent: str, name: str) -> list[str]:
+    """Temporaries of ``parent/name`` written by processes of this host that no longer run."""
+    prefix = f".{name}."
+    try:
+        entries = fs.ls(parent, detail=False, refresh=True)
+    except FileNotFoundError:
+        return []
+    stale = []
+    for entry in entries:
+        base = entry.rstrip("/").rpartition("/")[2]
+        if not (base.startswith(prefix) and base.endswith(TMP_SUFFIX)):
+            continue
+        owner, _, host = base.removesuffix(TMP_SUFFIX).rpartition("@")
+        if host == socket.gethostname() and not _writer_alive(owner + TMP_SUFFIX):
+            stale.append(entry.rstrip("/"))
+    return stale
+
+
+@contextlib.contextmanager
+def atomic_url_store(url: str, *, storage_options: dict | None = None):
+    """Yield a temporary URL to write a Zarr store to; publish it under ``url`` when the block ends.
+
+    An object store cannot rename a prefix, so the store is written under a
+    hidden sibling ``.<name>.<id>-<pid>@<host>.tmp`` and published with
+    copies inside the store (S3: ``CopyObject``, no data through this
+    machine), in an order that keeps readers from seeing a part of it:
+
+    1. an old store under ``url`` is made invisible first (its root
+       ``zarr.json`` deleted), then deleted;
+    2. the chunks are copied, then each array's metadata (deepest first),
+       then the root group's metadata, one object, last.
+
+    ``zarr.open_group`` and ``xarray.open_zarr`` need the root metadata, so
+    a reader finds the old store, then no store, then the new one whole.  An
+    array opened on its own path has its metadata only once all its chunks
+    are there.  After an interruption:
+
+    - while the temporary is written (the computation): ``url`` is as it
+      was; the temporary is deleted, or left by a killed process (deleted
+      by the next write of ``url`` from the same host);
+    - while publishing: ``url`` holds objects but no root metadata, which
+      readers see as no store; ``dask-mcpca score --overwrite`` replaces it.
+
+    A ``file://`` URL is a local path: use :func:`atomic_path` for it.
+    """
+    fs, root = url_to_fs(url, storage_options)
+    root = root.rstrip("/")
+    parent, _, name = root.rpartition("/")
+    if not parent or not name:
+        raise ValueError(f"{url!r} names no key prefix inside its bucket; name one, as s3://bucket/scores.zarr")
+    for stale in _stale_url_temporaries(fs, parent, name):
+        fs.rm(stale, recursive=True)
+    tmp = f"{parent}/{_url_temporary_name(name)}"
+    try:
+        yield fs.unstrip_protocol(tmp)
+        _publish(fs, tmp, root)
+    finally:
+        with contextlib.suppress(Exception):  # best effort; the next write from this host deletes a leftover
+            fs.rm(tmp, recursive=True)
+
+
+def _publish(fs, source: str, target: str) -> None:
+    """Copy the Zarr store at ``source`` over ``target`` in the order :func:`atomic_url_store` gives."""
+    fs.invalidate_cache(source)
+    keys = sorted(k[len(source) + 1 :] for k in fs.find(source))
+    if fs.exists(target):
+        fs.rm([f"{target}/{m}" for m in _ZARR_METADATA if fs.exists(f"{target}/{m}")])  # invisible first
+        fs.rm(target, recursive=True)
+    is_meta = [k.rpartition("/")[2] in _ZARR_METADATA for k in keys]
+    chunks = [k for k, meta in zip(keys, is_meta, strict=True) if not meta]
+    levels: dict[int, list[str]] = {}
+    for k, meta in zip(keys, is_meta, strict=True):
+        if meta:
+            levels.setdefault(k.count("/"), []).append(k)
+    for batch in [chunks] + [levels[d] for d in sorted(levels, reverse=True)]:  # depth 0, the root, last
+        if batch:
+            fs.copy([f"{source}/{k}" for k in batch], [f"{target}/{k}" for k in batch])
+    fs.invalidate_cache(target)
 
 
 @contextlib.contextmanager

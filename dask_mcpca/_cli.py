@@ -22,8 +22,12 @@ environment, as fsspec's backends read them).
 nothing is ever written into it.  ``fit`` writes the model as JSON
 (:mod:`dask_mcpca._persist`); ``score`` writes a new Zarr group with the
 per-row ``scores`` (projections on the components), ``weight``
-(``score_samples``) and ``outlier`` (``is_outlier``), computed lazily block by
-block and renamed into place only when complete.  ``--scheduler`` connects to
+(``score_samples``), ``outlier`` (``is_outlier``), ``d2`` and ``contributions``,
+computed lazily block by block into a temporary that appears under
+``--output`` only when complete: renamed into place on a local disk,
+published root metadata last on an object store
+(:func:`._atomic.atomic_url_store`).  ``STORE``, ``--model`` and ``--output``
+may be URLs; one ``--storage-option`` set serves them all.  ``--scheduler`` connects to
 a running ``dask.distributed`` scheduler (its workers must see the same
 paths); without it the local threaded scheduler is used.
 
@@ -214,7 +218,8 @@ def _build_parser() -> argparse.ArgumentParser:
             action="append",
             default=[],
             metavar="KEY=VALUE",
-            help="fsspec option for a URL store (repeatable; VALUE read as JSON when it parses)",
+            help="fsspec option for the command's URLs: store, model, outputs "
+            "(repeatable; VALUE read as JSON when it parses)",
         )
 
     fit = sub.add_parser("fit", help="fit a model to a Zarr store or HDF5 file and save it")
@@ -232,8 +237,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
     score = sub.add_parser("score", help="write per-row scores, weights and outlier flags to a new Zarr store")
     score.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file")
-    score.add_argument("--model", "-m", required=True, metavar="PATH", help="model file written by 'fit'")
-    score.add_argument("--output", "-o", required=True, metavar="PATH", help="new Zarr store to create")
+    score.add_argument("--model", "-m", required=True, metavar="PATH", help="model file (path or URL) written by 'fit'")
+    score.add_argument("--output", "-o", required=True, metavar="PATH", help="new Zarr store (path or URL) to create")
     score.add_argument("--dataset", metavar="NAME", help="array inside the store")
     score.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     score.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
@@ -245,7 +250,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "report", help="a PNG report and an events CSV for a fitted archive (one streaming pass, no truth needed)"
     )
     report.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file")
-    report.add_argument("--model", "-m", required=True, metavar="PATH", help="model file written by 'fit'")
+    report.add_argument(
+        "--model", "-m", required=True, metavar="PATH", help="model file (path or URL) written by 'fit'"
+    )
     report.add_argument("--output", "-o", default="report.png", metavar="PATH", help="PNG (default report.png)")
     report.add_argument("--events", metavar="PATH", help="events CSV (default: the PNG's name with .csv)")
     report.add_argument("--dataset", metavar="NAME", help="array inside the store")
@@ -492,7 +499,7 @@ def _cmd_score(args, out) -> int:
     from ._progress import compute_with_progress
 
     _refuse_inside_input(args.output, args.store, "--output")
-    if not is_url(args.output) and (_is_within(args.model, args.output) or _is_within(args.output, args.model)):
+    if _overlaps(args.model, args.output):
         raise _UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
     options = _storage_options(args.storage_options)
     if _exists(args.output, options) and not args.overwrite:
@@ -542,39 +549,45 @@ def _cmd_score(args, out) -> int:
     return 0
 
 
-def _exists(path: str, options: dict | None) -> bool:
-    if not is_url(path):
-        return os.path.lexists(path)
-    import fsspec
+def _overlaps(a: str, b: str) -> bool:
+    """Whether one of two paths or URLs lies inside the other (or they are the same)."""
+    if is_url(a) or is_url(b):
+        a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+        return a.startswith(b) or b.startswith(a)
+    return _is_within(a, b) or _is_within(b, a)
 
-    fs, root = fsspec.core.url_to_fs(path, **(options or {}))
+
+def _exists(path: str, options: dict | None) -> bool:
+    from ._atomic import local_path, url_to_fs
+
+    local = local_path(path)
+    if local is not None:
+        return os.path.lexists(local)
+    fs, root = url_to_fs(path, options)
+    fs.invalidate_cache(root)
     return fs.exists(root)
 
 
 @contextlib.contextmanager
 def _output_store(path: str, options: dict | None):
-    """Where ``score`` writes: a local temporary renamed into place, or the URL itself.
+    """Where ``score`` writes: a temporary that appears under ``path`` only when complete.
 
-    An object store has no rename, so a URL is written in place: first any
-    old store under it is deleted (``--overwrite``), and the group attribute
-    ``complete: true`` is set last, after every array is written; an
-    interrupted ``score`` leaves a store without it, which the next
-    ``score --overwrite`` replaces.
+    A local path (or ``file://`` URL) is a temporary sibling renamed into
+    place (:func:`._atomic.atomic_path`); an object store URL a hidden
+    sibling prefix published by copies inside the store, root metadata last
+    (:func:`._atomic.atomic_url_store`, which says what a reader may see
+    after an interruption).  The group attribute ``complete: true`` is set
+    in the temporary once every array is written.
     """
-    if not is_url(path):
-        from ._atomic import atomic_path
-
-        with atomic_path(path) as tmp:
-            yield tmp
-        return
-    import fsspec
     import zarr
 
-    fs, root = fsspec.core.url_to_fs(path, **(options or {}))
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
-    yield path
-    zarr.open_group(path, mode="r+", storage_options=options).attrs["complete"] = True
+    from ._atomic import atomic_path, atomic_url_store, local_path
+
+    local = local_path(path)
+    with atomic_path(local) if local is not None else atomic_url_store(path, storage_options=options) as tmp:
+        yield tmp
+        so = {"storage_options": options} if is_url(tmp) else {}
+        zarr.open_group(tmp, mode="r+", **so).attrs["complete"] = True
 
 
 def _cmd_report(args, out) -> int:

@@ -283,3 +283,75 @@ def test_cli_reads_and_writes_the_model_on_s3(stores, tmp_path):
     assert _run("report", stores["plain"], "--model", model_url, "--output", tmp_path / "r.png", *endpoint) == 0
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
 
+
+# ------------------------------------------------------ score's output on S3
+def _temporaries(fs, name: str) -> list[str]:
+    fs.invalidate_cache()
+    return [p for p in fs.ls(BUCKET, detail=False) if p.rpartition("/")[2].startswith(f".{name}.")]
+
+
+@pytest.fixture(scope="module")
+def model_url(stores, fitted):
+    url = f"s3://{BUCKET}/models/score.json"
+    fitted.save(url, storage_options=stores["options"])
+    return url
+
+
+def test_a_failed_score_leaves_the_old_output_and_no_temporary(stores, data, fitted, model_url):
+    endpoint = ["--storage-option", f"endpoint_url={stores['options']['endpoint_url']}"]
+    out = f"s3://{BUCKET}/kept-scores.zarr"
+    assert _run("score", stores["plain"], "--model", model_url, "--output", out, *endpoint) == 0
+    old = zarr.open_group(out, mode="r", storage_options=stores["options"])
+    assert old.attrs["complete"] is True
+    weight = old["weight"][:]
+    np.testing.assert_allclose(weight, fitted.score_samples(data), rtol=1e-12)
+    gappy = data.copy()
+    gappy[N_ROWS - 10] = np.nan  # the model refuses NaN rows (nan_policy="raise"): the last blocks fail
+    gappy_url = f"s3://{BUCKET}/gappy.zarr"
+    z = zarr.create_array(gappy_url, shape=gappy.shape, chunks=(2_000, len(CHANNELS)), dtype="f8",
+                          storage_options=stores["options"])
+    z[:] = gappy
+    rc = _run("score", gappy_url, "--model", model_url, "--output", out, "--overwrite", *endpoint)
+    assert rc == 2
+    kept = zarr.open_group(out, mode="r", storage_options=stores["options"])
+    np.testing.assert_array_equal(kept["weight"][:], weight)
+    assert _temporaries(_fs(stores), "kept-scores.zarr") == []
+
+
+def test_score_killed_mid_write_on_s3_keeps_the_old_output(stores, data, fitted, model_url):
+    """SIGKILL while ``score`` writes to S3: readers still see the old output; the next score cleans up."""
+    from _cluster import subprocess_env
+
+    options = stores["options"]
+    endpoint = ["--storage-option", f"endpoint_url={options['endpoint_url']}"]
+    out = f"s3://{BUCKET}/killed-scores.zarr"
+    assert _run("score", stores["plain"], "--model", model_url, "--output", out, *endpoint) == 0
+    weight = zarr.open_group(out, mode="r", storage_options=options)["weight"][:]
+    big = np.random.default_rng(5).normal(size=(400_000, len(CHANNELS)))
+    big_url = f"s3://{BUCKET}/big.zarr"
+    zarr.create_array(big_url, shape=big.shape, chunks=(4_000, len(CHANNELS)), dtype="f8",
+                      storage_options=options)[:] = big
+    fs = _fs(stores)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dask_mcpca", "score", big_url, "--model", model_url, "--output", out,
+         "--overwrite", "--no-progress", *endpoint],
+        env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any(fs.find(t) for t in _temporaries(fs, "killed-scores.zarr")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert _temporaries(fs, "killed-scores.zarr")  # left by the kill
+    old = zarr.open_group(out, mode="r", storage_options=options)  # the old output, whole
+    assert old.attrs["complete"] is True
+    np.testing.assert_array_equal(old["weight"][:], weight)
+    assert _run("score", big_url, "--model", model_url, "--output", out, "--overwrite", *endpoint) == 0
+    assert _temporaries(fs, "killed-scores.zarr") == []
+    np.testing.assert_allclose(
+        zarr.open_group(out, mode="r", storage_options=options)["weight"][:], fitted.score_samples(big), rtol=1e-12
+    )
