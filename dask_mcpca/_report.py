@@ -352,8 +352,8 @@ class _Events:
             self._write(g, shares, length)
         # the batch's EVENTS_SHOWN longest (ties: the earlier) compete with those kept
         for i in np.lexsort((g["start"], -length))[:EVENTS_SHOWN]:
-            event = Event(
-                int(g["start"][i]), int(g["stop"][i]), int(g["n_flagged"][i]), float(g["peak"][i]), shares[i],
+            event = Event(  # shares copied: a view would keep the whole batch's array alive
+                int(g["start"][i]), int(g["stop"][i]), int(g["n_flagged"][i]), float(g["peak"][i]), shares[i].copy(),
                 g["first"][i] if self.labelled else None, g["last"][i] if self.labelled else None,
             )
             item = (int(length[i]), -event.start, self.count + int(i), event)
@@ -397,12 +397,16 @@ def _row_coordinate(X):
     return None
 
 
+#: Names of dask's synchronous scheduler (``dask.config.set(scheduler=...)``).
+_SYNCHRONOUS = ("sync", "synchronous", "single-threaded")
+
+
 def _scheduler_threads(client) -> int:
     if client is not None:
         return max(1, sum(client.nthreads().values()))
     import dask
 
-    if dask.config.get("scheduler", None) in ("sync", "synchronous", "single-threaded"):
+    if dask.config.get("scheduler", None) in _SYNCHRONOUS:
         return 1
     return max(1, int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
 
@@ -410,13 +414,18 @@ def _scheduler_threads(client) -> int:
 def _in_row_order(tasks: list, *, window: int, client):
     """Compute the Delayed ``tasks`` and yield their results in order, ``window`` at most in flight.
 
-    With a ``distributed.Client``, each task is a future; otherwise a pool of
-    ``_scheduler_threads`` threads runs each task's small graph (read the
-    block, summarize it) with the synchronous scheduler, so that results come
-    back while later blocks run.
+    With a ``distributed.Client``, each task is a future; with dask's
+    synchronous scheduler each task runs in this thread, one after the
+    other; otherwise a pool of ``_scheduler_threads`` threads runs each
+    task's small graph (read the block, summarize it) with the synchronous
+    scheduler, so that results come back while later blocks run.
     """
     import dask
 
+    if client is None and dask.config.get("scheduler", None) in _SYNCHRONOUS:
+        for task in tasks:
+            yield dask.compute(task, scheduler="sync")[0]
+        return
     pool = None
     if client is not None:
         submit = client.compute
