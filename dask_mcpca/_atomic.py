@@ -269,8 +269,11 @@ def atomic_url_store(url: str, *, storage_options: dict | None = None):
     are there.  After an interruption:
 
     - while the temporary is written (the computation): ``url`` is as it
-      was; the temporary is deleted, or left by a killed process (deleted
-      by the next write of ``url`` from the same host);
+      was; the temporary is deleted, or left by a killed process, or
+      partly re-created by a task still running elsewhere when the block
+      failed (the caller must wait for its local tasks: ``dask-mcpca
+      score`` does); the next write of ``url`` from the same host deletes
+      what is left;
     - while publishing: ``url`` holds objects but no root metadata, which
       readers see as no store; ``dask-mcpca score --overwrite`` replaces it.
 

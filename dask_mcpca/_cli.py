@@ -496,7 +496,6 @@ def _cmd_score(args, out) -> int:
     import dask.array as da
     import zarr
 
-    from ._progress import compute_with_progress
 
     _refuse_inside_input(args.output, args.store, "--output")
     if _overlaps(args.model, args.output):
@@ -536,7 +535,7 @@ def _cmd_score(args, out) -> int:
             for name, text in SCORE_ARRAYS.items():
                 ds[name].attrs["description"] = text
             writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, **so)]
-        compute_with_progress(*writes, enabled=not args.no_progress)
+        _compute_settled(*writes, progress=not args.no_progress)
         n_out = int(da.from_zarr(tmp, component="outlier", **so).sum().compute())
     elapsed = time.perf_counter() - started
     n = X.shape[0]
@@ -547,6 +546,36 @@ def _cmd_score(args, out) -> int:
         file=out,
     )
     return 0
+
+
+def _compute_settled(*collections, progress: bool):
+    """Compute ``collections``; on a failure, return only once no local task still runs.
+
+    When one task fails, dask's threaded scheduler raises while the tasks
+    already running go on and write their chunks; the temporary output
+    deleted on the way out would get them after it was deleted.  So the
+    local threads are a pool of this call's own, shut down (the running
+    tasks waited for, the queued ones cancelled) before the error goes on.
+    On a distributed scheduler the workers' running tasks cannot be waited
+    for: a few chunks may land in the temporary after it is deleted, and the
+    next write of the same output from this host deletes them.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import dask
+    import dask.threaded
+
+    from ._progress import _active_client, compute_with_progress
+
+    if _active_client() is not None:
+        return compute_with_progress(*collections, enabled=progress)
+    executor = getattr(dask.threaded, "ContextAwareThreadPoolExecutor", ThreadPoolExecutor)  # dask's own kind
+    pool = executor(int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
+    try:
+        with dask.config.set(pool=pool):
+            return compute_with_progress(*collections, enabled=progress)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _overlaps(a: str, b: str) -> bool:
