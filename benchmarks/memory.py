@@ -1,8 +1,10 @@
-"""Peak memory of ``MCPCA().fit(store)`` as the store grows.
+"""Peak memory of ``MCPCA().fit(store)``, or of ``dask-mcpca report``, as the store grows.
 
-One command::
+One command each::
 
     python benchmarks/memory.py --rows 1000000 8000000 32000000
+    python benchmarks/memory.py --command report --rows 1000000 10000000 100000000 \
+        --cols 6 --dtype float32 --compare-malloc
 
 For each size it generates (or reuses) a float64 Zarr store of ``--cols``
 columns with :mod:`make_store`, then fits it in a fresh Python process, so
@@ -12,6 +14,13 @@ which no polling interval can miss) once after the imports and once after
 the fit; the parent also polls the child's RSS with
 psutil every 10 ms as a cross-check.  Flat peak RSS as the rows grow is the
 point: the data never has to fit in memory.
+
+``--command report`` fits a model on the smallest store (in this process),
+then runs ``dask-mcpca report STORE --model ...`` in the fresh child, with
+``matplotlib.pyplot`` and the command line imported before the baseline;
+its PNG and CSV go to a temporary folder.  ``--compare-malloc`` runs each
+size a second time with the command's glibc setting
+(``_report.return_large_frees_to_os``) turned off, to show what it saves.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import fmt_bytes, machine_info, update_section
 from make_store import make_store
 
-__all__ = ["measure", "run_memory"]
+__all__ = ["measure", "run_memory", "run_report_memory"]
 
 #: Polling interval of the parent's psutil cross-check (seconds).
 POLL_S = 0.01
@@ -69,13 +79,35 @@ def _child(path: str) -> None:
                       "n_blocks": n_blocks}))
 
 
-def measure(path: str | Path) -> dict:
-    """Fit ``path`` in a fresh process; return its peak RSS, time and pass count."""
+def _child_report(path: str, model: str, out_dir: str, default_malloc: bool) -> None:
+    """Run ``dask-mcpca report`` on the store and print one JSON line (runs in the fresh process)."""
+    import matplotlib.pyplot  # noqa: F401  (the report draws with it: imported before the baseline)
+
+    from dask_mcpca import _report
+    from dask_mcpca._cli import main
+    from dask_mcpca._io import as_row_blocks
+
+    if default_malloc:
+        _report.return_large_frees_to_os = lambda *a, **k: False
+    n_blocks = as_row_blocks(path, block_values=_report.BLOCK_VALUES).numblocks[0]
+    base = _peak_rss()
+    png, events = str(Path(out_dir) / "report.png"), str(Path(out_dir) / "report.csv")
+    t = time.perf_counter()
+    rc = main(["report", path, "--model", model, "--output", png, "--events", events, "--no-progress"])
+    seconds = time.perf_counter() - t
+    peak = _peak_rss()
+    with open(events) as f:
+        n_events = sum(1 for _ in f) - 1
+    print(json.dumps({"baseline": base, "peak": peak, "seconds": seconds, "rc": rc, "n_blocks": n_blocks,
+                      "n_events": n_events}))
+
+
+def measure(path: str | Path, *, child_args: list[str] | None = None) -> dict:
+    """Run the child on ``path`` in a fresh process (a fit, or ``child_args``); return its peak RSS and time."""
     import psutil
 
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", str(path)], stdout=subprocess.PIPE, text=True
-    )
+    args = child_args if child_args is not None else ["--child", str(path)]
+    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
     ps = psutil.Process(proc.pid)
     polled = 0
     while proc.poll() is None:
@@ -86,7 +118,7 @@ def measure(path: str | Path) -> dict:
         time.sleep(POLL_S)
     out, _ = proc.communicate()
     if proc.returncode:
-        raise RuntimeError(f"fit of {path} failed with exit code {proc.returncode}")
+        raise RuntimeError(f"child on {path} failed with exit code {proc.returncode}")
     res = json.loads(out.strip().splitlines()[-1])
     res["polled"] = polled
     return res
@@ -132,16 +164,91 @@ def report(results: list[dict], *, cols: int, chunk_rows: int) -> str:
     return "\n".join(lines)
 
 
+def run_report_memory(rows: list[int], *, cols: int, dtype: str, chunk_rows: int,
+                      compare_malloc: bool) -> list[dict]:
+    """``dask-mcpca report`` on stores of ``rows`` rows, each in a fresh process; one model for all."""
+    from dask_mcpca import MCPCA
+
+    infos = [make_store(n, cols, dtype=dtype, chunk_rows=chunk_rows) for n in rows]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model = str(Path(tmp) / "model.json")
+        MCPCA().fit(str(infos[0].path)).save(model)
+        for info in infos:
+            res = {"rows": info.n_rows, "nbytes": info.nbytes, "store_bytes": info.store_bytes}
+            for default_malloc in (False, True) if compare_malloc else (False,):
+                args = ["--child-report", str(info.path), model, tmp] + ["--default-malloc"] * default_malloc
+                r = measure(info.path, child_args=args)
+                if r["rc"] != 0:
+                    raise RuntimeError(f"dask-mcpca report on {info.path} exited with {r['rc']}")
+                key = "default_malloc" if default_malloc else "measured"
+                res[key] = r
+                print(
+                    f"{info.n_rows:>12,} rows  {key:<15} peak RSS {fmt_bytes(r['peak']):>10} "
+                    f"(after imports {fmt_bytes(r['baseline'])})  {r['seconds']:.1f} s  {r['n_events']:,} events",
+                    file=sys.stderr,
+                )
+            results.append(res)
+    return results
+
+
+def report_report(results: list[dict], *, cols: int, dtype: str, chunk_rows: int) -> str:
+    ref = results[0]["measured"]
+    compare = "default_malloc" in results[0]
+    lines = [
+        f"## Memory: peak RSS of `dask-mcpca report`, {dtype} x {cols} columns",
+        "",
+        f"`dask-mcpca report STORE --model model.json` in a fresh process; {chunk_rows:,}-row Zarr chunks, "
+        "5 % outliers (mostly single rows: every one an event), local threads; peak = `VmHWM` of the child "
+        f"(psutil polling every {POLL_S * 1e3:.0f} ms in brackets); 'after imports' includes matplotlib. "
+        "The model is fitted on the smallest store.",
+        "",
+        "| rows | raw data | report blocks | events | peak RSS (polled) | after imports "
+        f"| peak / {results[0]['rows'] / 1e6:g}M peak | s |"
+        + (" peak without the malloc setting (/ first) |" if compare else ""),
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if compare else ""),
+    ]
+    for res in results:
+        r = res["measured"]
+        line = (
+            f"| {res['rows']:,} | {fmt_bytes(res['nbytes'])} | {r['n_blocks']} | {r['n_events']:,} | "
+            f"{fmt_bytes(r['peak'])} ({fmt_bytes(r['polled'])}) | {fmt_bytes(r['baseline'])} | "
+            f"{r['peak'] / ref['peak']:.2f} | {r['seconds']:.1f} |"
+        )
+        if compare:
+            d = res["default_malloc"]
+            line += f" {fmt_bytes(d['peak'])} ({d['peak'] / results[0]['default_malloc']['peak']:.2f}) |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--command", choices=("fit", "report"), default="fit")
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 8_000_000])
     parser.add_argument("--cols", type=int, default=10)
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64", help="report only")
     parser.add_argument("--chunk-rows", type=int, default=1_000_000)
+    parser.add_argument("--compare-malloc", action="store_true",
+                        help="report: also measure without the command's glibc setting")
     parser.add_argument("--no-write", action="store_true", help="print, do not update RESULTS.md")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-report", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--default-malloc", action="store_true", help=argparse.SUPPRESS)
     a = parser.parse_args(argv)
     if a.child:
         _child(a.child)
+        return
+    if a.child_report:
+        _child_report(*a.child_report, a.default_malloc)
+        return
+    if a.command == "report":
+        results = run_report_memory(a.rows, cols=a.cols, dtype=a.dtype, chunk_rows=a.chunk_rows,
+                                    compare_malloc=a.compare_malloc)
+        body = report_report(results, cols=a.cols, dtype=a.dtype, chunk_rows=a.chunk_rows)
+        print(body)
+        if not a.no_write:
+            update_section(f"report-memory-x{a.cols}-{a.dtype}", body, machine=machine_info())
         return
     results = run_memory(a.rows, cols=a.cols, chunk_rows=a.chunk_rows)
     body = report(results, cols=a.cols, chunk_rows=a.chunk_rows)

@@ -9,6 +9,14 @@ repairs both before it starts (:func:`recover`): an orphaned ``.old`` store is
 moved back under ``<name>`` when that is missing and deleted otherwise, and
 the temporaries of processes that no longer run are deleted.  Temporaries of
 a live process (a concurrent writer) are left alone.
+
+On an object store (an fsspec URL other than ``file://``) nothing can be
+renamed.  A single file (a model, a PNG, a CSV) is one object, which S3,
+GCS and Azure Blob make visible only whole (:func:`write_bytes`,
+:func:`atomic_open`).  A Zarr store is written under a hidden sibling prefix
+and published by copies inside the store with its root metadata last
+(:func:`atomic_url_store`, which lists what a reader may see after an
+interruption).
 """
 
 from __future__ import annotations
@@ -17,9 +25,24 @@ import contextlib
 import glob
 import os
 import shutil
+import socket
+import stat
+import tempfile
 import uuid
 
-__all__ = ["atomic_path", "recover", "stale_temporaries", "is_url", "write_bytes"]
+__all__ = [
+    "atomic_path",
+    "atomic_open",
+    "atomic_url_store",
+    "recover",
+    "stale_temporaries",
+    "is_url",
+    "local_path",
+    "url_to_fs",
+    "missing_backend",
+    "write_bytes",
+    "read_bytes",
+]
 
 #: Suffix of the temporary sibling; ``.old`` is added to a store moved aside.
 TMP_SUFFIX = ".tmp"
@@ -127,17 +150,194 @@ def is_url(path) -> bool:
     return isinstance(path, str) and "://" in path
 
 
-def write_bytes(path, data: bytes, *, storage_options: dict | None = None) -> None:
-    """Write one file atomically: renamed into place locally, one PUT on an object store.
+def local_path(path) -> str | None:
+    """The local path of ``path``: itself, or that of a ``file://`` URL; None for other URLs."""
+    if not is_url(path):
+        return os.fspath(path)
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    return None
 
-    An object store (S3, GCS, Azure) makes a single object visible whole or
-    not at all, so a URL is written with one ``fsspec`` write of all the bytes.
-    """
-    if is_url(path):
+
+def url_to_fs(url: str, storage_options: dict | None = None):
+    """``(filesystem, path)`` of an fsspec URL; an ImportError naming the extra when a backend is missing."""
+    try:
         import fsspec
+    except ImportError:
+        raise ImportError(f"{url!r} is a URL, which needs fsspec: pip install 'dask-mcpca[cloud]'") from None
+    try:
+        return fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except ImportError as err:
+        raise ImportError(missing_backend(url, err)) from None
 
-        with fsspec.open(path, "wb", **(storage_options or {})) as f:
-            f.write(data)
+
+def missing_backend(url: str, err: BaseException) -> str:
+    """The message for a URL whose fsspec backend is not installed."""
+    return (
+        f"{url!r} needs the fsspec backend of its protocol, which is not installed ({err}); "
+        "pip install 'dask-mcpca[cloud]' installs fsspec and s3fs (s3://); gs:// needs gcsfs, abfs:// adlfs"
+    )
+
+
+def write_bytes(path, data: bytes, *, storage_options: dict | None = None) -> None:
+    """Write one file atomically: renamed into place locally, one object on an object store.
+
+    A local path or ``file://`` URL goes through :func:`atomic_path`.  Any
+    other URL is written with ``fs.pipe_file``: on S3 that is one PUT (below
+    2 x 50 MiB), or a multipart upload that S3 publishes only when it is
+    completed and that s3fs aborts on failure; GCS and Azure Blob also
+    publish an object only whole.  A reader sees the old object or the new
+    one, never part of it.
+    """
+    local = local_path(path)
+    if local is None:
+        fs, where = url_to_fs(path, storage_options)
+        fs.pipe_file(where, data)
         return
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+    with atomic_path(local) as tmp, open(tmp, "wb") as f:
         f.write(data)
+
+
+def read_bytes(path, *, storage_options: dict | None = None, limit: int | None = None) -> bytes:
+    """The bytes of the file ``path`` (a local path or a URL), at most ``limit + 1`` of them.
+
+    Raises FileNotFoundError when there is none, IsADirectoryError for a
+    directory, ValueError for anything else that is not a regular file.
+    """
+    local = local_path(path)
+    if local is not None:
+        with open(local, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(local)
+            if not stat.S_ISREG(mode):
+                raise ValueError("not a regular file")
+            return f.read(-1 if limit is None else limit + 1)
+    fs, where = url_to_fs(path, storage_options)
+    fs.invalidate_cache(where)  # fsspec caches listings: the object may be newer than this process's last look
+    if not fs.isfile(where):
+        if fs.isdir(where):
+            raise IsADirectoryError(path)
+        raise FileNotFoundError(path)
+    with fs.open(where, "rb") as f:
+        return f.read(-1 if limit is None else limit + 1)
+
+
+#: Metadata objects of a Zarr node (v3; v2 and its consolidated metadata): published after the chunks.
+_ZARR_METADATA = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
+
+
+def _url_temporary_name(name: str) -> str:
+    return f".{name}.{uuid.uuid4().hex[:8]}-{os.getpid()}@{socket.gethostname()}{TMP_SUFFIX}"
+
+
+def _stale_url_temporaries(fs, parent: str, name: str) -> list[str]:
+    """Temporaries of ``parent/name`` written by processes of this host that no longer run."""
+    prefix = f".{name}."
+    try:
+        entries = fs.ls(parent, detail=False, refresh=True)
+    except FileNotFoundError:
+        return []
+    stale = []
+    for entry in entries:
+        base = entry.rstrip("/").rpartition("/")[2]
+        if not (base.startswith(prefix) and base.endswith(TMP_SUFFIX)):
+            continue
+        owner, _, host = base.removesuffix(TMP_SUFFIX).rpartition("@")
+        if host == socket.gethostname() and not _writer_alive(owner + TMP_SUFFIX):
+            stale.append(entry.rstrip("/"))
+    return stale
+
+
+@contextlib.contextmanager
+def atomic_url_store(url: str, *, storage_options: dict | None = None):
+    """Yield a temporary URL to write a Zarr store to; publish it under ``url`` when the block ends.
+
+    An object store cannot rename a prefix, so the store is written under a
+    hidden sibling ``.<name>.<id>-<pid>@<host>.tmp`` and published with
+    copies inside the store (S3: ``CopyObject``, no data through this
+    machine), in an order that keeps readers from seeing a part of it:
+
+    1. an old store under ``url`` is made invisible first (its root
+       ``zarr.json`` deleted), then deleted;
+    2. the chunks are copied, then each array's metadata (deepest first),
+       then the root group's metadata, one object, last.
+
+    ``zarr.open_group`` and ``xarray.open_zarr`` need the root metadata, so
+    a reader finds the old store, then no store, then the new one whole.  An
+    array opened on its own path has its metadata only once all its chunks
+    are there.  After an interruption:
+
+    - while the temporary is written (the computation): ``url`` is as it
+      was; the temporary is deleted, or left by a killed process, or
+      partly re-created by a task still running elsewhere when the block
+      failed (the caller must wait for its local tasks: ``dask-mcpca
+      score`` does); the next write of ``url`` from the same host deletes
+      what is left;
+    - while publishing: ``url`` holds objects but no root metadata, which
+      readers see as no store; ``dask-mcpca score --overwrite`` replaces it.
+
+    A ``file://`` URL is a local path: use :func:`atomic_path` for it.
+    """
+    fs, root = url_to_fs(url, storage_options)
+    root = root.rstrip("/")
+    parent, _, name = root.rpartition("/")
+    if not parent or not name:
+        raise ValueError(f"{url!r} names no key prefix inside its bucket; name one, as s3://bucket/scores.zarr")
+    for stale in _stale_url_temporaries(fs, parent, name):
+        fs.rm(stale, recursive=True)
+    tmp = f"{parent}/{_url_temporary_name(name)}"
+    try:
+        yield fs.unstrip_protocol(tmp)
+        _publish(fs, tmp, root)
+    finally:
+        with contextlib.suppress(Exception):  # best effort; the next write from this host deletes a leftover
+            fs.rm(tmp, recursive=True)
+
+
+def _publish(fs, source: str, target: str) -> None:
+    """Copy the Zarr store at ``source`` over ``target`` in the order :func:`atomic_url_store` gives."""
+    fs.invalidate_cache(source)
+    keys = sorted(k[len(source) + 1 :] for k in fs.find(source))
+    if fs.exists(target):
+        fs.rm([f"{target}/{m}" for m in _ZARR_METADATA if fs.exists(f"{target}/{m}")])  # invisible first
+        fs.rm(target, recursive=True)
+    is_meta = [k.rpartition("/")[2] in _ZARR_METADATA for k in keys]
+    chunks = [k for k, meta in zip(keys, is_meta, strict=True) if not meta]
+    levels: dict[int, list[str]] = {}
+    for k, meta in zip(keys, is_meta, strict=True):
+        if meta:
+            levels.setdefault(k.count("/"), []).append(k)
+    for batch in [chunks] + [levels[d] for d in sorted(levels, reverse=True)]:  # depth 0, the root, last
+        if batch:
+            fs.copy([f"{source}/{k}" for k in batch], [f"{target}/{k}" for k in batch])
+    fs.invalidate_cache(target)
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode: str = "w", *, storage_options: dict | None = None, **open_kwargs):
+    """Open ``path`` for writing; it appears whole when the block ends without error, else not at all.
+
+    A local path or ``file://`` URL: a temporary sibling renamed into place
+    (:func:`atomic_path`).  Any other URL: a local temporary file (in
+    :func:`tempfile.gettempdir`), uploaded as one object with
+    ``fs.put_file`` when the block ends (atomic as :func:`write_bytes` says)
+    and deleted.  ``mode`` is ``"w"`` or ``"wb"``; ``open_kwargs`` go to
+    :func:`open` (``newline=""`` for CSV).
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode={mode!r}; expected 'w' or 'wb'")
+    local = local_path(path)
+    if local is not None:
+        with atomic_path(local) as tmp, open(tmp, mode, **open_kwargs) as f:
+            yield f
+        return
+    fs, where = url_to_fs(path, storage_options)
+    fd, tmp = tempfile.mkstemp(prefix="dask-mcpca-", suffix=TMP_SUFFIX)
+    os.close(fd)
+    try:
+        with open(tmp, mode, **open_kwargs) as f:
+            yield f
+        fs.put_file(tmp, where)
+    finally:
+        os.remove(tmp)

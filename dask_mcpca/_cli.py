@@ -22,8 +22,12 @@ environment, as fsspec's backends read them).
 nothing is ever written into it.  ``fit`` writes the model as JSON
 (:mod:`dask_mcpca._persist`); ``score`` writes a new Zarr group with the
 per-row ``scores`` (projections on the components), ``weight``
-(``score_samples``) and ``outlier`` (``is_outlier``), computed lazily block by
-block and renamed into place only when complete.  ``--scheduler`` connects to
+(``score_samples``), ``outlier`` (``is_outlier``), ``d2`` and ``contributions``,
+computed lazily block by block into a temporary that appears under
+``--output`` only when complete: renamed into place on a local disk,
+published root metadata last on an object store
+(:func:`._atomic.atomic_url_store`).  ``STORE``, ``--model`` and ``--output``
+may be URLs; one ``--storage-option`` set serves them all.  ``--scheduler`` connects to
 a running ``dask.distributed`` scheduler (its workers must see the same
 paths); without it the local threaded scheduler is used.
 
@@ -45,7 +49,7 @@ import os
 import sys
 import time
 
-from ._atomic import is_url
+from ._atomic import atomic_open, is_url
 from ._estimator import CENTERS, MCPCA, NAN_POLICIES, SOLVERS, check_params, load
 from ._io import split_store_path
 
@@ -214,7 +218,8 @@ def _build_parser() -> argparse.ArgumentParser:
             action="append",
             default=[],
             metavar="KEY=VALUE",
-            help="fsspec option for a URL store (repeatable; VALUE read as JSON when it parses)",
+            help="fsspec option for the command's URLs: store, model, outputs "
+            "(repeatable; VALUE read as JSON when it parses)",
         )
 
     fit = sub.add_parser("fit", help="fit a model to a Zarr store or HDF5 file and save it")
@@ -232,8 +237,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
     score = sub.add_parser("score", help="write per-row scores, weights and outlier flags to a new Zarr store")
     score.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file")
-    score.add_argument("--model", "-m", required=True, metavar="PATH", help="model file written by 'fit'")
-    score.add_argument("--output", "-o", required=True, metavar="PATH", help="new Zarr store to create")
+    score.add_argument("--model", "-m", required=True, metavar="PATH", help="model file (path or URL) written by 'fit'")
+    score.add_argument("--output", "-o", required=True, metavar="PATH", help="new Zarr store (path or URL) to create")
     score.add_argument("--dataset", metavar="NAME", help="array inside the store")
     score.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     score.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
@@ -245,7 +250,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "report", help="a PNG report and an events CSV for a fitted archive (one streaming pass, no truth needed)"
     )
     report.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file")
-    report.add_argument("--model", "-m", required=True, metavar="PATH", help="model file written by 'fit'")
+    report.add_argument(
+        "--model", "-m", required=True, metavar="PATH", help="model file (path or URL) written by 'fit'"
+    )
     report.add_argument("--output", "-o", default="report.png", metavar="PATH", help="PNG (default report.png)")
     report.add_argument("--events", metavar="PATH", help="events CSV (default: the PNG's name with .csv)")
     report.add_argument("--dataset", metavar="NAME", help="array inside the store")
@@ -411,8 +418,11 @@ def _check_output_location(output: str, *, is_file: bool) -> None:
         raise _UsageError(f"--output {output!r} cannot be created: directory {parent!r} is not writable")
 
 
-def _open(args):
-    """The archive named on the command line: a DataArray for an xarray store, else a dask array."""
+def _open(args, **options):
+    """The archive named on the command line: a DataArray for an xarray store, else a dask array.
+
+    ``options`` go to :func:`open_archive` (``block_values``, ``row_index``).
+    """
     from ._io import open_archive
 
     return open_archive(
@@ -422,6 +432,7 @@ def _open(args):
         rows=args.rows,
         time=args.time,
         storage_options=_storage_options(args.storage_options),
+        **options,
     )
 
 
@@ -468,7 +479,7 @@ def _cmd_fit(args, out) -> int:
     started = time.perf_counter()
     model.fit(X)
     elapsed = time.perf_counter() - started
-    model.save(args.output)
+    model.save(args.output, storage_options=_storage_options(args.storage_options))
     used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
     print(f"\nMCPCA(solver={args.solver!r}, center={args.center!r}): robust explained variance", file=out)
     print(summary_table(model), file=out)
@@ -485,16 +496,15 @@ def _cmd_score(args, out) -> int:
     import dask.array as da
     import zarr
 
-    from ._progress import compute_with_progress
 
     _refuse_inside_input(args.output, args.store, "--output")
-    if not is_url(args.output) and (_is_within(args.model, args.output) or _is_within(args.output, args.model)):
+    if _overlaps(args.model, args.output):
         raise _UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
     options = _storage_options(args.storage_options)
     if _exists(args.output, options) and not args.overwrite:
         raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
     _check_output_location(args.output, is_file=False)
-    model = load(args.model)
+    model = load(args.model, storage_options=options)
     X = _open(args)
     started = time.perf_counter()
     outputs = {
@@ -508,7 +518,7 @@ def _cmd_score(args, out) -> int:
         "source": args.store if "://" in args.store else os.path.abspath(_store_root(args.store)),
         "dataset": args.dataset,
         "variables": args.variables,
-        "model": os.path.abspath(args.model),
+        "model": args.model if is_url(args.model) else os.path.abspath(args.model),
         "created_by": f"{PROG} score",
         "arrays": SCORE_ARRAYS,
     }
@@ -525,7 +535,7 @@ def _cmd_score(args, out) -> int:
             for name, text in SCORE_ARRAYS.items():
                 ds[name].attrs["description"] = text
             writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, **so)]
-        compute_with_progress(*writes, enabled=not args.no_progress)
+        _compute_settled(*writes, progress=not args.no_progress)
         n_out = int(da.from_zarr(tmp, component="outlier", **so).sum().compute())
     elapsed = time.perf_counter() - started
     n = X.shape[0]
@@ -538,39 +548,75 @@ def _cmd_score(args, out) -> int:
     return 0
 
 
-def _exists(path: str, options: dict | None) -> bool:
-    if not is_url(path):
-        return os.path.lexists(path)
-    import fsspec
+def _compute_settled(*collections, progress: bool):
+    """Compute ``collections``; on a failure, return only once no local task still runs.
 
-    fs, root = fsspec.core.url_to_fs(path, **(options or {}))
+    When one task fails, dask's threaded scheduler raises while the tasks
+    already running go on and write their chunks; the temporary output
+    deleted on the way out would get them after it was deleted.  So the
+    local threads are a pool of this call's own, shut down (the running
+    tasks waited for, the queued ones cancelled) before the error goes on.
+    On a distributed scheduler the workers' running tasks cannot be waited
+    for: a few chunks may land in the temporary after it is deleted, and the
+    next write of the same output from this host deletes them.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import dask
+    import dask.threaded
+
+    from ._progress import _active_client, compute_with_progress
+
+    if _active_client() is not None:
+        return compute_with_progress(*collections, enabled=progress)
+    executor = getattr(dask.threaded, "ContextAwareThreadPoolExecutor", ThreadPoolExecutor)  # dask's own kind
+    pool = executor(int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
+    try:
+        with dask.config.set(pool=pool):
+            return compute_with_progress(*collections, enabled=progress)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether one of two paths or URLs lies inside the other (or they are the same)."""
+    if is_url(a) or is_url(b):
+        a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+        return a.startswith(b) or b.startswith(a)
+    return _is_within(a, b) or _is_within(b, a)
+
+
+def _exists(path: str, options: dict | None) -> bool:
+    from ._atomic import local_path, url_to_fs
+
+    local = local_path(path)
+    if local is not None:
+        return os.path.lexists(local)
+    fs, root = url_to_fs(path, options)
+    fs.invalidate_cache(root)
     return fs.exists(root)
 
 
 @contextlib.contextmanager
 def _output_store(path: str, options: dict | None):
-    """Where ``score`` writes: a local temporary renamed into place, or the URL itself.
+    """Where ``score`` writes: a temporary that appears under ``path`` only when complete.
 
-    An object store has no rename, so a URL is written in place: first any
-    old store under it is deleted (``--overwrite``), and the group attribute
-    ``complete: true`` is set last, after every array is written; an
-    interrupted ``score`` leaves a store without it, which the next
-    ``score --overwrite`` replaces.
+    A local path (or ``file://`` URL) is a temporary sibling renamed into
+    place (:func:`._atomic.atomic_path`); an object store URL a hidden
+    sibling prefix published by copies inside the store, root metadata last
+    (:func:`._atomic.atomic_url_store`, which says what a reader may see
+    after an interruption).  The group attribute ``complete: true`` is set
+    in the temporary once every array is written.
     """
-    if not is_url(path):
-        from ._atomic import atomic_path
-
-        with atomic_path(path) as tmp:
-            yield tmp
-        return
-    import fsspec
     import zarr
 
-    fs, root = fsspec.core.url_to_fs(path, **(options or {}))
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
-    yield path
-    zarr.open_group(path, mode="r+", storage_options=options).attrs["complete"] = True
+    from ._atomic import atomic_path, atomic_url_store, local_path
+
+    local = local_path(path)
+    with atomic_path(local) if local is not None else atomic_url_store(path, storage_options=options) as tmp:
+        yield tmp
+        so = {"storage_options": options} if is_url(tmp) else {}
+        zarr.open_group(tmp, mode="r+", **so).attrs["complete"] = True
 
 
 def _cmd_report(args, out) -> int:
@@ -580,21 +626,23 @@ def _cmd_report(args, out) -> int:
     for path in (args.output, events):
         _refuse_inside_input(path, args.store, "--output" if path == args.output else "--events")
         _check_output_location(path, is_file=True)
-    model = load(args.model)
-    X = _open(args)
+    options = _storage_options(args.storage_options)
+    _report.return_large_frees_to_os()  # memory flat in the rows: see its docstring
+    model = load(args.model, storage_options=options)
+    # blocks of about _report.BLOCK_VALUES values, and the time coordinate read with its rows (no index in memory)
+    X = _open(args, block_values=_report.BLOCK_VALUES, row_index=False)
     print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()
-    summary = _report.summarize(model, X, max_gap=args.max_gap, progress=not args.no_progress)
-    options = _storage_options(args.storage_options)
+    with atomic_open(events, "w", storage_options=options, newline="") as f:  # written as the pass goes
+        summary = _report.summarize(model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f)
     title = args.store.rstrip("/").rpartition("/")[2] if is_url(args.store) else os.path.basename(
         os.path.normpath(_store_root(args.store))
     )
     _report.plot(summary, args.output, title=title, storage_options=options)
-    _report.write_events(summary, events, storage_options=options)
     share = summary.n_flagged / max(summary.n_scored, 1)
     print(
         f"{summary.n_rows:,} rows in {_fmt_seconds(time.perf_counter() - started)}: {summary.n_flagged:,} flagged "
-        f"({share:.2%}) in {len(summary.events):,} events\nreport written to {args.output}, events to {events}",
+        f"({share:.2%}) in {summary.n_events:,} events\nreport written to {args.output}, events to {events}",
         file=out,
     )
     return 0

@@ -477,9 +477,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         storage_options : dict, optional
             fsspec options for a URL (``{"endpoint_url": ...}``, credentials);
             without them the backend reads credentials from the environment.
-            The other methods take the URL with credentials from the
-            environment, or the lazy array of
-            ``dask_mcpca.open_archive(url, storage_options=...)``.
+            Every method that reads ``X`` takes the same argument.
 
         Returns
         -------
@@ -519,6 +517,33 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             )
         with single_threaded_blas():
             return self._fit(X)
+
+    def fit_transform(self, X: Any, y: None = None, *, storage_options: dict | None = None):
+        """Fit to ``X`` and project it: ``fit(X).transform(X)``, a URL read with ``storage_options`` both times.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Input kinds as for :meth:`fit`.
+        y : None
+            Ignored.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        X_new : ndarray, dask array or DataArray of shape (n_samples, n_components_)
+            As :meth:`transform` returns it.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> X = np.random.default_rng(0).normal(size=(500, 4))
+        >>> MCPCA(n_components=2).fit_transform(X).shape
+        (500, 2)
+        """
+        return self.fit(X, y, storage_options=storage_options).transform(X, storage_options=storage_options)
 
     def _fit(self, X):
         """The fit proper, on full-row blocks; see :meth:`fit`."""
@@ -897,7 +922,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return dim, getattr(self, "feature_names_in_", None)
 
     # ---------------------------------------------------------- transforms
-    def _map_rows(self, X, func, n_out: int | None, dtype=np.float64, *, columns=None):
+    def _map_rows(self, X, func, n_out: int | None, dtype=np.float64, *, columns=None, storage_options=None):
         """Apply ``func`` to row blocks: lazily for dask input, eagerly otherwise.
 
         A DataArray ``X`` gives a DataArray with its row coordinate (and
@@ -905,10 +930,11 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "components_")
         _labels.check_feature_names(self, X, reset=False)
-        return _labels.like_rows(self._map_row_blocks(X, func, n_out, dtype), X, columns=columns)
+        out = self._map_row_blocks(X, func, n_out, dtype, storage_options)
+        return _labels.like_rows(out, X, columns=columns)
 
-    def _map_row_blocks(self, X, func, n_out: int | None, dtype):
-        X = as_row_blocks(X)
+    def _map_row_blocks(self, X, func, n_out: int | None, dtype, storage_options=None):
+        X = as_row_blocks(X, storage_options=storage_options)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(
                 f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
@@ -921,7 +947,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             return X.map_blocks(func, chunks=(X.chunks[0], (n_out,)), dtype=dtype)
         return func(X)
 
-    def transform(self, X: Any) -> np.ndarray | da.Array:
+    def transform(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """Project ``X`` on the components: ``(X - mean_) @ components_.T``.
 
         Parameters
@@ -929,6 +955,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features), the features of the fit; input
             kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
         Returns
         -------
@@ -967,7 +995,10 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "components_")
         comps, mean = self.components_, self.mean_
         columns = (_labels.COMPONENT_DIM, np.arange(len(comps)))
-        return self._map_rows(X, lambda b: (np.asarray(b, np.float64) - mean) @ comps.T, len(comps), columns=columns)
+        return self._map_rows(
+            X, lambda b: (np.asarray(b, np.float64) - mean) @ comps.T, len(comps), columns=columns,
+            storage_options=storage_options,
+        )
 
     def inverse_transform(self, X: Any) -> np.ndarray | da.Array:
         """Map scores back to the data space: ``X @ components_ + mean_``.
@@ -1048,7 +1079,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         d2[np.isnan(d2)] = np.inf
         return d2
 
-    def mahalanobis(self, X: Any) -> np.ndarray | da.Array:
+    def mahalanobis(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """Squared robust Mahalanobis distance of each row under the fitted model.
 
         ``d^2 = sum_j z_j^2 / explained_variance_[j]`` over the components,
@@ -1060,6 +1091,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features), the features of the fit; input
             kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
         Returns
         -------
@@ -1090,9 +1123,9 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         >>> bool(abs(np.median(d2) / 2.37 - 1) < 0.2)   # about chi-square(3)'s median
         True
         """
-        return self._map_rows(X, self._d2, None)
+        return self._map_rows(X, self._d2, None, storage_options=storage_options)
 
-    def score_samples(self, X: Any) -> np.ndarray | da.Array:
+    def score_samples(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """Correntropy weight of each row, in [0, 1]: ``exp(-d^2 / (2 c^2))``.
 
         ``d^2`` is the squared robust Mahalanobis distance under the fitted
@@ -1105,6 +1138,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features), the features of the fit; input
             kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
         Returns
         -------
@@ -1137,9 +1172,9 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "components_")
         c2 = self.kernel_scale_**2
-        return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None)
+        return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None, storage_options=storage_options)
 
-    def is_outlier(self, X: Any) -> np.ndarray | da.Array:
+    def is_outlier(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``, or that hold a repeated value or row.
 
         Equivalently ``score_samples(X) < outlier_threshold_``, or the row
@@ -1152,6 +1187,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
             Shape (n_samples, n_features), the features of the fit; input
             kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
         Returns
         -------
@@ -1187,7 +1224,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             block = np.asarray(block, np.float64)
             return (self._d2(block) > cut) | self._repeated(block)
 
-        return self._map_rows(X, flags, None, dtype=bool)
+        return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options)
 
     def _repeated(self, rows: np.ndarray) -> np.ndarray:
         """True for the rows (float64, data units) holding a repeated value or equal to a repeated row."""
@@ -1205,7 +1242,11 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return P
 
     def channel_contributions(
-        self, X: Any, *, method: Literal["whitened", "product", "residual"] = "whitened"
+        self,
+        X: Any,
+        *,
+        method: Literal["whitened", "product", "residual"] = "whitened",
+        storage_options: dict | None = None,
     ) -> np.ndarray | da.Array:
         """Each channel's share of each row's robust distance: which channel makes a row an outlier.
 
@@ -1234,6 +1275,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             Shape (n_samples, n_features), the features of the fit.
         method : {"whitened", "product", "residual"}, default="whitened"
             The decomposition, as above.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
         Returns
         -------
@@ -1275,7 +1318,9 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 PY = Y @ P
                 return Y * PY if method == "product" else PY**2 * inv_diag
 
-        out = self._map_rows(X, func, self.n_features_in_, columns=self._feature_columns(X))
+        out = self._map_rows(
+            X, func, self.n_features_in_, columns=self._feature_columns(X), storage_options=storage_options
+        )
         if _labels.is_dataframe(X):
             import pandas as pd
 
@@ -1283,16 +1328,21 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return out
 
     # ---------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, *, storage_options: dict | None = None) -> None:
         """Write the fitted model to ``path`` as JSON (no pickle).
 
         Read it back with :func:`dask_mcpca.load`; the format is described
-        in :mod:`dask_mcpca._persist`.  The file is replaced atomically.
+        in :mod:`dask_mcpca._persist`.  The file is replaced atomically: a
+        local file is written beside it and renamed; on an object store
+        (``s3://bucket/model.json``) it is one object, which the store
+        publishes whole or not at all.
 
         Parameters
         ----------
         path : str or path-like
-            Destination file; replaced atomically if it exists.
+            Destination file or fsspec URL; replaced atomically if it exists.
+        storage_options : dict, optional
+            fsspec options for a URL (``{"endpoint_url": ...}``, credentials).
 
         See Also
         --------
@@ -1313,16 +1363,18 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         >>> bool((loaded.transform(X) == model.transform(X)).all())
         True
         """
-        _persist.save(self, path)
+        _persist.save(self, path, storage_options=storage_options)
 
 
-def load(path: str | os.PathLike) -> MCPCA:
+def load(path: str | os.PathLike, *, storage_options: dict | None = None) -> MCPCA:
     """Read a model written by :meth:`MCPCA.save`.
 
     Parameters
     ----------
     path : str or path-like
-        The model file.
+        The model file, or an fsspec URL (``s3://bucket/model.json``).
+    storage_options : dict, optional
+        fsspec options for a URL.
 
     Returns
     -------
@@ -1355,4 +1407,4 @@ def load(path: str | os.PathLike) -> MCPCA:
     >>> bool((loaded.components_ == model.components_).all())
     True
     """
-    return _persist.load(path, MCPCA)
+    return _persist.load(path, MCPCA, storage_options=storage_options)

@@ -16,6 +16,7 @@ a block of fill values.
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -161,9 +162,9 @@ def _open_url(url: str, dataset: str | None, storage_options: dict | None):
     except FileNotFoundError as err:
         raise FileNotFoundError(f"no Zarr store at {url!r} ({err})") from None
     except ImportError as err:
-        raise ImportError(
-            f"reading {url!r} needs the fsspec backend of its protocol ({err}); pip install 'dask-mcpca[cloud]'"
-        ) from None
+        from ._atomic import missing_backend
+
+        raise ImportError(missing_backend(url, err)) from None
     except Exception as err:
         raise ValueError(f"cannot open {url!r} as a Zarr store: {type(err).__name__}: {err}") from None
     return _array_in(node, url, dataset)
@@ -206,14 +207,14 @@ def _single_hdf5_dataset(path: str) -> str:
     return names[0]
 
 
-def _row_chunk(n_rows: int, n_cols: int, store_rows: int | None) -> int:
-    """Rows per dask block: whole store chunks, about BLOCK_VALUES values in all.
+def _row_chunk(n_rows: int, n_cols: int, store_rows: int | None, block_values: int | None = None) -> int:
+    """Rows per dask block: whole store chunks, about ``block_values`` (default ``BLOCK_VALUES``) values in all.
 
     A store smaller than ``MIN_BLOCKS`` blocks of that size is still split
     into about ``MIN_BLOCKS`` blocks (of whole store chunks), so every core
     has work: a 48 MB store would otherwise be one task on one core.
     """
-    target = max(1, BLOCK_VALUES // max(1, n_cols))
+    target = max(1, (block_values or BLOCK_VALUES) // max(1, n_cols))
     target = max(1, min(target, -(-n_rows // MIN_BLOCKS)))
     if not store_rows:
         return int(min(n_rows, target)) or 1
@@ -331,13 +332,13 @@ class _ZarrRows:
         return f"_ZarrRows({self.where}, shape={self.shape}, dtype={self.dtype})"
 
 
-def _from_store(arr) -> da.Array:
+def _from_store(arr, block_values: int | None = None) -> da.Array:
     import zarr
     from dask.base import tokenize
 
     n, p = arr.shape
     store_rows = arr.chunks[0] if arr.chunks else None
-    rows = _row_chunk(n, p, store_rows)
+    rows = _row_chunk(n, p, store_rows, block_values)
     if isinstance(arr, zarr.Array):
         rows_reader = _ZarrRows(arr)
         name = "from-zarr-" + tokenize(rows_reader.arr, rows)
@@ -396,7 +397,9 @@ def _refuse_unsupported(X) -> None:
         )
 
 
-def as_row_blocks(X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+def as_row_blocks(
+    X: Any, *, storage_options: dict | None = None, block_values: int | None = None
+) -> np.ndarray | da.Array:
     """Return ``X`` as a float numpy array or a dask array chunked by full rows.
 
     Parameters
@@ -408,6 +411,10 @@ def as_row_blocks(X: Any, *, storage_options: dict | None = None) -> np.ndarray 
     storage_options : dict, optional
         Passed to fsspec for a URL (credentials, ``endpoint_url``); without
         them fsspec's backends read credentials from the environment.
+    block_values : int, optional
+        For a store: the values (rows x columns) of one dask block (whole
+        store chunks, at least one); default ``BLOCK_VALUES``.  Dask arrays
+        keep their chunks.
 
     Returns
     -------
@@ -432,7 +439,7 @@ def as_row_blocks(X: Any, *, storage_options: dict | None = None) -> np.ndarray 
         return X
     if isinstance(X, H5Dataset) or type(X).__module__.startswith("zarr"):
         _check_2d(X.shape)
-        return _as_float(_from_store(X))
+        return _as_float(_from_store(X, block_values))
     if _is_sparse(X):
         raise TypeError(
             f"Sparse data was passed ({type(X).__name__}), but dense data is required: "
@@ -523,6 +530,8 @@ def open_archive(
     time: slice | None = None,
     channel_dim: str = "channel",
     storage_options: dict | None = None,
+    block_values: int | None = None,
+    row_index: bool = True,
 ):
     """Open an archive lazily: a DataArray for a store written by xarray, else a dask array.
 
@@ -545,6 +554,14 @@ def open_archive(
         "2024-03")``); xarray stores with a row index only.
     storage_options : dict, optional
         fsspec options for a URL.
+    block_values : int, optional
+        Values (rows x columns) of one dask block (whole store chunks, at
+        least one); default ``BLOCK_VALUES``.
+    row_index : bool, default=True
+        For an xarray store: build the in-memory index of the row coordinate
+        (8 bytes a row; needed by ``time``).  False leaves the coordinate
+        lazy, read with the rows it labels (xarray >= 2025.07; older
+        versions always build it).
 
     Returns
     -------
@@ -566,11 +583,14 @@ def open_archive(
                              "variables need an xarray archive")
         if time is not None:
             raise ValueError(f"{path!r} has no time coordinate (it was not written by xarray); select rows by position")
-        X = as_row_blocks(open_store(path, dataset, storage_options=storage_options))
+        X = as_row_blocks(open_store(path, dataset, storage_options=storage_options), block_values=block_values)
         return X if rows is None else X[rows]
     import xarray as xr
 
-    ds = xr.open_zarr(path if url else os.path.abspath(path), chunks={}, storage_options=storage_options)
+    options = {"chunks": {}, "storage_options": storage_options}
+    if not row_index and time is None and "create_default_indexes" in inspect.signature(xr.open_zarr).parameters:
+        options["create_default_indexes"] = False  # xarray >= 2025.07; older ones always build the index
+    ds = xr.open_zarr(path if url else os.path.abspath(path), **options)
     X = _data_variable(ds, dataset, variables, channel_dim)
     row = X.dims[0]
     if rows is not None:
@@ -581,4 +601,4 @@ def open_archive(
         X = X.sel({row: time})
     n, p = X.shape
     store_rows = X.chunks[0][0] if X.chunks and X.chunks[0] else None
-    return X.chunk({row: _row_chunk(n, p, store_rows), X.dims[1]: -1})
+    return X.chunk({row: _row_chunk(n, p, store_rows, block_values), X.dims[1]: -1})

@@ -30,6 +30,7 @@ __all__ = [
     "NumericalRangeError",
     "single_threaded_blas",
     "spread_blocks",
+    "limit_blas_in_task",
 ]
 
 #: Rows per slice when numpy input is processed without a graph.
@@ -120,8 +121,8 @@ def single_threaded_blas():
     return _controller().limit(limits=1, user_api="blas")
 
 
-def _block_task(block, plan: PassPlan, row_offset: int) -> BlockStats:
-    """:func:`block_stats` inside a dask task, with single-threaded BLAS.
+def limit_blas_in_task() -> None:
+    """Make BLAS single-threaded in the process running a dask task, once for the process's life.
 
     In the client's process (threaded scheduler) ``fit`` has already limited
     BLAS.  In a worker process the limit is set once, for the life of the
@@ -133,6 +134,11 @@ def _block_task(block, plan: PassPlan, row_offset: int) -> BlockStats:
         info["num_threads"] > 1 for info in _controller().select(user_api="blas").info()
     ):
         _WORKER_LIMIT = threadpool_limits(limits=1, user_api="blas")
+
+
+def _block_task(block, plan: PassPlan, row_offset: int) -> BlockStats:
+    """:func:`block_stats` inside a dask task, with single-threaded BLAS (:func:`limit_blas_in_task`)."""
+    limit_blas_in_task()
     return block_stats(block, plan, row_offset)
 
 

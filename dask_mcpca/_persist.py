@@ -31,11 +31,15 @@ as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``.  The file is
 plain, strict JSON that any language can read; nothing in it is executed on
 load.
 
-:func:`save` writes to a temporary sibling and renames it over ``path``
-(:func:`dask_mcpca._atomic.atomic_path`), so a crash never leaves half a model.
+:func:`save` never leaves half a model (:func:`dask_mcpca._atomic.write_bytes`):
+a local path is written to a temporary sibling renamed over ``path``; an
+fsspec URL (``s3://bucket/model.json``) is written as one object with
+``fs.pipe_file`` once the whole text is encoded, which S3 makes visible only
+whole (one PUT, or above 100 MiB a multipart upload published when completed
+and aborted on failure), as GCS and Azure Blob do.
 :func:`load` refuses files of another format or of a newer format version,
 and trusts nothing in the file: it reads at most ``MAX_MODEL_BYTES`` of a
-regular file, validates the parameters as the constructor's callers do
+regular file (a local one or a URL), validates the parameters as the constructor's callers do
 (``MCPCA._validate_params``), drops ``checkpoint`` (a path written by another
 fit must not be resumed from), and checks every fitted attribute against
 ``n_features_in_`` and ``n_components_``: its shape, a float dtype, finite
@@ -50,13 +54,12 @@ import json
 import math
 import numbers
 import os
-import stat
 from typing import Any, TypeVar
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ._atomic import atomic_path
+from ._atomic import read_bytes, write_bytes
 from ._version import __version__
 
 T = TypeVar("T")
@@ -134,7 +137,7 @@ def _decode_value(value):
     return value
 
 
-def save(model: Any, path: str | os.PathLike) -> None:
+def save(model: Any, path: str | os.PathLike, *, storage_options: dict | None = None) -> None:
     """Write the fitted ``model`` to ``path`` as JSON (see the module docstring).
 
     Parameters
@@ -143,7 +146,9 @@ def save(model: Any, path: str | os.PathLike) -> None:
         A fitted estimator: its ``get_params()`` and its attributes whose
         names end in ``_`` are written.
     path : str or path-like
-        Destination file; replaced atomically if it exists.
+        Destination file or fsspec URL; replaced atomically if it exists.
+    storage_options : dict, optional
+        fsspec options for a URL.
     """
     check_is_fitted(model, "components_")
     attributes = {
@@ -159,22 +164,23 @@ def save(model: Any, path: str | os.PathLike) -> None:
         "params": {name: _encode_value(name, v) for name, v in model.get_params(deep=False).items()},
         "attributes": attributes,
     }
-    text = json.dumps(document, indent=1, allow_nan=False)
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+    text = json.dumps(document, indent=1, allow_nan=False) + "\n"
+    write_bytes(path if isinstance(path, str) else os.fspath(path), text.encode("utf-8"),
+                storage_options=storage_options)
 
 
-def load(path: str | os.PathLike, cls: type[T]) -> T:
+def load(path: str | os.PathLike, cls: type[T], *, storage_options: dict | None = None) -> T:
     """Read a model of class ``cls`` written by :func:`save`.
 
     Parameters
     ----------
     path : str or path-like
-        The model file.
+        The model file, or an fsspec URL.
     cls : type
         The estimator class; the file must name it, and it is rebuilt as
         ``cls(**params)`` with the saved attributes set on it.
+    storage_options : dict, optional
+        fsspec options for a URL.
 
     Returns
     -------
@@ -190,7 +196,7 @@ def load(path: str | os.PathLike, cls: type[T]) -> T:
     """
     path = os.fspath(path)
     try:
-        document = json.loads(_read_capped(path), parse_constant=_reject_constant)
+        document = json.loads(_read_capped(path, storage_options), parse_constant=_reject_constant)
     except FileNotFoundError:
         raise FileNotFoundError(f"no such model file: {path!r}") from None
     except IsADirectoryError:
@@ -231,15 +237,9 @@ def _text(err: BaseException) -> str:
     return str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
 
 
-def _read_capped(path: str) -> str:
-    """The text of the regular file ``path``, refused beyond ``MAX_MODEL_BYTES``."""
-    with open(path, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(path)
-        if not stat.S_ISREG(mode):
-            raise ValueError("not a regular file")
-        data = f.read(MAX_MODEL_BYTES + 1)
+def _read_capped(path: str, storage_options: dict | None = None) -> str:
+    """The text of the regular file (or object) ``path``, refused beyond ``MAX_MODEL_BYTES``."""
+    data = read_bytes(path, storage_options=storage_options, limit=MAX_MODEL_BYTES)
     if len(data) > MAX_MODEL_BYTES:
         raise ValueError(f"larger than {MAX_MODEL_BYTES} bytes, the most a model file may hold")
     return data.decode("utf-8")

@@ -516,6 +516,21 @@ def test_score_killed_mid_write_leaves_nothing_after_the_next_run(tmp_path, mode
     np.testing.assert_array_equal(zarr.open_group(out, mode="r")["outlier"][:], model.is_outlier(z[:]))
 
 
+def test_a_score_that_fails_mid_way_leaves_no_temporary(data, model_file, tmp_path, capsys):
+    """A NaN row in the last chunk fails its task while others still write: nothing is left behind."""
+    gappy = data.copy()
+    gappy[-5] = np.nan  # the model's nan_policy is "raise"
+    store = str(tmp_path / "gappy.zarr")
+    zarr.create_array(store, shape=gappy.shape, chunks=(500, N_FEATURES), dtype="float32")[:] = gappy
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    for _ in range(3):  # the running tasks finish at different moments each time
+        assert _main_status(["score", store, "--model", model_file, "--output", str(out_dir / "s.zarr"),
+                             "--no-progress"]) == 2
+        assert "NaN" in capsys.readouterr().err
+        assert os.listdir(out_dir) == []
+
+
 def test_ctrl_c_mid_fit_exits_130_in_one_line(stores, tmp_path):
     proc = _start("fit", stores["single"], "--solver", "paper", "-o", str(tmp_path / "m.json"))
     try:

@@ -152,3 +152,206 @@ def test_cli_fit_score_report_on_s3_with_a_cluster(stores, cluster, tmp_path):
         events = list(csv.DictReader(f))
     stuck = [e for e in events if int(e["start_row"]) <= 100 < int(e["stop_row"])]
     assert stuck and stuck[0]["channel_1"] == "P1"
+
+
+# ------------------------------------------------- every path takes storage_options
+METHODS = ["transform", "score_samples", "mahalanobis", "is_outlier", "channel_contributions"]
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    return MCPCA().fit(data)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_reads_an_s3_url_with_storage_options(stores, data, fitted, method):
+    got = getattr(fitted, method)(stores["plain"], storage_options=stores["options"])
+    expected = getattr(fitted, method)(data)  # the same rows from memory
+    np.testing.assert_allclose(np.asarray(got.compute()), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_fit_transform_reads_an_s3_url_twice_with_storage_options(stores, data):
+    got = MCPCA(n_components=2).fit_transform(stores["plain"], storage_options=stores["options"])
+    np.testing.assert_allclose(got.compute(), MCPCA(n_components=2).fit_transform(data), rtol=1e-9, atol=1e-9)
+
+
+def test_a_url_whose_backend_is_missing_names_the_package(tmp_path):
+    pytest.importorskip("fsspec")
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("gcsfs is installed")
+    with pytest.raises(ImportError, match=r"gcsfs.*dask-mcpca\[cloud\]"):
+        MCPCA().fit("gs://bucket/archive.zarr")
+
+
+# ------------------------------------------------------------- models on S3
+def _fs(stores):
+    import s3fs
+
+    return s3fs.S3FileSystem(endpoint_url=stores["options"]["endpoint_url"], skip_instance_cache=True)
+
+
+def test_model_round_trip_through_s3_is_bit_identical_to_a_local_one(stores, fitted, tmp_path):
+    from conftest import assert_same_model
+
+    url = f"s3://{BUCKET}/models/model.json"
+    fitted.save(url, storage_options=stores["options"])
+    fitted.save(tmp_path / "model.json")
+    from_s3 = load(url, storage_options=stores["options"])
+    local = load(tmp_path / "model.json")
+    assert_same_model(from_s3, local)
+    assert from_s3.components_.tobytes() == fitted.components_.tobytes()
+    assert _fs(stores).cat_file(url) == (tmp_path / "model.json").read_bytes()
+
+
+def test_a_model_url_whose_backend_is_missing_names_the_package(fitted):
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("gcsfs is installed")
+    for call in (lambda: fitted.save("gs://bucket/model.json"), lambda: load("gs://bucket/model.json")):
+        with pytest.raises(ImportError, match=r"gcsfs.*dask-mcpca\[cloud\]"):
+            call()
+
+
+def test_a_missing_or_damaged_model_on_s3_is_named(stores, fitted):
+    from dask_mcpca import ModelFormatError
+
+    with pytest.raises(FileNotFoundError, match="no such model file: 's3://archive/models/none.json'"):
+        load(f"s3://{BUCKET}/models/none.json", storage_options=stores["options"])
+    with pytest.raises(ModelFormatError, match="is a directory"):
+        load(f"s3://{BUCKET}/models", storage_options=stores["options"])
+    _fs(stores).pipe_file(f"{BUCKET}/models/half.json", b'{"format": "dask-mcpca-model", "format_ver')
+    with pytest.raises(ModelFormatError, match="not JSON"):
+        load(f"s3://{BUCKET}/models/half.json", storage_options=stores["options"])
+
+
+def test_a_failed_save_leaves_the_old_model_on_s3(stores, fitted, data):
+    from sklearn.base import clone
+
+    url = f"s3://{BUCKET}/models/kept.json"
+    fitted.save(url, storage_options=stores["options"])
+    before = _fs(stores).cat_file(url)
+    other = clone(fitted).fit(data[:5_000])
+    other.unsupported_ = object()  # cannot be encoded: the save fails before anything is written
+    with pytest.raises(TypeError, match="unsupported_"):
+        other.save(url, storage_options=stores["options"])
+    assert _fs(stores).cat_file(url) == before
+
+
+def test_a_writer_killed_mid_upload_leaves_the_old_object(stores):
+    """S3 publishes a multipart upload only when it is completed: a writer killed during one changes nothing."""
+    from _cluster import subprocess_env
+
+    fs = _fs(stores)
+    key = f"{BUCKET}/models/large.json"
+    fs.pipe_file(key, b"the old model")
+    size = 160 * 2**20  # above 2 x 50 MiB: s3fs uploads it in parts
+    script = (
+        "import sys; from dask_mcpca._atomic import write_bytes; "
+        f"write_bytes('s3://{key}', b'x' * {size}, storage_options={{'endpoint_url': sys.argv[1]}})"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, stores["options"]["endpoint_url"]], env=subprocess_env())
+    try:
+        deadline = time.monotonic() + 120
+        while not fs.call_s3("list_multipart_uploads", Bucket=BUCKET).get("Uploads"):
+            assert proc.poll() is None and time.monotonic() < deadline, "no multipart upload was started"
+            time.sleep(0.01)
+        proc.kill()
+        proc.wait(30)
+    finally:
+        proc.kill()
+    fs.invalidate_cache()
+    assert fs.cat_file(key) == b"the old model"
+
+
+def test_cli_reads_and_writes_the_model_on_s3(stores, tmp_path):
+    endpoint = ["--storage-option", f"endpoint_url={stores['options']['endpoint_url']}"]
+    model_url = f"s3://{BUCKET}/models/cli.json"
+    assert _run("fit", stores["plain"], "--output", model_url, *endpoint) == 0
+    model = load(model_url, storage_options=stores["options"])
+    assert _run("score", stores["plain"], "--model", model_url, "--output", tmp_path / "s.zarr", *endpoint) == 0
+    np.testing.assert_array_equal(
+        zarr.open_group(tmp_path / "s.zarr", mode="r")["outlier"][:],
+        model.is_outlier(stores["plain"], storage_options=stores["options"]).compute(),
+    )
+    assert _run("report", stores["plain"], "--model", model_url, "--output", tmp_path / "r.png", *endpoint) == 0
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ------------------------------------------------------ score's output on S3
+def _temporaries(fs, name: str) -> list[str]:
+    fs.invalidate_cache()
+    return [p for p in fs.ls(BUCKET, detail=False) if p.rpartition("/")[2].startswith(f".{name}.")]
+
+
+@pytest.fixture(scope="module")
+def model_url(stores, fitted):
+    url = f"s3://{BUCKET}/models/score.json"
+    fitted.save(url, storage_options=stores["options"])
+    return url
+
+
+def test_a_failed_score_leaves_the_old_output_and_no_temporary(stores, data, fitted, model_url):
+    endpoint = ["--storage-option", f"endpoint_url={stores['options']['endpoint_url']}"]
+    out = f"s3://{BUCKET}/kept-scores.zarr"
+    assert _run("score", stores["plain"], "--model", model_url, "--output", out, *endpoint) == 0
+    old = zarr.open_group(out, mode="r", storage_options=stores["options"])
+    assert old.attrs["complete"] is True
+    weight = old["weight"][:]
+    np.testing.assert_allclose(weight, fitted.score_samples(data), rtol=1e-12)
+    gappy = data.copy()
+    gappy[N_ROWS - 10] = np.nan  # the model refuses NaN rows (nan_policy="raise"): the last blocks fail
+    gappy_url = f"s3://{BUCKET}/gappy.zarr"
+    z = zarr.create_array(gappy_url, shape=gappy.shape, chunks=(2_000, len(CHANNELS)), dtype="f8",
+                          storage_options=stores["options"])
+    z[:] = gappy
+    rc = _run("score", gappy_url, "--model", model_url, "--output", out, "--overwrite", *endpoint)
+    assert rc == 2
+    kept = zarr.open_group(out, mode="r", storage_options=stores["options"])
+    np.testing.assert_array_equal(kept["weight"][:], weight)
+    assert _temporaries(_fs(stores), "kept-scores.zarr") == []
+
+
+def test_score_killed_mid_write_on_s3_keeps_the_old_output(stores, data, fitted, model_url):
+    """SIGKILL while ``score`` writes to S3: readers still see the old output; the next score cleans up."""
+    from _cluster import subprocess_env
+
+    options = stores["options"]
+    endpoint = ["--storage-option", f"endpoint_url={options['endpoint_url']}"]
+    out = f"s3://{BUCKET}/killed-scores.zarr"
+    assert _run("score", stores["plain"], "--model", model_url, "--output", out, *endpoint) == 0
+    weight = zarr.open_group(out, mode="r", storage_options=options)["weight"][:]
+    big = np.random.default_rng(5).normal(size=(400_000, len(CHANNELS)))
+    big_url = f"s3://{BUCKET}/big.zarr"
+    zarr.create_array(big_url, shape=big.shape, chunks=(4_000, len(CHANNELS)), dtype="f8",
+                      storage_options=options)[:] = big
+    fs = _fs(stores)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dask_mcpca", "score", big_url, "--model", model_url, "--output", out,
+         "--overwrite", "--no-progress", *endpoint],
+        env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any(fs.find(t) for t in _temporaries(fs, "killed-scores.zarr")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert _temporaries(fs, "killed-scores.zarr")  # left by the kill
+    old = zarr.open_group(out, mode="r", storage_options=options)  # the old output, whole
+    assert old.attrs["complete"] is True
+    np.testing.assert_array_equal(old["weight"][:], weight)
+    assert _run("score", big_url, "--model", model_url, "--output", out, "--overwrite", *endpoint) == 0
+    assert _temporaries(fs, "killed-scores.zarr") == []
+    np.testing.assert_allclose(
+        zarr.open_group(out, mode="r", storage_options=options)["weight"][:], fitted.score_samples(big), rtol=1e-12
+    )
