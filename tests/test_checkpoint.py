@@ -416,7 +416,7 @@ def test_atomic_directory_failed_rename_restores_old_store(tmp_path, monkeypatch
 
 def test_saved_model_survives_a_crash_mid_write(tmp_path, monkeypatch):
     """``MCPCA.save`` goes through atomic_path: a crash leaves the old model loadable."""
-    from dask_mcpca import _persist, load
+    from dask_mcpca import _atomic, load
 
     X = _data()
     path = tmp_path / "model.json"
@@ -424,17 +424,17 @@ def test_saved_model_survives_a_crash_mid_write(tmp_path, monkeypatch):
     old.save(path)
     before = path.read_bytes()
 
-    class _HalfFile(io.TextIOWrapper):
-        def write(self, text):
-            super().write(text[: len(text) // 2])
+    class _HalfFile(io.BufferedWriter):
+        def write(self, data):
+            super().write(data[: len(data) // 2])
             raise _DiskFull("No space left on device")
 
     def crashing_open(file, mode="r", *args, **kwargs):
         if "w" in mode:
-            return _HalfFile(builtins.open(file, "wb"), encoding="utf-8")
+            return _HalfFile(builtins.open(file, "wb", buffering=0))
         return builtins.open(file, mode, *args, **kwargs)
 
-    monkeypatch.setattr(_persist, "open", crashing_open, raising=False)
+    monkeypatch.setattr(_atomic, "open", crashing_open, raising=False)  # where the model's bytes are written
     with pytest.raises(_DiskFull):
         MCPCA(n_components=3).fit(X).save(path)
     monkeypatch.undo()
