@@ -474,7 +474,7 @@ def _cmd_fit(args, out) -> int:
         progress=not args.no_progress,
     )
     check_params(model)
-    X = _open(args)
+    X = _open(args, row_index=False)  # a fit never uses the time index (built anyway for --time)
     print(f"fitting {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()
     model.fit(X)
@@ -507,11 +507,12 @@ def _cmd_score(args, out) -> int:
     model = load(args.model, storage_options=options)
     X = _open(args)
     started = time.perf_counter()
+    d2 = model.mahalanobis(X)  # once: the weight is a function of it (score_samples' own rule)
     outputs = {
         "scores": model.transform(X),
-        "weight": model.score_samples(X),
+        "weight": model._weight(d2),
         "outlier": model.is_outlier(X),
-        "d2": model.mahalanobis(X),
+        "d2": d2,
         "contributions": model.channel_contributions(X),
     }
     attrs = {

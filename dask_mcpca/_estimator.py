@@ -623,7 +623,6 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.n_partial_reads_, self.n_blocks_read_ = runner.n_partial_reads, runner.n_blocks_read
         self._robust_state = robust if solver == "auto" else None
         self._robust_unit = unit  # the working unit the robust state is in (for warm_start)
-        self.n_features_in_ = p
         if not self.converged_:
             warnings.warn(
                 f"MCPCA(solver={solver!r}) stopped before converging (tol={tol}, max_iter={max_iter}, "
@@ -698,7 +697,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         state = getattr(self, "_robust_state", None)
         if not self.warm_start or self.center == "mean" or state is None or len(state.location) != p:
             return None
-        return state, getattr(self, "_robust_unit", 0)
+        return state, self._robust_unit  # set with every robust state
 
     def _warm_refit(self, runner, state, unit: int, *, seed: int, max_iter: int):
         """A warm start: the previous fit's state goes straight into the full-data passes.
@@ -1171,8 +1170,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         (True, True)
         """
         check_is_fitted(self, "components_")
-        c2 = self.kernel_scale_**2
-        return self._map_rows(X, lambda b: np.exp(-self._d2(b) / (2 * c2)), None, storage_options=storage_options)
+        return self._map_rows(X, lambda b: self._weight(self._d2(b)), None, storage_options=storage_options)
 
     def is_outlier(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``, or that hold a repeated value or row.
@@ -1218,13 +1216,20 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         array([False,  True])
         """
         check_is_fitted(self, "components_")
-        cut = self.outlier_cutoff_
 
         def flags(block):
             block = np.asarray(block, np.float64)
-            return (self._d2(block) > cut) | self._repeated(block)
+            return self._flags(block, self._d2(block))
 
         return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options)
+
+    def _weight(self, d2):
+        """The correntropy weight ``exp(-d^2 / (2 c^2))`` of distances ``d2`` (any array type, NaN stays NaN)."""
+        return np.exp(-d2 / (2 * self.kernel_scale_**2))
+
+    def _flags(self, rows: np.ndarray, d2: np.ndarray) -> np.ndarray:
+        """The outlier rule on finite ``rows`` (float64, data units) whose distances are ``d2``."""
+        return (d2 > self.outlier_cutoff_) | self._repeated(rows)
 
     def _repeated(self, rows: np.ndarray) -> np.ndarray:
         """True for the rows (float64, data units) holding a repeated value or equal to a repeated row."""

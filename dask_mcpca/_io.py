@@ -23,6 +23,8 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from ._atomic import is_url
+
 __all__ = [
     "as_row_blocks",
     "open_store",
@@ -129,7 +131,7 @@ def open_store(path: str | os.PathLike, dataset: str | None = None, *, storage_o
     zarr.Array or H5Dataset
     """
     path = os.fspath(path)
-    if _is_url(path):
+    if is_url(path):
         return _open_url(path, dataset, storage_options)
     if dataset is None:
         path, dataset = split_store_path(path)
@@ -381,8 +383,12 @@ def _as_float(x):
 
 def _refuse_unsupported(X) -> None:
     """Input kinds that ``np.asarray`` would turn into a wrong array, or fail on deep inside."""
+    import scipy.sparse
+
     kind = f"{type(X).__module__}.{type(X).__name__}"
-    if kind.startswith(("scipy.sparse", "sparse.")) or type(X).__module__.startswith("sparse"):
+    if scipy.sparse.issparse(X) or kind.startswith(("scipy.sparse", "sparse.")) or type(X).__module__.startswith(
+        "sparse"
+    ):
         raise TypeError(
             f"Sparse data was passed ({type(X).__name__}), but dense data is required: MCPCA needs dense rows; "
             "pass X.toarray(), or a dask array of dense blocks"
@@ -440,20 +446,9 @@ def as_row_blocks(
     if isinstance(X, H5Dataset) or type(X).__module__.startswith("zarr"):
         _check_2d(X.shape)
         return _as_float(_from_store(X, block_values))
-    if _is_sparse(X):
-        raise TypeError(
-            f"Sparse data was passed ({type(X).__name__}), but dense data is required: "
-            "use X.toarray() to convert it to a dense numpy array"
-        )
     X = np.asarray(X)
     _check_2d(X.shape)
     return _as_float(X)
-
-
-def _is_sparse(X) -> bool:
-    import scipy.sparse
-
-    return scipy.sparse.issparse(X)
 
 
 # ------------------------------------------------------- archives written by xarray
@@ -466,7 +461,7 @@ def is_xarray_store(path: str, *, storage_options: dict | None = None) -> bool:
     import zarr
 
     try:
-        node = zarr.open(path, mode="r", storage_options=storage_options) if _is_url(path) else zarr.open(
+        node = zarr.open(path, mode="r", storage_options=storage_options) if is_url(path) else zarr.open(
             path, mode="r"
         )
     except Exception:
@@ -477,10 +472,6 @@ def is_xarray_store(path: str, *, storage_options: dict | None = None) -> bool:
         if getattr(arr.metadata, "dimension_names", None) or "_ARRAY_DIMENSIONS" in arr.attrs:
             return True
     return False
-
-
-def _is_url(path: str) -> bool:
-    return "://" in path
 
 
 def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel_dim: str):
@@ -569,7 +560,7 @@ def open_archive(
         Lazy; rows chunked as for :func:`as_row_blocks`.
     """
     path = os.fspath(path)
-    url = _is_url(path)
+    url = is_url(path)
     if not url and dataset is None and not os.path.isfile(split_store_path(path)[0]):
         path_only, inner = split_store_path(path)
         if inner is not None and os.path.isdir(path_only):

@@ -158,14 +158,14 @@ def save(model: Any, path: str | os.PathLike, *, storage_options: dict | None = 
     }
     document = {
         "format": FORMAT,
-        "format_version": 2 if len(getattr(model, "repeated_rows_", ())) else 1,
+        "format_version": FORMAT_VERSION if len(getattr(model, "repeated_rows_", ())) else 1,
         "library_version": __version__,
         "class": type(model).__name__,
         "params": {name: _encode_value(name, v) for name, v in model.get_params(deep=False).items()},
         "attributes": attributes,
     }
     text = json.dumps(document, indent=1, allow_nan=False) + "\n"
-    write_bytes(path if isinstance(path, str) else os.fspath(path), text.encode("utf-8"),
+    write_bytes(path, text.encode("utf-8"),
                 storage_options=storage_options)
 
 

@@ -163,14 +163,14 @@ def summarize_block(
     bin_sum, bin_count = np.zeros(width), np.zeros(width, dtype=np.int64)
     sum_x, sum_xx, n_scored, n_flagged = np.zeros(p), np.zeros((p, p)), 0, 0
     runs, peaks, contribs, run_labels, labelled_bins, bin_labels = [], [], [], [], [], []
-    cut, mean = model.outlier_cutoff_, model.mean_
+    mean = model.mean_
     root = model._precision(0.5)
     for a in range(0, n, SLICE_ROWS):
         X = np.asarray(block[a : a + SLICE_ROWS], np.float64)
         ok = np.isfinite(X).all(axis=1)
         Xs = np.where(ok[:, None], X, 0.0)  # rows with a gap add nothing to the sums
         d = model._d2(Xs)
-        flags = ok & ((d > cut) | model._repeated(Xs))
+        flags = ok & model._flags(Xs, d)
         sum_x += Xs.sum(axis=0)
         sum_xx += Xs.T @ Xs
         n_scored += int(ok.sum())
@@ -677,4 +677,4 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
         png = io.BytesIO()
         fig.savefig(png, format="png", bbox_inches="tight")
         plt.close(fig)
-    write_bytes(path if isinstance(path, str) else os.fspath(path), png.getvalue(), storage_options=storage_options)
+    write_bytes(path, png.getvalue(), storage_options=storage_options)
