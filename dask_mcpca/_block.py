@@ -439,25 +439,47 @@ def _excluded_rows(X: np.ndarray, plan: PassPlan) -> np.ndarray:
 
 def _working_rows(X: np.ndarray, plan: PassPlan):
     """Rows of a kernel pass in working units, the mask of the rows that stay
-    finite there, and the centre as subtracted (working units, float64).
+    finite there (None: all do), and the centre as subtracted (working units,
+    float64).
 
     ``X`` is as stored, float64 or float32; float32 rows stay float32 (the
     centre is rounded to float32 in the data's units, and that rounded centre
-    is the returned shift, so the moments' bookkeeping is exact).  If a
-    finite float32 row overflows in float32 working units, the sub-block is
-    redone in float64 (main's semantics: only rows ~1e150 spreads away are far).
+    is the returned shift, so the moments' bookkeeping is exact).  NaN and inf
+    survive the shift: rows that stay finite were finite as stored.
     """
     with np.errstate(over="ignore", invalid="ignore"):
         center = np.ldexp(plan.center, plan.unit_exp)  # in data units (within the data's range)
         if X.dtype == np.float32:
             c32 = center.astype(np.float32)
             Y = np.ldexp(X - c32, -plan.unit_exp)  # float32, one rounding
-            near = _finite_rows(Y)
-            if near is None:
-                return Y, None, np.ldexp(c32.astype(np.float64), -plan.unit_exp)
-            X = X.astype(np.float64)
+            return Y, _finite_rows(Y), np.ldexp(c32.astype(np.float64), -plan.unit_exp)
         Y = np.ldexp(X - center, -plan.unit_exp)
         return Y, _finite_rows(Y), plan.center
+
+
+def _kernel_rows(Xs: np.ndarray, Y: np.ndarray, near, shift, finite, plan: PassPlan):
+    """The rows a kernel pass weighs, from sub-block ``Xs`` (as stored) shifted into ``Y`` by
+    :func:`_working_rows`: ``(Y, shift, n_far)``.
+
+    Rows not finite as stored (``finite``; None: all are) and the plan's
+    excluded rows are left out, then rows that overflow in working units
+    (far: weight 0) are counted and left out.  If a finite float32 row
+    overflows in float32 working units, the kept rows are redone in float64,
+    where only rows ~1e150 spreads away are far.
+    """
+    keep = finite
+    if plan.excluded or plan.excluded_rows:
+        out = _excluded_rows(Xs, plan)
+        keep = ~out if keep is None else keep & ~out
+    if keep is not None:
+        Y, near = Y[keep], None if near is None else near[keep]
+    if near is not None and near.all():
+        near = None  # the overflowing rows were the non-finite ones
+    if near is not None and Y.dtype == np.float32:
+        Y, near, shift = _working_rows((Xs if keep is None else Xs[keep]).astype(np.float64), plan)
+    if near is None:
+        return Y, shift, 0
+    return Y[near], shift, int(len(near) - near.sum())
 
 
 def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStats:
@@ -491,20 +513,13 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
         sub = X[start : start + SUB_BLOCK_ROWS]
         Xs = np.asarray(sub, dtype=work)  # as stored: float32 stays float32, any other dtype is cast to float64
         n_seen = Xs.shape[0]
-        if plan.kernels is not None and plan.sample_rate == 0:
-            # The usual kernel pass: shift the rows first.  NaN and inf survive
-            # the shift, so finite working rows prove the stored ones finite and
-            # spare a second scan of the values (the same rows, the same sums).
+        if plan.kernels is not None:
+            # Shift the rows first: finite working rows prove the stored rows
+            # finite, so the usual kernel pass scans its values once, not twice.
             Y, near, shift = _working_rows(Xs, plan)
-            if near is None:
-                if plan.excluded or plan.excluded_rows:
-                    Y = Y[~_excluded_rows(Xs, plan)]
-                with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
-                    part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
-                part.n_rows, part.n_nonfinite, part.n_far = n_seen, 0, 0
-                result = combine(result, part)
-                continue
-        finite = _finite_rows(Xs)  # on the values as stored
+            finite = None if near is None else _finite_rows(Xs)
+        else:
+            finite = _finite_rows(Xs)  # on the values as stored
         n_bad = 0 if finite is None else int(n_seen - finite.sum())
         if plan.sample_rate > 0:
             rows = np.arange(row_offset + start, row_offset + start + n_seen)
@@ -512,9 +527,8 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
             if finite is not None:
                 keep &= finite
             samples.append(np.array(Xs[keep], dtype=np.float64))  # the rows as stored, exactly
-        good = Xs if finite is None else Xs[finite]
-        n_far = 0
         if plan.kernels is None:
+            good = Xs if finite is None else Xs[finite]
             # measured from the sub-block's first row (its finite entries), so
             # the sums below never cancel badly; |Y| <= 2 in this unit
             first = np.where(np.isfinite(Xs[0]), Xs[0], 0).astype(np.float64) if n_seen else np.zeros(p)
@@ -523,13 +537,9 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
             Y = np.ldexp(good, -unit)  # in the work dtype (exact, barring float32 underflow)
             Y -= shift
             shift = shift.astype(np.float64)  # as subtracted
+            n_far = 0
         else:
-            unit = 0
-            if plan.excluded or plan.excluded_rows:
-                good = good[~_excluded_rows(good, plan)]
-            Y, near, shift = _working_rows(good, plan)
-            if near is not None:
-                Y, n_far = Y[near], int(len(near) - near.sum())
+            Y, shift, n_far = _kernel_rows(Xs, Y, near, shift, finite, plan)
         with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
             part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
         if plan.kernels is None and len(good):
