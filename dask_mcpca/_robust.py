@@ -447,23 +447,16 @@ def held_out(rows: np.ndarray, state: RobustState) -> np.ndarray:
     return in_repeated(rows, state.repeated) | in_repeated_rows(rows, state.repeated_rows)
 
 
-def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, calibrate: bool = True,
-             final: bool = True):
-    """Radii ``(q_fit, q_final)`` of the next pass, from the sample's distances now.
+def _core_radius(d2: np.ndarray, p: int, n_effective: float, *, calibrate: bool = True) -> float:
+    """The core kernel's radius (d^2 units) from the sample's distances ``d2``.
 
-    Without ``final``, ``q_final`` is NaN and not computed (the sample steps
-    use only ``q_fit``).
-
-    ``q_fit`` keeps the fixed point robust: the Gaussian quantile at the
-    effective sample size, or (``calibrate``) the trimmed calibrated one.
-    ``q_final`` lets in all the bulk, heavy tails and regimes included
-    (untrimmed, ``FINAL_QUANTILE``), except a tight group of rows: if one lies
-    between the two radii, ``q_final`` stops short of it.
+    The Gaussian quantile at the effective sample size, or (``calibrate``)
+    the trimmed calibrated one, never below the median distance (the
+    coverage guarantee).  A median distance that overflows float64 raises
+    :class:`NumericalRangeError`.
     """
-    p = max(_rank(state.scatter), 1)
-    Y = sample[~held_out(sample, state)] - state.location
-    d2 = _mahalanobis2(Y, state.scatter)
-    if not np.isfinite(np.median(d2)):
+    med = float(np.median(d2))
+    if not np.isfinite(med):
         raise NumericalRangeError(
             "the squared distances of most sample rows from the fit's centre overflow float64: the centre "
             "lies ~1e150 spreads from the bulk (center='mean' with rows near the float64 limit does this); "
@@ -473,10 +466,22 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float, *, cali
         q_fit = calibrated_cutoff(d2, CUTOFF_QUANTILE, p=p, n_effective=n_effective, trim=True)
     else:
         q_fit = hotelling_quantile(p, n_effective, CUTOFF_QUANTILE)
-    q_fit = max(q_fit, float(np.median(d2)))  # the coverage guarantee
+    return max(q_fit, med)
+
+
+def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float):
+    """Radii ``(q_fit, q_final)`` of the next pass, from the sample's distances now.
+
+    ``q_fit`` keeps the fixed point robust (:func:`_core_radius`, calibrated).
+    ``q_final`` lets in all the bulk, heavy tails and regimes included
+    (untrimmed, ``FINAL_QUANTILE``), except a tight group of rows: if one lies
+    between the two radii, ``q_final`` stops short of it.
+    """
+    p = max(_rank(state.scatter), 1)
+    Y = sample[~held_out(sample, state)] - state.location
+    d2 = _mahalanobis2(Y, state.scatter)
+    q_fit = _core_radius(d2, p, n_effective)
     scale = state.kernel_size2 / FALL_OFF2  # kernel_factor ** 2
-    if not final:
-        return q_fit * scale, float("nan")
     q_final = max(calibrated_cutoff(d2, FINAL_QUANTILE, p=p, n_effective=n_effective), q_fit)
     shell = (d2 > q_fit) & (d2 <= q_final)
     if shell.sum() > 1:
@@ -591,7 +596,7 @@ STALL_STEPS = 10
 def _sample_step(state: RobustState, free: np.ndarray, n_sample: int, *, fixed_center, calibrate: bool) -> float:
     """One core step on the sample's rows ``free`` (the repeated rows and values left out); the change.
 
-    The radius of :func:`_cutoffs` (``q_fit``), then the re-weighting of
+    The core radius (:func:`_core_radius`), then the re-weighting of
     :func:`_step`, from one eigendecomposition and one quadratic form of the
     rows, in memory: at p = 500 a step costs a third of the two passes, three
     eigendecompositions and the shell search that those functions make.
@@ -610,19 +615,8 @@ def _sample_step(state: RobustState, free: np.ndarray, n_sample: int, *, fixed_c
         d2 = np.einsum("ij,ij->i", Z, Z)
     del Z
     d2[np.isnan(d2)] = np.inf
-    if not np.isfinite(np.median(d2)):
-        raise NumericalRangeError(
-            "the squared distances of most sample rows from the fit's centre overflow float64: the centre "
-            "lies ~1e150 spreads from the bulk (center='mean' with rows near the float64 limit does this); "
-            "use center='robust'"
-        )
-    n_effective = state.core_support * n_sample
-    if calibrate:
-        q_fit = calibrated_cutoff(d2, CUTOFF_QUANTILE, p=p, n_effective=n_effective, trim=True)
-    else:
-        q_fit = hotelling_quantile(p, n_effective, CUTOFF_QUANTILE)
     c2 = state.kernel_size2
-    state.cutoff = max(q_fit, float(np.median(d2))) * c2 / FALL_OFF2
+    state.cutoff = _core_radius(d2, p, state.core_support * n_sample, calibrate=calibrate) * c2 / FALL_OFF2
     e = np.minimum(state.cutoff / (2 * c2) - d2 / (2 * c2), 0.0)
     log_scale = e.max()
     g = np.exp(e - log_scale)
