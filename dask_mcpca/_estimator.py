@@ -31,8 +31,7 @@ from ._robust import (
     FAR_ROW,
     SAMPLE_SIZE,
     fit_robust,
-    in_repeated,
-    in_repeated_rows,
+    held_out,
     outlyingness,
     warm_step,
     working_exponent,
@@ -1233,9 +1232,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     def _repeated(self, rows: np.ndarray) -> np.ndarray:
         """True for the rows (float64, data units) holding a repeated value or equal to a repeated row."""
-        return in_repeated(rows, getattr(self, "repeated_values_", None)) | in_repeated_rows(
-            rows, getattr(self, "repeated_rows_", None)
-        )
+        return held_out(rows, getattr(self, "repeated_values_", None), getattr(self, "repeated_rows_", None))
 
     def _precision(self, power: float) -> np.ndarray:
         """``P^power`` of the precision P whose quadratic form is :meth:`mahalanobis`'s ``d^2``."""

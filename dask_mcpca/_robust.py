@@ -70,6 +70,7 @@ __all__ = [
     "repeated_rows",
     "find_repeated",
     "in_repeated",
+    "held_out",
     "in_repeated_rows",
     "held_out",
     "SAMPLE_SIZE",
@@ -442,9 +443,10 @@ def find_repeated(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return repeated_values(sample[~in_repeated_rows(sample, rows)]), rows
 
 
-def held_out(rows: np.ndarray, state: RobustState) -> np.ndarray:
-    """True for the rows the fit gives no weight: a repeated value's, or equal to a repeated row."""
-    return in_repeated(rows, state.repeated) | in_repeated_rows(rows, state.repeated_rows)
+def held_out(rows: np.ndarray, repeated: np.ndarray | None, repeated_rows: np.ndarray | None) -> np.ndarray:
+    """True for the rows the fit gives no weight: holding one of the ``repeated`` values, or equal to
+    one of the ``repeated_rows`` (both in the units of ``rows``)."""
+    return in_repeated(rows, repeated) | in_repeated_rows(rows, repeated_rows)
 
 
 def _core_radius(d2: np.ndarray, p: int, n_effective: float, *, calibrate: bool = True) -> float:
@@ -478,7 +480,7 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float):
     between the two radii, ``q_final`` stops short of it.
     """
     p = max(_rank(state.scatter), 1)
-    Y = sample[~held_out(sample, state)] - state.location
+    Y = sample[~held_out(sample, state.repeated, state.repeated_rows)] - state.location
     d2 = _mahalanobis2(Y, state.scatter)
     q_fit = _core_radius(d2, p, n_effective)
     scale = state.kernel_size2 / FALL_OFF2  # kernel_factor ** 2
@@ -648,7 +650,7 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
     (so heavy tails and several regimes widen it).  The radii are then fixed
     for the full-data passes, which thus iterate one smooth map.
     """
-    free = sample[~held_out(sample, state)]
+    free = sample[~held_out(sample, state.repeated, state.repeated_rows)]
     for calibrate in (False, True):
         previous, best, since_best = float("nan"), float("inf"), 0
         for _ in range(MAX_SAMPLE_STEPS):
