@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._block import PassPlan
+from ._block import PassPlan, _top_exponent
 from ._passes import PassRunner
 from ._power import (
     deflated_operator,
@@ -81,8 +81,7 @@ def _unit_scaled(S: np.ndarray) -> np.ndarray:
     the power iteration sees the same directions bit for bit; its products
     and norms can no longer overflow, whatever the data's magnitude.
     """
-    top = float(np.max(np.abs(S)))
-    return np.ldexp(S, -int(np.frexp(top)[1])) if 0 < top < np.inf else S
+    return np.ldexp(S, -_top_exponent(S))  # 0 (S itself) when S is 0, inf or NaN
 
 
 def _weighted_variance(v, S, weight):

@@ -51,7 +51,7 @@ import numpy as np
 from scipy import stats
 from scipy.spatial import cKDTree
 
-from ._block import PassPlan
+from ._block import PassPlan, _top_exponent
 from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
@@ -107,8 +107,6 @@ def working_exponent(sample: np.ndarray | None, col_min: np.ndarray, col_max: np
     per column: ``components_`` are eigenvectors in the data's units, which
     a common factor keeps and a per-column one does not.
     """
-    from ._block import _top_exponent
-
     if sample is not None and len(sample):
         top = _top_exponent(sample)
         Z = np.ldexp(sample, -top)  # |Z| <= 1
