@@ -707,7 +707,6 @@ def warm_step(
     fixed_center: np.ndarray | None,
     sample_rate: float,
     seed: int = 0,
-    final_step: bool = True,
 ) -> tuple[PassResult, RobustState | None]:
     """The first full-data step of a warm start, from a previous fit's ``state``.
 
@@ -727,7 +726,7 @@ def warm_step(
         state,
         fixed_center=fixed_center,
         label="warm step 1",
-        final=final_step,
+        final=True,
         sample_rate=sample_rate,
         seed=seed,
     )
