@@ -263,7 +263,32 @@ def _empty(plan: PassPlan, p: int) -> BlockStats:
     )
 
 
-def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> BlockStats:
+class _Workspace:
+    """Scratch arrays for the sub-blocks of one block, allocated once and reused.
+
+    A kernel pass makes several sub-block-sized temporaries (the working
+    rows, ``Y A``, the exponents, the weighted rows); allocating them afresh
+    for every sub-block makes the allocator map and unmap megabytes each time,
+    and the page faults cost as much as the arithmetic (measured: 10-25 % of
+    a block).  ``take(name, shape)`` returns a view of a buffer that grows
+    only when a larger shape is asked for.
+    """
+
+    def __init__(self, dtype: type):
+        self.dtype = np.dtype(dtype)
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def take(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        size = int(np.prod(shape))
+        buf = self._buffers.get(name)
+        if buf is None or buf.size < size:
+            buf = self._buffers[name] = np.empty(size, dtype=self.dtype)
+        return buf[:size].reshape(shape)
+
+
+def _sub_block_stats(
+    Y: np.ndarray, shift: np.ndarray, plan: PassPlan, ws: _Workspace | None = None
+) -> BlockStats:
     """Moments of the finite rows ``Y = X - shift`` under each kernel.
 
     For kernel passes ``shift`` is the kernels' centre c; for a moments pass
@@ -278,19 +303,23 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> BlockS
     quadratic form, and all kernels one weighted GEMM.
     """
     n, p = Y.shape
+    if ws is None or ws.dtype != Y.dtype:
+        ws = _Workspace(Y.dtype)
     if plan.kernels is None:
         G = None
         log_scale = np.zeros(1)
     else:
         J = plan.n_kernels
-        E = np.empty((J, n), dtype=Y.dtype)
+        E = ws.take("exponents", (J, n))
+        quad = ws.take("quad", (n,))
         offsets = np.zeros(J) if plan.offsets is None else plan.offsets
         wider = np.zeros(J, bool)  # same quadratic form as kernel j - 1, wider flat top
         for j, A in enumerate(plan.kernels):
             same = j > 0 and np.array_equal(A, plan.kernels[j - 1])
             wider[j] = same and offsets[j] >= offsets[j - 1]
             if not same:
-                quad = np.einsum("ij,ij->i", Y @ A.astype(Y.dtype), Y)  # y_k^T A y_k, reused by equal kernels
+                YA = np.matmul(Y, A.astype(Y.dtype), out=ws.take("YA", (n, p)))
+                np.einsum("ij,ij->i", YA, Y, out=quad)  # y_k^T A y_k, reused by equal kernels
                 # Overflow (inf, or inf - inf = NaN) only for rows far beyond
                 # any kernel's reach: infinitely far, weight 0.
                 quad[np.isnan(quad)] = np.inf
@@ -308,7 +337,7 @@ def _sub_block_stats(Y: np.ndarray, shift: np.ndarray, plan: PassPlan) -> BlockS
         # many times over; they are far below the round-off of the sums.
         E[E < _LOG_TINY[Y.dtype.type]] = -np.inf
         G = np.exp(E, out=E)
-    weight, wsum, scatter = _weighted_sums(Y, G, wider=None if G is None else wider)
+    weight, wsum, scatter = _weighted_sums(Y, G, wider=None if G is None else wider, ws=ws)
     dead = weight == 0  # a kernel whose rows are all infinitely far
     rel_mean = wsum / np.where(dead, 1.0, weight)[:, None]
     scatter -= weight[:, None, None] * rel_mean[:, :, None] * rel_mean[:, None, :]
@@ -329,13 +358,18 @@ GEMM_ROWS = 4096
 
 
 def _weighted_sums(
-    Y: np.ndarray, G: np.ndarray | None, *, wider: np.ndarray | None = None
+    Y: np.ndarray, G: np.ndarray | None, *, wider: np.ndarray | None = None, ws: _Workspace | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per kernel j: ``sum_k G_jk``, ``sum_k G_jk y_k`` and ``sum_k G_jk y_k y_k^T`` in float64.
 
-    One GEMM per ``GEMM_ROWS`` rows for the kernels: the rows weighted by
-    each kernel, side by side (n x Jp), times the rows.  ``G=None``: unit
-    weights, one kernel (a moments pass).
+    One kernel (the usual robust step, and a moments pass, ``G=None``: unit
+    weights) is one SYRK per run of rows: the rows scaled by ``sqrt(g)``
+    with ``sqrt(g)`` itself as an extra column, so that the one product
+    ``W^T W`` holds the scatter, the weighted sum and the total weight.
+    Several kernels are one GEMM: the rows weighted by each kernel, side by
+    side (n x Jp), times the rows.  float32 runs are ``GEMM_ROWS`` rows (the
+    products accumulate in float32 within one product); float64 runs are
+    the whole sub-block.
 
     A kernel marked ``wider`` has the quadratic form of kernel ``j - 1``
     and a wider flat top, and kernel ``j - 1`` has a row inside its flat top
@@ -343,40 +377,46 @@ def _weighted_sums(
     rows outside kernel ``j - 1``'s flat top (``G_(j-1) < 1``): its sums are
     kernel ``j - 1``'s plus those rows' ``G_j - G_(j-1)`` terms, which are
     non-negative (no cancellation).  The final kernel of a robust step is
-    such a kernel, so a step costs one weighted GEMM and a small one.
+    such a kernel, so a step costs one weighted SYRK and a small one.
     """
     n, p = Y.shape
     J = 1 if G is None else G.shape[0]
     weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
     own = np.arange(J) if wider is None else np.flatnonzero(~wider)
-    K = len(own)
-    W = np.empty((min(n, GEMM_ROWS), K * p), dtype=Y.dtype)
-    for start in range(0, n, GEMM_ROWS):
-        y = Y[start : start + GEMM_ROWS]
+    step = GEMM_ROWS
+    W = (ws or _Workspace(Y.dtype)).take("W", (min(n, step), len(own) * p))
+    for start in range(0, n, step):
+        y = Y[start : start + step]
+        w = W[: len(y)]
         if G is None:
-            wsum[0] += y.sum(axis=0, dtype=np.float64)
+            wsum[0] += _column_reduce(np.add, y, dtype=np.float64)
             scatter[0] += y.T @ y
             continue
-        g = G[:, start : start + GEMM_ROWS]
-        weight += g.sum(axis=1, dtype=np.float64)
-        wsum += g @ y
-        w = W[: len(y)]
-        if K == 1:  # (sqrt(g) y)^T (sqrt(g) y): numpy makes it a SYRK, half the GEMM's work
-            np.multiply(y, np.sqrt(g[own[0]])[:, None], out=w)
-            scatter[own[0]] += w.T @ w
+        if len(own) == 1:  # (sqrt(g) y)^T (sqrt(g) y): numpy makes it a SYRK, half the GEMM's work
+            j = own[0]
+            g = G[j, start : start + step]
+            weight[j] += g.sum(dtype=np.float64)
+            wsum[j] += g @ y
+            np.multiply(y, np.sqrt(g)[:, None], out=w)
+            scatter[j] += w.T @ w
         else:
-            for k, j in enumerate(own):
-                np.multiply(y, g[j][:, None], out=w[:, k * p : (k + 1) * p])
-            scatter[own] += (w.T @ y).reshape(K, p, p)
-        for j in np.flatnonzero(wider) if wider is not None else ():
-            rows = np.flatnonzero(g[j - 1] < 1)
-            if len(rows):
-                yr = y[rows]
-                scatter[j] += (yr * (g[j, rows] - g[j - 1, rows])[:, None]).T @ yr
+            g = G[own, start : start + step]
+            weight[own] += g.sum(axis=1, dtype=np.float64)
+            wsum[own] += g @ y
+            for k in range(len(own)):
+                np.multiply(y, g[k][:, None], out=w[:, k * p : (k + 1) * p])
+            scatter[own] += (w.T @ y).reshape(len(own), p, p)
     if G is None:
-        weight[0] = n
+        weight[0] = n  # exact
     for j in np.flatnonzero(wider) if wider is not None else ():
-        scatter[j] += scatter[j - 1]
+        rows = np.flatnonzero(G[j - 1] < 1)  # outside kernel j - 1's flat top
+        extra = G[j, rows] - G[j - 1, rows]
+        weight[j], wsum[j], scatter[j] = weight[j - 1], wsum[j - 1], scatter[j - 1]
+        for start in range(0, len(rows), step):
+            yr, er = Y[rows[start : start + step]], extra[start : start + step]
+            weight[j] += er.sum(dtype=np.float64)
+            wsum[j] += er @ yr
+            scatter[j] += (yr * er[:, None]).T @ yr
     return weight, wsum, scatter
 
 
@@ -412,8 +452,27 @@ def _finite_rows(Y: np.ndarray) -> np.ndarray | None:
 
 def _top_exponent(Y: np.ndarray) -> int:
     """The exponent e of the power of two 2**e above every magnitude in ``Y`` (0 if all are 0)."""
-    top = float(np.max(np.abs(Y))) if Y.size else 0.0
+    top = float(np.maximum(Y.max(), -Y.min())) if Y.size else 0.0  # max |Y| without a copy; NaN stays NaN
     return int(np.frexp(top)[1]) if top > 0 else 0
+
+
+#: Rows side by side in :func:`_column_reduce`.
+_GROUP = 16
+
+
+def _column_reduce(ufunc: np.ufunc, X: np.ndarray, dtype=None) -> np.ndarray:
+    """``ufunc.reduce(X, axis=0)``, reduced ``_GROUP`` rows side by side first.
+
+    numpy reduces a narrow C-ordered array over its rows with an inner loop of
+    p elements, 5-10x slower than over the rows of the same data viewed as
+    ``_GROUP * p`` columns; the results differ only in the order of the sums.
+    """
+    n, p = X.shape
+    m = n - n % _GROUP
+    if m == 0:
+        return ufunc.reduce(X, axis=0, dtype=dtype)
+    out = ufunc.reduce(ufunc.reduce(X[:m].reshape(-1, _GROUP * p), axis=0, dtype=dtype).reshape(_GROUP, p), axis=0)
+    return ufunc(out, ufunc.reduce(X[m:], axis=0, dtype=dtype)) if m < n else out
 
 
 def _excluded_rows(X: np.ndarray, plan: PassPlan) -> np.ndarray:
@@ -437,7 +496,7 @@ def _excluded_rows(X: np.ndarray, plan: PassPlan) -> np.ndarray:
     return hit
 
 
-def _working_rows(X: np.ndarray, plan: PassPlan):
+def _working_rows(X: np.ndarray, plan: PassPlan, out: np.ndarray | None = None):
     """Rows of a kernel pass in working units, the mask of the rows that stay
     finite there (None: all do), and the centre as subtracted (working units,
     float64).
@@ -451,10 +510,20 @@ def _working_rows(X: np.ndarray, plan: PassPlan):
         center = np.ldexp(plan.center, plan.unit_exp)  # in data units (within the data's range)
         if X.dtype == np.float32:
             c32 = center.astype(np.float32)
-            Y = np.ldexp(X - c32, -plan.unit_exp)  # float32, one rounding
+            Y = _scaled(np.subtract(X, c32, out=out), -plan.unit_exp)  # float32, one rounding
             return Y, _finite_rows(Y), np.ldexp(c32.astype(np.float64), -plan.unit_exp)
-        Y = np.ldexp(X - center, -plan.unit_exp)
+        Y = _scaled(np.subtract(X, center, out=out), -plan.unit_exp)
         return Y, _finite_rows(Y), plan.center
+
+
+def _scaled(Y: np.ndarray, exp: int, out: np.ndarray | None = None) -> np.ndarray:
+    """``Y * 2**exp`` into ``out`` (default: in place): a multiplication by a power of two,
+    exact as ``np.ldexp`` (both round only a result that leaves the dtype's normal range) and
+    several times faster."""
+    out = Y if out is None else out
+    if abs(exp) < np.finfo(Y.dtype).maxexp - 1:  # 2**exp itself is a normal number of Y's dtype
+        return np.multiply(Y, Y.dtype.type(2.0**exp), out=out) if exp or out is not Y else Y
+    return np.ldexp(Y, exp, out=out)
 
 
 def _kernel_rows(Xs: np.ndarray, Y: np.ndarray, near, shift, finite, plan: PassPlan):
@@ -509,6 +578,7 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
     work = _work_dtype(X.dtype, plan)
     result = _empty(plan, p)
     samples = []
+    ws = _Workspace(work)
     for start in range(0, X.shape[0], SUB_BLOCK_ROWS):
         sub = X[start : start + SUB_BLOCK_ROWS]
         Xs = np.asarray(sub, dtype=work)  # as stored: float32 stays float32, any other dtype is cast to float64
@@ -516,7 +586,7 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
         if plan.kernels is not None:
             # Shift the rows first: finite working rows prove the stored rows
             # finite, so the usual kernel pass scans its values once, not twice.
-            Y, near, shift = _working_rows(Xs, plan)
+            Y, near, shift = _working_rows(Xs, plan, out=ws.take("Y", Xs.shape))
             finite = None if near is None else _finite_rows(Xs)
         else:
             finite = _finite_rows(Xs)  # on the values as stored
@@ -534,16 +604,17 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
             first = np.where(np.isfinite(Xs[0]), Xs[0], 0).astype(np.float64) if n_seen else np.zeros(p)
             unit = max(_top_exponent(good), _top_exponent(first))
             shift = np.ldexp(first, -unit).astype(work)
-            Y = np.ldexp(good, -unit)  # in the work dtype (exact, barring float32 underflow)
+            Y = _scaled(good, -unit, out=ws.take("Y", good.shape))  # exact, barring float32 underflow
             Y -= shift
             shift = shift.astype(np.float64)  # as subtracted
             n_far = 0
         else:
             Y, shift, n_far = _kernel_rows(Xs, Y, near, shift, finite, plan)
         with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
-            part = _sub_block_stats(Y, shift, plan) if len(Y) else _empty(plan, p)
+            part = _sub_block_stats(Y, shift, plan, ws) if len(Y) else _empty(plan, p)
         if plan.kernels is None and len(good):
-            part.col_min, part.col_max = good.min(axis=0).astype(np.float64), good.max(axis=0).astype(np.float64)
+            part.col_min = _column_reduce(np.minimum, good).astype(np.float64)
+            part.col_max = _column_reduce(np.maximum, good).astype(np.float64)
             part.unit_exp = unit
         part.n_rows, part.n_nonfinite, part.n_far = n_seen - n_bad, n_bad, n_far
         result = combine(result, part)
