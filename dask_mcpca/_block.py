@@ -510,10 +510,24 @@ def _working_rows(X: np.ndarray, plan: PassPlan, out: np.ndarray | None = None):
         center = np.ldexp(plan.center, plan.unit_exp)  # in data units (within the data's range)
         if X.dtype == np.float32:
             c32 = center.astype(np.float32)
-            Y = _scaled(np.subtract(X, c32, out=out), -plan.unit_exp)  # float32, one rounding
+            Y = _scaled(_shifted(X, c32, out), -plan.unit_exp)  # float32, one rounding
             return Y, _finite_rows(Y), np.ldexp(c32.astype(np.float64), -plan.unit_exp)
-        Y = _scaled(np.subtract(X, center, out=out), -plan.unit_exp)
+        Y = _scaled(_shifted(X, center, out), -plan.unit_exp)
         return Y, _finite_rows(Y), plan.center
+
+
+def _shifted(X: np.ndarray, center: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``X - center`` (into ``out``), ``_GROUP`` rows side by side: numpy broadcasts a
+    p-vector over a narrow array with an inner loop of p elements, 1.2x (float64) to 2x
+    (float32) slower than over the same rows viewed ``_GROUP * p`` wide; the values are the same."""
+    n, p = X.shape
+    out = np.empty(X.shape, np.result_type(X, center)) if out is None else out
+    m = n - n % _GROUP
+    if not (X.flags.c_contiguous and out.flags.c_contiguous) or m == 0:
+        return np.subtract(X, center, out=out)
+    np.subtract(X[:m].reshape(-1, _GROUP * p), np.tile(center, _GROUP), out=out[:m].reshape(-1, _GROUP * p))
+    np.subtract(X[m:], center, out=out[m:])
+    return out
 
 
 def _scaled(Y: np.ndarray, exp: int, out: np.ndarray | None = None) -> np.ndarray:

@@ -191,3 +191,52 @@ def test_state_in_units_is_exact_and_refuses_overflow():
     assert mapped.cutoff == state.cutoff and mapped.kernel_size2 == state.kernel_size2
     assert state_in_units(state, 600) is None  # scatter overflows
     assert state_in_units(state, -600) is None  # scatter underflows
+
+
+# ---------------------------------------------------------------- the kernel's elementwise helpers
+# Each is a faster spelling of a plain numpy expression; the plain expression is the reference.
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 100, 4099])
+def test_column_reduce_equals_numpy_reduction(n, dtype):
+    from dask_mcpca._block import _column_reduce
+
+    X = np.random.default_rng(n).normal(size=(n, 7)).astype(dtype)
+    for ufunc in (np.minimum, np.maximum):
+        if n:
+            np.testing.assert_array_equal(_column_reduce(ufunc, X), ufunc.reduce(X, axis=0))
+    np.testing.assert_allclose(
+        _column_reduce(np.add, X, dtype=np.float64), X.sum(axis=0, dtype=np.float64), rtol=1e-12, atol=1e-12
+    )
+    # not contiguous: reshaping copies, the result is the same
+    Xf = np.asfortranarray(X)
+    np.testing.assert_allclose(_column_reduce(np.add, Xf, dtype=np.float64), X.sum(axis=0, dtype=np.float64), atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [0, 3, 16, 33, 1000])
+def test_shifted_equals_broadcast_subtraction(n, dtype):
+    from dask_mcpca._block import _shifted
+
+    rng = np.random.default_rng(n)
+    X, c = rng.normal(size=(n, 5)).astype(dtype), rng.normal(size=5).astype(dtype)
+    np.testing.assert_array_equal(_shifted(X, c), X - c)
+    out = np.empty_like(X)
+    assert _shifted(X, c, out) is out
+    np.testing.assert_array_equal(out, X - c)
+    np.testing.assert_array_equal(_shifted(np.asfortranarray(X), c), X - c)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_scaled_equals_ldexp_at_every_exponent(dtype):
+    """Multiplying by 2**e rounds exactly as ldexp, subnormal and overflowing results included."""
+    from dask_mcpca._block import _scaled
+
+    info = np.finfo(dtype)
+    x = np.array([0.0, -0.0, 1.0, -3.0, info.tiny, info.max, 0.1, np.inf, -np.inf, np.nan, 1.5 * info.tiny], dtype)
+    for e in (-1100, -300, -149, -126, -60, -1, 0, 1, 60, 127, 300, 1100):
+        with np.errstate(over="ignore", under="ignore"):
+            want = np.ldexp(x, e)
+            got = _scaled(x.copy(), e)
+        np.testing.assert_array_equal(got, want, err_msg=f"exponent {e}")
