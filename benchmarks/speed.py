@@ -107,6 +107,11 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
     radii = [stats.chi2.ppf(q, p) for q in (CUTOFF_QUANTILE, FINAL_QUANTILE)]
     plan = step_plan(ref.mean_, ref.covariance_, FALL_OFF2, radii)
 
+    def read():
+        # Every block read and decompressed, no arithmetic: the I/O floor of a pass.
+        X.map_blocks(lambda b: np.zeros((1, 1)), chunks=(1, 1), dtype=float).sum().compute()
+        return None, {}
+
     def xtx():
         (X.T @ X).compute()
         return None, {}
@@ -136,6 +141,7 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
         return m.components_, {"n_passes": m.n_passes_}
 
     return {
+        "read": read,
         "xtx": xtx,
         "mcpca_pass": mcpca_pass,
         "mcpca_fit": mcpca_fit,
@@ -279,6 +285,7 @@ def report(res: dict) -> tuple[str, str]:
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     labels = {
+        "read": "read every block, no arithmetic (dask)",
         "xtx": "`(X.T @ X).compute()` (dask)",
         "mcpca_pass": "one fused MCPCA pass (dask)",
         "mcpca_fit": "MCPCA().fit(store) (auto)",
@@ -289,7 +296,7 @@ def report(res: dict) -> tuple[str, str]:
     }
     for k, v in res["times"].items():
         nbytes = info.nbytes * (res["mcd_rows"] / info.n_rows if k in ("mincovdet", "mcpca_numpy") else 1)
-        passes = extra[k].get("n_passes", 1 if k in ("xtx", "mcpca_pass") else "")
+        passes = extra[k].get("n_passes", 1 if k in ("read", "xtx", "mcpca_pass") else "")
         lines.append(
             f"| {labels[k]} | {med[k]:.3f} | {min(v):.3f}-{max(v):.3f} | "
             f"{nbytes / 1e9 / med[k]:.2f} | {passes} |"
@@ -324,6 +331,21 @@ def report(res: dict) -> tuple[str, str]:
             "(above 1: the client-side work between passes, the store opening and the sample start)"
         )
     lines.append(f"- MCPCA fit / dask-ml PCA fit: **{_ratio(med.get('mcpca_fit'), med.get('daskml_pca'))}**")
+    times = res["times"]
+    if "read" in med:
+        lines.append(
+            f"- against the read-only pass: X^T X pass {_ratio(med.get('xtx'), med['read'])}, fused pass "
+            f"{_ratio(med.get('mcpca_pass'), med['read'])}, fit {_ratio(med.get('mcpca_fit'), med['read'])}"
+        )
+    wanted = (("mcpca_pass", "xtx"), ("mcpca_fit", "xtx"), ("mcpca_fit", "daskml_pca"))
+    pairs = [(a, b) for a, b in wanted if a in times and b in times]
+    if pairs:
+        # Each round runs every contender once, so a ratio within a round shares that round's load.
+        per_round = ", ".join(
+            f"{a} / {b} {statistics.median(x / y for x, y in zip(times[a], times[b], strict=True)):.2f}"
+            for a, b in pairs
+        )
+        lines.append(f"- medians of the per-round ratios (robust to load that drifts between rounds): {per_round}")
     lines.append(f"- MinCovDet / MCPCA, in memory on {res['mcd_rows']:,} rows: "
                  f"**{_ratio(med.get('mincovdet'), med.get('mcpca_numpy'))}**")
     if paper is not None and "projected_passes" in paper and "mcpca_pass" in med:
