@@ -393,12 +393,10 @@ def _store_root(store: str) -> str:
 
 
 def _refuse_inside_input(output: str, store: str, what: str) -> None:
-    if is_url(output) or is_url(store):
-        if is_url(output) and is_url(store) and (output + "/").startswith(store.rstrip("/") + "/"):
-            raise _UsageError(f"{what} {output!r} would overlap the input store {store!r}; choose another path")
-        return
+    """Refuse an output inside the input store, or one that holds it (replacing that output would
+    delete the store), for paths and URLs alike (an input store is never written to)."""
     root = _store_root(store)
-    if _is_within(output, root) or _is_within(root, output):
+    if _overlaps(output, root):
         raise _UsageError(f"{what} {output!r} would overlap the input store {root!r}; choose another path")
 
 

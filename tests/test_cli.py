@@ -140,6 +140,16 @@ def _error_cases(stores, model_file):
             ["score", s["single"], "--model", model_file, "--output", model_file, "--overwrite"],
             "would overwrite the model",
         ),
+        # Refused before any request: no object store is needed to see it (replacing an output
+        # prefix that holds the input store would delete the store).
+        "score output holds the input URL": (
+            ["score", "s3://bucket/archive/x.zarr", "--model", model_file, "--output", "s3://bucket/archive"],
+            "overlap the input store",
+        ),
+        "score output inside the input URL": (
+            ["score", "s3://bucket/x.zarr", "--model", model_file, "--output", "s3://bucket/x.zarr/scores"],
+            "overlap the input store",
+        ),
         "fit output is a directory": (["fit", s["single"], "--output", s["existing"]], "is a directory"),
         "fit output under a file": (
             ["fit", s["single"], "--output", os.path.join(s["h5"], "m.json")], "is not a directory"
@@ -167,6 +177,8 @@ IN_PROCESS_CASES = (
     "score output is the input",
     "demo rows not a number",
     "score output is the model",
+    "score output holds the input URL",
+    "score output inside the input URL",
     "fit output is a directory",
     "fit output under a file",
 )
