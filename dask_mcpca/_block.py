@@ -362,14 +362,12 @@ def _weighted_sums(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per kernel j: ``sum_k G_jk``, ``sum_k G_jk y_k`` and ``sum_k G_jk y_k y_k^T`` in float64.
 
-    One kernel (the usual robust step, and a moments pass, ``G=None``: unit
-    weights) is one SYRK per run of rows: the rows scaled by ``sqrt(g)``
-    with ``sqrt(g)`` itself as an extra column, so that the one product
-    ``W^T W`` holds the scatter, the weighted sum and the total weight.
-    Several kernels are one GEMM: the rows weighted by each kernel, side by
-    side (n x Jp), times the rows.  float32 runs are ``GEMM_ROWS`` rows (the
-    products accumulate in float32 within one product); float64 runs are
-    the whole sub-block.
+    Runs of ``GEMM_ROWS`` rows (float32 products accumulate in float32 within
+    one product, and a short run keeps its operands in cache); the runs'
+    results add in float64.  One kernel (the usual robust step) is a SYRK per
+    run, ``(sqrt(g) y)^T (sqrt(g) y)``; several kernels are one GEMM per run,
+    the rows weighted by each kernel side by side (n x Jp) times the rows.
+    ``G=None``: unit weights, one kernel (a moments pass).
 
     A kernel marked ``wider`` has the quadratic form of kernel ``j - 1``
     and a wider flat top, and kernel ``j - 1`` has a row inside its flat top

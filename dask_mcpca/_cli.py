@@ -49,7 +49,7 @@ import os
 import sys
 import time
 
-from ._atomic import atomic_open, is_url
+from ._atomic import atomic_open, is_url, local_path
 from ._estimator import CENTERS, MCPCA, NAN_POLICIES, SOLVERS, check_params, load
 from ._io import split_store_path
 
@@ -578,11 +578,19 @@ def _compute_settled(*collections, progress: bool):
 
 
 def _overlaps(a: str, b: str) -> bool:
-    """Whether one of two paths or URLs lies inside the other (or they are the same)."""
-    if is_url(a) or is_url(b):
-        a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
-        return a.startswith(b) or b.startswith(a)
-    return _is_within(a, b) or _is_within(b, a)
+    """Whether one of two paths or URLs lies inside the other (or they are the same).
+
+    A ``file://`` URL is compared as the local path it names; a local path never
+    overlaps a remote URL.  (Aliases of one remote scheme, ``s3a://`` for ``s3://``,
+    are not recognised.)
+    """
+    la, lb = local_path(a), local_path(b)
+    if la is not None and lb is not None:
+        return _is_within(la, lb) or _is_within(lb, la)
+    if la is not None or lb is not None:
+        return False
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
 
 
 def _exists(path: str, options: dict | None) -> bool:

@@ -109,6 +109,8 @@ def split_store_path(path: str | os.PathLike) -> tuple[str, str | None]:
     path = os.fspath(path)
     if ":" in path and not os.path.exists(path):
         head, _, tail = path.rpartition(":")
+        if is_url(path) and "://" not in head:  # the only colon is the scheme's ("s3://...", with ./s3 present)
+            return path, None
         if _is_hdf5_path(head) or os.path.exists(head):
             return head, tail
     return path, None

@@ -583,3 +583,36 @@ def test_fit_on_a_tls_scheduler_uses_the_configured_certificates(stores, tmp_pat
     assert done.returncode == 0, done.stderr
     np.testing.assert_allclose(load(tmp_path / "m.json").components_, MCPCA().fit(stores["single"]).components_,
                                rtol=1e-9, atol=1e-12)
+
+
+def test_overlap_rule_compares_paths_and_urls_both_ways(tmp_path, monkeypatch):
+    """One rule for every output check: inside or holding, local paths, file:// URLs and remote URLs;
+    a URL is never split at its scheme's colon, even when a local ./s3 exists (it used to be, and
+    then no URL overlapped anything)."""
+    from dask_mcpca._cli import _overlaps, _refuse_inside_input
+    from dask_mcpca._io import split_store_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s3").mkdir()
+    assert split_store_path("s3://b/archive/x.zarr") == ("s3://b/archive/x.zarr", None)
+    store = str(tmp_path / "data" / "x.zarr")
+    refused = [
+        ("s3://b/archive", "s3://b/archive/x.zarr"),  # holds it
+        ("s3://b/archive/x.zarr/out", "s3://b/archive/x.zarr"),  # inside it
+        ("s3://b/archive/", "s3://b/archive/x.zarr/"),
+        ("file://" + str(tmp_path / "data"), store),  # a file:// URL is its local path
+        (store + "/m.json", "file://" + store),
+    ]
+    accepted = [
+        ("s3://b/arch", "s3://b/archive/x.zarr"),  # a sibling prefix, not a parent
+        ("s3://b/other.zarr", "s3://b/archive/x.zarr"),
+        (str(tmp_path / "data" / "y.zarr"), store),
+        ("s3://b" + store, store),  # a remote URL never overlaps a local path
+    ]
+    for output, source in refused:
+        assert _overlaps(output, source) and _overlaps(source, output), (output, source)
+        with pytest.raises(Exception, match="overlap the input store"):
+            _refuse_inside_input(output, source, "--output")
+    for output, source in accepted:
+        assert not _overlaps(output, source), (output, source)
+        _refuse_inside_input(output, source, "--output")
