@@ -467,7 +467,7 @@ def _column_reduce(ufunc: np.ufunc, X: np.ndarray, dtype=None) -> np.ndarray:
     """
     n, p = X.shape
     m = n - n % _GROUP
-    if m == 0:
+    if m == 0 or p == 0:
         return ufunc.reduce(X, axis=0, dtype=dtype)
     out = ufunc.reduce(ufunc.reduce(X[:m].reshape(-1, _GROUP * p), axis=0, dtype=dtype).reshape(_GROUP, p), axis=0)
     return ufunc(out, ufunc.reduce(X[m:], axis=0, dtype=dtype)) if m < n else out
@@ -521,7 +521,7 @@ def _shifted(X: np.ndarray, center: np.ndarray, out: np.ndarray | None = None) -
     n, p = X.shape
     out = np.empty(X.shape, np.result_type(X, center)) if out is None else out
     m = n - n % _GROUP
-    if not (X.flags.c_contiguous and out.flags.c_contiguous) or m == 0:
+    if not (X.flags.c_contiguous and out.flags.c_contiguous) or m == 0 or p == 0:
         return np.subtract(X, center, out=out)
     np.subtract(X[:m].reshape(-1, _GROUP * p), np.tile(center, _GROUP), out=out[:m].reshape(-1, _GROUP * p))
     np.subtract(X[m:], center, out=out[m:])

@@ -212,6 +212,7 @@ def test_column_reduce_equals_numpy_reduction(n, dtype):
     # not contiguous: reshaping copies, the result is the same
     Xf = np.asfortranarray(X)
     np.testing.assert_allclose(_column_reduce(np.add, Xf, dtype=np.float64), X.sum(axis=0, dtype=np.float64), atol=1e-9)
+    assert _column_reduce(np.add, np.zeros((n, 0), dtype)).shape == (0,)  # no columns: as numpy, no error
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -226,6 +227,7 @@ def test_shifted_equals_broadcast_subtraction(n, dtype):
     assert _shifted(X, c, out) is out
     np.testing.assert_array_equal(out, X - c)
     np.testing.assert_array_equal(_shifted(np.asfortranarray(X), c), X - c)
+    assert _shifted(np.zeros((n, 0), dtype), np.zeros(0, dtype)).shape == (n, 0)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
