@@ -499,8 +499,10 @@ def _cmd_score(args, out) -> int:
     if _overlaps(args.model, args.output):
         raise _UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
     options = _storage_options(args.storage_options)
-    if _exists(args.output, options) and not args.overwrite:
-        raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
+    if _exists(args.output, options):
+        if not args.overwrite:
+            raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
+        _refuse_replacing_other_data(args.output)
     _check_output_location(args.output, is_file=False)
     model = load(args.model, storage_options=options)
     X = _open(args)
@@ -591,6 +593,26 @@ def _overlaps(a: str, b: str) -> bool:
         return False
     a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
     return a.startswith(b) or b.startswith(a)
+
+
+def _refuse_replacing_other_data(path: str) -> None:
+    """``--overwrite`` replaces a local Zarr store (Zarr metadata at its root), never another
+    directory or file: ``--output ~/projects --overwrite`` would otherwise delete the folder.
+
+    A URL is not checked: an interrupted publication leaves objects without root metadata,
+    which ``--overwrite`` must be able to replace (see :func:`._atomic.atomic_url_store`).
+    """
+    from ._atomic import _ZARR_METADATA
+
+    local = local_path(path)
+    if local is None:
+        return
+    if os.path.isdir(local) and any(os.path.exists(os.path.join(local, m)) for m in _ZARR_METADATA):
+        return
+    raise _UsageError(
+        f"--output {path!r} exists and is not a Zarr store; --overwrite replaces only a Zarr store "
+        "(remove it yourself if you mean to replace it)"
+    )
 
 
 def _exists(path: str, options: dict | None) -> bool:

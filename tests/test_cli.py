@@ -150,6 +150,14 @@ def _error_cases(stores, model_file):
             ["score", "s3://bucket/x.zarr", "--model", model_file, "--output", "s3://bucket/x.zarr/scores"],
             "overlap the input store",
         ),
+        "score overwrite of a folder that is no store": (
+            ["score", s["single"], "--model", model_file, "--output", s["existing"], "--overwrite"],
+            "is not a Zarr store",
+        ),
+        "score overwrite of a file": (
+            ["score", s["single"], "--model", model_file, "--output", s["h5"], "--overwrite"],
+            "is not a Zarr store",
+        ),
         "fit output is a directory": (["fit", s["single"], "--output", s["existing"]], "is a directory"),
         "fit output under a file": (
             ["fit", s["single"], "--output", os.path.join(s["h5"], "m.json")], "is not a directory"
@@ -177,6 +185,8 @@ IN_PROCESS_CASES = (
     "score output is the input",
     "demo rows not a number",
     "score output is the model",
+    "score overwrite of a folder that is no store",
+    "score overwrite of a file",
     "score output holds the input URL",
     "score output inside the input URL",
     "fit output is a directory",
