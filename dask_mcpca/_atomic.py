@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import shutil
 import socket
 import stat
@@ -38,6 +39,7 @@ __all__ = [
     "stale_temporaries",
     "is_url",
     "local_path",
+    "overlaps",
     "url_to_fs",
     "missing_backend",
     "write_bytes",
@@ -71,18 +73,41 @@ def _writer_alive(temporary: str) -> bool:
     return True
 
 
+def _resolved(path) -> str:
+    """``path`` made absolute with its parent folder's symlinks resolved, as the OS resolves it.
+
+    ``os.path.abspath`` drops ``link/..`` as text, where the OS goes to the link's target's
+    parent; the checks of the command line resolve paths the OS's way, so the write must too.
+    The last component is kept: a symlink named as the output is replaced, not followed.
+    """
+    path = os.path.join(os.getcwd(), os.fspath(path))  # joined, not normalised: keeps "link/.."
+    parent, base = os.path.split(path.rstrip(os.sep) or os.sep)
+    if base in ("", ".", ".."):
+        return os.path.realpath(path)
+    return os.path.join(os.path.realpath(parent), base)
+
+
+def _is_temporary_of(name: str, base: str, host: str | None = None) -> bool:
+    """Whether file name ``name`` is a temporary this module made for ``base`` (exactly, not by prefix:
+    ``.scores.v2.zarr.<id>.tmp`` belongs to ``scores.v2.zarr``, not to ``scores``)."""
+    owner = r"-\d+@" + re.escape(host) if host is not None else r"(-\d+)?"  # no pid: an older version's
+    pattern = rf"\.{re.escape(base)}\.[0-9a-f]{{8}}{owner}{re.escape(TMP_SUFFIX)}(\.old)?"
+    return re.fullmatch(pattern, name) is not None
+
+
 def stale_temporaries(path) -> list[str]:
     """Temporaries of ``path`` left by processes killed while writing it (``.old`` ones included)."""
-    path = os.path.abspath(os.fspath(path))
+    path = _resolved(path)
     parent, base = os.path.split(path)
     pattern = os.path.join(glob.escape(parent), f".{glob.escape(base)}.*{TMP_SUFFIX}")
     found = glob.glob(pattern) + glob.glob(pattern + ".old")
-    return sorted(t for t in found if not _writer_alive(t))
+    mine = [t for t in found if _is_temporary_of(os.path.basename(t), base)]
+    return sorted(t for t in mine if not _writer_alive(t))
 
 
 def recover(path) -> None:
     """Repair what a killed writer of ``path`` left: restore an orphaned old store, delete temporaries."""
-    path = os.path.abspath(os.fspath(path))
+    path = _resolved(path)
     stale = stale_temporaries(path)
     for old in sorted((t for t in stale if t.endswith(".old")), key=os.path.getmtime, reverse=True):
         if not os.path.lexists(path):
@@ -122,7 +147,7 @@ def atomic_path(path):
     deleted; if the second rename fails, the old store is moved back.  What
     a killed writer of ``path`` left behind is repaired first (:func:`recover`).
     """
-    path = os.path.abspath(os.fspath(path))
+    path = _resolved(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     recover(path)
     tmp = _temporary_name(path)
@@ -148,6 +173,27 @@ def atomic_path(path):
 def is_url(path) -> bool:
     """Whether ``path`` is a URL for fsspec (``s3://...``) rather than a local path."""
     return isinstance(path, str) and "://" in path
+
+
+def overlaps(a, b) -> bool:
+    """Whether one of two paths or URLs lies inside the other (or they are the same).
+
+    Local paths are compared as the OS resolves them (symlinks followed); a ``file://`` URL is
+    compared as the local path it names; a local path never overlaps a remote URL.  (Aliases of
+    one remote scheme, ``s3a://`` for ``s3://``, are not recognised.)
+    """
+    la, lb = local_path(a), local_path(b)
+    if la is not None and lb is not None:
+        return _is_within(la, lb) or _is_within(lb, la)
+    if la is not None or lb is not None:
+        return False
+    a, b = os.fspath(a).rstrip("/") + "/", os.fspath(b).rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
+def _is_within(path: str, parent: str) -> bool:
+    path, parent = os.path.realpath(path), os.path.realpath(parent)
+    return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
 
 
 def local_path(path) -> str | None:
@@ -233,7 +279,6 @@ def _url_temporary_name(name: str) -> str:
 
 def _stale_url_temporaries(fs, parent: str, name: str) -> list[str]:
     """Temporaries of ``parent/name`` written by processes of this host that no longer run."""
-    prefix = f".{name}."
     try:
         entries = fs.ls(parent, detail=False, refresh=True)
     except FileNotFoundError:
@@ -241,10 +286,10 @@ def _stale_url_temporaries(fs, parent: str, name: str) -> list[str]:
     stale = []
     for entry in entries:
         base = entry.rstrip("/").rpartition("/")[2]
-        if not (base.startswith(prefix) and base.endswith(TMP_SUFFIX)):
+        if not _is_temporary_of(base, name, host=socket.gethostname()):
             continue
-        owner, _, host = base.removesuffix(TMP_SUFFIX).rpartition("@")
-        if host == socket.gethostname() and not _writer_alive(owner + TMP_SUFFIX):
+        owner = base.removesuffix(TMP_SUFFIX).rpartition("@")[0]
+        if not _writer_alive(owner + TMP_SUFFIX):
             stale.append(entry.rstrip("/"))
     return stale
 
@@ -300,7 +345,9 @@ def _publish(fs, source: str, target: str) -> None:
     fs.invalidate_cache(source)
     keys = sorted(k[len(source) + 1 :] for k in fs.find(source))
     if fs.exists(target):
-        fs.rm([f"{target}/{m}" for m in _ZARR_METADATA if fs.exists(f"{target}/{m}")])  # invisible first
+        visible = [f"{target}/{m}" for m in _ZARR_METADATA if fs.exists(f"{target}/{m}")]
+        if visible:  # (none after an interrupted publication; fsspec's rm refuses an empty list)
+            fs.rm(visible)  # invisible first
         fs.rm(target, recursive=True)
     is_meta = [k.rpartition("/")[2] in _ZARR_METADATA for k in keys]
     chunks = [k for k, meta in zip(keys, is_meta, strict=True) if not meta]

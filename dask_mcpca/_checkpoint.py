@@ -24,7 +24,7 @@ import typing
 
 import numpy as np
 
-from ._atomic import atomic_path, recover
+from ._atomic import atomic_path, local_path, recover
 from ._paper import PaperState
 from ._robust import RobustState
 
@@ -163,7 +163,10 @@ class Checkpoint:
     """Checkpoint file of one fit; use :meth:`open`."""
 
     def __init__(self, path, params: dict, shape):
-        self.path = os.fspath(path)
+        local = local_path(path)
+        if local is None:  # it used to be written as a local path named like the URL ("./s3:/bucket/...")
+            raise ValueError(f"checkpoint={path!r} is a URL; a checkpoint is a local file: name a local path")
+        self.path = local
         self.params = json.loads(json.dumps(params, default=_plain))
         self.shape = list(shape)
         self.fingerprint = None

@@ -50,6 +50,7 @@ import sys
 import time
 
 from ._atomic import atomic_open, is_url, local_path
+from ._atomic import overlaps as _overlaps
 from ._estimator import CENTERS, MCPCA, NAN_POLICIES, SOLVERS, check_params, load
 from ._io import split_store_path
 
@@ -382,11 +383,6 @@ def _one_line(err: BaseException) -> str:
     return text or type(err).__name__
 
 
-def _is_within(path: str, parent: str) -> bool:
-    path, parent = os.path.realpath(path), os.path.realpath(parent)
-    return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
-
-
 def _store_root(store: str) -> str:
     """The file or directory of ``STORE`` (``file.h5:/data`` -> ``file.h5``)."""
     return split_store_path(store)[0]
@@ -579,22 +575,6 @@ def _compute_settled(*collections, progress: bool):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _overlaps(a: str, b: str) -> bool:
-    """Whether one of two paths or URLs lies inside the other (or they are the same).
-
-    A ``file://`` URL is compared as the local path it names; a local path never
-    overlaps a remote URL.  (Aliases of one remote scheme, ``s3a://`` for ``s3://``,
-    are not recognised.)
-    """
-    la, lb = local_path(a), local_path(b)
-    if la is not None and lb is not None:
-        return _is_within(la, lb) or _is_within(lb, la)
-    if la is not None or lb is not None:
-        return False
-    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
-    return a.startswith(b) or b.startswith(a)
-
-
 def _refuse_replacing_other_data(path: str) -> None:
     """``--overwrite`` replaces a local Zarr store (Zarr metadata at its root), never another
     directory or file: ``--output ~/projects --overwrite`` would otherwise delete the folder.
@@ -652,8 +632,14 @@ def _cmd_report(args, out) -> int:
     from . import _report
 
     events = args.events or os.path.splitext(args.output)[0] + ".csv"
-    for path in (args.output, events):
-        _refuse_inside_input(path, args.store, "--output" if path == args.output else "--events")
+    if _overlaps(args.output, events):
+        raise _UsageError(
+            f"--output {args.output!r} and the events file {events!r} are one file; name the events with --events"
+        )
+    for path, what in ((args.output, "--output"), (events, "--events")):
+        _refuse_inside_input(path, args.store, what)
+        if _overlaps(path, args.model):
+            raise _UsageError(f"{what} {path!r} would overwrite the model {args.model!r} being read")
         _check_output_location(path, is_file=True)
     options = _storage_options(args.storage_options)
     _report.return_large_frees_to_os()  # memory flat in the rows: see its docstring

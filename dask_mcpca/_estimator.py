@@ -22,8 +22,9 @@ from sklearn.utils._param_validation import Interval, Options, StrOptions, valid
 from sklearn.utils.validation import check_is_fitted
 
 from . import _checkpoint, _labels, _persist
+from ._atomic import overlaps
 from ._block import PassPlan
-from ._io import as_row_blocks
+from ._io import as_row_blocks, split_store_path
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, single_threaded_blas, spread_blocks
 from ._power import descending_eigh, orient_rows, variance_floor
@@ -237,9 +238,10 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Rows with NaN or inf: raise a ``ValueError``, or leave them out of the
         fit (their transform and score are NaN).  Checked within the passes.
     checkpoint : str or path-like, optional
-        File to which the small state of the fit is written after every step
-        (atomically); a fit started again with the same data and parameters
-        resumes there.
+        Local file to which the small state of the fit is written after every
+        step (atomically); a fit started again with the same data and
+        parameters resumes there.  A URL other than ``file://`` is refused,
+        as is a path inside the store being fitted.
     sample_size : int, default=20000
         Rows drawn during the first pass for the robust start (``"auto"``).
     random_state : int or None, default=None
@@ -508,6 +510,13 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         check_params(self)
         _labels.check_feature_names(self, X, reset=True)
+        if self.checkpoint is not None and isinstance(X, str | os.PathLike):
+            store = split_store_path(X)[0]
+            if overlaps(self.checkpoint, store):
+                raise ValueError(
+                    f"checkpoint={os.fspath(self.checkpoint)!r} would be written inside the input store {store!r} "
+                    "(an input store is never written to); name a path outside it"
+                )
         X = as_row_blocks(X, storage_options=storage_options)
         if X.shape[0] < 2:
             raise ValueError(

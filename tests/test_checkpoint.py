@@ -618,3 +618,50 @@ def test_resumed_paper_state_with_a_bad_last_pass_is_refused(saved_paper, edit, 
         np.savez(fh, **arrays)
     with pytest.raises(CheckpointMismatchError, match="damaged 'paper' state .*" + match):
         MCPCA(checkpoint=path, **kw).fit(X)
+
+
+def test_only_this_paths_own_temporaries_are_cleaned_up(tmp_path):
+    """Cleanup matches a temporary's whole name, not a prefix: another output's leftovers
+    (``scores.v2.zarr``'s, whose ``.old`` may be its only copy) and a user's own dot-file stay."""
+    other = tmp_path / ".scores.v2.zarr.deadbeef-999999.tmp.old"  # scores.v2.zarr's writer, killed
+    other.mkdir()
+    (other / "zarr.json").write_text("{}")
+    mine = tmp_path / ".model.json.draft.tmp"  # a user's file
+    mine.write_text("mine")
+    assert stale_temporaries(tmp_path / "scores") == []
+    assert stale_temporaries(tmp_path / "model.json") == []
+    for name in ("scores", "model.json"):
+        with atomic_path(tmp_path / name) as tmp:
+            open(tmp, "w").write("{}")
+    assert (other / "zarr.json").exists() and mine.read_text() == "mine"
+
+
+def test_a_symlink_then_dotdot_is_written_where_the_os_resolves_it(tmp_path):
+    """``link/../name`` names the link target's parent's ``name`` (the OS's reading), not ``./name``:
+    the command line's checks resolve paths that way, so the write does too."""
+    (tmp_path / "elsewhere" / "sub").mkdir(parents=True)
+    os.symlink(tmp_path / "elsewhere" / "sub", tmp_path / "ln")
+    (tmp_path / "in.zarr").write_text("the input")
+    with atomic_path(str(tmp_path / "ln" / ".." / "in.zarr")) as tmp:
+        open(tmp, "w").write("output")
+    assert (tmp_path / "in.zarr").read_text() == "the input"
+    assert (tmp_path / "elsewhere" / "in.zarr").read_text() == "output"
+
+
+def test_a_checkpoint_url_or_a_checkpoint_inside_the_input_store_is_refused(tmp_path):
+    """A URL used to be written as a local file named like it (``./s3:/bucket/...``), and a
+    checkpoint inside the store read would write into it; both are refused by name, before any pass."""
+    from dask_mcpca import MCPCA
+
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    with pytest.raises(ValueError, match=r"checkpoint='s3://bucket/fit.npz' is a URL"):
+        MCPCA(checkpoint="s3://bucket/fit.npz").fit(X)
+    store = tmp_path / "in.zarr"
+    _write_store(store, X)
+    before = sorted(p.name for p in store.rglob("*"))
+    with pytest.raises(ValueError, match="inside the input store"):
+        MCPCA(checkpoint=store / "fit.ckpt.npz").fit(str(store))
+    assert sorted(p.name for p in store.rglob("*")) == before
+    local = tmp_path / "fit.ckpt.npz"
+    MCPCA(checkpoint="file://" + str(local)).fit(str(store))  # a file:// URL is its local path
+    assert local.exists()

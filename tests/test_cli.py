@@ -136,6 +136,9 @@ def _error_cases(stores, model_file):
             "overlap the input store",
         ),
         "demo rows not a number": (["demo", "--rows", "many"], "--rows"),
+        "demo into a folder holding a model of its own": (
+            ["demo", "--rows", "2000", "--out", os.path.dirname(model_file)], "which the demo did not write"
+        ),
         "score output is the model": (
             ["score", s["single"], "--model", model_file, "--output", model_file, "--overwrite"],
             "would overwrite the model",
@@ -157,6 +160,16 @@ def _error_cases(stores, model_file):
         "score overwrite of a file": (
             ["score", s["single"], "--model", model_file, "--output", s["h5"], "--overwrite"],
             "is not a Zarr store",
+        ),
+        "report output is the model": (
+            ["report", s["single"], "--model", model_file, "--output", model_file], "would overwrite the model"
+        ),
+        "report events are the model": (
+            ["report", s["single"], "-m", model_file, "--output", str(s["dir"] / "r1.png"), "--events", model_file],
+            "would overwrite the model",
+        ),
+        "report output is its events file": (
+            ["report", s["single"], "--model", model_file, "--output", str(s["dir"] / "r2.csv")], "are one file"
         ),
         "fit output is a directory": (["fit", s["single"], "--output", s["existing"]], "is a directory"),
         "fit output under a file": (
@@ -184,7 +197,11 @@ IN_PROCESS_CASES = (
     "model is not a model",
     "score output is the input",
     "demo rows not a number",
+    "demo into a folder holding a model of its own",
     "score output is the model",
+    "report output is the model",
+    "report events are the model",
+    "report output is its events file",
     "score overwrite of a folder that is no store",
     "score overwrite of a file",
     "score output holds the input URL",
@@ -372,6 +389,10 @@ def test_demo_runs_and_robust_pca_beats_pca(concurrent):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000
     assert zarr.open_array(os.path.join(d, "sensors.zarr"), mode="r").shape == (20000, len(CHANNELS))
     load(os.path.join(d, "model.json"))
+    assert sorted(n for n in os.listdir(d) if n.startswith(".")) == [".dask-mcpca-demo"]  # no temporaries left
+    from dask_mcpca.demo.run import _claim_folder
+
+    _claim_folder(d)  # its own folder: a second demo run may replace what the first wrote
 
     pca, mcpca = map(float, re.search(r"subspace +([\d.]+)° +([\d.]+)°", out).groups())
     assert mcpca < 2.0 < pca

@@ -355,3 +355,19 @@ def test_score_killed_mid_write_on_s3_keeps_the_old_output(stores, data, fitted,
     np.testing.assert_allclose(
         zarr.open_group(out, mode="r", storage_options=options)["weight"][:], fitted.score_samples(big), rtol=1e-12
     )
+
+
+def test_overwrite_repairs_an_output_left_without_root_metadata(stores, data, fitted, model_url):
+    """A publication interrupted before the root ``zarr.json`` leaves objects that readers see as no
+    store; ``score --overwrite`` replaces them (fsspec refused the empty list of metadata to hide)."""
+    options = stores["options"]
+    endpoint = ["--storage-option", f"endpoint_url={options['endpoint_url']}"]
+    out = f"s3://{BUCKET}/half-scores.zarr"
+    fs = _fs(stores)
+    fs.pipe(f"{BUCKET}/half-scores.zarr/weight/c/0", b"chunk bytes of an interrupted publication")
+    with pytest.raises(Exception):  # noqa: B017 -- zarr's error for a prefix without metadata varies by version
+        zarr.open_group(out, mode="r", storage_options=options)
+    assert _run("score", stores["plain"], "--model", model_url, "--output", out, "--overwrite", *endpoint) == 0
+    fs.invalidate_cache()
+    g = zarr.open_group(out, mode="r", storage_options=options)
+    np.testing.assert_allclose(g["weight"][:], fitted.score_samples(data), rtol=1e-12)

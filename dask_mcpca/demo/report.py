@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._atomic import atomic_open
 from .._schedule import outlier_cutoff_d2
 from .archive import CHANNELS, KINDS, TRUE_LOADINGS
 from .evaluate import DemoResult
@@ -120,7 +121,8 @@ def plot(path, result: DemoResult, pca_components, model, sample, seed) -> None:
         _panel_variances(fig.add_subplot(gs[1, 0:3]), result)
         _panel_flagged(fig.add_subplot(gs[1, 3:6]), result)
         _panel_scores(fig.add_subplot(gs[2, :]), result, sample)
-        fig.savefig(path, bbox_inches="tight")
+        with atomic_open(path, "wb") as f:  # whole or not at all, and never through a symlink named as it
+            fig.savefig(f, format="png", bbox_inches="tight")
         plt.close(fig)
 
 

@@ -17,6 +17,25 @@ from .report import outlier_table, plot, table
 __all__ = ["run_demo"]
 
 
+#: What the demo writes into its folder (replaced on every run), and the file that marks the folder as
+#: the demo's: a folder without it that already holds one of these names is refused, not overwritten.
+DEMO_FILES = ("sensors.zarr", "truth.zarr", "model.json", "report.png")
+MARKER = ".dask-mcpca-demo"
+
+
+def _claim_folder(out: str) -> None:
+    if os.path.isdir(out) and not os.path.exists(os.path.join(out, MARKER)):
+        clash = [name for name in DEMO_FILES if os.path.lexists(os.path.join(out, name))]
+        if clash:
+            raise ValueError(
+                f"demo: {out!r} already holds {', '.join(clash)}, which the demo did not write; "
+                "choose another --out (the demo replaces these names in its own folder)"
+            )
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, MARKER), "w") as f:
+        f.write("written by dask-mcpca demo; it replaces " + ", ".join(DEMO_FILES) + " here\n")
+
+
 def run_demo(
     *, rows: int = 1_000_000, out="mcpca-demo", seed: int = 0, progress: bool = True, stream=None
 ) -> DemoResult:
@@ -28,7 +47,8 @@ def run_demo(
         Rows of the synthetic archive.
     out : str or path-like
         Folder for ``sensors.zarr``, ``truth.zarr``, ``model.json`` and
-        ``report.png`` (created; those four are replaced).
+        ``report.png`` (created; those four are replaced in a folder the demo
+        wrote before, and a folder that holds any of them otherwise is refused).
     seed : int
         Seed of the generator.
     progress : bool
@@ -39,6 +59,7 @@ def run_demo(
     stream = stream if stream is not None else sys.stdout
     say = lambda *a: print(*a, file=stream, flush=True)  # noqa: E731
     out = os.fspath(out)
+    _claim_folder(out)
     seconds = {}
     t0 = time.perf_counter()
     sensors, truth, faults = make_archive(out, n_rows=rows, seed=seed)
