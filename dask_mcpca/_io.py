@@ -66,6 +66,16 @@ class H5Dataset:
                 if not isinstance(d, h5py.Dataset):
                     raise KeyError(name)
                 self.shape, self.dtype, self.chunks = d.shape, d.dtype, d.chunks
+                where = f"HDF5 file {self.path!r}, dataset {name!r}"
+                _refuse_packed(d.attrs, where)
+                if d.chunks is not None and d.size:
+                    expected = int(np.prod([-(-n // c) for n, c in zip(d.shape, d.chunks, strict=True)]))
+                    written = d.id.get_num_chunks()
+                    if written < expected:
+                        raise ValueError(
+                            f"{where} has {expected - written} of its {expected} chunks never written; HDF5 "
+                            f"would read them as the fill value {d.fillvalue!r}. Complete the dataset"
+                        )
         except KeyError:
             raise KeyError(
                 f"HDF5 file {self.path!r} has no dataset {name!r}"
@@ -85,6 +95,30 @@ class H5Dataset:
 
     def __repr__(self):
         return f"H5Dataset({self.path!r}, {self.name!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+#: CF attributes that make the stored numbers a code for others (``value * scale_factor + add_offset``,
+#: a sentinel for "missing"): xarray decodes them, a raw read does not.
+_PACKING = ("scale_factor", "add_offset")
+_SENTINELS = ("_FillValue", "missing_value")
+
+
+def _refuse_packed(attrs, where: str) -> None:
+    """Refuse an array whose raw values are not its data (CF packing, or a finite missing-value
+    sentinel): read raw, they would be fitted as they are stored."""
+    packed = [a for a in _PACKING if a in attrs]
+    sentinel = []
+    for a in _SENTINELS:
+        if a in attrs:
+            values = np.atleast_1d(np.asarray(attrs[a]))
+            if values.dtype.kind in "biuf" and np.isfinite(values.astype(float)).any():
+                sentinel.append(f"{a}={attrs[a]!r}")
+    if packed or sentinel:
+        raise ValueError(
+            f"{where} stores coded values ({', '.join(packed + sentinel)}): read raw they would be fitted as "
+            "stored. Open it with xarray (dask_mcpca.open_archive or the command line do, for a store xarray "
+            "wrote), or decode it yourself"
+        )
 
 
 def _is_hdf5_path(path: str) -> bool:
@@ -266,6 +300,7 @@ class _ZarrRows:
     def __init__(self, arr):
         arr = _reopen_absolute(arr)
         self.arr = arr
+        _refuse_packed(arr.attrs, f"Zarr array {arr.path or '/'!r} of {arr.store}")
         self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
         self.root = _local_root(arr)
         self.where = f"Zarr store {self.root or str(arr.store)!r}" + (f", array {arr.path!r}" if arr.path else "")
@@ -434,6 +469,11 @@ def as_row_blocks(
         X = open_store(X, storage_options=storage_options)
     _refuse_unsupported(X)
     if type(X).__module__.startswith("xarray"):
+        if X.ndim == 2 and _channel_first(X):
+            raise ValueError(
+                f"X has dims {X.dims}, channels first: rows (one per time step) must come first; "
+                f"pass X.transpose({X.dims[1]!r}, {X.dims[0]!r})"
+            )
         X = X.data
     if type(X).__module__.startswith("h5py"):
         X = H5Dataset(X.file.filename, X.name)
@@ -474,6 +514,30 @@ def is_xarray_store(path: str, *, storage_options: dict | None = None) -> bool:
         if getattr(arr.metadata, "dimension_names", None) or "_ARRAY_DIMENSIONS" in arr.attrs:
             return True
     return False
+
+
+def _numeric_label(value, dtype, row: str):
+    """A row label for a numeric coordinate: text is converted (a string compared with numbers
+    selects nothing sensible, pandas silently ignored the stop); None stays None."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return np.asarray(value).astype(dtype)[()]
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a label of the row coordinate {row!r}, which holds {dtype} numbers"
+        ) from None
+
+
+def _channel_first(X, channel_dim: str = "channel") -> bool:
+    """Whether 2-D DataArray ``X`` holds its channels along its first dimension: that dimension is
+    named ``channel_dim``, or only the second one has a datetime coordinate (the rows are times)."""
+
+    def timed(dim) -> bool:
+        return dim in X.coords and np.issubdtype(X.coords[dim].dtype, np.datetime64)
+
+    first, second = X.dims
+    return first == channel_dim or (timed(second) and not timed(first))
 
 
 def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel_dim: str):
@@ -585,12 +649,17 @@ def open_archive(
         options["create_default_indexes"] = False  # xarray >= 2025.07; older ones always build the index
     ds = xr.open_zarr(path if url else os.path.abspath(path), **options)
     X = _data_variable(ds, dataset, variables, channel_dim)
+    if _channel_first(X, channel_dim):  # stored (channel, time): the rows are the second dimension
+        X = X.transpose()
     row = X.dims[0]
     if rows is not None:
         X = X.isel({row: rows})
     if time is not None:
         if row not in X.indexes:
             raise ValueError(f"the archive's row dimension {row!r} has no coordinate to select by label")
+        index = X.indexes[row]
+        if index.dtype.kind in "iuf":  # labels given as text ("10", from the command line) are numbers here:
+            time = slice(*(_numeric_label(v, index.dtype, row) for v in (time.start, time.stop)))
         X = X.sel({row: time})
     n, p = X.shape
     store_rows = X.chunks[0][0] if X.chunks and X.chunks[0] else None

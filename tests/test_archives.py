@@ -167,3 +167,71 @@ def test_report_on_a_cluster_matches_the_local_report(archive, model_file, clust
     assert rc == 0
     assert _events(tmp_path / "local.csv") == _events(tmp_path / "remote.csv")
     _assert_report(remote, tmp_path / "remote.csv", archive)
+
+
+# ------------------------------------------------- what a raw read would get wrong, refused or mended
+# Each case used to give a fit on the wrong numbers without an error (an audit of the read paths).
+
+
+def _rows(n=400, p=4, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, p)) * [3.0, 2.0, 1.0, 0.5] + [10.0, -5.0, 0.0, 2.0]
+
+
+def test_packed_values_are_refused_raw_and_decoded_by_open_archive(tmp_path):
+    """CF packing (scale_factor, a sentinel _FillValue): the stored integers are not the data."""
+    from dask_mcpca import MCPCA, open_archive
+
+    X = np.round(_rows(), 3)
+    path = str(tmp_path / "packed.zarr")
+    xr.Dataset({"x": (("time", "channel"), X)}).to_zarr(
+        path, encoding={"x": {"dtype": "int32", "scale_factor": 0.001, "_FillValue": -(2**31)}}
+    )
+    with pytest.raises(ValueError, match=r"coded values \(scale_factor, _FillValue=-2147483648\)"):
+        MCPCA().fit(path + ":/x")
+    model = MCPCA(center="mean").fit(open_archive(path))
+    np.testing.assert_allclose(model.mean_, X.mean(axis=0), atol=1e-9)  # decoded: the data's own mean
+
+
+def test_hdf5_packed_or_with_unwritten_chunks_is_refused(tmp_path):
+    import h5py
+
+    from dask_mcpca import MCPCA
+
+    X = _rows()
+    path = str(tmp_path / "data.h5")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("packed", data=(X * 100).astype("int16")).attrs["scale_factor"] = 0.01
+        gappy = f.create_dataset("gappy", shape=X.shape, chunks=(50, 4), dtype="f8")
+        gappy[:200], gappy[300:] = X[:200], X[300:]  # rows 200:300 never written: read as the fill value
+    with pytest.raises(ValueError, match="coded values"):
+        MCPCA().fit(path + ":/packed")
+    with pytest.raises(ValueError, match="2 of its 8 chunks never written"):
+        MCPCA().fit(path + ":/gappy")
+
+
+def test_channels_first_is_refused_in_memory_and_turned_in_a_store(tmp_path):
+    """A (channel, time) array is not 4 rows of 400 features: refused as a DataArray, read
+    rows-first from a store (open_archive knows the channel dimension)."""
+    from dask_mcpca import MCPCA, open_archive
+
+    X = _rows()
+    times = pd.date_range(START, periods=len(X), freq=PERIOD)
+    A = xr.DataArray(X.T, dims=("sensor", "time"), coords={"time": times})
+    with pytest.raises(ValueError, match=r"channels first.*transpose\('time', 'sensor'\)"):
+        MCPCA().fit(A)
+    path = str(tmp_path / "cf.zarr")
+    xr.Dataset({"x": xr.DataArray(X.T, dims=("channel", "row"))}).to_zarr(path)
+    opened = open_archive(path)
+    assert opened.dims == ("row", "channel") and opened.shape == X.shape
+    np.testing.assert_allclose(MCPCA(center="mean").fit(opened).mean_, X.mean(axis=0), atol=1e-12)
+
+
+def test_time_selection_on_a_numeric_coordinate_keeps_its_stop(tmp_path):
+    """--time 10:50 on an integer row coordinate: rows 10..50, not everything from 10 on."""
+    from dask_mcpca import open_archive
+
+    path = str(tmp_path / "ticks.zarr")
+    xr.Dataset({"x": (("tick", "channel"), _rows())}, coords={"tick": np.arange(0, 4000, 10)}).to_zarr(path)
+    assert open_archive(path, time=slice("10", "50")).sizes["tick"] == 5
+    with pytest.raises(ValueError, match="not a label of the row coordinate 'tick'"):
+        open_archive(path, time=slice("2024-01", None))
