@@ -304,16 +304,15 @@ class _ZarrRows:
         self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
         self.root = _local_root(arr)
         self.where = f"Zarr store {self.root or str(arr.store)!r}" + (f", array {arr.path!r}" if arr.path else "")
-        if self.root is not None:
-            missing = self._missing_units(0, self.shape[0])
-            if missing:
-                a, b = self._unit_rows(missing[0])
-                raise ValueError(
-                    f"{self.where} has no chunk file for rows {a}:{b} ({len(missing)} of "
-                    f"{self._grid()[0]} row chunks missing); Zarr would read them as the fill value "
-                    f"{self.arr.fill_value!r}. Complete the store, or pass dask.array.from_zarr(...) "
-                    "to accept fill values"
-                )
+        missing = self._missing_units(0, self.shape[0]) if self.root is not None else self._missing_listed()
+        if missing:
+            a, b = self._unit_rows(missing[0])
+            raise ValueError(
+                f"{self.where} has no chunk file for rows {a}:{b} ({len(missing)} of "
+                f"{self._grid()[0]} row chunks missing); Zarr would read them as the fill value "
+                f"{self.arr.fill_value!r}. Complete the store, or pass dask.array.from_zarr(...) "
+                "to accept fill values"
+            )
 
     def _unit(self) -> tuple[int, int]:
         """Rows and columns of one stored object (a shard, or a chunk if unsharded)."""
@@ -337,6 +336,21 @@ class _ZarrRows:
             for i in range(start // r, -(-stop // r))
             if not all(os.path.exists(os.path.join(self.root, encode((i, j)))) for j in range(n_cols))
         ]
+
+    def _missing_listed(self) -> list[int]:
+        """As :meth:`_missing_units` for any other store (a URL, in memory, a zip file): one
+        listing of the array's keys through the store's own API."""
+        from zarr.core.sync import sync
+
+        store, prefix = self.arr.store, f"{self.arr.path}/" if self.arr.path else ""
+
+        async def keys():
+            return {key[len(prefix) :] async for key in store.list_prefix(prefix)}
+
+        found = sync(keys())
+        encode = self.arr.metadata.encode_chunk_key
+        n_cols = self._grid()[1]
+        return [i for i in range(self._grid()[0]) if not all(encode((i, j)) in found for j in range(n_cols))]
 
     def _check_visible(self, key) -> None:
         import socket

@@ -379,6 +379,22 @@ def test_zarr_store_with_a_missing_chunk_file_is_refused_when_opened(tmp_path):
     assert store in msg and "rows 200:300" in msg and "1 of 4 row chunks missing" in msg
 
 
+def test_a_missing_chunk_is_refused_through_a_url_and_in_memory_too(tmp_path):
+    """Stores other than a local folder (a file:// URL, an S3 one, memory) are listed through
+    the store's own API; they used to be read with the fill value in place of the missing chunk."""
+    zarr = pytest.importorskip("zarr")
+    store = _zarr_store(tmp_path / "partial.zarr", _data(n=400))
+    os.remove(os.path.join(store, "c", "2", "0"))
+    with pytest.raises(ValueError, match=r"rows 200:300 \(1 of 4 row chunks missing\)"):
+        MCPCA().fit("file://" + store)
+    memory = zarr.create_array(zarr.storage.MemoryStore(), shape=(400, 3), chunks=(100, 3), dtype="f8")
+    memory[:300] = _data(n=300)
+    with pytest.raises(ValueError, match=r"rows 300:400 \(1 of 4 row chunks missing\)"):
+        MCPCA().fit(memory)
+    memory[300:] = _data(n=100)
+    assert MCPCA().fit(memory).n_samples_ == 400
+
+
 def test_relative_paths_are_made_absolute(tmp_path, monkeypatch):
     from dask_mcpca._io import as_row_blocks, open_store
 
