@@ -213,9 +213,8 @@ class BlockStats:
 
     def in_units(self, unit_exp: int) -> BlockStats:
         """These statistics with their mean and scatter in units of ``2**unit_exp`` (exact; may overflow to inf)."""
-        d = self.unit_exp - unit_exp
-        with np.errstate(over="ignore"):
-            return replace(self, mean=np.ldexp(self.mean, d), scatter=np.ldexp(self.scatter, 2 * d), unit_exp=unit_exp)
+        mean, scatter = _in_unit(self, unit_exp)
+        return replace(self, mean=mean, scatter=scatter, unit_exp=unit_exp)
 
     def covariance(self, j: int = 0, *, about: np.ndarray | None = None) -> np.ndarray:
         """Weighted covariance of kernel ``j``: about its weighted mean, or about ``about``."""
@@ -337,7 +336,7 @@ def _sub_block_stats(
         # many times over; they are far below the round-off of the sums.
         E[E < _LOG_TINY[Y.dtype.type]] = -np.inf
         G = np.exp(E, out=E)
-    weight, wsum, scatter = _weighted_sums(Y, G, wider=None if G is None else wider, ws=ws)
+    weight, wsum, scatter = _weighted_sums(Y, G, ws, wider=None if G is None else wider)
     dead = weight == 0  # a kernel whose rows are all infinitely far
     rel_mean = wsum / np.where(dead, 1.0, weight)[:, None]
     scatter -= weight[:, None, None] * rel_mean[:, :, None] * rel_mean[:, None, :]
@@ -358,7 +357,7 @@ GEMM_ROWS = 4096
 
 
 def _weighted_sums(
-    Y: np.ndarray, G: np.ndarray | None, *, wider: np.ndarray | None = None, ws: _Workspace | None = None
+    Y: np.ndarray, G: np.ndarray | None, ws: _Workspace, *, wider: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per kernel j: ``sum_k G_jk``, ``sum_k G_jk y_k`` and ``sum_k G_jk y_k y_k^T`` in float64.
 
@@ -381,10 +380,9 @@ def _weighted_sums(
     J = 1 if G is None else G.shape[0]
     weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
     own = np.arange(J) if wider is None else np.flatnonzero(~wider)
-    step = GEMM_ROWS
-    W = (ws or _Workspace(Y.dtype)).take("W", (min(n, step), len(own) * p))
-    for start in range(0, n, step):
-        y = Y[start : start + step]
+    W = ws.take("W", (min(n, GEMM_ROWS), len(own) * p))
+    for start in range(0, n, GEMM_ROWS):
+        y = Y[start : start + GEMM_ROWS]
         w = W[: len(y)]
         if G is None:
             wsum[0] += _column_reduce(np.add, y, dtype=np.float64)
@@ -392,13 +390,13 @@ def _weighted_sums(
             continue
         if len(own) == 1:  # (sqrt(g) y)^T (sqrt(g) y): numpy makes it a SYRK, half the GEMM's work
             j = own[0]
-            g = G[j, start : start + step]
+            g = G[j, start : start + GEMM_ROWS]
             weight[j] += g.sum(dtype=np.float64)
             wsum[j] += g @ y
             np.multiply(y, np.sqrt(g)[:, None], out=w)
             scatter[j] += w.T @ w
         else:
-            g = G[own, start : start + step]
+            g = G[own, start : start + GEMM_ROWS]
             weight[own] += g.sum(axis=1, dtype=np.float64)
             wsum[own] += g @ y
             for k in range(len(own)):
@@ -410,8 +408,8 @@ def _weighted_sums(
         rows = np.flatnonzero(G[j - 1] < 1)  # outside kernel j - 1's flat top
         extra = G[j, rows] - G[j - 1, rows]
         weight[j], wsum[j], scatter[j] = weight[j - 1], wsum[j - 1], scatter[j - 1]
-        for start in range(0, len(rows), step):
-            yr, er = Y[rows[start : start + step]], extra[start : start + step]
+        for start in range(0, len(rows), GEMM_ROWS):
+            yr, er = Y[rows[start : start + GEMM_ROWS]], extra[start : start + GEMM_ROWS]
             weight[j] += er.sum(dtype=np.float64)
             wsum[j] += er @ yr
             scatter[j] += (yr * er[:, None]).T @ yr
@@ -678,11 +676,17 @@ def combine(a: BlockStats, b: BlockStats) -> BlockStats:
 
 
 def _in_unit(stats: BlockStats, unit: int) -> tuple[np.ndarray, np.ndarray]:
-    """``stats``' mean and scatter in units of ``2**unit`` working units, ``unit >= stats.unit_exp`` (exact)."""
+    """``stats``' mean and scatter in units of ``2**unit`` working units (exact, powers of two).
+
+    A shrink (``unit > stats.unit_exp``, as in :func:`combine`) goes at worst to 0, negligible
+    beside the other part; a growth may overflow to inf (the caller checks).  The same arrays
+    when the unit is already ``unit``.
+    """
     if stats.unit_exp == unit:
         return stats.mean, stats.scatter
-    d = max(stats.unit_exp - unit, _NO_UNIT)  # < 0: a shrink, at worst to 0 (negligible beside the other part)
-    return np.ldexp(stats.mean, d), np.ldexp(stats.scatter, 2 * d)
+    d = max(stats.unit_exp - unit, _NO_UNIT)
+    with np.errstate(over="ignore"):
+        return np.ldexp(stats.mean, d), np.ldexp(stats.scatter, 2 * d)
 
 
 def _or(value: np.ndarray | None, default: float) -> np.ndarray | float:
