@@ -304,7 +304,8 @@ class _ZarrRows:
         self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
         self.root = _local_root(arr)
         self.where = f"Zarr store {self.root or str(arr.store)!r}" + (f", array {arr.path!r}" if arr.path else "")
-        missing = self._missing_units(0, self.shape[0]) if self.root is not None else self._missing_listed()
+        listed = None if self.root is not None else self._listed_keys()
+        missing = self._missing_units(0, self.shape[0], None if listed is None else listed.__contains__)
         if missing:
             a, b = self._unit_rows(missing[0])
             raise ValueError(
@@ -326,20 +327,22 @@ class _ZarrRows:
         r = self._unit()[0]
         return i * r, min(self.shape[0], (i + 1) * r)
 
-    def _missing_units(self, start: int, stop: int) -> list[int]:
-        """Row indices of the stored objects of rows ``start:stop`` that have a missing file."""
+    def _missing_units(self, start: int, stop: int, present=None) -> list[int]:
+        """Row indices of the stored objects of rows ``start:stop`` that are missing.
+
+        ``present(key)`` says whether a chunk key is stored; by default, whether its
+        file exists under the local root.
+        """
+        if present is None:
+            present = lambda key: os.path.exists(os.path.join(self.root, key))  # noqa: E731
         r = self._unit()[0]
         n_cols = self._grid()[1]
         encode = self.arr.metadata.encode_chunk_key
-        return [
-            i
-            for i in range(start // r, -(-stop // r))
-            if not all(os.path.exists(os.path.join(self.root, encode((i, j)))) for j in range(n_cols))
-        ]
+        return [i for i in range(start // r, -(-stop // r)) if not all(present(encode((i, j))) for j in range(n_cols))]
 
-    def _missing_listed(self) -> list[int]:
-        """As :meth:`_missing_units` for any other store (a URL, in memory, a zip file): one
-        listing of the array's keys through the store's own API."""
+    def _listed_keys(self) -> set[str]:
+        """The array's stored keys, for a store that is not a local folder (a URL, in memory, a zip
+        file): one listing through the store's own API."""
         from zarr.core.sync import sync
 
         store, prefix = self.arr.store, f"{self.arr.path}/" if self.arr.path else ""
@@ -347,10 +350,7 @@ class _ZarrRows:
         async def keys():
             return {key[len(prefix) :] async for key in store.list_prefix(prefix)}
 
-        found = sync(keys())
-        encode = self.arr.metadata.encode_chunk_key
-        n_cols = self._grid()[1]
-        return [i for i in range(self._grid()[0]) if not all(encode((i, j)) in found for j in range(n_cols))]
+        return sync(keys())
 
     def _check_visible(self, key) -> None:
         import socket
