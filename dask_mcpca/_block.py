@@ -71,11 +71,17 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import _compiled
+
 __all__ = ["PassPlan", "BlockStats", "block_stats", "combine"]
 
 #: Rows handled at once inside a block: bounds the temporaries of a task and
 #: keeps them in cache (32,768 rows ran 10-25 % faster than 65,536 at p = 10).
 SUB_BLOCK_ROWS = 32_768
+
+#: Whether kernel passes use the compiled loops of :mod:`._compiled` for their
+#: usual sub-blocks (the numpy spelling does the rest, and all of it when False).
+COMPILED = _compiled.AVAILABLE
 
 #: ``unit_exp`` of an empty moments result: any unit, its weight is 0.
 _NO_UNIT = -(2**20)
@@ -299,7 +305,8 @@ def _sub_block_stats(
 
     ``Y`` is float32 for float32 data: the products are then float32 and
     their sums float64 (:func:`_weighted_sums`).  Equal kernels share one
-    quadratic form, and all kernels one weighted GEMM.
+    quadratic form, and all kernels one weighted GEMM.  This is the numpy
+    spelling; :func:`_compiled_stats` does the usual case faster.
     """
     n, p = Y.shape
     if ws is None or ws.dtype != Y.dtype:
@@ -322,21 +329,40 @@ def _sub_block_stats(
                 # Overflow (inf, or inf - inf = NaN) only for rows far beyond
                 # any kernel's reach: infinitely far, weight 0.
                 quad[np.isnan(quad)] = np.inf
-            # e_k = z - 1/2 y_k^T A y_k, capped at 0 (for z = 0, A is PSD and
-            # positive values are round-off).
-            np.multiply(quad, -0.5, out=E[j])
-            E[j] += offsets[j]
-        np.minimum(E, 0.0, out=E)
-        log_scale = E.max(axis=1).astype(np.float64)
+            _exponents(quad, offsets[j], out=E[j])
+        G, log_scale = _weights(E)
         wider[1:] &= log_scale[:-1] == 0
-        live = np.isfinite(log_scale)  # -inf: every row infinitely far, weight 0
-        if np.any(log_scale[live]):
-            E[live] -= log_scale[live].astype(Y.dtype)[:, None]
-        # Weights below exp(LOG_TINY) would be subnormal, which slows the GEMM
-        # many times over; they are far below the round-off of the sums.
-        E[E < _LOG_TINY[Y.dtype.type]] = -np.inf
-        G = np.exp(E, out=E)
     weight, wsum, scatter = _weighted_sums(Y, G, ws, wider=None if G is None else wider)
+    return _moments(n, log_scale, weight, wsum, scatter, shift)
+
+
+def _exponents(quad: np.ndarray, offset: float, out: np.ndarray) -> np.ndarray:
+    """``e_k = z - 1/2 y_k^T A y_k`` into ``out`` (capped at 0 by :func:`_weights`)."""
+    np.multiply(quad, -0.5, out=out)
+    out += offset
+    return out
+
+
+def _weights(E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weights ``exp(min(e, 0) - m_j)`` from the exponents ``E`` (J x n, overwritten), and ``m_j``.
+
+    The cap at 0 is the flat top (for ``z = 0``, ``A`` is PSD and positive
+    values are round-off); ``m_j = max_k min(e_jk, 0)`` is the kernel's
+    log-scale, -inf when every row is infinitely far (weight 0).
+    """
+    np.minimum(E, 0.0, out=E)
+    log_scale = E.max(axis=1).astype(np.float64) if E.shape[1] else np.full(len(E), -np.inf)
+    live = np.isfinite(log_scale)
+    if np.any(log_scale[live]):
+        E[live] -= log_scale[live].astype(E.dtype)[:, None]
+    # Weights below exp(LOG_TINY) would be subnormal, which slows the products
+    # many times over; they are far below the round-off of the sums.
+    E[E < _LOG_TINY[E.dtype.type]] = -np.inf
+    return np.exp(E, out=E), log_scale
+
+
+def _moments(n: int, log_scale, weight, wsum, scatter, shift) -> BlockStats:
+    """A sub-block's statistics from its weighted sums about ``shift``: the mean, and the scatter about it."""
     dead = weight == 0  # a kernel whose rows are all infinitely far
     rel_mean = wsum / np.where(dead, 1.0, weight)[:, None]
     scatter -= weight[:, None, None] * rel_mean[:, :, None] * rel_mean[:, None, :]
@@ -344,6 +370,82 @@ def _sub_block_stats(
     return BlockStats(
         n_rows=n, n_nonfinite=0, log_scale=log_scale, weight=weight, mean=rel_mean + shift, scatter=scatter
     )
+
+
+def _compiled_kernel(plan: PassPlan, work: type) -> np.ndarray | None:
+    """The upper-triangle form of a pass's one quadratic form, for :func:`_compiled_stats`;
+    None when the compiled loops do not apply (no numba, a moments pass, kernels that are not
+    one matrix, or a working unit whose power of two is not a normal number of ``work``)."""
+    if not COMPILED or plan.kernels is None or abs(plan.unit_exp) >= np.finfo(work).maxexp - 1:
+        return None
+    A = plan.kernels[0]
+    if not all(np.array_equal(B, A) for B in plan.kernels[1:]):
+        return None
+    return _compiled.upper_doubled(A, work)
+
+
+def _compiled_stats(Xs: np.ndarray, plan: PassPlan, U: np.ndarray, ws: _Workspace) -> BlockStats | None:
+    """A kernel pass's statistics of sub-block ``Xs`` (as stored, in the working dtype) by the
+    compiled loops (:mod:`._compiled`); None when a row is not finite in working units (NaN or
+    inf as stored, a far row, a float32 overflow), which the numpy spelling handles.
+
+    The same quantities as :func:`_working_rows` then :func:`_sub_block_stats`: the rows are
+    shifted by the centre rounded to the dtype, then scaled by the power of two; the plan's
+    excluded rows get weight 0.  Sums differ from numpy's in their order only.
+    """
+    n, p = Xs.shape
+    dtype = Xs.dtype.type
+    center = np.ldexp(plan.center, plan.unit_exp).astype(dtype)  # data units, as _working_rows
+    Yt, quad = ws.take("Yt", (p, n)), ws.take("quad", (n,))
+    _compiled.transposed_quadratic_form(np.ascontiguousarray(Xs), center, dtype(2.0**-plan.unit_exp), U, Yt, quad)
+    if not np.isfinite(quad).all():
+        if not np.isfinite(Yt).all():
+            return None
+        quad[np.isnan(quad)] = np.inf  # inf - inf in the sum: a row far beyond any kernel's reach
+    J = plan.n_kernels
+    E = ws.take("exponents", (J, n))
+    offsets = np.zeros(J) if plan.offsets is None else plan.offsets
+    for j in range(J):
+        _exponents(quad, offsets[j], out=E[j])
+    if plan.excluded or plan.excluded_rows:
+        E[:, _excluded_rows(Xs, plan)] = -np.inf
+    G, log_scale = _weights(E)
+    weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
+    _compiled.transposed_weighted_sums(Yt, G, weight, wsum, scatter)
+    scatter += np.triu(scatter, 1).transpose(0, 2, 1)
+    shift = np.ldexp(center.astype(np.float64), -plan.unit_exp)  # the centre as subtracted, working units
+    return _moments(n, log_scale, weight, wsum, scatter, shift)
+
+
+def _compiled_moments(Xs: np.ndarray, ws: _Workspace) -> BlockStats | None:
+    """A moments pass's statistics of sub-block ``Xs`` (as stored, in the working dtype) by the
+    compiled loops; None when a row is not finite, or when the sub-block's unit is not a normal
+    power of two of the dtype, which the numpy spelling handles.
+
+    The same quantities as the numpy spelling: the unit is the power of two above the largest
+    magnitude, the rows are measured from the first row in that unit (one rounding, then the
+    power of two), and the column ranges are those of the rows as stored.
+    """
+    n, p = Xs.shape
+    dtype = Xs.dtype.type
+    X = np.ascontiguousarray(Xs)
+    lo, hi = np.empty(p, dtype), np.empty(p, dtype)
+    if not _compiled.column_ranges(X, lo, hi):
+        return None
+    unit = _top_exponent(np.concatenate([lo, hi]))  # the first row is one of the rows: its top is no larger
+    if abs(unit) >= np.finfo(dtype).maxexp - 1:
+        return None
+    Yt = ws.take("Yt", (p, n))
+    _compiled.transposed_rows(X, X[0], dtype(2.0**-unit), Yt)
+    G = ws.take("exponents", (1, n))
+    G.fill(1)
+    weight, wsum, scatter = np.zeros(1), np.zeros((1, p)), np.zeros((1, p, p))
+    _compiled.transposed_weighted_sums(Yt, G, weight, wsum, scatter)
+    scatter += np.triu(scatter, 1).transpose(0, 2, 1)
+    weight[0] = n  # exact
+    part = _moments(n, np.zeros(1), weight, wsum, scatter, np.ldexp(X[0].astype(np.float64), -unit))
+    part.col_min, part.col_max, part.unit_exp = lo.astype(np.float64), hi.astype(np.float64), unit
+    return part
 
 
 #: Exponents below which a weight is set to 0 (exp would be subnormal).
@@ -586,6 +688,7 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
     X = np.asarray(X)
     p = X.shape[1]
     work = _work_dtype(X.dtype, plan)
+    U = _compiled_kernel(plan, work)
     result = _empty(plan, p)
     samples = []
     ws = _Workspace(work)
@@ -593,44 +696,67 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
         sub = X[start : start + SUB_BLOCK_ROWS]
         Xs = np.asarray(sub, dtype=work)  # as stored: float32 stays float32, any other dtype is cast to float64
         n_seen = Xs.shape[0]
-        if plan.kernels is not None:
-            # Shift the rows first: finite working rows prove the stored rows
-            # finite, so the usual kernel pass scans its values once, not twice.
-            Y, near, shift = _working_rows(Xs, plan, out=ws.take("Y", Xs.shape))
-            finite = None if near is None else _finite_rows(Xs)
-        else:
-            finite = _finite_rows(Xs)  # on the values as stored
-        n_bad = 0 if finite is None else int(n_seen - finite.sum())
+        with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
+            part = _compiled_part(Xs, plan, U, ws) if n_seen else None
+            finite = None  # the compiled loops take only sub-blocks whose rows are all finite
+            if part is None:
+                part, finite = _numpy_part(Xs, plan, ws)
         if plan.sample_rate > 0:
             rows = np.arange(row_offset + start, row_offset + start + n_seen)
             keep = _row_uniforms(rows, plan.seed) < plan.sample_rate
             if finite is not None:
                 keep &= finite
             samples.append(np.array(Xs[keep], dtype=np.float64))  # the rows as stored, exactly
-        if plan.kernels is None:
-            good = Xs if finite is None else Xs[finite]
-            # measured from the sub-block's first row (its finite entries), so
-            # the sums below never cancel badly; |Y| <= 2 in this unit
-            first = np.where(np.isfinite(Xs[0]), Xs[0], 0).astype(np.float64) if n_seen else np.zeros(p)
-            unit = max(_top_exponent(good), _top_exponent(first))
-            shift = np.ldexp(first, -unit).astype(work)
-            Y = _scaled(good, -unit, out=ws.take("Y", good.shape))  # exact, barring float32 underflow
-            Y -= shift
-            shift = shift.astype(np.float64)  # as subtracted
-            n_far = 0
-        else:
-            Y, shift, n_far = _kernel_rows(Xs, Y, near, shift, finite, plan)
-        with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
-            part = _sub_block_stats(Y, shift, plan, ws) if len(Y) else _empty(plan, p)
-        if plan.kernels is None and len(good):
-            part.col_min = _column_reduce(np.minimum, good).astype(np.float64)
-            part.col_max = _column_reduce(np.maximum, good).astype(np.float64)
-            part.unit_exp = unit
-        part.n_rows, part.n_nonfinite, part.n_far = n_seen - n_bad, n_bad, n_far
         result = combine(result, part)
     if plan.sample_rate > 0:
         result.sample = np.concatenate([result.sample, *samples])
     return result
+
+
+def _compiled_part(Xs: np.ndarray, plan: PassPlan, U: np.ndarray | None, ws: _Workspace) -> BlockStats | None:
+    """Sub-block ``Xs``'s statistics by the compiled loops, counts included; None when they do
+    not apply (see :func:`_compiled_stats` and :func:`_compiled_moments`)."""
+    if U is not None:
+        part = _compiled_stats(Xs, plan, U, ws)
+    elif plan.kernels is None and COMPILED:
+        part = _compiled_moments(Xs, ws)
+    else:
+        return None
+    if part is not None:
+        part.n_rows = len(Xs)
+    return part
+
+
+def _numpy_part(Xs: np.ndarray, plan: PassPlan, ws: _Workspace) -> tuple[BlockStats, np.ndarray | None]:
+    """Sub-block ``Xs``'s statistics in numpy, counts included, and the mask of its finite rows
+    as stored (None: all are)."""
+    n_seen, p = Xs.shape
+    if plan.kernels is not None:
+        # Shift the rows first: finite working rows prove the stored rows
+        # finite, so the usual kernel pass scans its values once, not twice.
+        Y, near, shift = _working_rows(Xs, plan, out=ws.take("Y", Xs.shape))
+        finite = None if near is None else _finite_rows(Xs)
+        Y, shift, n_far = _kernel_rows(Xs, Y, near, shift, finite, plan)
+    else:
+        finite = _finite_rows(Xs)  # on the values as stored
+        good = Xs if finite is None else Xs[finite]
+        # measured from the sub-block's first row (its finite entries), so
+        # the sums below never cancel badly; |Y| <= 2 in this unit
+        first = np.where(np.isfinite(Xs[0]), Xs[0], 0).astype(np.float64) if n_seen else np.zeros(p)
+        unit = max(_top_exponent(good), _top_exponent(first))
+        shift = np.ldexp(first, -unit).astype(Xs.dtype)
+        Y = _scaled(good, -unit, out=ws.take("Y", good.shape))  # exact, barring float32 underflow
+        Y -= shift
+        shift = shift.astype(np.float64)  # as subtracted
+        n_far = 0
+    part = _sub_block_stats(Y, shift, plan, ws) if len(Y) else _empty(plan, p)
+    if plan.kernels is None and len(Y):
+        part.col_min = _column_reduce(np.minimum, good).astype(np.float64)
+        part.col_max = _column_reduce(np.maximum, good).astype(np.float64)
+        part.unit_exp = unit
+    n_bad = 0 if finite is None else int(n_seen - finite.sum())
+    part.n_rows, part.n_nonfinite, part.n_far = n_seen - n_bad, n_bad, n_far
+    return part, finite
 
 
 def combine(a: BlockStats, b: BlockStats) -> BlockStats:

@@ -1,0 +1,210 @@
+"""The compiled loops of a kernel pass, and the numpy spelling they stand in for, against plain numpy.
+
+:mod:`dask_mcpca._compiled` does the usual sub-block of a kernel pass; the
+numpy spelling in :mod:`dask_mcpca._block` does the rest (NaN or inf rows,
+far rows, float32 overflow, kernels that are not one matrix) and all of it
+when ``COMPILED`` is False.  Both are checked here against the definitions
+written out plainly in float64 (``_plain``): the weights
+``exp(min(z_j - q/2, 0) - m_j)`` with ``q = (y - c)^T A (y - c)`` in working
+units, and the weighted mean and scatter about it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from dask_mcpca import _block, _compiled
+from dask_mcpca._block import SUB_BLOCK_ROWS, PassPlan, block_stats
+
+SPELLINGS = [True, False]  # _block.COMPILED
+DTYPES = [np.float64, np.float32]
+#: Agreement with the plain float64 definitions, relative to each quantity's magnitude.
+RTOL = {np.float64: 1e-11, np.float32: 2e-5}
+
+@pytest.fixture(params=SPELLINGS, ids=["compiled", "numpy"])
+def spelling(request, monkeypatch):
+    monkeypatch.setattr(_block, "COMPILED", request.param)
+    return request.param
+
+
+def _plain(X, plan, keep=None):
+    """Per kernel: log-scale, weight, mean and scatter of the rows ``keep`` (working units), float64."""
+    Y = np.ldexp(np.asarray(X, np.float64) - np.ldexp(plan.center, plan.unit_exp), -plan.unit_exp)
+    if keep is not None:
+        Y = Y[keep]
+    offsets = np.zeros(plan.n_kernels) if plan.offsets is None else plan.offsets
+    out = []
+    for A, z in zip(plan.kernels, offsets, strict=True):
+        q = np.einsum("ij,jk,ik->i", Y, A, Y)
+        e = np.minimum(z - q / 2, 0.0)
+        m = e.max()
+        g = np.exp(e - m)
+        mean = g @ Y / g.sum()
+        scatter = ((Y - mean) * g[:, None]).T @ (Y - mean)
+        raw = np.abs((Y * g[:, None]).T @ Y).max()  # the sums are formed about the centre: their round-off scale
+        out.append((m, g.sum(), mean + plan.center, scatter, raw))
+    return out
+
+
+def _assert_matches(got, want, dtype):
+    rtol = RTOL[dtype]
+    for j, (m, weight, mean, scatter, raw) in enumerate(want):
+        assert_allclose(got.log_scale[j], m, rtol=rtol, atol=rtol)
+        assert_allclose(got.weight[j], weight, rtol=rtol)
+        assert_allclose(got.mean[j], mean, rtol=rtol, atol=rtol * np.abs(mean).max())
+        assert_allclose(got.scatter[j], scatter, rtol=rtol, atol=rtol * raw)
+
+
+def _bulk(n, p, dtype, seed=0, unit_exp=0):
+    rng = np.random.default_rng(seed)
+    B = rng.normal(size=(p, p))
+    X = rng.normal(size=(n, p)) @ B + 3.0
+    return np.ldexp(X, unit_exp).astype(dtype), np.linalg.inv(B.T @ B)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 255, 257, 5000, SUB_BLOCK_ROWS + 100])
+@pytest.mark.parametrize("offsets", [[1.5], [1.5, 4.0], [0.0, 1.5, 4.0]], ids=["step", "step+final", "three"])
+def test_kernel_pass_matches_the_plain_definitions(spelling, dtype, n, offsets):
+    """Any row count (runs of TILE rows and sub-blocks cut anywhere), one to three kernels of one matrix."""
+    p = 6
+    X, A = _bulk(n, p, dtype)
+    plan = PassPlan(center=np.full(p, 2.9), kernels=np.repeat(A[None], len(offsets), 0), offsets=np.array(offsets))
+    got = block_stats(X, plan)
+    assert (got.n_rows, got.n_nonfinite, got.n_far) == (n, 0, 0)
+    _assert_matches(got, _plain(X, plan), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("unit_exp", [-60, 0, 70])
+def test_working_units_scale_the_rows_exactly(spelling, dtype, unit_exp):
+    """Data times 2**k in working unit 2**k: the same statistics as the data in unit 1."""
+    p = 4
+    X, A = _bulk(3000, p, dtype)
+    kw = dict(kernels=np.stack([A, A]), offsets=np.array([1.0, 3.0]))
+    ref = block_stats(X, PassPlan(center=np.full(p, 3.0), **kw))
+    scaled = block_stats(np.ldexp(X, unit_exp), PassPlan(center=np.full(p, 3.0), unit_exp=unit_exp, **kw))
+    assert_allclose(scaled.weight, ref.weight, rtol=1e-12)
+    assert_allclose(scaled.mean, ref.mean, rtol=1e-12)
+    assert_allclose(scaled.scatter, ref.scatter, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_that_are_not_finite_are_counted_and_left_out(spelling, dtype, monkeypatch):
+    """NaN and inf rows, in one sub-block of three: counted, in no sum (the compiled loops
+    hand that sub-block to numpy)."""
+    p = 5
+    X, A = _bulk(3 * 4000, p, dtype)
+    X[4100, 2], X[4200, 0], X[9000] = np.nan, np.inf, -np.inf
+    plan = PassPlan(center=np.full(p, 3.0), kernels=np.stack([A, A]), offsets=np.array([1.0, 3.0]))
+    keep = np.isfinite(X).all(axis=1)
+    monkeypatch.setattr(_block, "SUB_BLOCK_ROWS", 4000)
+    got = block_stats(X, plan)
+    assert (got.n_rows, got.n_nonfinite, got.n_far) == (len(X) - 3, 3, 0)
+    _assert_matches(got, _plain(X, plan, keep), dtype)
+
+
+def test_float32_row_whose_quadratic_form_overflows_gets_weight_zero(spelling):
+    """Finite float32 rows 1e20 spreads out: their squares overflow float32, so their quadratic
+    forms are inf (or NaN, inf - inf, by the order of the sum); still finite rows (not far), with
+    weight exactly 0."""
+    p = 3
+    X, _ = _bulk(2000, p, np.float32)
+    A = np.array([[1.0, 0.5, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    X[7] = 1e20  # every product +inf
+    X[8] = [1e20, -1e20, 1e20]  # products of both signs
+    plan = PassPlan(center=np.full(p, 3.0), kernels=A[None], offsets=np.array([2.0]))
+    got = block_stats(X, plan)
+    assert (got.n_rows, got.n_far) == (len(X), 0)
+    keep = ~np.isin(np.arange(len(X)), [7, 8])
+    _assert_matches(got, _plain(X, plan, keep), np.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_excluded_values_and_rows_enter_no_sum(spelling, dtype):
+    p = 3
+    X, A = _bulk(6000, p, dtype)
+    X[::10, 1] = 0.5
+    X[3::20] = [1.0, 2.0, 3.0]
+    plan = PassPlan(
+        center=np.full(p, 3.0), kernels=np.stack([A, A]), offsets=np.array([1.0, 3.0]),
+        excluded=((1, 0.5),), excluded_rows=((1.0, 2.0, 3.0),),
+    )
+    got = block_stats(X, plan)
+    keep = (X[:, 1] != dtype(0.5)) & ~(X == np.array([1.0, 2.0, 3.0], dtype)).all(axis=1)
+    assert keep.sum() == len(X) - 600 - 300
+    assert got.n_rows == len(X)  # left out of the sums, still rows
+    _assert_matches(got, _plain(X, plan, keep), dtype)
+
+
+def test_sub_block_whose_rows_are_all_excluded_adds_nothing(spelling, monkeypatch):
+    """Every row of the second sub-block excluded: the merged result is the first sub-block's."""
+    p = 2
+    X, A = _bulk(2 * 500, p, np.float64)
+    X[500:, 0] = 7.0
+    plan = PassPlan(center=np.full(p, 3.0), kernels=A[None], offsets=np.array([1.0]), excluded=((0, 7.0),))
+    monkeypatch.setattr(_block, "SUB_BLOCK_ROWS", 500)
+    got = block_stats(X, plan)
+    _assert_matches(got, _plain(X, plan, np.arange(len(X)) < 500), np.float64)
+
+
+def test_compiled_loops_take_one_matrix_in_a_normal_unit_only():
+    """Kernels of different matrices, a moments pass, or a unit whose power of two is not a
+    normal number: the numpy spelling (its results are checked above and in test_mcpca)."""
+    A = np.eye(3)
+    one = PassPlan(center=np.zeros(3), kernels=np.stack([A, A]), offsets=np.array([0.0, 1.0]))
+    assert _block._compiled_kernel(one, np.float64) is not None
+    assert _block._compiled_kernel(PassPlan(center=np.zeros(3), kernels=np.stack([A, 2 * A])), np.float64) is None
+    assert _block._compiled_kernel(PassPlan(center=np.zeros(3)), np.float64) is None
+    assert _block._compiled_kernel(PassPlan(center=np.zeros(3), kernels=A[None], unit_exp=200), np.float32) is None
+    assert _block._compiled_kernel(PassPlan(center=np.zeros(3), kernels=A[None], unit_exp=200), np.float64) is not None
+
+
+def test_upper_doubled_gives_the_quadratic_form():
+    rng = np.random.default_rng(4)
+    B = rng.normal(size=(5, 5))
+    A, y = B @ B.T, rng.normal(size=5)
+    U = _compiled.upper_doubled(A, np.float64)
+    assert np.all(np.tril(U, -1) == 0)
+    assert_allclose(sum(U[a, b] * y[a] * y[b] for a in range(5) for b in range(a, 5)), y @ A @ y, rtol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scale", [1.0, 2.0**-120, 1e37], ids=["one", "tiny", "near-max"])
+def test_moments_pass_matches_the_plain_definitions(spelling, dtype, scale, monkeypatch):
+    """Mean, scatter, column ranges and row count of the finite rows, in data units, over three
+    sub-blocks (one with a NaN row and one with an inf row), at any magnitude of the data."""
+    p = 4
+    rng = np.random.default_rng(5)
+    X = ((rng.normal(size=(3 * 700 + 11, p)) * [1.0, 3.0, 0.5, 2.0] + 4.0) * scale).astype(dtype)
+    X[800, 1], X[1500, 3] = np.nan, np.inf
+    monkeypatch.setattr(_block, "SUB_BLOCK_ROWS", 700)
+    got = block_stats(X, PassPlan(center=np.zeros(p)))
+    keep = np.isfinite(X).all(axis=1)
+    Y = X[keep].astype(np.float64)
+    assert (got.n_rows, got.n_nonfinite) == (len(Y), 2)
+    np.testing.assert_array_equal(got.col_min, Y.min(axis=0))
+    np.testing.assert_array_equal(got.col_max, Y.max(axis=0))
+    data = got.in_units(0)
+    mean = Y.mean(axis=0)
+    rtol = RTOL[dtype]
+    assert_allclose(data.weight, [len(Y)])
+    assert_allclose(data.mean[0], mean, rtol=rtol)
+    assert_allclose(data.scatter[0], (Y - mean).T @ (Y - mean), rtol=rtol, atol=rtol * (Y**2).sum(axis=0).max())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_non_finite_value_in_a_direction_the_kernel_ignores_is_still_counted(spelling, dtype, bad):
+    """A kernel blind to column 2 (its row and column of A are 0, as for a direction without
+    spread): a row with inf or NaN there is still not finite, so in no sum."""
+    p = 3
+    X, _ = _bulk(1000, p, dtype)
+    A = np.diag([1.0, 0.5, 0.0])
+    X[10, 2] = bad
+    plan = PassPlan(center=np.full(p, 3.0), kernels=A[None], offsets=np.array([1.0]))
+    got = block_stats(X, plan)
+    assert (got.n_rows, got.n_nonfinite) == (len(X) - 1, 1)
+    _assert_matches(got, _plain(X, plan, np.arange(len(X)) != 10), dtype)
