@@ -44,6 +44,16 @@ uses its own, the power of two above its largest magnitude, so its moments
 cannot overflow, and the result's ``unit_exp`` says in which unit the
 merged mean and scatter are (:func:`combine` rescales to the larger one).
 
+Two spellings
+-------------
+The usual sub-block (every row finite in working units; one kernel matrix,
+or none for a moments pass; at most ``COMPILED_MAX_FEATURES`` columns, beyond
+which BLAS's products are faster) is done by the compiled loops of
+:mod:`._compiled`, which lay the rows out transposed and vectorise along
+them; everything else by the numpy spelling below, which is also the
+reference they are tested against (``COMPILED = False`` uses it alone).
+Both give the same quantities; their sums differ in order only.
+
 Moments
 -------
 Weighted moments are kept as (total weight, weighted mean, scatter about that
@@ -53,10 +63,11 @@ large uncentred sum is ever formed.
 Precision
 ---------
 float32 rows are shifted, weighted and multiplied in float32 (twice the
-arithmetic rate and half the bytes of float64), in GEMMs of ``GEMM_ROWS``
-rows whose results are added in float64, as are all sums across GEMMs,
-sub-blocks and blocks: a float32 fit gives the float64 fit of the same values
-to float32 round-off (``tests/test_mcpca.py``).  The float32 rows are in
+arithmetic rate and half the bytes of float64), in runs of rows (256 in the
+compiled loops, ``GEMM_ROWS`` in the numpy spelling) whose results are added
+in float64, as are all sums across runs, sub-blocks and blocks: a float32 fit
+gives the float64 fit of the same values to float32 round-off
+(``tests/test_mcpca.py``).  The float32 rows are in
 working units too (the centre, rounded to float32 in the data's units, is
 subtracted, then the power of two applied); finiteness is still judged on
 the values as stored.  A sub-block whose float32 working rows would overflow
@@ -79,9 +90,15 @@ __all__ = ["PassPlan", "BlockStats", "block_stats", "combine"]
 #: keeps them in cache (32,768 rows ran 10-25 % faster than 65,536 at p = 10).
 SUB_BLOCK_ROWS = 32_768
 
-#: Whether kernel passes use the compiled loops of :mod:`._compiled` for their
-#: usual sub-blocks (the numpy spelling does the rest, and all of it when False).
+#: Whether passes use the compiled loops of :mod:`._compiled` for their usual
+#: sub-blocks (the numpy spelling does the rest, and all of it when False).
 COMPILED = _compiled.AVAILABLE
+
+#: The widest rows the compiled loops take.  Their p(p+1)/2 loops along the
+#: rows lose to BLAS's blocked products as p grows (a two-kernel robust step
+#: in memory, compiled / numpy: 0.41 at p = 10, 0.82 at 20, 0.98 at 30, 0.97
+#: at 50, 1.06 at 100, 1.84 at 300).
+COMPILED_MAX_FEATURES = 32
 
 #: ``unit_exp`` of an empty moments result: any unit, its weight is 0.
 _NO_UNIT = -(2**20)
@@ -372,11 +389,17 @@ def _moments(n: int, log_scale, weight, wsum, scatter, shift) -> BlockStats:
     )
 
 
+def _compiled_width(p: int) -> bool:
+    """Whether the compiled loops take rows of ``p`` values (see ``COMPILED_MAX_FEATURES``)."""
+    return COMPILED and 0 < p <= COMPILED_MAX_FEATURES
+
+
 def _compiled_kernel(plan: PassPlan, work: type) -> np.ndarray | None:
     """The upper-triangle form of a pass's one quadratic form, for :func:`_compiled_stats`;
-    None when the compiled loops do not apply (no numba, a moments pass, kernels that are not
-    one matrix, or a working unit whose power of two is not a normal number of ``work``)."""
-    if not COMPILED or plan.kernels is None or abs(plan.unit_exp) >= np.finfo(work).maxexp - 1:
+    None when the compiled loops do not apply (no numba, rows wider than
+    ``COMPILED_MAX_FEATURES``, a moments pass, kernels that are not one matrix, or a working
+    unit whose power of two is not a normal number of ``work``)."""
+    if not _compiled_width(len(plan.center)) or plan.kernels is None or abs(plan.unit_exp) >= np.finfo(work).maxexp - 1:
         return None
     A = plan.kernels[0]
     if not all(np.array_equal(B, A) for B in plan.kernels[1:]):
@@ -718,7 +741,7 @@ def _compiled_part(Xs: np.ndarray, plan: PassPlan, U: np.ndarray | None, ws: _Wo
     not apply (see :func:`_compiled_stats` and :func:`_compiled_moments`)."""
     if U is not None:
         part = _compiled_stats(Xs, plan, U, ws)
-    elif plan.kernels is None and COMPILED:
+    elif plan.kernels is None and _compiled_width(Xs.shape[1]):
         part = _compiled_moments(Xs, ws)
     else:
         return None

@@ -151,8 +151,9 @@ def test_sub_block_whose_rows_are_all_excluded_adds_nothing(spelling, monkeypatc
 
 
 def test_compiled_loops_take_one_matrix_in_a_normal_unit_only():
-    """Kernels of different matrices, a moments pass, or a unit whose power of two is not a
-    normal number: the numpy spelling (its results are checked above and in test_mcpca)."""
+    """Kernels of different matrices, a unit whose power of two is not a normal number, or rows
+    wider than COMPILED_MAX_FEATURES: the numpy spelling (its results are checked above and in
+    test_mcpca)."""
     A = np.eye(3)
     one = PassPlan(center=np.zeros(3), kernels=np.stack([A, A]), offsets=np.array([0.0, 1.0]))
     assert _block._compiled_kernel(one, np.float64) is not None
@@ -160,6 +161,11 @@ def test_compiled_loops_take_one_matrix_in_a_normal_unit_only():
     assert _block._compiled_kernel(PassPlan(center=np.zeros(3)), np.float64) is None
     assert _block._compiled_kernel(PassPlan(center=np.zeros(3), kernels=A[None], unit_exp=200), np.float32) is None
     assert _block._compiled_kernel(PassPlan(center=np.zeros(3), kernels=A[None], unit_exp=200), np.float64) is not None
+    wide = _block.COMPILED_MAX_FEATURES + 1  # BLAS's products are faster there
+    assert _block._compiled_kernel(PassPlan(center=np.zeros(wide), kernels=np.eye(wide)[None]), np.float64) is None
+    ws = _block._Workspace(np.float64)
+    assert _block._compiled_part(np.ones((5, wide)), PassPlan(center=np.zeros(wide)), None, ws) is None
+    assert _block._compiled_part(np.ones((5, 3)), PassPlan(center=np.zeros(3)), None, ws) is not None
 
 
 def test_upper_doubled_gives_the_quadratic_form():
