@@ -424,7 +424,12 @@ def _compiled_stats(Xs: np.ndarray, plan: PassPlan, U: np.ndarray, ws: _Workspac
     if not np.isfinite(quad).all():
         if not np.isfinite(Yt).all():
             return None
-        quad[np.isnan(quad)] = np.inf  # inf - inf in the sum: a row far beyond any kernel's reach
+        # A finite row whose quadratic form overflows (inf, or inf - inf = NaN) is far beyond any
+        # kernel's reach: weight 0.  Its working values are zeroed too, so that its products add
+        # exactly 0 whatever order the compiled sums multiply in (reassociation may form y_a y_b).
+        far = ~np.isfinite(quad)
+        quad[far] = np.inf
+        Yt[:, far] = 0
     J = plan.n_kernels
     E = ws.take("exponents", (J, n))
     offsets = np.zeros(J) if plan.offsets is None else plan.offsets

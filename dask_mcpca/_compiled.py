@@ -75,11 +75,19 @@ _FLAGS = {"reassoc", "contract", "nsz", "arcp"}
 
 
 def _compiled(fn=None, *, fastmath=True):
-    """``numba.njit`` without the GIL, cached on disk, with ``_FLAGS`` unless ``fastmath=False``."""
+    """``numba.njit`` without the GIL, with ``_FLAGS`` unless ``fastmath=False``, cached on disk
+    where numba finds a writable cache folder (else compiled in each process: numba refuses
+    ``cache=True`` at decoration when neither the package's ``__pycache__`` nor the user's
+    cache folder can be written, as in a read-only image run by a service user)."""
     if fn is None:
         return lambda f: _compiled(f, fastmath=fastmath)
+    if not AVAILABLE:
+        return fn
     flags = _FLAGS if fastmath else False
-    return numba.njit(nogil=True, fastmath=flags, cache=True)(fn) if AVAILABLE else fn
+    try:
+        return numba.njit(nogil=True, fastmath=flags, cache=True)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True, fastmath=flags, cache=False)(fn)
 
 
 def upper_doubled(A: np.ndarray, dtype) -> np.ndarray:

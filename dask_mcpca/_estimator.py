@@ -587,7 +587,9 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         tol = self.tol if self.tol is not None else DEFAULT_TOL[solver]
         max_iter = self.max_iter if self.max_iter is not None else DEFAULT_MAX_ITER[solver]
         runner = PassRunner(X, nan_policy=self.nan_policy, progress=self.progress)
-        ckpt = _checkpoint.Checkpoint.open(self.checkpoint, params=self._fingerprint_params(), shape=(n, p))
+        ckpt = _checkpoint.Checkpoint.open(
+            self.checkpoint, params=self._fingerprint_params(), shape=(n, p), dtype=X.dtype
+        )
 
         seed = 0 if self.random_state is None else self.random_state
         self.n_features_in_ = p

@@ -11,6 +11,8 @@ units, and the weighted mean and scatter about it.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -214,3 +216,34 @@ def test_non_finite_value_in_a_direction_the_kernel_ignores_is_still_counted(spe
     got = block_stats(X, plan)
     assert (got.n_rows, got.n_nonfinite) == (len(X) - 1, 1)
     _assert_matches(got, _plain(X, plan, np.arange(len(X)) != 10), dtype)
+
+
+def test_package_works_where_numba_cannot_cache(tmp_path):
+    """A read-only install run by a user without a writable home: numba refuses ``cache=True``
+    at decoration ("no locator available"); the loops are then compiled in the process.
+    (The package is copied under another name, so that this install's own copy is not the
+    one imported.)"""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import dask_mcpca
+
+    copy = tmp_path / "site" / "mcpca_copy"
+    shutil.copytree(Path(dask_mcpca.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "__pycache__").write_text("not a folder")  # the in-tree cache cannot be made
+    blocked = tmp_path / "home-is-a-file"
+    blocked.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(PYTHONPATH=str(copy.parent), HOME=str(blocked), XDG_CACHE_HOME=str(blocked),
+               PYTHONDONTWRITEBYTECODE="1")
+    code = (
+        "import numpy as np, mcpca_copy._block as b\n"
+        "X = np.random.default_rng(0).normal(size=(300, 3))\n"
+        "got = b.block_stats(X, b.PassPlan(center=np.zeros(3), kernels=np.eye(3)[None]))\n"
+        "print(b.COMPILED, got.weight[0] > 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]

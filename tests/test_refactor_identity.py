@@ -31,8 +31,9 @@ the content of the checkpoint files a fit writes (its on-disk form must not
 change silently).
 
 Bit-identity is asserted only in the environment the digests were recorded
-in (numpy's version, the machine, the OS, numpy's SIMD targets and the BLAS
-library and its kernel architecture): the same code gives other bits with
+in (numpy's version, the machine, the OS, numpy's SIMD targets, the BLAS
+library and its kernel architecture, numba's version and the CPU it compiles
+for): the same code gives other bits with
 another BLAS kernel or another numpy SIMD path (an FMA, a different
 summation order), and the fits' iterations can turn such round-off into a
 different stopping step.  Elsewhere the recorded values are compared with a
@@ -181,8 +182,15 @@ def environment() -> dict:
         simd = None
     blas = sorted({(lib["internal_api"], lib["version"], lib["architecture"])
                    for lib in threadpool_info() if lib["user_api"] == "blas"}, key=str)
+    try:  # the compiled loops' bits depend on numba's version and the CPU it compiles for
+        import numba
+        from llvmlite import binding
+
+        compiled = [numba.__version__, numba.config.CPU_NAME or binding.get_host_cpu_name()]
+    except ImportError:
+        compiled = None
     return {"numpy": np.__version__, "machine": platform.machine(), "system": platform.system(),
-            "numpy_simd": simd, "blas": [list(lib) for lib in blas]}
+            "numpy_simd": simd, "blas": [list(lib) for lib in blas], "numba": compiled}
 
 
 def _compute(tmp: Path) -> dict:
