@@ -22,6 +22,9 @@ History of the record (``RECORDED_ON`` names the latest):
   order; against the 215ff77 record the fits moved by at most 2.0e-13 of an
   output's magnitude in float64 and 9.2e-7 in float32, with the same pass
   counts except the float32 paper fit (124 passes, 123 before).
+- 26b7973: the environment names numba's version and the CPU it compiles for
+  (the compiled loops' bits depend on them); every output as recorded on
+  2695628.
 
 What is compared: ``components_``, ``explained_variance_``, ``mean_``,
 ``covariance_``, ``outlier_cutoff_`` and ``n_passes_`` of a handful of fits
@@ -76,7 +79,7 @@ RECORD = HERE / "refactor_identity.json"
 #: A checkpoint written by b0a069c (a finished paper fit, robust centre): format 5 as it was.
 OLD_CHECKPOINT = HERE / "data" / "b0a069c_paper.ckpt.npz"
 #: The commit the digests were last recorded on (the history is in the module docstring).
-RECORDED_ON = "2695628"
+RECORDED_ON = "26b7973"
 
 #: Fitted attributes compared.
 OUTPUTS = ("components_", "explained_variance_", "mean_", "covariance_", "outlier_cutoff_", "n_passes_")
