@@ -14,6 +14,7 @@ nor xarray is imported unless the input is one.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -86,7 +87,8 @@ def check_feature_names(estimator, X: Any, *, reset: bool) -> None:
 
     DataFrames and other inputs go through scikit-learn's own check (its
     messages and warnings); a DataArray's channel coordinate is set or
-    compared here, with the same message.  ``feature_dim_in_`` records the
+    compared here, with the same messages and warnings (a DataArray without
+    a channel coordinate has no feature names).  ``feature_dim_in_`` records the
     name of a DataArray's channel dimension, for the fitted ``loadings_`` and
     the per-channel outputs.
     """
@@ -106,6 +108,14 @@ def check_feature_names(estimator, X: Any, *, reset: bool) -> None:
             estimator.feature_names_in_ = names
         return
     fitted = getattr(estimator, "feature_names_in_", None)
+    if (fitted is None) != (names is None):  # scikit-learn's warnings, for a DataArray's channel coordinate
+        who = type(estimator).__name__
+        warnings.warn(
+            f"X does not have valid feature names, but {who} was fitted with feature names" if names is None
+            else f"X has feature names, but {who} was fitted without feature names",
+            UserWarning,
+            stacklevel=3,
+        )
     if fitted is None or names is None:
         return
     if len(fitted) != len(names) or np.any(fitted != names):

@@ -99,6 +99,21 @@ def test_dataarray_with_other_channels_is_refused():
         model.transform(other)
 
 
+def test_dataarray_without_names_warns_as_an_array_does():
+    """A DataArray without a channel coordinate has no feature names: scored by a model fitted
+    with names, or the other way round, it gets scikit-learn's warnings, as a numpy array or a
+    DataFrame does (its columns' order cannot be checked)."""
+    named = MCPCA().fit(_dataarray(lazy=False))
+    bare = _dataarray(lazy=False).drop_vars("channel")
+    with pytest.warns(UserWarning, match="X does not have valid feature names, but MCPCA was fitted with"):
+        named.transform(bare)
+    with pytest.warns(UserWarning, match="X does not have valid feature names, but MCPCA was fitted with"):
+        named.transform(_data())  # scikit-learn's own check, the reference wording
+    unnamed = MCPCA().fit(_data())
+    with pytest.warns(UserWarning, match="X has feature names, but MCPCA was fitted without feature names"):
+        unnamed.transform(_dataarray(lazy=False))
+
+
 def test_xarray_written_zarr_store_is_lazy_end_to_end(tmp_path):
     _dataarray(lazy=True).to_dataset().to_zarr(tmp_path / "archive.zarr")
     A = xr.open_zarr(tmp_path / "archive.zarr")["sensors"]
