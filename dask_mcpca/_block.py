@@ -552,9 +552,9 @@ _F32_KERNEL_MAX = 2.0**60
 
 
 def _work_dtype(dtype: np.dtype, plan: PassPlan) -> type:
-    """float32 for float32 rows (the products then run at float32 speed; sums are
-    float64), unless a kernel is beyond float32's comfortable range."""
-    if dtype != np.float32:
+    """float32 for float32 rows of either byte order (the products then run at float32
+    speed; sums are float64), unless a kernel is beyond float32's comfortable range."""
+    if np.dtype(dtype).newbyteorder("=") != np.float32:  # a big-endian float32 store is float32 too
         return np.float64
     if plan.kernels is not None and not np.all(np.abs(plan.kernels) <= _F32_KERNEL_MAX):
         return np.float64

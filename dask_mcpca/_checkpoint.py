@@ -174,7 +174,7 @@ class Checkpoint:
         self.shape = list(shape)
         # float32 moments carry float32 products: their last digits depend on the order of the
         # sums (numba's runs or numpy's GEMMs, the machine's BLAS), about 1e-7 of their size
-        self.rtol = FINGERPRINT_RTOL[np.dtype(dtype) == np.float32]
+        self.rtol = FINGERPRINT_RTOL[np.dtype(dtype).newbyteorder("=") == np.float32]
         self.fingerprint = None
         self.states: dict = {}
         self._loaded: dict = {}

@@ -242,3 +242,23 @@ def test_scaled_equals_ldexp_at_every_exponent(dtype):
             want = np.ldexp(x, e)
             got = _scaled(x.copy(), e)
         np.testing.assert_array_equal(got, want, err_msg=f"exponent {e}")
+
+
+def test_big_endian_float32_store_is_fitted_as_float32(tmp_path):
+    """An HDF5 file of big-endian float32 (as some instruments write) is float32 data: the
+    float32 path, bit for bit the fit of the same values in native order (it used to be cast
+    to float64, which agrees only to float32 round-off)."""
+    import h5py
+
+    X32 = _bulk(n=20_000).astype(np.float32)
+    path = tmp_path / "be.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=X32.astype(">f4"), chunks=(5_000, 4))
+        f.create_dataset("native", data=X32, chunks=(5_000, 4))
+        assert f["x"].dtype == np.dtype(">f4")
+    big = MCPCA().fit(f"{path}:/x")
+    native = MCPCA().fit(f"{path}:/native")
+    np.testing.assert_array_equal(big.components_, native.components_)
+    np.testing.assert_array_equal(big.covariance_, native.covariance_)
+    f64 = MCPCA().fit(X32.astype(np.float64))
+    assert not np.array_equal(native.covariance_, f64.covariance_)  # the float32 path is not the float64 one
