@@ -178,17 +178,36 @@ def is_url(path) -> bool:
 def overlaps(a, b) -> bool:
     """Whether one of two paths or URLs lies inside the other (or they are the same).
 
-    Local paths are compared as the OS resolves them (symlinks followed); a ``file://`` URL is
-    compared as the local path it names; a local path never overlaps a remote URL.  (Aliases of
-    one remote scheme, ``s3a://`` for ``s3://``, are not recognised.)
+    Local paths are compared as the OS resolves them (symlinks followed); a ``file://`` or
+    ``local://`` URL is compared as the local path it names; a local path never overlaps a remote
+    URL.  Remote URLs are compared under their scheme's canonical name (``s3a://`` is ``s3://``),
+    as fsspec registers it.
     """
     la, lb = local_path(a), local_path(b)
     if la is not None and lb is not None:
         return _is_within(la, lb) or _is_within(lb, la)
     if la is not None or lb is not None:
         return False
-    a, b = os.fspath(a).rstrip("/") + "/", os.fspath(b).rstrip("/") + "/"
+    a, b = (_canonical_url(os.fspath(u)).rstrip("/") + "/" for u in (a, b))
     return a.startswith(b) or b.startswith(a)
+
+
+def _protocol(url: str) -> str:
+    """The canonical name of ``url``'s scheme as fsspec registers it (``s3a`` -> ``s3``,
+    ``local`` -> ``file``); the scheme itself where fsspec or the scheme's backend is missing
+    (such a URL cannot be opened either)."""
+    scheme = url.split("://", 1)[0].lower()
+    try:
+        import fsspec
+
+        names = fsspec.get_filesystem_class(scheme).protocol
+    except (ImportError, ValueError):
+        return scheme
+    return names if isinstance(names, str) else names[0]
+
+
+def _canonical_url(url: str) -> str:
+    return _protocol(url) + "://" + url.split("://", 1)[1]
 
 
 def _is_within(path: str, parent: str) -> bool:
@@ -197,11 +216,11 @@ def _is_within(path: str, parent: str) -> bool:
 
 
 def local_path(path) -> str | None:
-    """The local path of ``path``: itself, or that of a ``file://`` URL; None for other URLs."""
+    """The local path of ``path``: itself, or that of a ``file://`` (or ``local://``) URL; None for other URLs."""
     if not is_url(path):
         return os.fspath(path)
-    if path.startswith("file://"):
-        return path[len("file://") :]
+    if path.startswith("file://") or _protocol(path) == "file":
+        return path.split("://", 1)[1]
     return None
 
 

@@ -617,9 +617,9 @@ def test_fit_on_a_tls_scheduler_uses_the_configured_certificates(stores, tmp_pat
 
 
 def test_overlap_rule_compares_paths_and_urls_both_ways(tmp_path, monkeypatch):
-    """One rule for every output check: inside or holding, local paths, file:// URLs and remote URLs;
-    a URL is never split at its scheme's colon, even when a local ./s3 exists (it used to be, and
-    then no URL overlapped anything)."""
+    """One rule for every output check: inside or holding, local paths, file:// URLs and remote URLs,
+    a scheme under any of its fsspec names (s3a://, local://); a URL is never split at its scheme's
+    colon, even when a local ./s3 exists (it used to be, and then no URL overlapped anything)."""
     from dask_mcpca._cli import _overlaps, _refuse_inside_input
     from dask_mcpca._io import split_store_path
 
@@ -633,6 +633,9 @@ def test_overlap_rule_compares_paths_and_urls_both_ways(tmp_path, monkeypatch):
         ("s3://b/archive/", "s3://b/archive/x.zarr/"),
         ("file://" + str(tmp_path / "data"), store),  # a file:// URL is its local path
         (store + "/m.json", "file://" + store),
+        ("local://" + str(tmp_path / "data"), store),  # fsspec's other name for a local path
+        ("s3a://b/archive", "s3://b/archive/x.zarr"),  # fsspec's other name for s3://
+        ("S3://b/archive/x.zarr/out", "s3a://b/archive/x.zarr"),
     ]
     accepted = [
         ("s3://b/arch", "s3://b/archive/x.zarr"),  # a sibling prefix, not a parent
