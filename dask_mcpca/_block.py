@@ -46,9 +46,11 @@ merged mean and scatter are (:func:`combine` rescales to the larger one).
 
 Two spellings
 -------------
-The usual sub-block (every row finite in working units; one kernel matrix,
-or none for a moments pass; at most ``COMPILED_MAX_FEATURES`` columns, beyond
-which BLAS's products are faster) is done by the compiled loops of
+The usual sub-block (a kernel pass of one kernel matrix whose rows are finite
+in working units or hold NaN or inf as stored, counted and left out; a
+moments pass whose rows are all finite; at most ``COMPILED_MAX_FEATURES``
+columns, beyond which BLAS's products are faster) is done by the compiled
+loops of
 :mod:`._compiled`, which lay the rows out transposed and vectorise along
 them; everything else by the numpy spelling below, which is also the
 reference they are tested against (``COMPILED = False`` uses it alone).
@@ -407,29 +409,41 @@ def _compiled_kernel(plan: PassPlan, work: type) -> np.ndarray | None:
     return _compiled.upper_doubled(A, work)
 
 
-def _compiled_stats(Xs: np.ndarray, plan: PassPlan, U: np.ndarray, ws: _Workspace) -> BlockStats | None:
+def _compiled_stats(
+    Xs: np.ndarray, plan: PassPlan, U: np.ndarray, ws: _Workspace
+) -> tuple[BlockStats, np.ndarray | None] | None:
     """A kernel pass's statistics of sub-block ``Xs`` (as stored, in the working dtype) by the
-    compiled loops (:mod:`._compiled`); None when a row is not finite in working units (NaN or
-    inf as stored, a far row, a float32 overflow), which the numpy spelling handles.
+    compiled loops (:mod:`._compiled`), counts included, and the mask of the rows finite as
+    stored (None: all are).  None when a row finite as stored is not finite in working units
+    (a far row, a float32 overflow), which the numpy spelling handles.
 
     The same quantities as :func:`_working_rows` then :func:`_sub_block_stats`: the rows are
-    shifted by the centre rounded to the dtype, then scaled by the power of two; the plan's
-    excluded rows get weight 0.  Sums differ from numpy's in their order only.
+    shifted by the centre rounded to the dtype, then scaled by the power of two; rows holding
+    NaN or inf (as stored) and the plan's excluded rows get weight 0, and the former are counted
+    in ``n_nonfinite``.  Sums differ from numpy's in their order only.
     """
     n, p = Xs.shape
     dtype = Xs.dtype.type
     center = np.ldexp(plan.center, plan.unit_exp).astype(dtype)  # data units, as _working_rows
     Yt, quad = ws.take("Yt", (p, n)), ws.take("quad", (n,))
     _compiled.transposed_quadratic_form(np.ascontiguousarray(Xs), center, dtype(2.0**-plan.unit_exp), U, Yt, quad)
+    finite = None
     if not np.isfinite(quad).all():
-        if not np.isfinite(Yt).all():
+        # A row whose quadratic form is not finite holds NaN or inf as stored (left out and
+        # counted, as numpy does), overflows in working units (far: the numpy spelling's case),
+        # or is finite there but so far out that its form overflows (inf, or inf - inf = NaN):
+        # weight 0.  Either way its working values are zeroed, so that its products add exactly 0
+        # whatever order the compiled sums multiply in (reassociation may form y_a y_b).
+        out = ~np.isfinite(quad)
+        finite_there = np.isfinite(Yt[:, out]).all(axis=0)
+        stored = np.isfinite(Xs[out]).all(axis=1)
+        if np.any(stored & ~finite_there):
             return None
-        # A finite row whose quadratic form overflows (inf, or inf - inf = NaN) is far beyond any
-        # kernel's reach: weight 0.  Its working values are zeroed too, so that its products add
-        # exactly 0 whatever order the compiled sums multiply in (reassociation may form y_a y_b).
-        far = ~np.isfinite(quad)
-        quad[far] = np.inf
-        Yt[:, far] = 0
+        if not stored.all():
+            finite = np.ones(n, bool)
+            finite[np.flatnonzero(out)[~stored]] = False
+        quad[out] = np.inf
+        Yt[:, out] = 0
     J = plan.n_kernels
     E = ws.take("exponents", (J, n))
     offsets = np.zeros(J) if plan.offsets is None else plan.offsets
@@ -442,7 +456,10 @@ def _compiled_stats(Xs: np.ndarray, plan: PassPlan, U: np.ndarray, ws: _Workspac
     _compiled.transposed_weighted_sums(Yt, G, weight, wsum, scatter)
     scatter += np.triu(scatter, 1).transpose(0, 2, 1)
     shift = np.ldexp(center.astype(np.float64), -plan.unit_exp)  # the centre as subtracted, working units
-    return _moments(n, log_scale, weight, wsum, scatter, shift)
+    part = _moments(n, log_scale, weight, wsum, scatter, shift)
+    part.n_nonfinite = 0 if finite is None else int(n - finite.sum())
+    part.n_rows = n - part.n_nonfinite
+    return part, finite
 
 
 def _compiled_moments(Xs: np.ndarray, ws: _Workspace) -> BlockStats | None:
@@ -725,10 +742,8 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
         Xs = np.asarray(sub, dtype=work)  # as stored: float32 stays float32, any other dtype is cast to float64
         n_seen = Xs.shape[0]
         with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
-            part = _compiled_part(Xs, plan, U, ws) if n_seen else None
-            finite = None  # the compiled loops take only sub-blocks whose rows are all finite
-            if part is None:
-                part, finite = _numpy_part(Xs, plan, ws)
+            done = _compiled_part(Xs, plan, U, ws) if n_seen else None
+            part, finite = done if done is not None else _numpy_part(Xs, plan, ws)
         if plan.sample_rate > 0:
             rows = np.arange(row_offset + start, row_offset + start + n_seen)
             keep = _row_uniforms(rows, plan.seed) < plan.sample_rate
@@ -741,18 +756,18 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
     return result
 
 
-def _compiled_part(Xs: np.ndarray, plan: PassPlan, U: np.ndarray | None, ws: _Workspace) -> BlockStats | None:
-    """Sub-block ``Xs``'s statistics by the compiled loops, counts included; None when they do
-    not apply (see :func:`_compiled_stats` and :func:`_compiled_moments`)."""
+def _compiled_part(
+    Xs: np.ndarray, plan: PassPlan, U: np.ndarray | None, ws: _Workspace
+) -> tuple[BlockStats, np.ndarray | None] | None:
+    """Sub-block ``Xs``'s statistics by the compiled loops, counts included, and the mask of its
+    rows finite as stored (None: all are), as :func:`_numpy_part` gives them; None when the loops
+    do not apply (see :func:`_compiled_stats` and :func:`_compiled_moments`)."""
     if U is not None:
-        part = _compiled_stats(Xs, plan, U, ws)
-    elif plan.kernels is None and _compiled_width(Xs.shape[1]):
+        return _compiled_stats(Xs, plan, U, ws)
+    if plan.kernels is None and _compiled_width(Xs.shape[1]):
         part = _compiled_moments(Xs, ws)
-    else:
-        return None
-    if part is not None:
-        part.n_rows = len(Xs)
-    return part
+        return None if part is None else (part, None)
+    return None
 
 
 def _numpy_part(Xs: np.ndarray, plan: PassPlan, ws: _Workspace) -> tuple[BlockStats, np.ndarray | None]:
