@@ -48,7 +48,7 @@ Two spellings
 -------------
 The usual sub-block (a kernel pass of one kernel matrix whose rows are finite
 in working units or hold NaN or inf as stored, counted and left out; a
-moments pass whose rows are all finite; at most ``COMPILED_MAX_FEATURES``
+moments pass, its NaN or inf rows counted and left out; at most ``COMPILED_MAX_FEATURES``
 columns, beyond which BLAS's products are faster) is done by the compiled
 loops of
 :mod:`._compiled`, which lay the rows out transposed and vectorise along
@@ -462,35 +462,45 @@ def _compiled_stats(
     return part, finite
 
 
-def _compiled_moments(Xs: np.ndarray, ws: _Workspace) -> BlockStats | None:
+def _compiled_moments(Xs: np.ndarray, ws: _Workspace) -> tuple[BlockStats, np.ndarray | None] | None:
     """A moments pass's statistics of sub-block ``Xs`` (as stored, in the working dtype) by the
-    compiled loops; None when a row is not finite, or when the sub-block's unit is not a normal
-    power of two of the dtype, which the numpy spelling handles.
+    compiled loops, counts included, and the mask of its finite rows (None: all are); None when
+    the sub-block's unit is not a normal power of two of the dtype, which the numpy spelling
+    handles.
 
-    The same quantities as the numpy spelling: the unit is the power of two above the largest
-    magnitude, the rows are measured from the first row in that unit (one rounding, then the
-    power of two), and the column ranges are those of the rows as stored.
+    The same quantities as the numpy spelling: rows holding NaN or inf are counted and left out;
+    the unit is the power of two above the largest magnitude of the others and of the first
+    row's finite values, the rows are measured from that first row (its NaN and inf read as 0)
+    in that unit (one rounding, then the power of two), and the column ranges are those of the
+    finite rows as stored.
     """
     n, p = Xs.shape
     dtype = Xs.dtype.type
-    X = np.ascontiguousarray(Xs)
+    good, finite = np.ascontiguousarray(Xs), None
     lo, hi = np.empty(p, dtype), np.empty(p, dtype)
-    if not _compiled.column_ranges(X, lo, hi):
-        return None
-    unit = _top_exponent(np.concatenate([lo, hi]))  # the first row is one of the rows: its top is no larger
+    if not _compiled.column_ranges(good, lo, hi):  # a NaN or inf: leave those rows out
+        finite = _finite_rows(Xs)
+        good = np.ascontiguousarray(Xs[finite])
+        if not len(good):
+            return None  # no finite row: the numpy spelling's empty result
+        _compiled.column_ranges(good, lo, hi)
+    first = np.where(np.isfinite(Xs[0]), Xs[0], 0).astype(dtype)
+    unit = max(_top_exponent(np.concatenate([lo, hi])), _top_exponent(first.astype(np.float64)))
     if abs(unit) >= np.finfo(dtype).maxexp - 1:
         return None
-    Yt = ws.take("Yt", (p, n))
-    _compiled.transposed_rows(X, X[0], dtype(2.0**-unit), Yt)
-    G = ws.take("exponents", (1, n))
+    m = len(good)
+    Yt = ws.take("Yt", (p, m))
+    _compiled.transposed_rows(good, first, dtype(2.0**-unit), Yt)
+    G = ws.take("exponents", (1, m))
     G.fill(1)
     weight, wsum, scatter = np.zeros(1), np.zeros((1, p)), np.zeros((1, p, p))
     _compiled.transposed_weighted_sums(Yt, G, weight, wsum, scatter)
     scatter += np.triu(scatter, 1).transpose(0, 2, 1)
-    weight[0] = n  # exact
-    part = _moments(n, np.zeros(1), weight, wsum, scatter, np.ldexp(X[0].astype(np.float64), -unit))
+    weight[0] = m  # exact
+    part = _moments(m, np.zeros(1), weight, wsum, scatter, np.ldexp(first.astype(np.float64), -unit))
     part.col_min, part.col_max, part.unit_exp = lo.astype(np.float64), hi.astype(np.float64), unit
-    return part
+    part.n_nonfinite = n - m
+    return part, finite
 
 
 #: Exponents below which a weight is set to 0 (exp would be subnormal).
@@ -765,8 +775,7 @@ def _compiled_part(
     if U is not None:
         return _compiled_stats(Xs, plan, U, ws)
     if plan.kernels is None and _compiled_width(Xs.shape[1]):
-        part = _compiled_moments(Xs, ws)
-        return None if part is None else (part, None)
+        return _compiled_moments(Xs, ws)
     return None
 
 
