@@ -424,7 +424,7 @@ def _compiled_stats(
     """
     n, p = Xs.shape
     dtype = Xs.dtype.type
-    center = np.ldexp(plan.center, plan.unit_exp).astype(dtype)  # data units, as _working_rows
+    center, shift = _rounded_center(plan, dtype)
     Yt, quad = ws.take("Yt", (p, n)), ws.take("quad", (n,))
     _compiled.transposed_quadratic_form(np.ascontiguousarray(Xs), center, dtype(2.0**-plan.unit_exp), U, Yt, quad)
     finite = None
@@ -452,14 +452,20 @@ def _compiled_stats(
     if plan.excluded or plan.excluded_rows:
         E[:, _excluded_rows(Xs, plan)] = -np.inf
     G, log_scale = _weights(E)
-    weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
-    _compiled.transposed_weighted_sums(Yt, G, weight, wsum, scatter)
-    scatter += np.triu(scatter, 1).transpose(0, 2, 1)
-    shift = np.ldexp(center.astype(np.float64), -plan.unit_exp)  # the centre as subtracted, working units
-    part = _moments(n, log_scale, weight, wsum, scatter, shift)
+    part = _moments(n, log_scale, *_compiled_sums(Yt, G), shift)
     part.n_nonfinite = 0 if finite is None else int(n - finite.sum())
     part.n_rows = n - part.n_nonfinite
     return part, finite
+
+
+def _compiled_sums(Yt: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per kernel, ``sum_k G_jk``, ``sum_k G_jk y_k`` and ``sum_k G_jk y_k y_k^T`` (float64) of the
+    transposed working rows ``Yt`` by the compiled loops, which fill the upper triangle."""
+    J, p = len(G), Yt.shape[0]
+    weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
+    _compiled.transposed_weighted_sums(Yt, G, weight, wsum, scatter)
+    scatter += np.triu(scatter, 1).transpose(0, 2, 1)
+    return weight, wsum, scatter
 
 
 def _compiled_moments(Xs: np.ndarray, ws: _Workspace) -> tuple[BlockStats, np.ndarray | None] | None:
@@ -484,8 +490,9 @@ def _compiled_moments(Xs: np.ndarray, ws: _Workspace) -> tuple[BlockStats, np.nd
         if not len(good):
             return None  # no finite row: the numpy spelling's empty result
         _compiled.column_ranges(good, lo, hi)
-    first = np.where(np.isfinite(Xs[0]), Xs[0], 0).astype(dtype)
-    unit = max(_top_exponent(np.concatenate([lo, hi])), _top_exponent(first.astype(np.float64)))
+    first = _first_row(Xs)
+    unit = max(_top_exponent(np.concatenate([lo, hi])), _top_exponent(first))
+    first = first.astype(dtype)  # exact: a row as stored
     if abs(unit) >= np.finfo(dtype).maxexp - 1:
         return None
     m = len(good)
@@ -493,9 +500,7 @@ def _compiled_moments(Xs: np.ndarray, ws: _Workspace) -> tuple[BlockStats, np.nd
     _compiled.transposed_rows(good, first, dtype(2.0**-unit), Yt)
     G = ws.take("exponents", (1, m))
     G.fill(1)
-    weight, wsum, scatter = np.zeros(1), np.zeros((1, p)), np.zeros((1, p, p))
-    _compiled.transposed_weighted_sums(Yt, G, weight, wsum, scatter)
-    scatter += np.triu(scatter, 1).transpose(0, 2, 1)
+    weight, wsum, scatter = _compiled_sums(Yt, G)
     weight[0] = m  # exact
     part = _moments(m, np.zeros(1), weight, wsum, scatter, np.ldexp(first.astype(np.float64), -unit))
     part.col_min, part.col_max, part.unit_exp = lo.astype(np.float64), hi.astype(np.float64), unit
@@ -660,13 +665,20 @@ def _working_rows(X: np.ndarray, plan: PassPlan, out: np.ndarray | None = None):
     survive the shift: rows that stay finite were finite as stored.
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        center = np.ldexp(plan.center, plan.unit_exp)  # in data units (within the data's range)
-        if X.dtype == np.float32:
-            c32 = center.astype(np.float32)
-            Y = _scaled(_shifted(X, c32, out), -plan.unit_exp)  # float32, one rounding
-            return Y, _finite_rows(Y), np.ldexp(c32.astype(np.float64), -plan.unit_exp)
-        Y = _scaled(_shifted(X, center, out), -plan.unit_exp)
-        return Y, _finite_rows(Y), plan.center
+        center, shift = _rounded_center(plan, X.dtype)
+        Y = _scaled(_shifted(X, center, out), -plan.unit_exp)  # float32 rows stay float32: one rounding
+        return Y, _finite_rows(Y), shift
+
+
+def _rounded_center(plan: PassPlan, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' centre as a kernel pass subtracts it: in the data's units (within the data's
+    range), rounded to float32 for float32 rows, and that centre in working units (float64), the
+    point the sub-block's moments are measured from."""
+    center = np.ldexp(plan.center, plan.unit_exp)
+    if dtype == np.float32:
+        c32 = center.astype(np.float32)
+        return c32, np.ldexp(c32.astype(np.float64), -plan.unit_exp)
+    return center, plan.center
 
 
 def _shifted(X: np.ndarray, center: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -766,6 +778,12 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
     return result
 
 
+def _first_row(Xs: np.ndarray) -> np.ndarray:
+    """The point a moments sub-block is measured from, so that its sums never cancel badly: its
+    first row (NaN and inf read as 0), float64."""
+    return np.where(np.isfinite(Xs[0]), Xs[0], 0).astype(np.float64) if len(Xs) else np.zeros(Xs.shape[1])
+
+
 def _compiled_part(
     Xs: np.ndarray, plan: PassPlan, U: np.ndarray | None, ws: _Workspace
 ) -> tuple[BlockStats, np.ndarray | None] | None:
@@ -792,9 +810,7 @@ def _numpy_part(Xs: np.ndarray, plan: PassPlan, ws: _Workspace) -> tuple[BlockSt
     else:
         finite = _finite_rows(Xs)  # on the values as stored
         good = Xs if finite is None else Xs[finite]
-        # measured from the sub-block's first row (its finite entries), so
-        # the sums below never cancel badly; |Y| <= 2 in this unit
-        first = np.where(np.isfinite(Xs[0]), Xs[0], 0).astype(np.float64) if n_seen else np.zeros(p)
+        first = _first_row(Xs)  # |Y| <= 2 in this unit
         unit = max(_top_exponent(good), _top_exponent(first))
         shift = np.ldexp(first, -unit).astype(Xs.dtype)
         Y = _scaled(good, -unit, out=ws.take("Y", good.shape))  # exact, barring float32 underflow
