@@ -1,4 +1,4 @@
-"""Compiled loops (numba) for the usual sub-block of a pass.
+"""Compiled loops (numba) for the usual blocks of a pass.
 
 A robust step's block function, spelled in numpy, makes about a dozen sweeps
 over each sub-block's rows (shift, scale, finiteness, ``Y A``, the row-wise
@@ -13,24 +13,31 @@ rows transposed), and every later loop runs along a row of ``Yt``: a
 contiguous loop over rows that the compiler vectorises (16 float32 or 8
 float64 values per instruction with AVX-512).
 
-* :func:`transposed_quadratic_form` shifts, scales and transposes the rows
-  and gives each row's quadratic form ``y^T A y``, from the upper triangle of
-  ``A`` (p(p+1)/2 products per row): a kernel pass;
+* :func:`flat_top_sums` does a whole block of the default solver's passes
+  (kernels of one quadratic form, each with a flat top) in one sweep: per
+  run of ``TILE`` rows, the working rows (transposed), their quadratic
+  forms, the weights and the weighted sums, all in L1 cache.  Inside a flat
+  top the weight is 1, so ``exp`` (scalar) is taken only for the few rows
+  outside it; the kernel's log-scale is assumed 0 (a row inside the flat
+  top) and checked after the sweep.
+* :func:`transposed_quadratic_form` then :func:`transposed_weighted_sums`
+  do the same in two sweeps over a sub-block, with numpy's SIMD ``exp`` and
+  log-scale between them: for kernels without a flat top (the paper
+  solver's), and for a sub-block none of whose rows is near a flat top;
 * :func:`column_ranges` and :func:`transposed_rows`: a moments pass's column
   ranges and finiteness, then its rows in the sub-block's unit;
-* :func:`transposed_weighted_sums` gives, per kernel ``j``, ``sum_k g_jk``,
-  ``sum_k g_jk y_k`` and the upper triangle of ``sum_k g_jk y_k y_k^T``,
-  in runs of ``TILE`` rows whose results add in float64, as the numpy
-  spelling's GEMMs of ``GEMM_ROWS`` rows do (:mod:`._block`).
+* :func:`sampled_rows`: the rows a pass draws into its row sample (the hash
+  of the global row index that numpy's ``_block._row_uniforms`` spells).
 
-The exponents and ``exp`` between them stay in numpy (its SIMD ``exp``).
-What the loops do not handle (a row that is not finite in working units, a
-kernel that is not one quadratic form, a unit beyond the dtype's normal
-powers of two) is done by the numpy spelling in :mod:`._block`, which
-remains the reference: ``tests/test_compiled.py`` checks both against the
-definitions written out plainly.  The loops are compiled on first use and
-cached on disk (numba's ``cache=True``): about a second once per machine and
-dtype, then a load.
+Every weighted sum runs over ``TILE`` rows in the rows' dtype, and the runs
+add in float64, as the numpy spelling's GEMMs of ``GEMM_ROWS`` rows do
+(:mod:`._block`).  What the loops do not handle (a row that is not finite
+in working units, a kernel that is not one quadratic form, a unit beyond
+the dtype's normal powers of two) is done by the numpy spelling in
+:mod:`._block`, which remains the reference: ``tests/test_compiled.py``
+checks every spelling against the definitions written out plainly.  The
+loops are compiled on first use and cached on disk (numba's
+``cache=True``): about a second once per machine and dtype, then a load.
 
 Floating point: the flags allow reassociation (so that sums over rows can be
 vectorised) and fused multiply-adds, never the assumption that values are
@@ -51,6 +58,8 @@ except ImportError:  # pragma: no cover - numba is a dependency; the numpy spell
 __all__ = [
     "AVAILABLE",
     "column_ranges",
+    "flat_top_sums",
+    "sampled_rows",
     "transposed_quadratic_form",
     "transposed_rows",
     "transposed_weighted_sums",
@@ -97,20 +106,105 @@ def upper_doubled(A: np.ndarray, dtype) -> np.ndarray:
 
 
 @_compiled
-def _transpose_run(X, center, scale, Yt, t0, m):  # pragma: no cover - compiled (numba hides it from coverage)
-    """``Yt[:, t0:t0+m] = ((X[t0:t0+m] - center) * scale)^T``: one rounding, then a power of two."""
-    p = X.shape[1]
+def _shift_run(x, p, center, scale, Yt, col, t0, m):  # pragma: no cover - compiled (numba hides it from coverage)
+    """``Yt[:, col:col+m]`` = rows ``t0 .. t0+m-1`` of ``x`` (an n x p array, flat), shifted by
+    ``center`` and scaled, transposed: one rounding, then a power of two.
+
+    Column by column: each loop reads one column of the run (a stride of p) and writes a
+    contiguous row of ``Yt``.
+    """
+    for a in range(p):
+        c = center[a]
+        ya = Yt[a, col : col + m]
+        base = t0 * p + a
+        for t in range(m):
+            ya[t] = (x[base + t * p] - c) * scale
+
+
+@_compiled
+def _quadratic_run(Yt, U, q, col, m):  # pragma: no cover - compiled
+    """``q[t] = sum_{a<=b} U_ab y_ta y_tb`` for the ``m`` rows of ``Yt`` (p x n) from column ``col``.
+
+    Four products of a row of ``U`` per update of ``q`` (a quarter of the loads and stores of
+    one per update; 25-30 % faster at p = 10), then the rest one by one.
+    """
+    p = Yt.shape[0]
+    qq = q[col : col + m]
     for t in range(m):
-        for a in range(p):
-            Yt[a, t0 + t] = (X[t0 + t, a] - center[a]) * scale
+        qq[t] = 0
+    for a in range(p):
+        ya = Yt[a, col : col + m]
+        b = a
+        while b + 3 < p:
+            u0, u1, u2, u3 = U[a, b], U[a, b + 1], U[a, b + 2], U[a, b + 3]
+            y0, y1 = Yt[b, col : col + m], Yt[b + 1, col : col + m]
+            y2, y3 = Yt[b + 2, col : col + m], Yt[b + 3, col : col + m]
+            for t in range(m):
+                qq[t] += ya[t] * (u0 * y0[t] + u1 * y1[t] + u2 * y2[t] + u3 * y3[t])
+            b += 4
+        while b < p:
+            u = U[a, b]
+            yb = Yt[b, col : col + m]
+            for t in range(m):
+                qq[t] += u * (ya[t] * yb[t])
+            b += 1
+
+
+@_compiled
+def _sums_run(Yt, G, w, col, m, weight, wsum, scatter):  # pragma: no cover - compiled
+    """Add one run's ``sum_k G_jk``, ``sum_k G_jk y_k`` and upper ``sum_k G_jk y_k y_k^T``
+    (the ``m`` columns of ``Yt`` and ``G`` from ``col``; ``w``, J x ``TILE``, is scratch),
+    summed in the rows' dtype, to the float64 ``weight``, ``wsum`` and ``scatter``.
+
+    A weight of 0 multiplies the row before its other value does, so a far row (finite, its
+    products beyond the dtype's range) adds exactly 0 once its values are zeroed.
+    """
+    p = Yt.shape[0]
+    J = G.shape[0]
+    zero = Yt.dtype.type(0)
+    for j in range(J):
+        g = G[j, col : col + m]
+        s = zero
+        for t in range(m):
+            s += g[t]
+        weight[j] += s
+    for a in range(p):
+        ya = Yt[a, col : col + m]
+        for j in range(J):
+            g = G[j, col : col + m]
+            wj = w[j]
+            s = zero
+            for t in range(m):
+                v = g[t] * ya[t]
+                wj[t] = v
+                s += v
+            wsum[j, a] += s
+        for b in range(a, p):
+            yb = Yt[b, col : col + m]
+            if J == 2:  # the usual robust step: both kernels from one load of the rows
+                w0, w1 = w[0], w[1]
+                s0, s1 = zero, zero
+                for t in range(m):
+                    s0 += w0[t] * yb[t]
+                    s1 += w1[t] * yb[t]
+                scatter[0, a, b] += s0
+                scatter[1, a, b] += s1
+            else:
+                for j in range(J):
+                    wj = w[j]
+                    s = zero
+                    for t in range(m):
+                        s += wj[t] * yb[t]
+                    scatter[j, a, b] += s
 
 
 @_compiled
 def transposed_rows(X, center, scale, Yt):  # pragma: no cover - compiled
     """``Yt = ((X - center) * scale)^T`` (``X`` n x p in C order; ``Yt`` p x n; one float dtype)."""
-    n = X.shape[0]
+    n, p = X.shape
+    x = X.reshape(n * p)
     for t0 in range(0, n, TILE):
-        _transpose_run(X, center, scale, Yt, t0, min(TILE, n - t0))
+        _shift_run(x, p, center, scale, Yt, t0, t0, min(TILE, n - t0))
 
 
 @_compiled
@@ -123,19 +217,108 @@ def transposed_quadratic_form(X, center, scale, U, Yt, q):  # pragma: no cover -
     ``_working_rows``.
     """
     n, p = X.shape
+    x = X.reshape(n * p)
     for t0 in range(0, n, TILE):
         m = min(TILE, n - t0)
-        _transpose_run(X, center, scale, Yt, t0, m)
-        qq = q[t0 : t0 + m]
+        _shift_run(x, p, center, scale, Yt, t0, t0, m)
+        _quadratic_run(Yt, U, q, t0, m)
+
+
+@_compiled
+def flat_top_sums(X, center, scale, U, offsets, log_tiny, excluded, weight, wsum, scatter, top):  # pragma: no cover
+    """A kernel pass over sub-block ``X`` in one sweep, for kernels that share the quadratic form
+    ``U`` and each have a flat top (``offsets`` > 0): per run of ``TILE`` rows, the working rows,
+    their quadratic forms, the weights and the weighted sums, all in L1 cache.
+
+    Adds, per kernel ``j``, ``sum_k g_jk``, ``sum_k g_jk y_k`` and the upper triangle of
+    ``sum_k g_jk y_k y_k^T`` to ``weight``, ``wsum`` and ``scatter`` (float64), with the weights
+    ``g_jk = exp(e_jk)``, ``e_jk = min(z_j - q_k / 2, 0)``, *not* divided by the kernel's
+    log-scale ``max_k e_jk``, which is written to ``top[j]`` instead (-inf: no row has weight):
+    a row inside the flat top has ``e = 0``, so in the usual sub-block ``top`` is 0 and a single
+    sweep gives the two-sweep result.  Weights below ``exp(log_tiny)`` are 0.  The caller
+    divides by ``exp(top)``, or, where ``top`` is so low that such weights would be lost,
+    takes the two-sweep loops.
+
+    ``excluded`` (n booleans, or none) marks rows that get weight 0.  A row whose quadratic
+    form is not finite gets weight 0 and its working values are zeroed.  Returns the number of
+    rows holding NaN or inf as stored, or -1 when a row finite as stored is not finite in
+    working units (a far row), which the numpy spelling handles.  The exponential is the
+    scalar ``exp``, taken only for the rows outside a flat top.
+    """
+    n, p = X.shape
+    J = offsets.shape[0]
+    x = X.reshape(n * p)
+    dt = X.dtype.type
+    zero, half = dt(0), dt(0.5)
+    tiny = dt(log_tiny)
+    Yt = np.empty((p, TILE), X.dtype)
+    q = np.empty(TILE, X.dtype)
+    G = np.empty((J, TILE), X.dtype)
+    w = np.empty((J, TILE), X.dtype)
+    off = np.empty(J, X.dtype)
+    for j in range(J):
+        off[j] = offsets[j]
+        top[j] = -np.inf
+    n_bad = 0
+    for t0 in range(0, n, TILE):
+        m = min(TILE, n - t0)
+        _shift_run(x, p, center, scale, Yt, 0, t0, m)
+        _quadratic_run(Yt, U, q, 0, m)
         for t in range(m):
-            qq[t] = 0
-        for a in range(p):
-            ya = Yt[a, t0 : t0 + m]
-            for b in range(a, p):
-                u = U[a, b]
-                yb = Yt[b, t0 : t0 + m]
-                for t in range(m):
-                    qq[t] += u * (ya[t] * yb[t])
+            if not abs(q[t]) < np.inf:  # NaN or inf (comparisons keep their IEEE meaning here)
+                stored, there = True, True
+                for a in range(p):
+                    stored = stored and abs(x[(t0 + t) * p + a]) < np.inf
+                    there = there and abs(Yt[a, t]) < np.inf
+                    Yt[a, t] = zero
+                if stored and not there:
+                    return -1
+                if not stored:
+                    n_bad += 1
+                q[t] = np.inf
+        if excluded.shape[0]:
+            for t in range(m):
+                if excluded[t0 + t]:
+                    q[t] = np.inf
+        for j in range(J):
+            o, tj = off[j], top[j]
+            g = G[j]
+            for t in range(m):
+                e = min(o - half * q[t], zero)
+                tj = max(tj, e)
+                if e == zero:
+                    g[t] = 1
+                elif e < tiny:
+                    g[t] = zero
+                else:
+                    g[t] = np.exp(e)
+            top[j] = tj
+        _sums_run(Yt, G, w, 0, m, weight, wsum, scatter)
+    return n_bad
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+@_compiled
+def sampled_rows(first, n, seed, rate):  # pragma: no cover - compiled
+    """Indices ``k`` in ``0 .. n-1`` of the rows whose global index ``first + k`` draws a uniform
+    number below ``rate``: the same splitmix64 hash as numpy's ``_block._row_uniforms``, without
+    its three n-long temporaries."""
+    out = np.empty(n, np.int64)
+    m = 0
+    start = np.uint64(first) + np.uint64(seed) * _GOLDEN + _GOLDEN
+    for k in range(n):
+        z = start + np.uint64(k)
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z ^= z >> np.uint64(31)
+        if np.float64(z >> np.uint64(11)) * 2.0**-53 < rate:
+            out[m] = k
+            m += 1
+    return out[:m]
 
 
 @_compiled(fastmath=False)  # reassociation would fold the finiteness check ((s + v) - v is s)
@@ -177,47 +360,9 @@ def transposed_weighted_sums(Yt, G, weight, wsum, scatter):  # pragma: no cover 
     ``sum_k G_jk y_k y_k^T`` to ``weight`` (J,), ``wsum`` (J, p) and ``scatter`` (J, p, p), float64.
 
     ``Yt`` (p x n) and ``G`` (J x n) share one float dtype; a run of
-    ``TILE`` rows is summed in it, the runs in float64.  A weight of 0
-    multiplies the row before its other value does, so a far row (finite,
-    its products beyond the dtype's range) adds exactly 0.
+    ``TILE`` rows is summed in it, the runs in float64 (:func:`_sums_run`).
     """
-    p, n = Yt.shape
-    J = G.shape[0]
-    zero = Yt.dtype.type(0)
-    w = np.empty((J, TILE), Yt.dtype)
+    n = Yt.shape[1]
+    w = np.empty((G.shape[0], TILE), Yt.dtype)
     for t0 in range(0, n, TILE):
-        m = min(TILE, n - t0)
-        for j in range(J):
-            g = G[j, t0 : t0 + m]
-            s = zero
-            for t in range(m):
-                s += g[t]
-            weight[j] += s
-        for a in range(p):
-            ya = Yt[a, t0 : t0 + m]
-            for j in range(J):
-                g = G[j, t0 : t0 + m]
-                wj = w[j]
-                s = zero
-                for t in range(m):
-                    v = g[t] * ya[t]
-                    wj[t] = v
-                    s += v
-                wsum[j, a] += s
-            for b in range(a, p):
-                yb = Yt[b, t0 : t0 + m]
-                if J == 2:  # the usual robust step: both kernels from one load of the rows
-                    w0, w1 = w[0], w[1]
-                    s0, s1 = zero, zero
-                    for t in range(m):
-                        s0 += w0[t] * yb[t]
-                        s1 += w1[t] * yb[t]
-                    scatter[0, a, b] += s0
-                    scatter[1, a, b] += s1
-                else:
-                    for j in range(J):
-                        wj = w[j]
-                        s = zero
-                        for t in range(m):
-                            s += wj[t] * yb[t]
-                        scatter[j, a, b] += s
+        _sums_run(Yt, G, w, t0, min(TILE, n - t0), weight, wsum, scatter)

@@ -20,15 +20,21 @@ from numpy.testing import assert_allclose
 from dask_mcpca import _block, _compiled
 from dask_mcpca._block import SUB_BLOCK_ROWS, PassPlan, block_stats
 
-SPELLINGS = [True, False]  # _block.COMPILED
+#: The compiled loops in one sweep (kernels with flat tops) or two (the others, and any kernel
+#: none of whose rows is near its flat top), and the numpy spelling.
+SPELLINGS = ["one sweep", "two sweeps", "numpy"]
 DTYPES = [np.float64, np.float32]
 #: Agreement with the plain float64 definitions, relative to each quantity's magnitude.
 RTOL = {np.float64: 1e-11, np.float32: 2e-5}
 
-@pytest.fixture(params=SPELLINGS, ids=["compiled", "numpy"])
+
+@pytest.fixture(params=SPELLINGS)
 def spelling(request, monkeypatch):
-    monkeypatch.setattr(_block, "COMPILED", request.param)
-    return request.param
+    """Truthy for the compiled loops."""
+    monkeypatch.setattr(_block, "COMPILED", request.param != "numpy")
+    if request.param == "two sweeps":
+        monkeypatch.setattr(_block, "_one_sweep", lambda *args: None)
+    return request.param != "numpy"
 
 
 def _plain(X, plan, keep=None):
@@ -77,6 +83,55 @@ def test_kernel_pass_matches_the_plain_definitions(spelling, dtype, n, offsets):
     got = block_stats(X, plan)
     assert (got.n_rows, got.n_nonfinite, got.n_far) == (n, 0, 0)
     _assert_matches(got, _plain(X, plan), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flat_top_kernels_take_one_sweep(dtype, monkeypatch):
+    """The default solver's kernels (each with a flat top) over a block of several sub-blocks,
+    with NaN rows and excluded rows: one sweep, never the two-sweep loops nor numpy, and the
+    plain definitions' statistics."""
+    p = 6
+    X, A = _bulk(3 * 4000 + 7, p, dtype)
+    X[5, 1], X[4003, 0] = np.nan, -np.inf
+    X[::50, 2] = 0.25
+    plan = PassPlan(center=np.full(p, 2.9), kernels=np.stack([A, A]), offsets=np.array([4.0, 6.0]),
+                    excluded=((2, 0.25),))
+    monkeypatch.setattr(_block, "SUB_BLOCK_ROWS", 4000)
+
+    def forbidden(*args):
+        raise AssertionError("a sub-block of flat-top kernels left the one-sweep loop")
+
+    monkeypatch.setattr(_compiled, "transposed_quadratic_form", forbidden)
+    monkeypatch.setattr(_block, "_numpy_part", forbidden)
+    got = block_stats(X, plan)
+    finite = np.isfinite(X).all(axis=1)
+    assert (got.n_rows, got.n_nonfinite) == (len(X) - 2, 2)
+    _assert_matches(got, _plain(X, plan, finite & (X[:, 2] != 0.25)), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("distance", [7.0, 12.0], ids=["near", "far"])
+def test_rows_all_outside_the_flat_top(dtype, distance, monkeypatch):
+    """Every row of the sub-block outside the flat top: its largest weight ``exp(m)`` is below 1.
+    Near (m ~ -20), the one sweep divides its sums by ``exp(m)``; far (m ~ -65, below
+    ``_LOG_TINY / 2`` in float32), float32 takes the two sweeps, which scale the weights before
+    forming them, so that none is lost; float64 (whose limit is -350) stays with one sweep.  A
+    few rows lie beyond ``exp(_LOG_TINY)`` of the largest weight and lose it either way."""
+    rng = np.random.default_rng(6)
+    n = 3000
+    X = np.column_stack([distance + rng.uniform(-0.5, 0.5, n), rng.uniform(-0.5, 0.5, n)])
+    X[:5, 0] += 6.0  # e about 45 lower
+    X = X.astype(dtype)
+    plan = PassPlan(center=np.zeros(2), kernels=np.eye(2)[None], offsets=np.array([1.0]))
+    want = _plain(X, plan)
+    swept = []
+    one_sweep = _block._one_sweep
+    monkeypatch.setattr(_block, "_one_sweep", lambda *args: swept.append(one_sweep(*args)) or swept[-1])
+    got = block_stats(X, plan)
+    m = want[0][0]
+    assert -70 < m < -15
+    assert (swept[0] is not None) == (m >= _block._LOG_TINY[dtype] / 2)
+    _assert_matches(got, want, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -178,6 +233,17 @@ def test_compiled_loops_take_one_matrix_in_a_normal_unit_only():
     ws = _block._Workspace(np.float64)
     assert _block._compiled_part(np.ones((5, wide)), PassPlan(center=np.zeros(wide)), None, ws) is None
     assert _block._compiled_part(np.ones((5, 3)), PassPlan(center=np.zeros(3)), None, ws) is not None
+
+
+@pytest.mark.parametrize(
+    ("first", "seed", "rate"), [(0, 0, 0.004), (2**40 + 3, 7, 0.5), (123, 2**32 - 1, 0.01), (5, 0, 1.0), (5, 0, 0.0)]
+)
+def test_compiled_row_sample_is_the_hash_of_the_row_index(first, seed, rate):
+    """The compiled draw keeps exactly the rows numpy's splitmix64 of the global row index keeps
+    (so the sample does not depend on the spelling, nor on the chunking)."""
+    n = 20_000
+    want = np.flatnonzero(_block._row_uniforms(np.arange(first, first + n), seed) < rate)
+    np.testing.assert_array_equal(_compiled.sampled_rows(first, n, seed, rate), want)
 
 
 def test_upper_doubled_gives_the_quadratic_form():
