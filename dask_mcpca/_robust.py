@@ -201,13 +201,31 @@ def outlyingness(sample: np.ndarray, *, n_directions: int = N_DIRECTIONS, seed: 
     directions = directions[norms > 0] / norms[norms > 0, None]
     if not len(directions):
         return np.zeros(n)
-    proj = directions @ centred.T  # one direction per (contiguous) row
-    deviation = np.abs(proj - _row_medians(proj)[:, None])
+    runs = (directions[k : k + DIRECTION_RUN] for k in range(0, len(directions), DIRECTION_RUN))
+    scores = [s for s in (_largest_z_score(run, centred) for run in runs) if s is not None]
+    return np.maximum.reduce(scores) if scores else np.zeros(n)
+
+
+#: Directions of the outlyingness start scored at once: their projections of a
+#: 20,000-row sample (5 MB) stay in cache through the medians, deviations and
+#: ratios; all 250 at once (40 MB) took 0.14 s instead of 0.115 s.
+DIRECTION_RUN = 32
+
+
+def _largest_z_score(directions: np.ndarray, centred: np.ndarray) -> np.ndarray | None:
+    """Each row's largest robust z-score over ``directions`` (unit vectors), or None when no
+    direction has a spread (a MAD above 0)."""
+    deviation = directions @ centred.T  # one direction per (contiguous) row: the projections, then
+    deviation -= _row_medians(deviation)[:, None]  # their deviations from the median, in place
+    np.abs(deviation, out=deviation)
     spread = _row_medians(deviation) * _MAD_TO_SD
     keep = spread > 0
     if not keep.any():
-        return np.zeros(n)
-    return np.max(deviation[keep] / spread[keep, None], axis=0)
+        return None
+    if not keep.all():
+        deviation, spread = deviation[keep], spread[keep]
+    deviation /= spread[:, None]
+    return deviation.max(axis=0)
 
 
 #: MAD times this is the standard deviation of a normal law.
