@@ -233,11 +233,15 @@ _MAD_TO_SD = 1.0 / stats.norm.ppf(0.75)
 
 
 def _row_medians(A: np.ndarray) -> np.ndarray:
-    """The median of each row, by one partial sort (``np.median`` copies and checks for NaN)."""
+    """The median of each row, by one partial sort (``np.median`` copies and checks for NaN).
+
+    One selection, of the upper middle value; for an even length the lower one is the
+    largest value below it (numpy's partition at two positions took 5x as long).
+    """
     n = A.shape[1]
     k = n // 2
-    part = np.partition(A, [k - 1, k] if n % 2 == 0 else [k], axis=1)
-    return part[:, k] if n % 2 else (part[:, k - 1] + part[:, k]) / 2
+    part = np.partition(A, k, axis=1)
+    return part[:, k] if n % 2 else (part[:, :k].max(axis=1) + part[:, k]) / 2
 
 
 def _median_scaled(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:

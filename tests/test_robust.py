@@ -108,3 +108,16 @@ def test_paper_experiment_at_least_as_good_as_paper_solver():
         ours.append(angles_deg(MCPCA(center=False).fit(X).components_, V).max())
         paper.append(angles_deg(MCPCA(solver="paper", center=False).fit(X).components_, V).max())
     assert np.median(ours) <= np.median(paper)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 20_000, 20_001])
+def test_row_medians_are_numpys_medians(n):
+    """The outlyingness start's medians (one selection per row, the lower middle value of an
+    even length taken as the largest below the upper one) equal np.median's, ties included."""
+    from dask_mcpca._robust import _row_medians
+
+    rng = np.random.default_rng(n)
+    A = rng.normal(size=(6, n))
+    A[1] = np.round(A[1])  # many ties
+    A[2] = 3.0  # all equal
+    np.testing.assert_array_equal(_row_medians(A), np.median(A, axis=1))
