@@ -1,15 +1,21 @@
-"""Where the per-block kernel spends its time, line by line, against X^T X.
+"""Where the per-block kernel spends its time, against X^T X.
 
 One command (needs ``pip install line_profiler``)::
 
     python benchmarks/profile_kernel.py --rows 1000000 --cols 10
 
-Times :func:`dask_mcpca._block.block_stats` on an in-memory block
-(no reading, no dask) with one Mahalanobis kernel, as a robust step runs it,
-and with the moments plan of the first pass, against ``X.T @ X`` on the same
-block, all with single-threaded BLAS; then prints the line profile of
-``block_stats`` and ``_sub_block_stats`` in ms per million rows and writes the
-lines that cost at least 1 % into a section of ``RESULTS.md``.
+Times :func:`dask_mcpca._block.block_stats` on an in-memory block (no
+reading, no dask) with the two kernels of a robust step (core and final, one
+Mahalanobis matrix), in each of its spellings: the one compiled sweep the
+default solver takes, the two compiled sweeps, and numpy.  Twice: with the
+default's radii (the chi-square 97.5 % and 99 % quantiles, as
+``benchmarks/speed.py`` runs them: a few percent of the rows outside the core's
+flat top take an ``exp``) and at the coverage floor (the core radius at the
+median d², so half the rows are outside it: the most ``exp`` a default pass
+can take).  Then the moments pass that draws the row sample (what the spread
+read runs), against ``X.T @ X`` on the same block, all with single-threaded
+BLAS; and the line profile of that moments pass (the kernel pass is one
+compiled call).  Writes a section of ``RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -39,6 +46,23 @@ def _best(f, repeats: int) -> float:
     return float(np.median(times))
 
 
+def _spellings(block, X, plan, repeats):
+    """Median seconds of ``block_stats(X, plan)`` in one sweep, in two sweeps and in numpy."""
+    one_sweep = block._one_sweep
+    t_one = _best(lambda: block.block_stats(X, plan), repeats)
+    block._one_sweep = lambda *args: None
+    try:
+        t_two = _best(lambda: block.block_stats(X, plan), repeats)
+    finally:
+        block._one_sweep = one_sweep
+    compiled, block.COMPILED = block.COMPILED, False
+    try:
+        t_numpy = _best(lambda: block.block_stats(X, plan), repeats)
+    finally:
+        block.COMPILED = compiled
+    return t_one, t_two, t_numpy
+
+
 def profile_kernel(rows: int, cols: int, repeats: int = 7, dtype: str = "float64") -> str:
     from line_profiler import LineProfiler
     from threadpoolctl import threadpool_limits
@@ -46,50 +70,62 @@ def profile_kernel(rows: int, cols: int, repeats: int = 7, dtype: str = "float64
     import dask_mcpca._block as block
 
     X = np.random.default_rng(0).standard_normal((rows, cols)).astype(dtype)
-    # a robust step: the core kernel and the final kernel, one Mahalanobis matrix (A = I / c^2, c^2 = 0.25),
-    # flat tops at d^2 = 9.3 and 18 (about half the rows and nearly all of them for p = 10)
+    # A robust step: the core and the final kernel, one Mahalanobis matrix A = I / c^2 (c^2 = 0.25), so
+    # q = (x - c)^T A (x - c) = 4 d^2 and a flat top at d^2 <= r has offset z = q / 2 = 2 r.
     A = np.eye(cols) / 0.25
-    kernel = block.PassPlan(center=np.zeros(cols), kernels=np.stack([A, A]), offsets=np.array([9.3, 18.0]) / 0.5)
+
+    def step(core: float, final: float):
+        return block.PassPlan(center=np.zeros(cols), kernels=np.stack([A, A]), offsets=2 * np.array([core, final]))
+
+    default = step(stats.chi2.ppf(0.975, cols), stats.chi2.ppf(0.99, cols))
+    floor = step(stats.chi2.ppf(0.5, cols), stats.chi2.ppf(0.99, cols))
     moments = block.PassPlan(center=np.zeros(cols), sample_rate=0.004)
     per_m = 1e3 * 1e6 / rows  # seconds -> ms per million rows
-    functions = [block.block_stats, block._compiled_stats, block._compiled_moments, block._sub_block_stats]
     with threadpool_limits(limits=1, user_api="blas"):
-        block.block_stats(X, kernel)  # compiles the loops (or loads them from numba's cache)
-        t_kernel = _best(lambda: block.block_stats(X, kernel), repeats)
+        block.block_stats(X, default)  # compiles the loops (or loads them from numba's cache)
+        block.block_stats(X, moments)
+        t_default = _spellings(block, X, default, repeats)
+        t_floor = _spellings(block, X, floor, repeats)
         t_moments = _best(lambda: block.block_stats(X, moments), repeats)
-        t_xtx = _best(lambda: X.T @ X, repeats)
         compiled, block.COMPILED = block.COMPILED, False
-        t_kernel_numpy = _best(lambda: block.block_stats(X, kernel), repeats)
         t_moments_numpy = _best(lambda: block.block_stats(X, moments), repeats)
         block.COMPILED = compiled
-        profiler = LineProfiler(*functions)
+        t_xtx = _best(lambda: X.T @ X, repeats)
+        profiler = LineProfiler(block.block_stats, block._compiled_moments)
         wrapped = profiler(block.block_stats)
         for _ in range(repeats):
-            wrapped(X, kernel)
-    stats = profiler.get_stats()
+            wrapped(X, moments)
+    stats_ = profiler.get_stats()
     out = io.StringIO()
     profiler.print_stats(stream=out, output_unit=1e-3)
     print(out.getvalue())
+
+    def ms(t):
+        return f"{t * per_m:.1f}"
 
     lines = [
         f"## Per-block kernel profile: {rows:,} x {cols} {dtype} in memory, 1 BLAS thread",
         "",
         f"BLAS: {blas_info()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}. "
-        f"Median of {repeats}; ms per million rows.",
+        f"Median of {repeats}; ms per million rows. `X.T @ X` on the same rows: **{ms(t_xtx)} ms**.",
         "",
-        f"- `block_stats`, a robust step (core and final kernel): **{t_kernel * per_m:.1f} ms** "
-        f"(numpy spelling: {t_kernel_numpy * per_m:.1f} ms)",
-        f"- `block_stats`, moments + row sample (the first pass): **{t_moments * per_m:.1f} ms** "
-        f"(numpy spelling: {t_moments_numpy * per_m:.1f} ms)",
-        f"- `X.T @ X` on the same rows: **{t_xtx * per_m:.1f} ms** "
-        f"(kernel / XtX in memory: {t_kernel / t_xtx:.1f}x)",
+        "| `block_stats`, a robust step (core and final kernel) | one sweep (the default's) | two sweeps | numpy |",
+        "| --- | ---: | ---: | ---: |",
+        f"| default radii (chi-square 97.5 % and 99 %) | **{ms(t_default[0])}** | {ms(t_default[1])} "
+        f"| {ms(t_default[2])} |",
+        f"| coverage floor (core at the median d², half the rows outside it) | {ms(t_floor[0])} "
+        f"| {ms(t_floor[1])} | {ms(t_floor[2])} |",
         "",
-        f"Line profile of the kernel pass ({repeats} calls; lines with at least 1 % of their function):",
+        f"- one sweep at the default radii / `X.T @ X` in memory: {t_default[0] / t_xtx:.1f}x",
+        f"- `block_stats`, moments + row sample (the spread read): **{ms(t_moments)} ms** "
+        f"(numpy spelling: {ms(t_moments_numpy)} ms)",
+        "",
+        f"Line profile of the moments pass ({repeats} calls; lines with at least 1 % of their function):",
         "",
         "| function | line | ms per 1M rows | % of function |",
         "| --- | --- | ---: | ---: |",
     ]
-    for (filename, _, name), timings in stats.timings.items():
+    for (filename, _, name), timings in stats_.timings.items():
         total = sum(t for _, _, t in timings) or 1
         source = Path(filename).read_text().splitlines()
         for lineno, _, t in sorted(timings, key=lambda x: -x[2]):
@@ -97,8 +133,7 @@ def profile_kernel(rows: int, cols: int, repeats: int = 7, dtype: str = "float64
             if share < 0.01:
                 continue
             code = source[lineno - 1].strip().replace("|", "\\|")
-            ms = t * stats.unit / repeats * per_m
-            lines.append(f"| `{name}` | `{code}` | {ms:.1f} | {share:.0%} |")
+            lines.append(f"| `{name}` | `{code}` | {t * stats_.unit / repeats * per_m:.1f} | {share:.0%} |")
     return "\n".join(lines)
 
 
