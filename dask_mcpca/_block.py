@@ -414,8 +414,9 @@ def _compiled_stats(
 ) -> tuple[BlockStats, np.ndarray | None] | None:
     """A kernel pass's statistics of sub-block ``Xs`` (as stored, in the working dtype) by the
     compiled loops (:mod:`._compiled`), counts included, and the mask of the rows finite as
-    stored (None: all are).  None when a row finite as stored is not finite in working units
-    (a far row, a float32 overflow), which the numpy spelling handles.
+    stored (None: all are, or, in one sweep, no row sample is drawn).  None when a row finite
+    as stored is not finite in working units (a far row, a float32 overflow), which the numpy
+    spelling handles.
 
     The same quantities as :func:`_working_rows` then :func:`_sub_block_stats`: the rows are
     shifted by the centre rounded to the dtype, then scaled by the power of two; rows holding
@@ -469,7 +470,8 @@ _NO_ROWS = np.zeros(0, bool)
 
 def _one_sweep(X, plan: PassPlan, U, center, scale, shift) -> tuple[BlockStats, np.ndarray | None] | None:
     """:func:`_compiled_stats` in one sweep (:func:`._compiled.flat_top_sums`), for kernels that
-    all have a flat top; None where it does not apply: a far row, or a kernel whose largest
+    all have a flat top (the mask of finite rows only where the plan draws a row sample, its
+    one use; None otherwise); None where it does not apply: a far row, or a kernel whose largest
     weight in the sub-block is below ``exp(_LOG_TINY / 2)`` (no row near its flat top), whose
     weights the two-sweep loops scale first so that none is lost.
 
@@ -493,7 +495,9 @@ def _one_sweep(X, plan: PassPlan, U, center, scale, shift) -> tuple[BlockStats, 
     part = _moments(n, top, weight, wsum, _mirrored(scatter), shift)
     part.n_nonfinite = n_bad
     part.n_rows = n - n_bad
-    return part, None if n_bad == 0 else _finite_rows(X)
+    # The mask of finite rows serves the row sample only: a robust step's block with gaps
+    # (NaN rows) would otherwise scan all its values once more.
+    return part, _finite_rows(X) if n_bad and plan.sample_rate > 0 else None
 
 
 def _mirrored(scatter: np.ndarray) -> np.ndarray:
@@ -869,8 +873,9 @@ def _compiled_part(
     Xs: np.ndarray, plan: PassPlan, U: np.ndarray | None, ws: _Workspace
 ) -> tuple[BlockStats, np.ndarray | None] | None:
     """Sub-block ``Xs``'s statistics by the compiled loops, counts included, and the mask of its
-    rows finite as stored (None: all are), as :func:`_numpy_part` gives them; None when the loops
-    do not apply (see :func:`_compiled_stats` and :func:`_compiled_moments`)."""
+    rows finite as stored (None: all are, or, in one sweep, no row sample is drawn), as
+    :func:`_numpy_part` gives them; None when the loops do not apply (see
+    :func:`_compiled_stats` and :func:`_compiled_moments`)."""
     if U is not None:
         return _compiled_stats(Xs, plan, U, ws)
     if plan.kernels is None and _compiled_width(Xs.shape[1]):
