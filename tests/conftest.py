@@ -6,10 +6,25 @@ folder on ``sys.path``, as it does for ``_cluster`` and ``paper_reference``.
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import threading
 
-import dask.array as da
-import numpy as np
+# numba compiles the package's loops in each test session, into a cache folder of its own: set
+# before anything imports numba (importing dask.array does), and inherited by the worker
+# processes the tests start.  The loops give other last bits when numba compiles them in the
+# process than when it loads them from its cache, so a session that found a warm cache and
+# one that did not would disagree with the refactor-identity record
+# (tests/test_refactor_identity.py): compiling is the one state every session, a fresh
+# clone's included, can start from.
+_NUMBA_CACHE = tempfile.mkdtemp(prefix="dask-mcpca-tests-numba-")
+os.environ["NUMBA_CACHE_DIR"] = _NUMBA_CACHE
+atexit.register(shutil.rmtree, _NUMBA_CACHE, True)
+
+import dask.array as da  # noqa: E402 - after NUMBA_CACHE_DIR
+import numpy as np  # noqa: E402
 
 #: The fitted arrays compared by default.
 FITTED_ARRAYS = ("components_", "explained_variance_", "mean_", "sigmas_", "covariance_")
