@@ -482,7 +482,10 @@ def _one_sweep(X, plan: PassPlan, U, center, scale, shift) -> tuple[BlockStats, 
     """
     n, p = X.shape
     J, tiny = plan.n_kernels, _LOG_TINY[X.dtype.type]
-    excluded = _excluded_rows(X, plan) if plan.excluded or plan.excluded_rows else _NO_ROWS
+    excluded = _NO_ROWS
+    if plan.excluded or plan.excluded_rows:  # by sub-blocks: a narrow store's block has millions of rows
+        starts = range(0, n, SUB_BLOCK_ROWS)
+        excluded = np.concatenate([_excluded_rows(X[s : s + SUB_BLOCK_ROWS], plan) for s in starts])
     weight, wsum, scatter, top = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p)), np.empty(J)
     n_bad = _compiled.flat_top_sums(X, center, scale, U, plan.offsets, tiny, excluded, weight, wsum, scatter, top)
     if n_bad < 0 or not np.all(top >= tiny / 2):
@@ -851,16 +854,23 @@ def _flat_tops(plan: PassPlan) -> bool:
 
 def _drawn(Xs: np.ndarray, finite: np.ndarray | None, first: int, plan: PassPlan) -> np.ndarray:
     """The row sample's rows of ``Xs`` (rows ``first ..`` of the data; ``finite``: the mask of
-    its rows finite as stored, None: all are), as stored, exactly, in float64."""
-    if COMPILED:
-        keep = _compiled.sampled_rows(first, len(Xs), plan.seed, plan.sample_rate)
-        if finite is not None:
-            keep = keep[finite[keep]]
-    else:
-        keep = _row_uniforms(np.arange(first, first + len(Xs)), plan.seed) < plan.sample_rate
-        if finite is not None:
-            keep &= finite
-    return np.array(Xs[keep], dtype=np.float64)
+    its rows finite as stored, None: all are), as stored, exactly, in float64; drawn
+    ``SUB_BLOCK_ROWS`` rows at a time, so that the draw's temporaries stay the size of a
+    sub-block's when ``Xs`` is a whole block."""
+    parts = [np.empty((0, Xs.shape[1]))]
+    for start in range(0, len(Xs), SUB_BLOCK_ROWS):
+        rows = Xs[start : start + SUB_BLOCK_ROWS]
+        ok = None if finite is None else finite[start : start + SUB_BLOCK_ROWS]
+        if COMPILED:
+            keep = _compiled.sampled_rows(first + start, len(rows), plan.seed, plan.sample_rate)
+            if ok is not None:
+                keep = keep[ok[keep]]
+        else:
+            keep = _row_uniforms(np.arange(first + start, first + start + len(rows)), plan.seed) < plan.sample_rate
+            if ok is not None:
+                keep &= ok
+        parts.append(np.array(rows[keep], dtype=np.float64))
+    return np.concatenate(parts)
 
 
 def _first_row(Xs: np.ndarray) -> np.ndarray:

@@ -105,10 +105,31 @@ def test_flat_top_kernels_take_one_sweep(dtype, monkeypatch):
     monkeypatch.setattr(_compiled, "transposed_quadratic_form", forbidden)
     monkeypatch.setattr(_block, "_numpy_part", forbidden)
     monkeypatch.setattr(_block, "_finite_rows", forbidden)  # the mask serves a row sample only
+    excluded_rows, seen = _block._excluded_rows, []
+    monkeypatch.setattr(_block, "_excluded_rows", lambda Xs, plan: seen.append(len(Xs)) or excluded_rows(Xs, plan))
     got = block_stats(X, plan)
+    assert sum(seen) == len(X) and max(seen) <= 4000  # temporaries the size of a sub-block's
     finite = np.isfinite(X).all(axis=1)
     assert (got.n_rows, got.n_nonfinite) == (len(X) - 2, 2)
     _assert_matches(got, _plain(X, plan, finite & (X[:, 2] != 0.25)), dtype)
+
+
+def test_one_sweep_draws_the_row_sample_by_sub_blocks(monkeypatch):
+    """A whole block in one sweep still draws its row sample a sub-block at a time (the draw's
+    temporaries stay small), and draws exactly the rows the hash of their index picks, NaN rows
+    left out."""
+    p = 4
+    X, A = _bulk(3 * 1000 + 5, p, np.float64)
+    X[1500, 2] = np.nan
+    plan = PassPlan(center=np.full(p, 2.9), kernels=np.stack([A, A]), offsets=np.array([4.0, 6.0]),
+                    sample_rate=0.3, seed=5)
+    monkeypatch.setattr(_block, "SUB_BLOCK_ROWS", 1000)
+    sampled_rows, seen = _compiled.sampled_rows, []
+    monkeypatch.setattr(_compiled, "sampled_rows", lambda first, n, *a: seen.append(n) or sampled_rows(first, n, *a))
+    got = block_stats(X, plan, row_offset=123)
+    assert seen == [1000, 1000, 1000, 5]
+    drawn = _block._row_uniforms(np.arange(123, 123 + len(X)), 5) < 0.3
+    np.testing.assert_array_equal(got.sample, X[drawn & np.isfinite(X).all(axis=1)])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
