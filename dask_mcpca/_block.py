@@ -425,13 +425,14 @@ def _compiled_stats(
     flat top (the default solver's) take one sweep (:func:`_one_sweep`), the others two.
     """
     n, p = Xs.shape
-    dtype = Xs.dtype.type
-    center, shift = _rounded_center(plan, dtype)
-    X, scale = np.ascontiguousarray(Xs), dtype(2.0**-plan.unit_exp)
+    X = np.ascontiguousarray(Xs)
     if _flat_tops(plan):
-        done = _one_sweep(X, plan, U, center, scale, shift)
+        done = _one_sweep(X, plan, U)
         if done is not None:
             return done
+    dtype = Xs.dtype.type
+    center, shift = _rounded_center(plan, dtype)
+    scale = dtype(2.0**-plan.unit_exp)
     Yt, quad = ws.take("Yt", (p, n)), ws.take("quad", (n,))
     _compiled.transposed_quadratic_form(X, center, scale, U, Yt, quad)
     finite = None
@@ -468,7 +469,7 @@ def _compiled_stats(
 _NO_ROWS = np.zeros(0, bool)
 
 
-def _one_sweep(X, plan: PassPlan, U, center, scale, shift) -> tuple[BlockStats, np.ndarray | None] | None:
+def _one_sweep(X: np.ndarray, plan: PassPlan, U: np.ndarray) -> tuple[BlockStats, np.ndarray | None] | None:
     """:func:`_compiled_stats` in one sweep (:func:`._compiled.flat_top_sums`), for kernels that
     all have a flat top (the mask of finite rows only where the plan draws a row sample, its
     one use; None otherwise); None where it does not apply: a far row, or a kernel whose largest
@@ -481,7 +482,10 @@ def _one_sweep(X, plan: PassPlan, U, center, scale, shift) -> tuple[BlockStats, 
     the round-off of the sums.
     """
     n, p = X.shape
-    J, tiny = plan.n_kernels, _LOG_TINY[X.dtype.type]
+    dtype = X.dtype.type
+    J, tiny = plan.n_kernels, _LOG_TINY[dtype]
+    center, shift = _rounded_center(plan, dtype)
+    scale = dtype(2.0**-plan.unit_exp)
     excluded = _NO_ROWS
     if plan.excluded or plan.excluded_rows:  # by sub-blocks: a narrow store's block has millions of rows
         starts = range(0, n, SUB_BLOCK_ROWS)
@@ -841,10 +845,8 @@ def _whole_block(
     Python (merging, the moments) cost 15-20 % of the sweep itself at p = 10."""
     if U is None or not _flat_tops(plan) or X.dtype != work or not X.flags.c_contiguous or not len(X):
         return None
-    dtype = X.dtype.type
-    center, shift = _rounded_center(plan, dtype)
     with np.errstate(over="ignore", invalid="ignore"):
-        return _one_sweep(X, plan, U, center, dtype(2.0**-plan.unit_exp), shift)
+        return _one_sweep(X, plan, U)
 
 
 def _flat_tops(plan: PassPlan) -> bool:
