@@ -84,9 +84,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import _compiled
+from . import _compiled, _missing
 
-__all__ = ["PassPlan", "BlockStats", "block_stats", "combine"]
+__all__ = ["PassPlan", "PartialPlan", "BlockStats", "block_stats", "combine"]
 
 #: Rows handled at once inside a block: bounds the temporaries of a task and
 #: keeps them in cache (32,768 rows ran 10-25 % faster than 65,536 at p = 10).
@@ -104,6 +104,34 @@ COMPILED_MAX_FEATURES = 32
 
 #: ``unit_exp`` of an empty moments result: any unit, its weight is 0.
 _NO_UNIT = -(2**20)
+
+
+@dataclass(frozen=True)
+class PartialPlan:
+    """How a kernel pass weighs rows with missing cells (``nan_policy="partial"``).
+
+    A row with observed cells ``O`` (k of them) gets, for kernel j, the
+    weight ``exp(min(offsets[j, k] - d2_O / (2 kernel_size2), 0))``, where
+    ``d2_O = y_O^T S_OO^-1 y_O`` is its squared distance on the observed
+    cells under ``scatter`` (:mod:`._missing`) and ``offsets[j, k]`` is the
+    kernel's flat-top radius mapped to k channels at the same chi-square
+    probability; it then enters the sums as the row completed by the
+    conditional expectation of its missing cells, plus the conditional
+    covariance of those cells (the E-step of a weighted EM fit).
+
+    Parameters
+    ----------
+    scatter : ndarray of shape (p, p)
+        The model's covariance, in the pass's working units.
+    kernel_size2 : float
+        ``c^2`` of the kernels' fall-off (d^2 units).
+    offsets : ndarray of shape (J, p + 1)
+        ``offsets[j, k]``: kernel j's exponent offset for rows with k observed cells.
+    """
+
+    scatter: np.ndarray
+    kernel_size2: float
+    offsets: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -141,8 +169,17 @@ class PassPlan:
         seed and the row's global index, so the sample does not depend on the
         chunking.
 
-    Rows holding NaN or inf never enter the sums; they are counted in
-    ``n_nonfinite`` and the caller decides (``nan_policy``).
+    partial : PartialPlan or None
+        Rows with some NaN cells (none inf, at least one observed) enter the
+        sums by their observed cells (``nan_policy="partial"``; see
+        :class:`PartialPlan`); None leaves them out.
+    sample_partial : bool
+        The row sample also draws rows with some cells NaN (none inf, at
+        least one observed), for the in-memory stage of a ``"partial"`` fit.
+
+    Rows holding NaN or inf never enter the sums (except the ``partial``
+    rows above); they are counted in ``n_nonfinite`` and the caller decides
+    (``nan_policy``).
     """
 
     center: np.ndarray
@@ -153,6 +190,8 @@ class PassPlan:
     unit_exp: int = 0
     sample_rate: float = 0.0
     seed: int = 0
+    partial: PartialPlan | None = None
+    sample_partial: bool = False
     n_kernels: int = field(init=False)
 
     def __post_init__(self):
@@ -170,6 +209,9 @@ class PassPlan:
         if any(len(row) != len(self.center) for row in rows) or (rows and self.kernels is None):
             raise ValueError(f"excluded_rows must be rows of {len(self.center)} values of a kernel pass")
         object.__setattr__(self, "excluded_rows", rows)
+        if self.partial is not None and (self.kernels is None or self.partial.offsets.shape != (
+                self.n_kernels, len(self.center) + 1)):
+            raise ValueError(f"partial must give each of a kernel pass's kernels {len(self.center) + 1} offsets")
 
 
 @dataclass(slots=True)
@@ -217,6 +259,9 @@ class BlockStats:
     n_far : int
         Finite rows whose deviation from the centre overflows in working
         units: weight 0 (kernel passes).
+    n_partial : int
+        Rows with some cells missing that entered the sums by their observed
+        cells (a plan's ``partial``); counted in ``n_rows``, not in ``n_nonfinite``.
     unit_exp : int
         ``mean`` and ``scatter`` are in units of ``2**unit_exp`` working
         units (squared for ``scatter``): 0 for a kernel pass; for a moments
@@ -235,6 +280,7 @@ class BlockStats:
     col_max: np.ndarray | None = None
     n_far: int = 0
     unit_exp: int = 0
+    n_partial: int = 0
 
     def in_units(self, unit_exp: int) -> BlockStats:
         """These statistics with their mean and scatter in units of ``2**unit_exp`` (exact; may overflow to inf)."""
@@ -814,8 +860,8 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
     if whole is not None:  # the usual block of a default-solver pass
         result, finite = whole
         if plan.sample_rate > 0:
-            result.sample = _drawn(X, finite, row_offset, plan)
-        return result
+            result.sample = _drawn(X, _sampled_mask(X, finite, plan), row_offset, plan)
+        return _with_partial_rows(result, X, plan)
     result = _empty(plan, p)
     samples = []
     ws = _Workspace(work)
@@ -827,11 +873,63 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0) -> BlockStat
             done = _compiled_part(Xs, plan, U, ws) if n_seen else None
             part, finite = done if done is not None else _numpy_part(Xs, plan, ws)
         if plan.sample_rate > 0:
-            samples.append(_drawn(Xs, finite, row_offset + start, plan))
+            samples.append(_drawn(Xs, _sampled_mask(Xs, finite, plan), row_offset + start, plan))
         result = combine(result, part)
     if plan.sample_rate > 0:
         result.sample = np.concatenate([result.sample, *samples])
-    return result
+    return _with_partial_rows(result, X, plan)
+
+
+def _with_partial_rows(result: BlockStats, X: np.ndarray, plan: PassPlan) -> BlockStats:
+    """``result`` (the block's complete rows) merged with its rows that have some cells missing,
+    when the plan takes them (``plan.partial``): they move from ``n_nonfinite`` to ``n_rows``."""
+    if plan.partial is None or not result.n_nonfinite:
+        return result
+    rows = np.flatnonzero(_missing.partial_rows(np.asarray(X)))
+    if not len(rows):
+        return result
+    merged = combine(result, _partial_stats(np.asarray(X[rows], np.float64), plan))
+    merged.n_nonfinite -= len(rows)
+    return merged
+
+
+def _partial_stats(X: np.ndarray, plan: PassPlan) -> BlockStats:
+    """A kernel pass's statistics of rows with missing cells (float64, as stored), by pattern of
+    observed cells: weights from the observed cells, sums of the rows completed by the conditional
+    expectation plus the conditional covariance of the missing cells (:class:`PartialPlan`)."""
+    part_plan = plan.partial
+    n, p = X.shape
+    J = plan.n_kernels
+    with np.errstate(over="ignore", invalid="ignore"):
+        Y = np.ldexp(X - np.ldexp(plan.center, plan.unit_exp), -plan.unit_exp)
+    observed = ~np.isnan(Y)
+    d2 = np.empty(n)
+    counts = observed.sum(axis=1)
+    corrections = []  # (rows, model) per pattern
+    for mask, rows in _missing.patterns(observed):
+        model = _missing.conditional_model(part_plan.scatter, mask)
+        Yo = Y[np.ix_(rows, model.observed)]
+        with np.errstate(over="ignore", invalid="ignore"):
+            d2[rows] = model.d2(Yo)
+            Y[np.ix_(rows, model.missing)] = Yo @ model.regression.T
+        corrections.append((rows, model))
+    far = ~np.isfinite(d2) | ~np.isfinite(Y).all(axis=1)
+    d2[far] = np.inf
+    Y[far] = 0.0
+    E = part_plan.offsets[:, counts] - d2[None, :] / (2 * part_plan.kernel_size2)
+    if plan.excluded or plan.excluded_rows:
+        E[:, _excluded_rows(X, plan)] = -np.inf
+    G, log_scale = _weights(E)
+    weight, wsum, scatter = _weighted_sums(Y, G, _Workspace(np.float64))
+    for rows, model in corrections:
+        if len(model.missing):
+            cell = np.ix_(model.missing, model.missing)
+            for j in range(J):
+                scatter[j][cell] += G[j, rows].sum() * model.residual
+    part = _moments(n, log_scale, weight, wsum, scatter, plan.center)
+    part.n_far = int(far.sum())
+    part.n_partial = n
+    return part
 
 
 def _whole_block(
@@ -852,6 +950,14 @@ def _whole_block(
 def _flat_tops(plan: PassPlan) -> bool:
     """Whether every kernel of the plan has a flat top (``offsets > 0``: the default solver's)."""
     return plan.offsets is not None and bool(np.all(plan.offsets > 0))
+
+
+def _sampled_mask(Xs: np.ndarray, finite: np.ndarray | None, plan: PassPlan) -> np.ndarray | None:
+    """The rows the row sample may draw: the finite ones, and with ``plan.sample_partial`` also
+    those with some cells missing (None: all rows)."""
+    if finite is None or not plan.sample_partial:
+        return finite
+    return finite | _missing.partial_rows(np.asarray(Xs))
 
 
 def _drawn(Xs: np.ndarray, finite: np.ndarray | None, first: int, plan: PassPlan) -> np.ndarray:
@@ -964,6 +1070,7 @@ def combine(a: BlockStats, b: BlockStats) -> BlockStats:
         col_max=np.maximum(_or(a.col_max, -np.inf), _or(b.col_max, -np.inf)) if ranged else None,
         n_far=a.n_far + b.n_far,
         unit_exp=unit,
+        n_partial=a.n_partial + b.n_partial,
     )
 
 

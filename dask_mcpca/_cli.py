@@ -3,7 +3,7 @@
 Subcommands::
 
     dask-mcpca fit   STORE [--dataset NAME] [--n-components K] [--solver auto|paper]
-                     [--center robust|mean|none] [--nan-policy raise|omit]
+                     [--center robust|mean|none] [--nan-policy raise|omit|partial]
                      [--scheduler ADDRESS] [--output model.json] [--no-progress]
     dask-mcpca score STORE --model model.json --output scores.zarr [--dataset NAME]
                      [--overwrite] [--scheduler ADDRESS] [--no-progress]
@@ -71,8 +71,9 @@ SCORE_ARRAYS = {
     "scores": "projections (X - mean_) @ components_.T",
     "weight": "score_samples: correntropy weight in (0, 1]",
     "outlier": "is_outlier: d^2 above outlier_cutoff_, a repeated value (stuck sensor) or row (frozen logger)",
-    "d2": "mahalanobis: squared robust distance",
+    "d2": "mahalanobis: squared robust distance (on the observed cells of a row with gaps)",
     "contributions": "channel_contributions: each channel's share of d2 (whitened, sums to d2)",
+    "n_observed": "n_observed: cells not NaN in the row (what d2 and the flag were judged on)",
 }
 
 #: ``--center`` choices: the estimator's, with ``none`` for ``center=False``.
@@ -503,13 +504,13 @@ def _cmd_score(args, out) -> int:
     model = load(args.model, storage_options=options)
     X = _open(args)
     started = time.perf_counter()
-    d2 = model.mahalanobis(X)  # once: the weight is a function of it (score_samples' own rule)
     outputs = {
         "scores": model.transform(X),
-        "weight": model._weight(d2),
+        "weight": model.score_samples(X),
         "outlier": model.is_outlier(X),
-        "d2": d2,
+        "d2": model.mahalanobis(X),
         "contributions": model.channel_contributions(X),
+        "n_observed": model.n_observed(X),
     }
     attrs = {
         "source": args.store if "://" in args.store else os.path.abspath(_store_root(args.store)),
@@ -539,7 +540,7 @@ def _cmd_score(args, out) -> int:
     print(
         f"scored {n:,} rows in {_fmt_seconds(elapsed)}: {n_out:,} outliers ({n_out / n:.2%})\n"
         f"written to {args.output}: scores ({n:,} x {model.n_components_}), weight, outlier, d2 ({n:,}), "
-        f"contributions ({n:,} x {model.n_features_in_})",
+        f"contributions ({n:,} x {model.n_features_in_}), n_observed ({n:,})",
         file=out,
     )
     return 0

@@ -43,6 +43,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from . import _missing
 from ._io import as_row_blocks
 from ._labels import is_dataarray
 
@@ -98,6 +99,8 @@ class BlockSummary:
     labelled_bins: np.ndarray | None = None  # bins whose first row is in this block
     bin_labels: np.ndarray | None = None  # the row coordinate at those first rows
     run_labels: np.ndarray | None = None  # (m, 2) the row coordinate at the first and last row of each run
+    n_complete: int = 0  # rows without a missing cell (those in sum_x, sum_xx)
+    bin_missing: np.ndarray | None = None  # (width, p) missing (NaN) cells per bin and channel
 
 
 def return_large_frees_to_os(threshold: int = MMAP_THRESHOLD) -> bool:
@@ -161,19 +164,23 @@ def summarize_block(
     width = (start + max(n, 1) - 1) * N_BINS // scale - first_bin + 1
     bin_max = np.full(width, -np.inf)
     bin_sum, bin_count = np.zeros(width), np.zeros(width, dtype=np.int64)
-    sum_x, sum_xx, n_scored, n_flagged = np.zeros(p), np.zeros((p, p)), 0, 0
+    sum_x, sum_xx, n_scored, n_flagged, n_complete = np.zeros(p), np.zeros((p, p)), 0, 0, 0
+    bin_missing = np.zeros((width, p), dtype=np.int64)
     runs, peaks, contribs, run_labels, labelled_bins, bin_labels = [], [], [], [], [], []
     mean = model.mean_
     root = model._precision(0.5)
     for a in range(0, n, SLICE_ROWS):
         X = np.asarray(block[a : a + SLICE_ROWS], np.float64)
-        ok = np.isfinite(X).all(axis=1)
-        Xs = np.where(ok[:, None], X, 0.0)  # rows with a gap add nothing to the sums
-        d = model._d2(Xs)
+        complete = np.isfinite(X).all(axis=1)
+        ok = complete | (_missing.partial_rows(X) if model.nan_policy == "partial" else False)
+        Xs = np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf) are scored as the centre
+        d = model._calibrated_d2(Xs)  # rows with gaps: on their observed cells, as is_outlier judges them
         flags = ok & model._flags(Xs, d)
-        sum_x += Xs.sum(axis=0)
-        sum_xx += Xs.T @ Xs
+        Xc = np.where(complete[:, None], X, 0.0)  # rows with a gap add nothing to the sums
+        sum_x += Xc.sum(axis=0)
+        sum_xx += Xc.T @ Xc
         n_scored += int(ok.sum())
+        n_complete += int(complete.sum())
         n_flagged += int(flags.sum())
 
         rows = np.arange(start + a, start + a + len(X))
@@ -183,6 +190,8 @@ def summarize_block(
         bin_max[at] = np.fmax(bin_max[at], np.maximum.reduceat(np.where(ok, d, -np.inf), first))
         bin_sum[at] += np.add.reduceat(np.where(ok, d, 0.0), first)
         bin_count[at] += np.add.reduceat(ok.astype(np.int64), first)
+        if not complete.all():
+            bin_missing[at] += np.add.reduceat(np.isnan(X).astype(np.int64), first, axis=0)
         if labels is not None:
             head = rows[first]  # the first row of a bin is the one whose predecessor is in another bin
             own = (head == 0) | ((head - 1) * N_BINS // scale != bins[first])
@@ -193,7 +202,8 @@ def summarize_block(
         if len(r):
             flagged = np.flatnonzero(flags)
             heads = np.concatenate([[0], np.cumsum(r[:, 1] - r[:, 0])[:-1]])  # each run's first flagged row
-            contribs.append(np.add.reduceat(((X[flagged] - mean) @ root) ** 2, heads, axis=0))
+            filled = np.where(np.isnan(X[flagged]), mean, X[flagged])  # a missing cell contributes nothing
+            contribs.append(np.add.reduceat(((filled - mean) @ root) ** 2, heads, axis=0))
             peaks.append(np.maximum.reduceat(d[flagged], heads))
             runs.append(r + start + a)
             if labels is not None:
@@ -216,6 +226,8 @@ def summarize_block(
         labelled_bins=np.concatenate(labelled_bins) if labels is not None and labelled_bins else None,
         bin_labels=np.concatenate(bin_labels) if labels is not None and bin_labels else None,
         run_labels=np.concatenate(run_labels) if run_labels else None,
+        n_complete=n_complete,
+        bin_missing=bin_missing,
     )
 
 
@@ -262,6 +274,7 @@ class ArchiveSummary:
     row_label: str = "row"
     row_values: Any = None  # the row coordinate (time) at bin_rows, or None
     has_row_coordinate: bool = False
+    bin_missing_share: np.ndarray | None = None  # (bins, p) share of each bin's cells missing, per channel
 
     def top_channels(self, event: Event, k: int = TOP_CHANNELS) -> list[tuple[str, float]]:
         order = np.argsort(-event.shares, kind="stable")[:k]
@@ -524,7 +537,8 @@ def summarize(
         else:
             label_blocks = [coordinate[s : s + m] for s, m in zip(starts, sizes, strict=True)]
 
-    sum_x, sum_xx, n_scored, n_flagged = np.zeros(p), np.zeros((p, p)), 0, 0
+    sum_x, sum_xx, n_scored, n_flagged, n_complete = np.zeros(p), np.zeros((p, p)), 0, 0, 0
+    bin_missing = np.zeros((N_BINS, p), dtype=np.int64)
     bin_max = np.full(N_BINS, np.nan)
     bin_sum, bin_count = np.zeros(N_BINS), np.zeros(N_BINS, dtype=np.int64)
     bin_labels = None
@@ -546,6 +560,9 @@ def summarize(
         for i, s in enumerate(results):
             n_scored += s.n_scored
             n_flagged += s.n_flagged
+            n_complete += s.n_complete
+            if s.bin_missing is not None:
+                bin_missing[s.bins] += s.bin_missing
             sum_x += s.sum_x
             sum_xx += s.sum_xx
             bin_max[s.bins] = np.fmax(bin_max[s.bins], s.bin_max)
@@ -560,12 +577,14 @@ def summarize(
             bar.advance(1)
     fold.finish()
 
-    mean = sum_x / max(n_scored, 1)
-    cov = sum_xx / max(n_scored, 1) - np.outer(mean, mean)
+    mean = sum_x / max(n_complete, 1)
+    cov = sum_xx / max(n_complete, 1) - np.outer(mean, mean)
     classical = np.clip(np.linalg.eigvalsh(cov)[::-1], 0, None)
     bin_rows = -(-np.arange(N_BINS) * n // N_BINS)  # first row r of bin b: r * N_BINS // n == b
     used = slice(None) if n > N_BINS else np.flatnonzero(_bins_with_rows(n))
     bin_rows, bin_max, bin_sum, bin_count = bin_rows[used], bin_max[used], bin_sum[used], bin_count[used]
+    rows_in_bin = np.diff(np.append(-(-np.arange(N_BINS) * n // N_BINS), n))[used]
+    missing_share = bin_missing[used] / np.maximum(rows_in_bin, 1)[:, None] if bin_missing.any() else None
     with np.errstate(invalid="ignore", divide="ignore"):
         bin_mean = np.where(bin_count > 0, bin_sum / bin_count, np.nan)
     return ArchiveSummary(
@@ -587,6 +606,7 @@ def summarize(
         row_label=row_label,
         row_values=None if bin_labels is None else bin_labels[used],
         has_row_coordinate=coordinate is not None,
+        bin_missing_share=missing_share,
     )
 
 
@@ -603,6 +623,18 @@ def _describe_event(summary: ArchiveSummary, e: Event) -> str:
     return f"{where} ({e.stop - e.start:,} rows), peak d² {e.peak_d2:.3g}: {top}"
 
 
+def _plot_outages(ax, summary: ArchiveSummary, xs) -> None:
+    """Share of each channel's cells missing (NaN) per bin, as a heatmap over the row axis."""
+    share = summary.bin_missing_share.T * 100
+    x = np.arange(share.shape[1]) if summary.row_values is not None else xs
+    im = ax.imshow(share, aspect="auto", interpolation="nearest", cmap="Greys", vmin=0, vmax=100,
+                   extent=(float(x[0]), float(x[-1]) + 1, len(summary.channels) - 0.5, -0.5))
+    ax.set_yticks(np.arange(len(summary.channels)), summary.channels, fontsize=7 if len(summary.channels) > 16 else 8)
+    ax.set_xlabel("bin" if summary.row_values is not None else summary.row_label)
+    ax.set_title("outages: share of each channel's values missing (NaN) per bin")
+    ax.figure.colorbar(im, ax=ax, fraction=0.02, label="% missing")
+
+
 def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", storage_options=None) -> None:
     """The PNG report of ``summary`` (matplotlib, imported only here); ``path`` may be a URL."""
     import matplotlib
@@ -617,8 +649,10 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
     p = len(summary.channels)
     k = len(summary.robust_ratio)
     with plt.rc_context(style):
-        fig = plt.figure(figsize=(14, 10), dpi=100)
-        gs = GridSpec(3, 2, figure=fig, height_ratios=[1.0, 1.1, 0.9], hspace=0.55, wspace=0.25, top=0.9)
+        gaps = summary.bin_missing_share is not None
+        fig = plt.figure(figsize=(14, 13 if gaps else 10), dpi=100)
+        ratios = [1.0, 1.1, 0.9] + ([0.9] if gaps else [])
+        gs = GridSpec(len(ratios), 2, figure=fig, height_ratios=ratios, hspace=0.55, wspace=0.25, top=0.9)
         share = summary.n_flagged / max(summary.n_scored, 1)
         fig.suptitle(
             (title + "\n" if title else "")
@@ -674,6 +708,8 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
         lines = [_describe_event(summary, e) for e in summary.largest_events]
         ax.set_title(f"largest events, with the channels most responsible ({summary.n_events:,} in all)")
         ax.text(0, 1, "\n".join(lines) or "no flagged rows", va="top", family="monospace", fontsize=8)
+        if gaps:
+            _plot_outages(fig.add_subplot(gs[3, :]), summary, xs)
         png = io.BytesIO()
         fig.savefig(png, format="png", bbox_inches="tight")
         plt.close(fig)

@@ -51,7 +51,8 @@ import numpy as np
 from scipy import stats
 from scipy.spatial import cKDTree
 
-from ._block import PassPlan, _top_exponent
+from ._block import BlockStats, PartialPlan, PassPlan, _top_exponent, block_stats, combine
+from ._missing import radius_for_count
 from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
@@ -266,21 +267,33 @@ def robust_start(sample: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, np.n
     return location, _median_scaled(sample - location, scatter)
 
 
-def step_plan(location, scatter, kernel_size2: float, cutoffs, *, excluded=None, excluded_rows=None) -> PassPlan:
+def step_plan(
+    location, scatter, kernel_size2: float, cutoffs, *, excluded=None, excluded_rows=None, partial: bool = False
+) -> PassPlan:
     """The plan of one re-weighting pass: flat-top Mahalanobis kernels.
 
     Kernel ``j`` gives ``exp(min(q_j / (2 c^2) - d^2 / (2 c^2), 0))`` with
     ``d^2`` under ``scatter``: one matrix ``A = Sigma^-1 / c^2`` (its
     quadratic form is computed once) with offsets ``q_j / (2 c^2)``.  Rows
     holding one of the ``excluded`` (column, value) pairs, or equal to one of
-    the ``excluded_rows``, enter no sums.
+    the ``excluded_rows``, enter no sums.  With ``partial``, rows with some
+    cells missing enter by their observed cells (:class:`._block.PartialPlan`):
+    the radius ``q_j`` (less the kernel factor's widening) is mapped to k
+    observed channels at the same chi-square probability.
     """
     cutoffs = np.atleast_1d(np.asarray(cutoffs, dtype=np.float64))
     kernels = np.repeat((precision(scatter) / kernel_size2)[None], len(cutoffs), axis=0)
     pairs = () if excluded is None else tuple(map(tuple, excluded))
     rows = () if excluded_rows is None else tuple(map(tuple, excluded_rows))
+    part = None
+    if partial:
+        p, widen = len(location), kernel_size2 / FALL_OFF2
+        counts = np.arange(p + 1)
+        radii = np.array([radius_for_count(q / widen, p, counts) * widen for q in cutoffs])
+        part = PartialPlan(scatter=np.asarray(scatter, np.float64), kernel_size2=float(kernel_size2),
+                           offsets=np.nan_to_num(radii / (2 * kernel_size2), nan=0.0, posinf=np.inf))
     return PassPlan(center=location, kernels=kernels, offsets=cutoffs / (2 * kernel_size2), excluded=pairs,
-                    excluded_rows=rows)
+                    excluded_rows=rows, partial=part)
 
 
 #: ``c^2`` of the fall-off beyond the flat top, in units of ``d^2`` (at
@@ -533,7 +546,7 @@ def _step(
     c2, p = state.kernel_size2, len(state.location)
     cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
     plan = step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated,
-                     excluded_rows=state.repeated_rows)
+                     excluded_rows=state.repeated_rows, partial=runner.nan_policy == "partial")
     if sample_rate > 0:
         plan = replace(plan, sample_rate=sample_rate, seed=seed)
     res = runner.run(plan, label=label)
@@ -615,7 +628,9 @@ def _remaining(change: float, rate: float) -> float:
 STALL_STEPS = 10
 
 
-def _sample_step(state: RobustState, free: np.ndarray, n_sample: int, *, fixed_center, calibrate: bool) -> float:
+def _sample_step(
+    state: RobustState, free: np.ndarray, n_sample: int, *, fixed_center, calibrate: bool, partial=None
+) -> float:
     """One core step on the sample's rows ``free`` (the repeated rows and values left out); the change.
 
     The core radius (:func:`_core_radius`), then the re-weighting of
@@ -625,7 +640,9 @@ def _sample_step(state: RobustState, free: np.ndarray, n_sample: int, *, fixed_c
     Same numerics as those functions: eigenvalues below ``TINY_EIGENVALUE``
     do not enter the distances (:func:`precision`), distances that overflow
     are inf (weight 0), and a median distance that overflows raises
-    :class:`NumericalRangeError`.
+    :class:`NumericalRangeError`.  Sample rows with missing cells
+    (``partial``) enter as a ``"partial"`` pass weighs them (EM; the radius
+    comes from the complete rows).
     """
     w, V = spread_directions(state.scatter)
     p = max(len(w), 1)
@@ -649,6 +666,8 @@ def _sample_step(state: RobustState, free: np.ndarray, n_sample: int, *, fixed_c
     Y *= np.sqrt(g)[:, None]
     with np.errstate(over="ignore", invalid="ignore"):
         cov = Y.T @ Y / weight
+    if partial is not None:
+        mean, cov, weight, log_scale = _with_partial_sample(state, partial, mean, cov, weight, log_scale)
     if not (np.all(np.isfinite(cov)) and np.all(np.isfinite(mean))):
         raise NumericalRangeError(
             "the weighted scatter of the sample is not finite in float64 (rows of magnitude near the "
@@ -662,7 +681,18 @@ def _sample_step(state: RobustState, free: np.ndarray, n_sample: int, *, fixed_c
     return change
 
 
-def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, tol: float) -> None:
+def _with_partial_sample(state: RobustState, partial: np.ndarray, mean, cov, weight: float, log_scale: float):
+    """The weighted mean and covariance of a sample step, merged with those of the sample's rows
+    with missing cells (:func:`._block.block_stats` with a ``partial`` plan, in memory)."""
+    plan = step_plan(state.location, state.scatter, state.kernel_size2, [state.cutoff], excluded=state.repeated,
+                     excluded_rows=state.repeated_rows, partial=True)
+    whole = BlockStats(n_rows=0, n_nonfinite=0, log_scale=np.array([log_scale]), weight=np.array([weight]),
+                       mean=mean[None], scatter=(cov * weight)[None])
+    merged = combine(whole, block_stats(partial, plan))
+    return merged.mean[0], merged.covariance(0), float(merged.weight[0]), float(merged.log_scale[0])
+
+
+def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, tol: float, partial=None) -> None:
     """The core fixed point on the in-memory sample; then the radii of the full-data passes.
 
     First with the Gaussian radius (so the start's neighbourhood, not the
@@ -671,10 +701,14 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
     for the full-data passes, which thus iterate one smooth map.
     """
     free = sample[~held_out(sample, state.repeated, state.repeated_rows)]
+    if partial is not None and not len(partial):
+        partial = None
+    n_sample = len(sample) + (0 if partial is None else len(partial))
     for calibrate in (False, True):
         previous, best, since_best = float("nan"), float("inf"), 0
         for _ in range(MAX_SAMPLE_STEPS):
-            change = _sample_step(state, free, len(sample), fixed_center=fixed_center, calibrate=calibrate)
+            change = _sample_step(state, free, n_sample, fixed_center=fixed_center, calibrate=calibrate,
+                                  partial=partial)
             if np.isfinite(previous) and previous > 0 and change > 0:
                 state.rate = change / previous
             if change == 0 or _remaining(change, state.rate) < tol / 10:
@@ -789,6 +823,7 @@ def fit_robust(
     on_step=None,
     seed: int = 0,
     final_step: bool = True,
+    partial_sample: np.ndarray | None = None,
 ) -> RobustState:
     """Robust location and scatter by the calibrated re-weighting fixed point.
 
@@ -820,6 +855,13 @@ def fit_robust(
     final_step : bool, default=True
         Also evaluate the final, inclusive kernel in each full-data pass (the
         default solver's estimate; the paper solver needs only the location).
+    partial_sample : ndarray or None
+        Sample rows with missing cells (NaN), in working units
+        (``nan_policy="partial"``): the start and the radii come from the
+        complete rows, and the sample's fixed point also weighs these by
+        their observed cells (EM, :func:`._block.block_stats`'s
+        ``partial``), so that the full-data passes start near the EM fixed
+        point.
     """
     p = runner.n_features
     sample = moments.sample
@@ -845,7 +887,7 @@ def fit_robust(
             repeated=repeated,
             repeated_rows=rows,
         )
-        _iterate_on_sample(state, sample, fixed_center=fixed_center, tol=tol)
+        _iterate_on_sample(state, sample, fixed_center=fixed_center, tol=tol, partial=partial_sample)
         if on_step is not None:
             on_step(state)
     while not state.converged and state.n_iter < max_passes:  # a resumed state continues its count
