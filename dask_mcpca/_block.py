@@ -127,11 +127,17 @@ class PartialPlan:
         ``c^2`` of the kernels' fall-off (d^2 units).
     offsets : ndarray of shape (J, p + 1)
         ``offsets[j, k]``: kernel j's exponent offset for rows with k observed cells.
+    patterns : tuple of bytes
+        Patterns of observed cells (:func:`._missing.pattern_key`) whose rows
+        are not completed in the pass: their weighted sums of observed cells
+        come back per pattern (``BlockStats.gaps``) and the client completes
+        them by EM to convergence (:func:`._missing.em_moments`).
     """
 
     scatter: np.ndarray
     kernel_size2: float
     offsets: np.ndarray
+    patterns: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -262,6 +268,11 @@ class BlockStats:
     n_partial : int
         Rows with some cells missing that entered the sums by their observed
         cells (a plan's ``partial``); counted in ``n_rows``, not in ``n_nonfinite``.
+    gaps : dict or None
+        Per pattern of a plan's ``partial.patterns``, the weighted sums of
+        those rows' observed cells (:class:`._missing.GapSums`, about the
+        plan's centre, under ``log_scale``); not in ``weight``, ``mean`` and
+        ``scatter`` until the client completes them.
     unit_exp : int
         ``mean`` and ``scatter`` are in units of ``2**unit_exp`` working
         units (squared for ``scatter``): 0 for a kernel pass; for a moments
@@ -281,6 +292,7 @@ class BlockStats:
     n_far: int = 0
     unit_exp: int = 0
     n_partial: int = 0
+    gaps: dict | None = None
 
     def in_units(self, unit_exp: int) -> BlockStats:
         """These statistics with their mean and scatter in units of ``2**unit_exp`` (exact; may overflow to inf)."""
@@ -885,7 +897,10 @@ def _with_partial_rows(result: BlockStats, X: np.ndarray, plan: PassPlan) -> Blo
     when the plan takes them (``plan.partial``): they move from ``n_nonfinite`` to ``n_rows``."""
     if plan.partial is None or not result.n_nonfinite:
         return result
-    rows = np.flatnonzero(_missing.partial_rows(np.asarray(X)))
+    X = np.asarray(X)
+    with np.errstate(over="ignore", invalid="ignore"):
+        maybe = np.flatnonzero(~np.isfinite(X @ np.ones(X.shape[1], X.dtype)))  # NaN, inf (or overflow)
+    rows = maybe[_missing.partial_rows(X[maybe])]
     if not len(rows):
         return result
     merged = combine(result, _partial_stats(np.asarray(X[rows], np.float64), plan))
@@ -895,40 +910,52 @@ def _with_partial_rows(result: BlockStats, X: np.ndarray, plan: PassPlan) -> Blo
 
 def _partial_stats(X: np.ndarray, plan: PassPlan) -> BlockStats:
     """A kernel pass's statistics of rows with missing cells (float64, as stored), by pattern of
-    observed cells: weights from the observed cells, sums of the rows completed by the conditional
+    observed cells: weights from the observed cells, then per pattern either sums of the observed
+    cells for the client's EM (the plan's ``patterns``) or the rows completed by the conditional
     expectation plus the conditional covariance of the missing cells (:class:`PartialPlan`)."""
     part_plan = plan.partial
     n, p = X.shape
     J = plan.n_kernels
     with np.errstate(over="ignore", invalid="ignore"):
         Y = np.ldexp(X - np.ldexp(plan.center, plan.unit_exp), -plan.unit_exp)
-    observed = ~np.isnan(Y)
-    d2 = np.empty(n)
-    counts = observed.sum(axis=1)
-    corrections = []  # (rows, model) per pattern
-    for mask, rows in _missing.patterns(observed):
+    d2, counts = np.empty(n), np.empty(n, dtype=np.intp)
+    groups = []  # (mask, rows, model) per pattern
+    for mask, rows in _missing.patterns(~np.isnan(Y)):
         model = _missing.conditional_model(part_plan.scatter, mask)
         Yo = Y[np.ix_(rows, model.observed)]
         with np.errstate(over="ignore", invalid="ignore"):
             d2[rows] = model.d2(Yo)
             Y[np.ix_(rows, model.missing)] = Yo @ model.regression.T
-        corrections.append((rows, model))
-    far = ~np.isfinite(d2) | ~np.isfinite(Y).all(axis=1)
-    d2[far] = np.inf
-    Y[far] = 0.0
+        counts[rows] = len(model.observed)
+        groups.append((mask, rows, model))
+    with np.errstate(over="ignore", invalid="ignore"):
+        far = ~np.isfinite(d2) | ~np.isfinite(Y @ np.ones(p))  # overflow in working units: weight 0
+    if far.any():
+        d2[far] = np.inf
+        Y[far] = 0.0
     E = part_plan.offsets[:, counts] - d2[None, :] / (2 * part_plan.kernel_size2)
     if plan.excluded or plan.excluded_rows:
         E[:, _excluded_rows(X, plan)] = -np.inf
     G, log_scale = _weights(E)
-    weight, wsum, scatter = _weighted_sums(Y, G, _Workspace(np.float64))
-    for rows, model in corrections:
-        if len(model.missing):
+    gaps, done = {}, np.ones(n, bool)  # done: rows completed here, in the main sums
+    for mask, rows, model in groups:
+        key = _missing.pattern_key(mask)
+        if key in part_plan.patterns:
+            g, Yo = G[:, rows], Y[np.ix_(rows, model.observed)]
+            second = np.stack([(Yo * gj[:, None]).T @ Yo for gj in g])
+            gaps[key] = _missing.GapSums(mask, g.sum(axis=1), g @ Yo, second)
+            done[rows] = False
+    kept = slice(None) if done.all() else done
+    weight, wsum, scatter = _weighted_sums(Y[kept], G[:, kept], _Workspace(np.float64))
+    for _, rows, model in groups:
+        if len(model.missing) and done[rows[0]]:
             cell = np.ix_(model.missing, model.missing)
             for j in range(J):
                 scatter[j][cell] += G[j, rows].sum() * model.residual
     part = _moments(n, log_scale, weight, wsum, scatter, plan.center)
     part.n_far = int(far.sum())
     part.n_partial = n
+    part.gaps = gaps or None
     return part
 
 
@@ -1071,6 +1098,7 @@ def combine(a: BlockStats, b: BlockStats) -> BlockStats:
         n_far=a.n_far + b.n_far,
         unit_exp=unit,
         n_partial=a.n_partial + b.n_partial,
+        gaps=_missing.merge_gaps(a.gaps, fa, b.gaps, fb) if (a.gaps or b.gaps) else None,
     )
 
 

@@ -46,11 +46,6 @@ CENTERS = ("robust", "mean", False)
 NAN_POLICIES = ("raise", "omit", "partial")
 DEFAULT_TOL = {"paper": 1e-6, "auto": 1e-3}
 DEFAULT_MAX_ITER = {"paper": 100, "auto": 3}
-#: One more full pass by default under ``nan_policy="partial"``: each pass is
-#: also an EM step, which converges at the rate of the share of missing
-#: information (0.3 with one of 10 channels offline in 30 % of the rows:
-#: changes 0.064, 0.008, 0.0026 where complete data stop at 0.0033).
-PARTIAL_EXTRA_PASSES = 1
 
 #: Allowed ``kernel_factor``: its square scales kernel sizes and radii, and
 #: beyond this range they leave float64's comfortable range (1e200 overflowed
@@ -261,8 +256,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     max_iter : int or None, default=None
         ``"paper"``: bound on re-weightings per kernel size (default 100).
         ``"auto"``: bound on full-data passes after the first (default 3, so
-        a default fit reads the data at most 4 times; 4 under
-        ``nan_policy="partial"``, whose passes are also EM steps).  A fit that stops
+        a default fit reads the data at most 4 times).  A fit that stops
         unconverged warns with scikit-learn's ``ConvergenceWarning``.
     nan_policy : {"raise", "omit", "partial"}, default="raise"
         Rows with NaN or inf: raise a ``ValueError``; ``"omit"``: leave them
@@ -625,8 +619,6 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             )
         tol = self.tol if self.tol is not None else DEFAULT_TOL[solver]
         max_iter = self.max_iter if self.max_iter is not None else DEFAULT_MAX_ITER[solver]
-        if self.max_iter is None and self.nan_policy == "partial":
-            max_iter += PARTIAL_EXTRA_PASSES
         runner = PassRunner(X, nan_policy=self.nan_policy, progress=self.progress)
         ckpt = _checkpoint.Checkpoint.open(
             self.checkpoint, params=self._fingerprint_params(), shape=(n, p), dtype=X.dtype

@@ -33,6 +33,7 @@ channels offline at the same time).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -47,7 +48,26 @@ __all__ = [
     "completed",
     "equivalent_d2",
     "radius_for_count",
+    "pattern_key",
+    "GapSums",
+    "merge_gaps",
+    "em_moments",
+    "MAX_PATTERNS",
+    "EM_TOL",
 ]
+
+#: Patterns of observed cells whose sums a pass returns for the client's EM
+#: (:func:`em_moments`), the most frequent in the row sample; rows of other
+#: patterns are completed in the pass with the current model (one EM step per
+#: pass).  Bounds what a block returns: ``MAX_PATTERNS * J * p^2`` floats.
+MAX_PATTERNS = 64
+
+#: The client's EM stops when the covariance moves by less than this (relative):
+#: far below the sampling error of any covariance a pass estimates.
+EM_TOL = 1e-7
+
+#: Bound on the client's EM iterations per pass.
+EM_MAX_ITER = 200
 
 
 def partial_rows(X: np.ndarray) -> np.ndarray:
@@ -60,18 +80,21 @@ def partial_rows(X: np.ndarray) -> np.ndarray:
 def patterns(observed: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """``(observed_columns_mask, row_indices)`` per distinct row of the boolean mask ``observed``.
 
-    In the order of the patterns' packed bytes, so the same rows give the
-    same order whatever the chunking.
+    In a fixed order of the patterns (by their code), rows in their order, so
+    the same rows give the same groups whatever the chunking.
     """
-    if not len(observed):
+    n, p = observed.shape
+    if not n:
         return
-    keys = np.packbits(observed, axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
-    for i in range(len(uniq)):
-        rows = order[bounds[i] : bounds[i + 1]]
+    if p <= 62:  # one integer code per row: sorting n integers, not n byte strings
+        codes = observed.astype(np.int64) @ (np.int64(1) << np.arange(p, dtype=np.int64))
+    else:
+        _, codes = np.unique(np.packbits(observed, axis=1), axis=0, return_inverse=True)
+        codes = codes.reshape(-1)
+    order = np.argsort(codes, kind="stable")
+    starts = np.flatnonzero(np.diff(codes[order], prepend=codes[order[0]] - 1))
+    for a, b in zip(starts, np.append(starts[1:], n), strict=True):
+        rows = order[a:b]
         yield observed[rows[0]], rows
 
 
@@ -95,7 +118,7 @@ class ConditionalModel:
         mis = np.flatnonzero(~np.asarray(observed, bool))
         S_OO = scatter[np.ix_(obs, obs)]
         self.observed, self.missing = obs, mis
-        self.precision = np.linalg.pinv((S_OO + S_OO.T) / 2, hermitian=True)
+        self.precision = _inverse((S_OO + S_OO.T) / 2)
         self.regression = scatter[np.ix_(mis, obs)] @ self.precision
         C = scatter[np.ix_(mis, mis)] - self.regression @ scatter[np.ix_(obs, mis)]
         self.residual = (C + C.T) / 2
@@ -103,6 +126,19 @@ class ConditionalModel:
     def d2(self, Y_obs: np.ndarray) -> np.ndarray:
         """``y_O^T S_OO^-1 y_O`` of centred observed cells (n x k)."""
         return np.einsum("ij,ij->i", Y_obs @ self.precision, Y_obs)
+
+
+def _inverse(S: np.ndarray) -> np.ndarray:
+    """The inverse of a symmetric positive definite matrix by Cholesky; a pseudo-inverse where it is
+    singular (directions without spread then count nothing)."""
+    try:
+        L = np.linalg.cholesky(S)
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(S, hermitian=True)
+    Linv = np.linalg.inv(L)
+    if not np.all(np.isfinite(Linv)) or np.abs(np.diag(L)).min() <= 1e-7 * np.abs(np.diag(L)).max():
+        return np.linalg.pinv(S, hermitian=True)
+    return Linv.T @ Linv
 
 
 def conditional_model(scatter: np.ndarray, observed: np.ndarray) -> ConditionalModel:
@@ -207,3 +243,106 @@ def _chi2_isf_log(log_sf: np.ndarray, df: int) -> np.ndarray:
             x = np.maximum(x - f / ((a - 1) / x - 0.5), 1.0)
         out[far] = x
     return out
+
+
+def pattern_key(observed: np.ndarray) -> bytes:
+    """A hashable key of a boolean mask of observed cells."""
+    return np.packbits(np.asarray(observed, bool)).tobytes()
+
+
+@dataclass
+class GapSums:
+    """Weighted sums of the observed cells of the rows that share one pattern, per kernel.
+
+    ``y = x - centre`` (the pass's centre, working units), ``O`` the observed cells:
+    ``weight[j] = sum w``, ``wsum[j] = sum w y_O``, ``second[j] = sum w y_O y_O^T``,
+    the weights known up to the pass's log-scale, as in :class:`._block.BlockStats`.
+    """
+
+    observed: np.ndarray
+    weight: np.ndarray
+    wsum: np.ndarray
+    second: np.ndarray
+
+    def scaled(self, f: np.ndarray) -> GapSums:
+        return GapSums(self.observed, self.weight * f, self.wsum * f[:, None], self.second * f[:, None, None])
+
+
+def merge_gaps(a: dict | None, fa: np.ndarray, b: dict | None, fb: np.ndarray) -> dict | None:
+    """Two passes' pattern sums, each rescaled by its factor per kernel, added pattern by pattern."""
+    if a is None and b is None:
+        return None
+    out = {k: g.scaled(fa) for k, g in (a or {}).items()}
+    for k, g in (b or {}).items():
+        g = g.scaled(fb)
+        if k in out:
+            h = out[k]
+            out[k] = GapSums(h.observed, h.weight + g.weight, h.wsum + g.wsum, h.second + g.second)
+        else:
+            out[k] = g
+    return out
+
+
+def em_moments(
+    weight: float, mean: np.ndarray, scatter: np.ndarray, gaps: list[tuple[np.ndarray, float, np.ndarray, np.ndarray]],
+    center: np.ndarray, *, location: np.ndarray, covariance: np.ndarray, factor: float,
+    fixed_center: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The weighted mean and covariance of a pass's rows with their missing cells completed, by EM.
+
+    ``weight``, ``mean``, ``scatter`` are the sums of the rows that need no
+    completion (the complete rows and the rows completed in the pass), about
+    their mean; ``gaps`` holds, per pattern, ``(observed, sum w, sum w y_O,
+    sum w y_O y_O^T)`` with ``y = x - center``.  For fixed weights, EM
+    alternates the completion under the current model (the conditional
+    expectation ``a + B y_O`` of the missing cells and their conditional
+    covariance C) with the weighted moments of the completed rows:
+
+        sum w yhat       = [s ; W a + B s]
+        sum w yhat yhat' = [T, T B' + s a' ; B T + a s', B T B' + a s' B' + B s a' + W a a' + W C]
+
+    (``W, s, T`` the pattern's sums), until the model moves by less than
+    :data:`EM_TOL`.  The first completion uses ``(location, covariance)``
+    (the pass's model); later ones the weighted mean (or ``fixed_center``)
+    and the covariance about it times ``factor`` (the kernel's consistency
+    factor, as the fit applies it).  Returns the weighted mean and the
+    covariance about it, without ``factor``.
+    """
+    base_w = float(weight)
+    d0 = mean - center
+    base_y = base_w * d0
+    base_yy = scatter + base_w * np.outer(d0, d0)
+    total_w = base_w + sum(g[1] for g in gaps)
+    if not total_w > 0 or not gaps:
+        return mean, scatter / max(base_w, np.finfo(float).tiny)
+    loc, cur = np.asarray(location, np.float64), np.asarray(covariance, np.float64)
+    for _ in range(EM_MAX_ITER):
+        sy, syy = base_y.copy(), base_yy.copy()
+        for observed, W, s_o, T in gaps:
+            model = conditional_model(cur, observed)
+            obs, mis = model.observed, model.missing
+            B = model.regression
+            a = (loc[mis] - center[mis]) - B @ (loc[obs] - center[obs])
+            TB = T @ B.T
+            Bs = B @ s_o
+            sy[obs] += s_o
+            sy[mis] += W * a + Bs
+            syy[np.ix_(obs, obs)] += T
+            cross = TB + np.outer(s_o, a)
+            syy[np.ix_(obs, mis)] += cross
+            syy[np.ix_(mis, obs)] += cross.T
+            syy[np.ix_(mis, mis)] += (B @ TB + np.outer(a, Bs) + np.outer(Bs, a)
+                                      + W * np.outer(a, a) + W * model.residual)
+        mean_new = center + sy / total_w
+        d = mean_new - center
+        cov = syy / total_w - np.outer(d, d)
+        cov = (cov + cov.T) / 2
+        new_loc = mean_new if fixed_center is None else np.asarray(fixed_center, np.float64)
+        e = new_loc - mean_new
+        new_cur = (cov + np.outer(e, e)) * factor
+        scale = max(float(np.abs(np.diag(new_cur)).max()), np.finfo(float).tiny)
+        done = np.abs(new_cur - cur).max() <= EM_TOL * scale and np.abs(new_loc - loc).max() <= EM_TOL * np.sqrt(scale)
+        loc, cur = new_loc, new_cur
+        if done:
+            break
+    return mean_new, cov

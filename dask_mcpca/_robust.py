@@ -52,7 +52,7 @@ from scipy import stats
 from scipy.spatial import cKDTree
 
 from ._block import BlockStats, PartialPlan, PassPlan, _top_exponent, block_stats, combine
-from ._missing import radius_for_count
+from ._missing import MAX_PATTERNS, em_moments, pattern_key, radius_for_count
 from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
@@ -268,7 +268,8 @@ def robust_start(sample: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, np.n
 
 
 def step_plan(
-    location, scatter, kernel_size2: float, cutoffs, *, excluded=None, excluded_rows=None, partial: bool = False
+    location, scatter, kernel_size2: float, cutoffs, *, excluded=None, excluded_rows=None, partial: bool = False,
+    patterns: tuple = (),
 ) -> PassPlan:
     """The plan of one re-weighting pass: flat-top Mahalanobis kernels.
 
@@ -279,7 +280,8 @@ def step_plan(
     the ``excluded_rows``, enter no sums.  With ``partial``, rows with some
     cells missing enter by their observed cells (:class:`._block.PartialPlan`):
     the radius ``q_j`` (less the kernel factor's widening) is mapped to k
-    observed channels at the same chi-square probability.
+    observed channels at the same chi-square probability; rows of the
+    ``patterns`` of observed cells come back as sums for the client's EM.
     """
     cutoffs = np.atleast_1d(np.asarray(cutoffs, dtype=np.float64))
     kernels = np.repeat((precision(scatter) / kernel_size2)[None], len(cutoffs), axis=0)
@@ -291,7 +293,8 @@ def step_plan(
         counts = np.arange(p + 1)
         radii = np.array([radius_for_count(q / widen, p, counts) * widen for q in cutoffs])
         part = PartialPlan(scatter=np.asarray(scatter, np.float64), kernel_size2=float(kernel_size2),
-                           offsets=np.nan_to_num(radii / (2 * kernel_size2), nan=0.0, posinf=np.inf))
+                           offsets=np.nan_to_num(radii / (2 * kernel_size2), nan=0.0, posinf=np.inf),
+                           patterns=tuple(patterns))
     return PassPlan(center=location, kernels=kernels, offsets=cutoffs / (2 * kernel_size2), excluded=pairs,
                     excluded_rows=rows, partial=part)
 
@@ -546,10 +549,14 @@ def _step(
     c2, p = state.kernel_size2, len(state.location)
     cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
     plan = step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated,
-                     excluded_rows=state.repeated_rows, partial=runner.nan_policy == "partial")
+                     excluded_rows=state.repeated_rows, partial=runner.nan_policy == "partial",
+                     patterns=getattr(runner, "gap_patterns", ()))
     if sample_rate > 0:
         plan = replace(plan, sample_rate=sample_rate, seed=seed)
     res = runner.run(plan, label=label)
+    if res.gaps:
+        res = _em_completed(res, plan, [flat_top_consistency(p, c2, q) for q in cutoffs], fixed_center,
+                            [(state.location, state.scatter)] * len(cutoffs))
     if final:
         state.final_location = res.mean[1] if fixed_center is None else fixed_center
         state.final_scatter = res.covariance(1, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[1])
@@ -681,15 +688,43 @@ def _sample_step(
     return change
 
 
+def _em_completed(res: BlockStats, plan: PassPlan, factors, fixed_center, starts) -> BlockStats:
+    """``res`` with the rows it returned as pattern sums (``res.gaps``) completed by EM to
+    convergence under each kernel's fixed weights (:func:`._missing.em_moments`), in its sums.
+    The patterns are taken in the plan's order, so the sums do not depend on the blocks' order."""
+    sums = [res.gaps[k] for k in plan.partial.patterns if k in res.gaps]
+    res = replace(res, weight=res.weight.copy(), mean=res.mean.copy(), scatter=res.scatter.copy(), gaps=None)
+    for j, (factor, (location, scatter)) in enumerate(zip(factors, starts, strict=True)):
+        gaps = [(g.observed, float(g.weight[j]), g.wsum[j], g.second[j]) for g in sums]
+        mean, cov = em_moments(res.weight[j], res.mean[j], res.scatter[j], gaps, plan.center, location=location,
+                               covariance=scatter, factor=factor, fixed_center=fixed_center)
+        res.weight[j] += sum(g[1] for g in gaps)
+        res.mean[j], res.scatter[j] = mean, cov * res.weight[j]
+    return res
+
+
 def _with_partial_sample(state: RobustState, partial: np.ndarray, mean, cov, weight: float, log_scale: float):
     """The weighted mean and covariance of a sample step, merged with those of the sample's rows
-    with missing cells (:func:`._block.block_stats` with a ``partial`` plan, in memory)."""
+    with missing cells (:func:`._block.block_stats` with a ``partial`` plan, in memory): one EM
+    step per sample step, the rows completed under the step's model (the sample's fixed point
+    iterates the EM with the re-weighting; a step costs a few ms)."""
     plan = step_plan(state.location, state.scatter, state.kernel_size2, [state.cutoff], excluded=state.repeated,
                      excluded_rows=state.repeated_rows, partial=True)
     whole = BlockStats(n_rows=0, n_nonfinite=0, log_scale=np.array([log_scale]), weight=np.array([weight]),
                        mean=mean[None], scatter=(cov * weight)[None])
     merged = combine(whole, block_stats(partial, plan))
     return merged.mean[0], merged.covariance(0), float(merged.weight[0]), float(merged.log_scale[0])
+
+
+def gap_patterns(partial: np.ndarray | None) -> tuple:
+    """The patterns of observed cells whose rows a ``"partial"`` pass returns as sums for the client's EM:
+    the ``MAX_PATTERNS`` most frequent among the sample's rows with missing cells (ties: by key)."""
+    if partial is None or not len(partial):
+        return ()
+    keys = [pattern_key(row) for row in ~np.isnan(partial)]
+    uniq, counts = np.unique(np.array(keys, dtype=object), return_counts=True)
+    order = sorted(range(len(uniq)), key=lambda i: (-counts[i], uniq[i]))
+    return tuple(uniq[i] for i in order[:MAX_PATTERNS])
 
 
 def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, tol: float, partial=None) -> None:
@@ -865,6 +900,7 @@ def fit_robust(
     """
     p = runner.n_features
     sample = moments.sample
+    runner.gap_patterns = gap_patterns(partial_sample) if runner.nan_policy == "partial" else ()
     if tol is None:
         tol = max(DEFAULT_TOL, STATISTICAL_TOL * np.sqrt(p / max(moments.n_rows, 1)))
     with np.errstate(invalid="ignore"):

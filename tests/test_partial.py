@@ -224,3 +224,38 @@ def test_command_line_partial_fit_and_score_write_observed_counts(tmp_path):
     has = (~np.isnan(Xg)).any(axis=1)
     assert np.isfinite(d2[has]).all() and np.isnan(d2[~has]).all()
     assert not g["outlier"][:][~has].any()
+
+
+def _plain_em(Xg: np.ndarray, n_iter: int = 500):
+    """Maximum likelihood mean and covariance of Gaussian rows with missing cells, by plain EM, row by row."""
+    rows = Xg[~np.isnan(Xg).all(axis=1)]
+    mu = np.nanmean(rows, axis=0)
+    S = np.diag(np.nanvar(rows, axis=0))
+    for _ in range(n_iter):
+        sy, syy = np.zeros(P), np.zeros((P, P))
+        for x in rows:
+            o, m = ~np.isnan(x), np.isnan(x)
+            xh = x.copy()
+            C = np.zeros((P, P))
+            if m.any():
+                K = S[np.ix_(m, o)] @ np.linalg.inv(S[np.ix_(o, o)])
+                xh[m] = mu[m] + K @ (x[o] - mu[o])
+                C[np.ix_(m, m)] = S[np.ix_(m, m)] - K @ S[np.ix_(o, m)]
+            sy += xh
+            syy += np.outer(xh, xh) + C
+        new_mu = sy / len(rows)
+        new_S = syy / len(rows) - np.outer(new_mu, new_mu)
+        if np.abs(new_S - S).max() < 1e-12 and np.abs(new_mu - mu).max() < 1e-12:
+            break
+        mu, S = new_mu, new_S
+    return mu, S
+
+
+def test_with_unit_weights_the_partial_fit_is_the_gaussian_maximum_likelihood_em():
+    """kernel_factor huge: every weight is 1, and the client's EM per pass gives the ML estimate."""
+    _, Xg, _ = _archive(2_000, seed=11)
+    Xg = Xg[:1500]
+    model = MCPCA(nan_policy="partial", kernel_factor=1e6, tol=1e-9, max_iter=10).fit(Xg)
+    mu, S = _plain_em(Xg)
+    np.testing.assert_allclose(model.mean_, mu, atol=1e-6 * np.sqrt(np.abs(np.diag(S)).max()))
+    np.testing.assert_allclose(model.get_covariance(), S, atol=1e-6 * np.abs(S).max())
