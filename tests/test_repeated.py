@@ -1,0 +1,141 @@
+"""Repeated values and rows (issue 21): legitimate repeats are no faults, stuck sensors and frozen loggers are.
+
+Quantization levels, a range limit or a saturation, integer counts, one-hot
+columns and a device idle at one point repeat values exactly; the model (a
+robust Gaussian marginal per channel, on the channel's lattice) predicts those
+counts, or the repeated record is a set point (zeros).  A stuck sensor and a
+frozen logger on continuous data hold counts the model cannot explain.
+"""
+
+import numpy as np
+import pytest
+
+from dask_mcpca import MCPCA
+from dask_mcpca._robust import find_repeated, repeated_rows, repeated_values
+
+
+def _correlated(rng, n, p, sd):
+    """Gaussian channels, correlation 0.5 between each two (no channel predicted by the others with
+    R^2 above 0.4: a clipped channel that the others predict within a fraction of its sd is far by d^2)."""
+    L = np.linalg.cholesky(np.full((p, p), 0.5) + 0.5 * np.eye(p))
+    return rng.normal(size=(n, p)) @ L.T * sd
+
+
+def _integers(seed, n=10_000):
+    return np.round(_correlated(np.random.default_rng(seed), n, 5, np.array([0.8, 1.5, 3.0, 6.0, 12.0])))
+
+
+def _uint8(seed, n=10_000):
+    return np.clip(np.round(128 + _correlated(np.random.default_rng(seed), n, 5, 25.0)), 0, 255)
+
+
+def _saturating(seed, share, n=10_000):
+    """Channel 0 clipped at the (rounded) level it exceeds ``share`` of the time: a range limit."""
+    rng = np.random.default_rng(seed)
+    X = 50 + _correlated(rng, n, 5, 10.0)
+    X[:, 0] = np.minimum(X[:, 0], np.round(np.quantile(X[:, 0], 1 - share)))
+    return X
+
+
+def _idle(seed, share, n=10_000):
+    """A device that writes zeros in every channel when idle, ``share`` of the time; 0 inside the bulk."""
+    rng = np.random.default_rng(seed)
+    X = 0.1 + _correlated(rng, n, 5, 1.0)
+    X[rng.choice(n, int(share * n), replace=False)] = 0.0
+    return X
+
+
+def _one_hot(seed, n=10_000):
+    rng = np.random.default_rng(seed)
+    category = rng.choice(5, n, p=[0.4, 0.25, 0.15, 0.12, 0.08])
+    return np.hstack([np.round(_correlated(rng, n, 2, 2.0)), np.eye(5)[category]])
+
+
+CLEAN = {
+    "integer counts": _integers,
+    "uint8 sensor": _uint8,
+    "range limit 5 %": lambda s: _saturating(s, 0.05),
+    "saturating 1 %": lambda s: _saturating(s, 0.01),
+    "saturating 8 %": lambda s: _saturating(s, 0.08),
+    "idle zeros 1 %": lambda s: _idle(s, 0.01),
+    "idle zeros 5 %": lambda s: _idle(s, 0.05),
+}
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("case", sorted(CLEAN))
+def test_legitimate_repeats_are_no_faults(case, seed):
+    X = CLEAN[case](seed)
+    model = MCPCA().fit(X)
+    assert len(model.repeated_values_) == 0 and len(model.repeated_rows_) == 0
+    assert np.mean(model.is_outlier(X)) <= 0.01  # 0.1-0.4 % measured (5.2-100 % of the repeats before)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_one_hot_columns_repeat_no_faults(seed):
+    """No repeated value or row; the rows flagged here are far by d^2 (rare categories), not repeats."""
+    X = _one_hot(seed)
+    values, rows = find_repeated(X)
+    assert len(values) == 0 and len(rows) == 0
+    assert not MCPCA().fit(X)._repeated(X).any()
+
+
+def test_levels_of_a_quantized_channel_with_values_swapped_in_are_no_stuck_values():
+    """3 % of the rows carry a continuous channel's values between a quantized channel's levels: the levels
+    keep their lattice (values held once lie off it) and the model predicts their counts."""
+    rng = np.random.default_rng(0)
+    X = _correlated(rng, 20_000, 4, 1.0)
+    X[:, 0] = np.round(X[:, 0] * 20) / 20  # 41 busy levels
+    swapped = rng.choice(len(X), 600, replace=False)
+    Xf = X.copy()
+    Xf[swapped, 0], Xf[swapped, 1] = X[swapped, 1], X[swapped, 0]
+    assert len(repeated_values(Xf)) == 0
+    model = MCPCA().fit(Xf)
+    clean = np.ones(len(X), bool)
+    clean[swapped] = False
+    assert not model._repeated(Xf).any()
+    assert np.mean(np.asarray(model.is_outlier(Xf))[clean]) <= 0.05
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_stuck_sensor_and_frozen_logger_on_continuous_data_are_found(seed):
+    rng = np.random.default_rng(seed)
+    X = _correlated(rng, 10_000, 6, 1.0)
+    order = rng.permutation(len(X))
+    stuck, frozen = order[:300], order[300:500]
+    Xf = X.copy()
+    Xf[stuck, 2] = np.quantile(X[:, 2], 0.99)
+    Xf[frozen] = X[order[600]]  # one measured record, replayed
+    model = MCPCA().fit(Xf)
+    np.testing.assert_array_equal(model.repeated_values_, [[2.0, Xf[stuck[0], 2]]])
+    np.testing.assert_array_equal(model.repeated_rows_, X[order[600]][None])
+    flags = np.asarray(model.is_outlier(Xf))
+    assert flags[stuck].all() and flags[frozen].all()
+    clean = np.ones(len(X), bool)
+    clean[order[:500]] = False
+    assert flags[clean].mean() <= 0.01
+
+
+def test_stuck_on_a_quantized_channel_and_stuck_at_the_extreme_are_found():
+    """On integer counts a stuck level holds 3 % where the model predicts 0.3 %; a value stuck at the
+    column's maximum holds 3 % where the model's tail beyond it holds about 0.01 %."""
+    X = _integers(3)
+    rng = np.random.default_rng(3)
+    stuck = rng.choice(len(X), 300, replace=False)
+    Xf = X.copy()
+    Xf[stuck, 4] = np.quantile(X[:, 4], 0.99)
+    assert repeated_values(Xf).tolist() == [[4.0, Xf[stuck[0], 4]]]
+    Y = _correlated(rng, 10_000, 4, 1.0)
+    Y[stuck, 1] = Y[:, 1].max()
+    assert repeated_values(Y).tolist() == [[1.0, Y[stuck[0], 1]]]
+
+
+def test_a_record_of_round_values_is_a_set_point_not_a_frozen_record():
+    """The trade-off: a logger frozen on a record of zeros (or of values 100 times coarser than each
+    channel's resolution) is taken for an idle device; the same record with measured values is frozen."""
+    X = _idle(0, 0.02)
+    assert len(repeated_rows(X)) == 0
+    np.testing.assert_array_equal(repeated_rows(X, set_points=True), np.zeros((1, 5)))
+    Y = X.copy()
+    Y[np.all(X == 0, axis=1)] = X[np.all(X != 0, axis=1)][0]
+    assert len(repeated_rows(Y)) == 1
