@@ -30,7 +30,11 @@ first pass, in memory, and then on the full data, one pass per step:
    frozen logger's record; :func:`repeated_rows`), and a value one column
    holds exactly in many of the other rows, far more often than its
    neighbouring values (a stuck sensor; :func:`repeated_values`), exclude
-   their rows from every kernel's sums.
+   their rows from every kernel's sums.  A repeat must also be one the data's
+   model cannot explain: a value holds 5 times the rows a robust Gaussian
+   marginal puts in its lattice cell (quantization levels, integer counts, a
+   range limit are no faults), and a record is no set point (zeros, round
+   values: an idle device).
 
 Each full-data pass evaluates all kernels from the current state with one
 quadratic form; the core is iterated until the estimated distance to its fixed
@@ -336,7 +340,9 @@ def _tight_rows(Z: np.ndarray, n_sample: int) -> np.ndarray:
 #: ``is_outlier`` flags them.  The neighbour rule keeps the natural modes of
 #: quantized channels out (a lattice of integer counts with rare values between
 #: its points: the window reaches past them); a value held by more rows is taken
-#: for a regime of the data (an idle sensor's exact zeros).
+#: for a regime of the data (an idle sensor's exact zeros).  A value must also
+#: hold ``REPEAT_SPIKE`` times the rows the model predicts for its lattice cell
+#: (:func:`repeated_values`, Notes).
 MAX_REPEATED_SHARE = 0.1
 REPEAT_SPIKE = 5.0
 REPEAT_WINDOW = 4
@@ -348,7 +354,45 @@ REPEAT_WINDOW = 4
 MAX_REPEATED_ROWS = 16
 
 
-def repeated_rows(sample: np.ndarray) -> np.ndarray:
+#: A repeated record every value of which is 0 or a multiple of
+#: ``10**SET_POINT_DIGITS`` times its channel's resolution is a set point
+#: (:func:`_set_points`), not a frozen record.
+SET_POINT_DIGITS = 2
+
+
+def _decimal_exponents(values: np.ndarray) -> np.ndarray:
+    """The largest e (-30 <= e <= 30) with each value an integer multiple of ``10**e`` (to ~50 ulp); inf for 0."""
+    values = np.abs(np.asarray(values, np.float64))
+    out = np.full(values.shape, -31.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for e in range(-30, 31):
+            q = values / 10.0**e
+            whole = (np.abs(q - np.rint(q)) <= 1e-14 * q) & (q >= 0.5)
+            out[whole] = e
+    out[values == 0] = np.inf
+    return out
+
+
+def _set_points(records: np.ndarray, sample: np.ndarray) -> np.ndarray:
+    """True for the repeated ``records`` that are set points (an idle state), not replayed measurements.
+
+    A channel's resolution is the finest decimal step its sample values keep
+    (the 10th percentile of their decimal exponents, :func:`_decimal_exponents`).
+    A frozen logger replays one measurement: each of its values lies on a
+    lattice ``10**SET_POINT_DIGITS`` times coarser than the channel's
+    resolution by chance only (about 1 in 100 per channel, 1 in 100**p for
+    the record).  A device idle at one point writes a set state: zeros, or
+    round values.  A record all of whose values are 0 or that round is taken
+    for a set point.
+    """
+    if not len(records):
+        return np.zeros(0, bool)
+    resolution = np.array([np.quantile(_decimal_exponents(c[c != 0]), 0.1) if np.any(c != 0) else 0.0
+                           for c in sample.T])
+    return np.all(_decimal_exponents(records) >= resolution + SET_POINT_DIGITS, axis=1)
+
+
+def repeated_rows(sample: np.ndarray, *, set_points: bool = False) -> np.ndarray:
     """Whole rows that the sample repeats exactly, far more often than the rows next to them: frozen records.
 
     A frozen logger repeats one record, all p values.  :func:`repeated_values`
@@ -376,6 +420,13 @@ def repeated_rows(sample: np.ndarray) -> np.ndarray:
     record is itself such a spike and, if it holds 0.1-10 % of the rows,
     it is taken for a frozen record: the data cannot tell them apart
     (``tests/test_robust_real.py`` measures both sides of that line).
+
+    Set points: a repeated record every value of which is 0 or a multiple of
+    ``10**SET_POINT_DIGITS`` times its channel's resolution (:func:`_set_points`)
+    is an idle device's state, not a replayed measurement, and is not returned
+    (``set_points=True`` returns those instead; :func:`find_repeated` leaves
+    their rows out of the per-channel counts, as a frozen record's).  The
+    trade-off: a logger frozen on a record of zeros is taken for an idle one.
 
     Two guards: if the rows found hold together more than
     ``MAX_REPEATED_SHARE`` of the sample, duplication is the nature of these
@@ -425,24 +476,88 @@ def repeated_rows(sample: np.ndarray) -> np.ndarray:
     found = candidates[counts[candidates] >= REPEAT_SPIKE * largest]
     if counts[found].sum() > MAX_REPEATED_SHARE * n:
         return none
-    found = found[np.argsort(-counts[found], kind="stable")][:MAX_REPEATED_ROWS]
-    return rows[found]
+    found = found[np.argsort(-counts[found], kind="stable")]
+    if set_points:
+        return rows[found[_set_points(rows[found], sample)]]
+    return rows[found[~_set_points(rows[found], sample)]][:MAX_REPEATED_ROWS]
+
+
+def _lattice(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Which of a column's distinct ``values`` (sorted, with their ``counts``) are points of its lattice.
+
+    A quantized channel (at least half of the rows on values held by 2 rows
+    or more) has for lattice its repeated values: a value held once lies
+    between its levels (another channel's value swapped in, a rare reading
+    off the grid) and is no level.  A continuous channel's lattice is every
+    distinct value.
+    """
+    repeated = counts >= 2
+    if counts[repeated].sum() >= 0.5 * counts.sum():
+        return repeated
+    return np.ones(len(values), bool)
+
+
+def _expected_counts(values: np.ndarray, on: np.ndarray, n: int, centre: float, scale: float) -> np.ndarray:
+    """The rows a Gaussian marginal ``N(centre, scale**2)`` puts in each lattice cell ``values[on]``.
+
+    The cell of a lattice point reaches half-way to the next lattice point on
+    either side; the first and last cells reach to -inf and +inf, so that a
+    value at the column's extreme (a range limit, a saturation) is expected to
+    hold the model's whole tail mass beyond it.
+    """
+    points = values[on]
+    edges = np.concatenate([[-np.inf], (points[1:] + points[:-1]) / 2, [np.inf]])
+    cdf = stats.norm.cdf((edges - centre) / scale) if scale > 0 else (edges >= centre).astype(float)
+    return n * np.diff(cdf)
 
 
 def repeated_values(sample: np.ndarray) -> np.ndarray:
-    """``(column, value)`` rows of the sample's repeated values (see above)."""
+    """``(column, value)`` rows of the sample's repeated values (see above).
+
+    Notes
+    -----
+    A value is a stuck sensor's when one column holds it exactly in at least
+    ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
+    ``MAX_REPEATED_SHARE * n`` of the n rows, and both:
+
+    1. it is a spike on the column's lattice (:func:`_lattice`): held
+       ``REPEAT_SPIKE`` times as often as any of the ``REPEAT_WINDOW``
+       nearest lattice points on either side (a quantized channel's natural
+       modes are smooth on the scale of a step);
+    2. the model cannot explain it: it holds ``REPEAT_SPIKE`` times the rows
+       that a Gaussian marginal of the column, fitted robustly (median, and
+       interquartile range / 1.349), puts in its lattice cell
+       (:func:`_expected_counts`): on a continuous column the cell of a value
+       is the tiny gap to its neighbours and a repeat is impossible; on a
+       quantized one it is the step; at the column's extreme it is the tail
+       beyond, so a range limit or a saturation that the model's tail
+       predicts is no fault.
+
+    The first rule alone took range limits (nothing beyond the limit, single
+    values below it) and, once another channel's values landed between a
+    quantized channel's levels, every busy level for stuck values; the second
+    clears those.  Trade-off: a sensor stuck at a value the model predicts
+    that many rows for (a level in the busy middle of a coarse quantized
+    channel, a stuck value at the column's extreme no farther out than the
+    model's tail mass there) is no longer found per channel.
+    """
     n, p = sample.shape
     found = []
     k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
+    w = REPEAT_WINDOW
     for column in range(p):
         values, counts = np.unique(sample[:, column], return_counts=True)
-        if not (counts >= k).any():
+        if not ((counts >= k) & (counts <= MAX_REPEATED_SHARE * n)).any():
             continue
-        w = REPEAT_WINDOW
-        padded = np.concatenate([np.zeros(w, counts.dtype), counts, np.zeros(w, counts.dtype)])
-        neighbours = np.max([padded[w + s : w + s + len(counts)] for s in (*range(-w, 0), *range(1, w + 1))], axis=0)
-        spike = (counts >= k) & (counts <= MAX_REPEATED_SHARE * n) & (counts >= REPEAT_SPIKE * neighbours)
-        found += [(column, v) for v in values[spike]]
+        on = _lattice(values, counts)
+        level = counts[on]
+        padded = np.concatenate([np.zeros(w, level.dtype), level, np.zeros(w, level.dtype)])
+        neighbours = np.max([padded[w + s : w + s + len(level)] for s in (*range(-w, 0), *range(1, w + 1))], axis=0)
+        q1, centre, q3 = np.quantile(sample[:, column], [0.25, 0.5, 0.75])
+        expected = _expected_counts(values, on, n, centre, (q3 - q1) / (2 * stats.norm.ppf(0.75)))
+        spike = ((level >= k) & (level <= MAX_REPEATED_SHARE * n) & (level >= REPEAT_SPIKE * neighbours)
+                 & (level >= REPEAT_SPIKE * expected))
+        found += [(column, v) for v in values[on][spike]]
     return np.array(found, dtype=np.float64).reshape(-1, 2)
 
 
@@ -473,10 +588,13 @@ def find_repeated(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     A frozen record's values inflate their columns' counts; once its rows are
     set aside, what is left of a value's count is the data's own, so the
     per-channel rule sees stuck sensors, not the record's channels (whose
-    rows would be left out and flagged wholesale, clean ones included).
+    rows would be left out and flagged wholesale, clean ones included).  The
+    rows of set points (an idle device's record) are set aside likewise: their
+    values are the record's, not stuck channels.
     """
     rows = repeated_rows(sample)
-    return repeated_values(sample[~in_repeated_rows(sample, rows)]), rows
+    records = np.concatenate([rows, repeated_rows(sample, set_points=True)])
+    return repeated_values(sample[~in_repeated_rows(sample, records)]), rows
 
 
 def held_out(rows: np.ndarray, repeated: np.ndarray | None, repeated_rows: np.ndarray | None) -> np.ndarray:
