@@ -72,7 +72,7 @@ SCORE_ARRAYS = {
     "weight": "score_samples: correntropy weight in (0, 1]",
     "outlier": "is_outlier: d^2 above outlier_cutoff_, a repeated value (stuck sensor) or row (frozen logger)",
     "d2": "mahalanobis: squared robust distance (on the observed cells of a row with gaps)",
-    "contributions": "channel_contributions: each channel's share of d2 (whitened, sums to d2)",
+    "contributions": "channel_contributions: drop in d2 when the channel is reconstructed from the others",
     "n_observed": "n_observed: cells not NaN in the row (what d2 and the flag were judged on)",
 }
 

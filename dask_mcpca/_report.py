@@ -44,6 +44,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from . import _missing
+from ._contributions import contributions_with_gaps
 from ._io import as_row_blocks
 from ._labels import is_dataarray
 
@@ -168,7 +169,7 @@ def summarize_block(
     bin_missing = np.zeros((width, p), dtype=np.int64)
     runs, peaks, contribs, run_labels, labelled_bins, bin_labels = [], [], [], [], [], []
     mean = model.mean_
-    root = model._precision(0.5)
+    P, cov = model._precision(1.0), model._precision(-1.0)  # precision and covariance of d^2
     for a in range(0, n, SLICE_ROWS):
         X = np.asarray(block[a : a + SLICE_ROWS], np.float64)
         complete = np.isfinite(X).all(axis=1)
@@ -202,8 +203,8 @@ def summarize_block(
         if len(r):
             flagged = np.flatnonzero(flags)
             heads = np.concatenate([[0], np.cumsum(r[:, 1] - r[:, 0])[:-1]])  # each run's first flagged row
-            filled = np.where(np.isnan(X[flagged]), mean, X[flagged])  # a missing cell contributes nothing
-            contribs.append(np.add.reduceat(((filled - mean) @ root) ** 2, heads, axis=0))
+            shares = np.nan_to_num(contributions_with_gaps(X[flagged] - mean, P, cov))  # a missing cell: 0
+            contribs.append(np.add.reduceat(shares, heads, axis=0))
             peaks.append(np.maximum.reduceat(d[flagged], heads))
             runs.append(r + start + a)
             if labels is not None:

@@ -337,7 +337,7 @@ def test_score_writes_a_new_store_lazily_and_atomically(stores, model_file, tmp_
     model = load(model_file)
     X = zarr.open_array(stores["single"], mode="r")[:]
     g = zarr.open_group(str(out_path), mode="r")
-    assert sorted(g.array_keys()) == ["contributions", "d2", "outlier", "scores", "weight"]
+    assert sorted(g.array_keys()) == ["contributions", "d2", "n_observed", "outlier", "scores", "weight"]
     np.testing.assert_allclose(g["d2"][:], model.mahalanobis(X), rtol=1e-12)
     np.testing.assert_allclose(g["contributions"][:], model.channel_contributions(X), rtol=1e-12)
     assert g["scores"].shape == (N_ROWS, model.n_components_)

@@ -14,7 +14,7 @@ from scipy.optimize import minimize_scalar
 
 from dask_mcpca import MCPCA
 from dask_mcpca._contributions import __all__ as public
-from dask_mcpca._contributions import reconstruction_contributions
+from dask_mcpca._contributions import contributions_with_gaps, reconstruction_contributions
 
 
 def _cov(rng, k):
@@ -37,7 +37,7 @@ def _brute_force(y, P):
 
 
 def test_public_names():
-    assert public == ["reconstruction_contributions"]
+    assert public == ["reconstruction_contributions", "contributions_with_gaps"]
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 6])
@@ -155,18 +155,19 @@ def test_the_fitted_model_attributes_alike_in_any_units():
     assert (w_a != w_b).mean() > 0.1
 
 
-def test_report_events_name_the_channel_also_with_gaps():
-    from dask_mcpca._report import _contributions
-
+def test_rows_with_gaps_are_judged_on_their_observed_channels():
     X, model = _fitted()
-    P, cov = model._precision(1.0), model._precision(-1.0)
+    P, cov = model.get_precision(), model.get_covariance()
     Y = X[:3] - model.mean_
     Y[:, 2] += 10.0
     Y[1, 0] = np.nan
-    c = _contributions(Y, P, cov)
-    assert c[1, 0] == 0.0 and (c.argmax(axis=1) == 2).all()
+    c = contributions_with_gaps(Y, P, cov)
+    assert np.isnan(c[1, 0]) and (np.nanargmax(c, axis=1) == 2).all()
     obs = np.array([1, 2, 3, 4])
     np.testing.assert_allclose(
         c[1, obs], reconstruction_contributions(Y[1, obs], np.linalg.inv(cov[np.ix_(obs, obs)])), rtol=1e-8
     )
     np.testing.assert_allclose(c[[0, 2]], reconstruction_contributions(Y[[0, 2]], P), rtol=1e-12)
+    # the estimator under nan_policy="partial" gives the same, NaN for the missing cell
+    model.set_params(nan_policy="partial")
+    np.testing.assert_allclose(model.channel_contributions(Y + model.mean_), c, rtol=1e-10)
