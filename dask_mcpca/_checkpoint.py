@@ -34,9 +34,11 @@ __all__ = ["Checkpoint", "CheckpointMismatchError"]
 #: state is the calibrated re-weighting (radii, supports, repeated values);
 #: version 5: the states are in the fit's working units (``X * 2**-k``, k
 #: from the first pass, so the same for the same data); version 6: the robust
-#: state holds the repeated rows (a frozen logger's records).  An older file
-#: cannot be checked or holds another estimator's state: refused.
-FORMAT = "dask_mcpca-checkpoint-6"
+#: state holds the repeated rows (a frozen logger's records); version 7: the
+#: robust state holds each channel's rounding-error variance (the floor of a
+#: quantized channel's variance).  An older file cannot be checked or holds
+#: another estimator's state: refused.
+FORMAT = "dask_mcpca-checkpoint-7"
 #: Fingerprint entries (all from the first pass).
 _FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max")
 #: Relative tolerance of the fingerprint's mean and scatter, for float64 and for float32 data
@@ -44,7 +46,7 @@ _FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max")
 FINGERPRINT_RTOL = {False: 1e-9, True: 1e-5}
 #: Shapes of the state arrays, in terms of the number of features p.
 _STATE_SHAPES = {"location": 1, "scatter": 2, "final_location": 1, "final_scatter": 2, "v": 1, "P": 2, "Q": 2,
-                 "components": 1, "S": 2}
+                 "components": 1, "S": 2, "resolution": 1}
 #: State arrays of rows of p values (any number of rows).
 _STATE_ROWS = ("repeated_rows",)
 #: State entries that may hold NaN (a paper's null-space sigma, "no step yet").

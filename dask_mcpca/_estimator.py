@@ -23,8 +23,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import _checkpoint, _labels, _missing, _persist
 from ._atomic import overlaps
-from ._contributions import contributions_with_gaps
 from ._block import PassPlan
+from ._contributions import contributions_with_gaps
 from ._io import as_row_blocks, split_store_path
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, single_threaded_blas, spread_blocks
@@ -35,6 +35,7 @@ from ._robust import (
     fit_robust,
     held_out,
     outlyingness,
+    quantization_steps,
     warm_step,
     working_exponent,
 )
@@ -330,6 +331,13 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         ``"auto"``: share of the rows' weight in the last re-weighting step
         (weighted rows over rows); at least half of the rows carry full
         weight in every step.
+    quantization_steps_ : ndarray of shape (n_features,)
+        Each channel's quantization step, found on the row sample (0 for a
+        continuous channel; the median gap between its levels where half of
+        the rows hold values that recur: an ADC's step, 1 for counts and
+        one-hot columns).  ``is_outlier`` and ``score_samples`` judge a row
+        by the point of its quantization cells nearest the centre: a reading
+        says only that the value lies within half a step of it.
     repeated_values_ : ndarray of shape (n_repeated, 2)
         ``"auto"``: ``(column, value)`` pairs that a column of the sample holds
         exactly in at least max(5, 0.1 %) and at most 10 % of its rows, and
@@ -636,6 +644,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             moments, work, unit, robust = self._cold_fit(runner, ckpt, seed=seed, max_iter=max_iter)
         fixed = {"mean": work.mean[0], False: np.zeros(p)}.get(self.center)
         center = robust.location if robust is not None else fixed
+        sample = moments.sample if moments.sample is not None else np.empty((0, p))
+        self.quantization_steps_ = quantization_steps(sample)  # before the cutoff, which is calibrated on cells
         if solver == "auto":
             self._set_from_robust(robust, k, moments, unit)
             self.n_iter_, self.converged_ = robust.n_iter, robust.converged
@@ -828,6 +838,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         location = np.ldexp(origin + inner.mean_ @ basis.T, unit)
         self._set_variances(lam, noise, lam.sum() + noise.sum(), location, inner.kernel_scale_)
         self.support_ = inner.support_
+        self.quantization_steps_ = np.zeros(p)  # too few rows to tell a lattice
         d2 = self._d2(data_rows)
         self._set_cutoff(calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n))
         self.n_samples_, self.n_iter_, self.converged_ = n, inner.n_iter_, inner.converged_
@@ -868,7 +879,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         rank = int(np.sum(lam > 0))
         free = moments.sample[~self._repeated(moments.sample)]  # both in data units
         n_effective = support * moments.n_rows
-        cutoff = calibrated_cutoff(self._d2(free), OUTLIER_QUANTILE, p=max(rank, 1), n_effective=n_effective)
+        cutoff = calibrated_cutoff(self._calibrated_d2(free), OUTLIER_QUANTILE, p=max(rank, 1),
+                                   n_effective=n_effective)
         if not np.isfinite(cutoff):  # too few rows to calibrate on (n <= p + 1): the Gaussian quantile
             cutoff = outlier_cutoff_d2(max(rank, 1))
         self._set_cutoff(cutoff)
@@ -1154,14 +1166,43 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return d2
 
     def _calibrated_d2(self, block) -> np.ndarray:
-        """:meth:`_d2` of each row, mapped for rows with missing cells to the n_features-channel distance
-        with the same chi-square upper-tail probability (:func:`._missing.equivalent_d2`), so that one
-        cutoff, ``outlier_cutoff_``, serves every row at the same false-alarm rate."""
+        """The distance the outlier rule judges, mapped for rows with missing cells to the
+        n_features-channel distance with the same chi-square upper-tail probability
+        (:func:`._missing.equivalent_d2`), so that one cutoff, ``outlier_cutoff_``, serves every row
+        at the same false-alarm rate.
+
+        With quantized channels (``quantization_steps_``), the distance of the row's quantization
+        cells: a reading says only that the value lies within half a step of it, so the row is
+        judged by the nearer to the centre of two points of its cells, the reading itself and the
+        reading with each quantized value moved towards ``mean_`` by up to half a step
+        (:meth:`_nearest_in_cells`; the nearer of the two, since with correlated channels, or
+        channels bound by an exact relation such as one-hot columns, moving each value alone can
+        lead away from the bulk).
+        """
         d2 = self._d2(block)
+        steps = getattr(self, "quantization_steps_", None)
+        if steps is not None and np.any(steps):
+            d2 = np.fmin(d2, self._d2(self._nearest_in_cells(block)))
         counts = _observed_counts(block)
         if np.all(counts == self.n_features_in_):
             return d2
         return _missing.equivalent_d2(d2, counts, self.n_features_in_)
+
+    def _nearest_in_cells(self, block) -> np.ndarray:
+        """Each value of a quantized channel moved towards ``mean_`` by up to half a quantization step.
+
+        A reading of a channel with step ``s`` says only that the value lies in
+        ``[x - s/2, x + s/2]``; the point of that cell nearest the centre is
+        ``mean + sign(y) max(|y| - s/2, 0)`` for ``y = x - mean``.  Continuous
+        channels (step 0) and NaN cells are unchanged.
+        """
+        steps = getattr(self, "quantization_steps_", None)
+        block = np.asarray(block, np.float64)
+        if steps is None or not np.any(steps):
+            return block
+        Y = block - self.mean_
+        with np.errstate(invalid="ignore"):
+            return self.mean_ + np.sign(Y) * np.maximum(np.abs(Y) - steps / 2, 0.0)
 
     def n_observed(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """Number of observed (not NaN) cells in each row: the channels a row is judged on.

@@ -330,6 +330,11 @@ def validate_fitted(model) -> None:
             and rows.dtype.kind == "f" and np.isfinite(rows).all()):
         raise ValueError(f"repeated_rows_ must be a finite float array of shape (m, {p})")
     model.repeated_rows_ = rows
+    steps = getattr(model, "quantization_steps_", np.zeros(p))  # none in a file written before they were found
+    if not (isinstance(steps, np.ndarray) and steps.shape == (p,) and steps.dtype.kind == "f"
+            and np.isfinite(steps).all() and (steps >= 0).all()):
+        raise ValueError(f"quantization_steps_ must be {p} finite floats >= 0")
+    model.quantization_steps_ = steps
     _int(model, "n_samples_", 1)
     _int(model, "n_passes_", 0)
     _int(model, "n_iter_", 0)

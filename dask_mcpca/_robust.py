@@ -72,6 +72,7 @@ __all__ = [
     "outlyingness",
     "working_exponent",
     "repeated_values",
+    "quantization_steps",
     "repeated_rows",
     "find_repeated",
     "in_repeated",
@@ -156,6 +157,25 @@ class RobustState:
     final_cutoff: float = float("nan")
     final_location: np.ndarray | None = None
     final_scatter: np.ndarray | None = None
+    # The variance of each channel's rounding error, step^2 / 12 for a
+    # quantized channel (:func:`quantization_steps`), 0 for a continuous one,
+    # in working units: the floor of each channel's variance (:func:`_floored`).
+    resolution: np.ndarray | None = None
+
+
+def _floored(scatter: np.ndarray, resolution: np.ndarray | None) -> np.ndarray:
+    """``scatter`` with each channel's variance raised to at least its rounding error's (``resolution``).
+
+    A quantized reading carries at least the variance of its rounding error,
+    ``step^2 / 12``; without the floor, a channel that sits on one level in
+    most rows (an ADC at rest) gets a variance of 0 from the rows that carry
+    weight, and every row one step off an infinite distance.  Adding a
+    non-negative diagonal keeps the scatter positive semi-definite.
+    """
+    if resolution is None or not np.any(resolution):
+        return scatter
+    lift = np.maximum(resolution - np.diag(scatter), 0.0)
+    return scatter + np.diag(lift) if np.any(lift) else scatter
 
 
 #: Eigenvalues of a scatter below this (in working units, where the bulk's
@@ -497,6 +517,30 @@ def _lattice(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.ones(len(values), bool)
 
 
+def quantization_steps(sample: np.ndarray) -> np.ndarray:
+    """Each column's quantization step: 0 for a continuous column, else the median gap between its levels.
+
+    A column is quantized when at least half of the rows hold values held by
+    two rows or more (:func:`_lattice`); its levels are those values, and its
+    step the median gap between consecutive levels (an ADC's LSB, 1 for
+    integer counts and one-hot columns).  A reading of such a column says only
+    that the value lies within half a step of it (``MCPCA.is_outlier`` uses
+    the nearest point of that cell).
+    """
+    n, p = sample.shape
+    steps = np.zeros(p)
+    for column in range(p):
+        values, counts = np.unique(sample[:, column], return_counts=True)
+        values, counts = values[np.isfinite(values)], counts[np.isfinite(values)]
+        on = _lattice(values, counts)
+        if len(values) < 2 or on.all() and not (counts >= 2).all():
+            continue  # continuous: every distinct value is a lattice point
+        gaps = np.diff(values[on])
+        if len(gaps):
+            steps[column] = float(np.median(gaps))
+    return steps
+
+
 def _expected_counts(values: np.ndarray, on: np.ndarray, n: int, centre: float, scale: float) -> np.ndarray:
     """The rows a Gaussian marginal ``N(centre, scale**2)`` puts in each lattice cell ``values[on]``.
 
@@ -677,10 +721,12 @@ def _step(
                             [(state.location, state.scatter)] * len(cutoffs))
     if final:
         state.final_location = res.mean[1] if fixed_center is None else fixed_center
-        state.final_scatter = res.covariance(1, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[1])
+        state.final_scatter = _floored(res.covariance(1, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[1]),
+                                       state.resolution)
         state.support = float(res.weight[1] * np.exp(res.log_scale[1]) / res.n_rows)
     location = res.mean[0] if fixed_center is None else fixed_center
-    scatter = res.covariance(0, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[0])
+    scatter = _floored(res.covariance(0, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[0]),
+                       state.resolution)
     change = _relative_change(state, location, scatter)
     state.location, state.scatter = location, scatter
     state.core_support = float(res.weight[0] * np.exp(res.log_scale[0]) / res.n_rows)
@@ -799,7 +845,8 @@ def _sample_step(
             "float64 limit carry weight); rescale the data or remove those rows"
         )
     location = mean if fixed_center is None else fixed_center
-    scatter = _about(cov, mean, fixed_center) * flat_top_consistency(len(state.location), c2, state.cutoff)
+    scatter = _floored(_about(cov, mean, fixed_center) * flat_top_consistency(len(state.location), c2, state.cutoff),
+                       state.resolution)
     change = _change_in_metric(W, state.location, location, scatter) if len(w) else 0.0
     state.location, state.scatter = location, scatter
     state.core_support = float(weight * np.exp(log_scale) / n_sample)
@@ -895,6 +942,8 @@ def state_in_units(state: RobustState, d: int) -> RobustState | None:
             mapped.repeated[:, 1] = np.ldexp(state.repeated[:, 1], d)
         if state.repeated_rows is not None:
             mapped.repeated_rows = np.ldexp(state.repeated_rows, d)
+        if state.resolution is not None:
+            mapped.resolution = np.ldexp(state.resolution, 2 * d)
     for M, M0 in ((mapped.scatter, state.scatter), (mapped.final_scatter, state.final_scatter)):
         if M is None:
             continue
@@ -1033,9 +1082,11 @@ def fit_robust(
         if fixed_center is not None:
             location = fixed_center
         repeated, rows = find_repeated(sample)
+        resolution = quantization_steps(sample) ** 2 / 12
         state = RobustState(
             location=location,
-            scatter=scatter,
+            scatter=_floored(scatter, resolution),
+            resolution=resolution,
             kernel_size2=kernel_factor**2 * FALL_OFF2,
             core_support=min(1.0, max(START_FRACTION, (p + 2) / len(sample))),
             repeated=repeated,

@@ -1,0 +1,84 @@
+"""Quantized channels: a reading says only that the value lies within half a step of it.
+
+Known truth from generated data (the step is the rounding the test applies)
+and the rule written out plainly here: the judged distance is the smaller of
+the reading's and of the reading with each quantized value moved towards the
+centre by up to half a step.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from dask_mcpca import MCPCA, load
+from dask_mcpca._robust import quantization_steps
+
+
+def _adc_at_rest(seed: int, n: int = 8000, p: int = 5) -> np.ndarray:
+    """An ADC at rest at one level per channel, noise 0.3 steps: 90 % of each channel's rows on one level."""
+    rng = np.random.default_rng(seed)
+    return np.round(rng.integers(100, 900, p) + 0.3 * rng.normal(size=(n, p)))
+
+
+def test_quantization_steps_are_the_rounding_applied():
+    rng = np.random.default_rng(0)
+    X = np.column_stack([
+        np.round(500 + 0.3 * rng.normal(size=5000)),  # an ADC at rest: step 1
+        np.round(10 * rng.normal(size=5000)),  # integer counts: step 1
+        np.round(rng.normal(size=5000), 1),  # rounded to 0.1
+        4 * np.round(rng.normal(size=5000) * 3),  # step 4
+        rng.normal(size=5000),  # continuous
+    ])
+    np.testing.assert_allclose(quantization_steps(X), [1.0, 1.0, 0.1, 4.0, 0.0], rtol=1e-9)
+
+
+def test_an_adc_at_rest_is_not_flagged_and_its_spikes_are():
+    for seed in range(3):
+        X = _adc_at_rest(seed)
+        model = MCPCA().fit(X)
+        np.testing.assert_allclose(model.quantization_steps_, 1.0)
+        assert np.mean(model.is_outlier(X)) <= 0.01
+        spiked = X[:50].copy()
+        spiked[:, 2] += 6  # six steps: 20 resting spreads
+        assert model.is_outlier(spiked).all()
+
+
+def test_continuous_data_are_judged_as_before():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(4000, 4)) @ rng.normal(size=(4, 4))
+    model = MCPCA().fit(X)
+    np.testing.assert_array_equal(model.quantization_steps_, 0.0)
+    w = np.exp(-model.mahalanobis(X) / (2 * model.kernel_scale_**2))
+    np.testing.assert_allclose(model.score_samples(X), w, rtol=1e-12)
+
+
+def test_the_judged_distance_is_the_nearer_point_of_the_cells():
+    rng = np.random.default_rng(2)
+    X = np.round(rng.normal(size=(6000, 3)) @ np.array([[2.0, 1.0, 0.0], [0.0, 1.5, 0.5], [0.0, 0.0, 1.0]]))
+    model = MCPCA().fit(X)
+    steps = model.quantization_steps_
+    assert np.all(steps == 1.0)
+    P, mu = model.get_precision(), model.mean_
+    rows = X[:200]
+    Y = rows - mu
+    moved = np.sign(Y) * np.maximum(np.abs(Y) - steps / 2, 0.0)
+    d_raw = np.einsum("ij,jk,ik->i", Y, P, Y)
+    d_moved = np.einsum("ij,jk,ik->i", moved, P, moved)
+    judged = np.minimum(d_raw, d_moved)
+    expected_flags = judged > model.outlier_cutoff_
+    np.testing.assert_array_equal(model.is_outlier(rows), expected_flags)
+    np.testing.assert_allclose(model.score_samples(rows), np.exp(-judged / (2 * model.kernel_scale_**2)), rtol=1e-9)
+    np.testing.assert_allclose(model.mahalanobis(rows), d_raw, rtol=1e-9)  # the distance itself is the reading's
+
+
+def test_quantization_steps_survive_save_and_load(tmp_path):
+    model = MCPCA().fit(_adc_at_rest(0))
+    path = tmp_path / "m.json"
+    model.save(path)
+    np.testing.assert_array_equal(load(path).quantization_steps_, model.quantization_steps_)
+    document = json.loads(path.read_text())
+    del document["attributes"]["quantization_steps_"]  # a file written before the steps were found
+    path.write_text(json.dumps(document))
+    np.testing.assert_array_equal(load(path).quantization_steps_, 0.0)
