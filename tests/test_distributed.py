@@ -332,3 +332,25 @@ def test_data_gone_before_the_workers_read_it_raises_on_the_worker(client, data,
     assert stream.data  # the error was raised by a task on a worker
     assert path in str(err.value)
     assert ("rows 7000:8000" in str(err.value)) if lose == "chunk" else ("not visible" in str(err.value))
+
+
+def test_partial_fit_through_client_matches_local(client, data, tmp_path):
+    """nan_policy='partial' on the cluster: channels offline in stretches; the pattern sums travel
+    through the tree reduction and the client's EM gives the local fit, and every row is scored."""
+    gappy = data.copy()
+    gappy[3_000:9_000, 2] = np.nan
+    gappy[12_000:13_000, [0, 4]] = np.nan
+    gappy[15_000:15_100] = np.nan
+    path = str(tmp_path / "gappy.zarr")
+    z = zarr.open_array(path, mode="w", shape=gappy.shape, chunks=(STORE_CHUNK_ROWS, N_FEATURES), dtype="f8")
+    z[:] = gappy
+    blocks = lambda: da.from_zarr(path, chunks=(BLOCK_ROWS, N_FEATURES))  # noqa: E731
+    with dask.config.set(scheduler="threads"):
+        expected = MCPCA(nan_policy="partial").fit(blocks())
+    with get_task_stream(client) as stream:
+        got = MCPCA(nan_policy="partial").fit(blocks())
+    assert workers_used(stream) == set(client.scheduler_info(n_workers=-1)["workers"])
+    assert_same_fit(got, expected)
+    assert got.n_samples_ == N_ROWS - 100
+    d2 = got.mahalanobis(blocks()).compute()
+    assert np.isfinite(d2[:15_000]).all() and np.isnan(d2[15_000:15_100]).all()

@@ -13,7 +13,7 @@ EXPECTED_FAILED_CHECKS: dict[str, str] = {}
 
 
 @parametrize_with_checks(
-    [MCPCA(), MCPCA(n_components=2)],
+    [MCPCA(), MCPCA(n_components=2), MCPCA(nan_policy="partial")],
     expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS,
 )
 def test_sklearn_compatible_estimator(estimator, check):
