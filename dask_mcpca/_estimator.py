@@ -840,7 +840,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.support_ = inner.support_
         self.quantization_steps_ = np.zeros(p)  # too few rows to tell a lattice
         d2 = self._d2(data_rows)
-        self._set_cutoff(calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n))
+        self._set_cutoff(calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n, law="fitted"))
         self.n_samples_, self.n_iter_, self.converged_ = n, inner.n_iter_, inner.converged_
         self.n_passes_, self.n_partial_reads_, self.n_blocks_read_ = 1, 0, 0
         self._robust_state = None
@@ -880,7 +880,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         free = moments.sample[~self._repeated(moments.sample)]  # both in data units
         n_effective = support * moments.n_rows
         cutoff = calibrated_cutoff(self._calibrated_d2(free), OUTLIER_QUANTILE, p=max(rank, 1),
-                                   n_effective=n_effective)
+                                   n_effective=n_effective, law="fitted")
         if not np.isfinite(cutoff):  # too few rows to calibrate on (n <= p + 1): the Gaussian quantile
             cutoff = outlier_cutoff_d2(max(rank, 1))
         self._set_cutoff(cutoff)

@@ -518,27 +518,44 @@ def _lattice(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def quantization_steps(sample: np.ndarray) -> np.ndarray:
-    """Each column's quantization step: 0 for a continuous column, else the median gap between its levels.
+    """Each column's quantization step: 0 for a continuous column, else the step of its lattice.
 
     A column is quantized when at least half of the rows hold values held by
-    two rows or more (:func:`_lattice`); its levels are those values, and its
-    step the median gap between consecutive levels (an ADC's LSB, 1 for
-    integer counts and one-hot columns).  A reading of such a column says only
-    that the value lies within half a step of it (``MCPCA.is_outlier`` uses
-    the nearest point of that cell).
+    two rows or more (:func:`_lattice`).  Its step is the largest ``s`` of
+    which every gap between its distinct values is a whole multiple (to
+    ``STEP_RTOL``), ``s`` being the smallest gap divided by 1 to
+    ``MAX_STEP_DIVISOR``: an ADC's step, 1 for integer counts and one-hot
+    columns, 0.1 for values rounded to one decimal, whatever levels a small
+    sample happens to hold.  A reading of such a column says only that the
+    value lies within half a step of it (``MCPCA.is_outlier`` uses the
+    nearest point of that cell); a column whose gaps share no such step is
+    taken as continuous.
     """
     n, p = sample.shape
     steps = np.zeros(p)
     for column in range(p):
         values, counts = np.unique(sample[:, column], return_counts=True)
-        values, counts = values[np.isfinite(values)], counts[np.isfinite(values)]
+        finite = np.isfinite(values)
+        values, counts = values[finite], counts[finite]
+        if len(values) < 2:
+            continue
         on = _lattice(values, counts)
-        if len(values) < 2 or on.all() and not (counts >= 2).all():
+        if on.all() and not (counts >= 2).all():
             continue  # continuous: every distinct value is a lattice point
-        gaps = np.diff(values[on])
-        if len(gaps):
-            steps[column] = float(np.median(gaps))
+        gaps = np.diff(values)
+        for divisor in range(1, MAX_STEP_DIVISOR + 1):
+            step = gaps.min() / divisor
+            ratio = gaps / step
+            if np.all(np.abs(ratio - np.rint(ratio)) <= STEP_RTOL * np.maximum(ratio, 1.0)):
+                steps[column] = step
+                break
     return steps
+
+
+#: :func:`quantization_steps` looks for a common step among the smallest gap divided by 1 to this.
+MAX_STEP_DIVISOR = 10
+#: Relative tolerance of "a whole multiple of the step" (values rounded to decimals are not exact in binary).
+STEP_RTOL = 1e-6
 
 
 def _expected_counts(values: np.ndarray, on: np.ndarray, n: int, centre: float, scale: float) -> np.ndarray:
