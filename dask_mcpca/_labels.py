@@ -138,25 +138,43 @@ def _row_coords(X) -> dict:
     return {name: c for name, c in X.coords.items() if c.dims == (row,)}
 
 
-def like_rows(out: Any, X: Any, *, columns: tuple[str, Any] | None = None) -> Any:
-    """``out`` (one value or one row per row of ``X``) as a DataArray like ``X``, or as it is.
+def like_rows(out: Any, X: Any, *, columns: tuple[str, Any] | None = None, frame_columns: Any = None) -> Any:
+    """``out`` (one value or one row per row of ``X``) as a DataArray or pandas object like ``X``, or as it is.
 
     Parameters
     ----------
     out : numpy or dask array of shape (n,) or (n, m)
         Computed (or lazily to be computed) from the rows of ``X``.
     X : any
-        The input.  Only a DataArray changes anything: ``out`` then gets
-        ``X``'s row dimension and every coordinate along it (time).
+        The input.  A DataArray gives a DataArray: ``out`` gets ``X``'s row
+        dimension and every coordinate along it (time).  A pandas DataFrame
+        gives a Series (1-D ``out``) or a DataFrame (2-D) with ``X``'s index.
+        Anything else returns ``out`` unchanged.
     columns : (dim, values), optional
         Name and coordinate of ``out``'s second dimension (``("component",
         range(k))``, or the channel dimension and names); None for 1-D ``out``.
         ``values`` None gives the dimension without a coordinate.
+    frame_columns : sequence, optional
+        Column labels of a DataFrame result; by default ``X``'s columns when
+        ``out`` has as many columns as ``X``, else ``columns``'s values.
 
     Returns
     -------
-    xarray.DataArray, or ``out`` unchanged
+    xarray.DataArray, pandas.Series, pandas.DataFrame, or ``out`` unchanged
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> X = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]}, index=pd.to_datetime(["2024-01-01", "2024-01-02"]))
+    >>> like_rows(np.array([0.5, 7.0]), X)
+    2024-01-01    0.5
+    2024-01-02    7.0
+    dtype: float64
+    >>> list(like_rows(np.zeros((2, 2)), X).columns)
+    ['a', 'b']
     """
+    if is_dataframe(X):
+        return _like_frame_rows(out, X, columns, frame_columns)
     if not is_dataarray(X):
         return out
     import xarray as xr
@@ -166,3 +184,17 @@ def like_rows(out: Any, X: Any, *, columns: tuple[str, Any] | None = None) -> An
     if columns is not None and columns[1] is not None:
         coords[columns[0]] = np.asarray(columns[1])
     return xr.DataArray(out, dims=dims, coords=coords)
+
+
+def _like_frame_rows(out: Any, X: Any, columns: tuple[str, Any] | None, frame_columns: Any) -> Any:
+    """``out`` as a pandas Series (1-D) or DataFrame (2-D) with the index of DataFrame ``X``."""
+    import pandas as pd
+
+    if hasattr(out, "compute"):  # a pandas input is in memory: so is what it gives
+        out = out.compute()
+    values = np.asarray(out)
+    if values.ndim == 1:
+        return pd.Series(values, index=X.index)
+    if frame_columns is None:
+        frame_columns = X.columns if values.shape[1] == X.shape[1] else (None if columns is None else columns[1])
+    return pd.DataFrame(values, index=X.index, columns=frame_columns)
