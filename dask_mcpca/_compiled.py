@@ -40,6 +40,32 @@ loops are compiled on first use and cached on disk (numba's
 ``cache=True``): about 4 s for a default fit's loops once per machine and
 dtype (the one sweep, 1.9 s of it), then a 0.2 s load.
 
+Where the cache lives (:data:`CACHE_DIR`): never in the package's folder,
+which an install may not let us write and which a later install of another
+kind (``pip install -e``) would leave behind as a stray ``dask_mcpca``
+folder in ``site-packages`` that shadows it.  In order:
+``DASK_MCPCA_CACHE_DIR`` (empty: no disk cache, compile in each process);
+else numba's own ``NUMBA_CACHE_DIR`` if the user set one; else the user's
+cache folder (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux,
+``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows), under
+``dask_mcpca/numba``.  numba keeps one sub-folder per source folder, so two
+installs never share entries.  A folder that cannot be written means no disk
+cache (each process compiles, about 4 s), never a write elsewhere.
+
+With ``NUMBA_DISABLE_JIT=1`` the loops would run as Python (about 76 times
+slower); :data:`AVAILABLE` is then False and the numpy spelling does every
+block.
+
+Same bits whatever numba's cache holds: the helpers of the sweeps
+(:func:`_shift_run`, :func:`_quadratic_run`, :func:`_sums_run`) are inlined
+into their callers by numba (``inline="always"``).  Compiled as functions of
+their own, the process that compiled the loops called the helpers' separate
+machine code, whose reassociated (vectorised) sums add in another order than
+the copy optimised into the caller that numba writes to its cache, so that
+process's float32 sums differed from every later process's in the last bits
+(measured: up to 3e-8 degrees in a fit's components).  Inlined, the code that
+runs is the code that is cached.
+
 Floating point: the flags allow reassociation (so that sums over rows can be
 vectorised) and fused multiply-adds, never the assumption that values are
 finite: a row far out, whose quadratic form overflows to inf, still gets
@@ -48,6 +74,10 @@ them (reassociation would fold it away).
 """
 
 from __future__ import annotations
+
+import os
+import sys
+import tempfile
 
 import numpy as np
 
@@ -58,6 +88,7 @@ except ImportError:  # pragma: no cover - numba is a dependency; the numpy spell
 
 __all__ = [
     "AVAILABLE",
+    "CACHE_DIR",
     "column_ranges",
     "flat_top_sums",
     "sampled_rows",
@@ -67,8 +98,45 @@ __all__ = [
     "upper_doubled",
 ]
 
-#: Whether the compiled loops can run (numba imports).
-AVAILABLE = numba is not None
+#: Whether the compiled loops can run: numba imports and compiles (``NUMBA_DISABLE_JIT=1``
+#: would run them as Python, 76 times slower than the numpy spelling's work: False then).
+AVAILABLE = numba is not None and not numba.config.DISABLE_JIT
+
+
+def _user_cache_root() -> str:
+    """The user's cache folder, as ``platformdirs.user_cache_dir`` finds it (without the dependency)."""
+    if sys.platform == "win32":
+        return os.environ.get("LOCALAPPDATA") or os.path.join(os.path.expanduser("~"), "AppData", "Local")
+    if sys.platform == "darwin":
+        return os.path.join(os.path.expanduser("~"), "Library", "Caches")
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+
+
+def _writable(path: str) -> bool:
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            return True
+    except OSError:
+        return False
+
+
+def _cache_dir() -> str | None:
+    """Where numba caches the compiled loops (see the module docstring); None: no disk cache."""
+    if numba is None:
+        return None
+    if "DASK_MCPCA_CACHE_DIR" in os.environ:
+        path = os.environ["DASK_MCPCA_CACHE_DIR"]
+    else:
+        path = numba.config.CACHE_DIR or os.path.join(_user_cache_root(), "dask_mcpca", "numba")
+    path = os.path.abspath(os.path.expanduser(path)) if path else ""
+    return path if path and _writable(path) else None
+
+
+#: The folder of numba's cache of the compiled loops (see the module docstring); None: each
+#: process compiles them.  Read once, when the package is imported.
+CACHE_DIR = _cache_dir() if AVAILABLE else None
 
 #: Rows per run: a run's values of ``Yt`` (p x ``TILE``) stay in L1 cache, and
 #: float32 products are summed in float32 within a run only (bounding their
@@ -84,20 +152,28 @@ RANGE_ROWS = 16
 _FLAGS = {"reassoc", "contract", "nsz", "arcp"}
 
 
-def _compiled(fn=None, *, fastmath=True):
+def _compiled(fn=None, *, fastmath=True, inline=False):
     """``numba.njit`` without the GIL, with ``_FLAGS`` unless ``fastmath=False``, cached on disk
-    where numba finds a writable cache folder (else compiled in each process: numba refuses
-    ``cache=True`` at decoration when neither the package's ``__pycache__`` nor the user's
-    cache folder can be written, as in a read-only image run by a service user)."""
+    in :data:`CACHE_DIR` (None: compiled in each process).  ``inline``: a helper that numba
+    inlines into every caller (``inline="always"``) and never compiles on its own (see the
+    module docstring: the same bits whatever the cache holds)."""
     if fn is None:
-        return lambda f: _compiled(f, fastmath=fastmath)
+        return lambda f: _compiled(f, fastmath=fastmath, inline=inline)
     if not AVAILABLE:
         return fn
-    flags = _FLAGS if fastmath else False
+    options = {"nogil": True, "fastmath": _FLAGS if fastmath else False}
+    if inline:
+        return numba.njit(inline="always", **options)(fn)
+    if CACHE_DIR is None:
+        return numba.njit(cache=False, **options)(fn)
+    # numba reads its cache folder when the function is decorated: ours for our functions only
+    saved, numba.config.CACHE_DIR = numba.config.CACHE_DIR, CACHE_DIR
     try:
-        return numba.njit(nogil=True, fastmath=flags, cache=True)(fn)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return numba.njit(nogil=True, fastmath=flags, cache=False)(fn)
+        return numba.njit(cache=True, **options)(fn)
+    except RuntimeError:  # pragma: no cover - "cannot cache function ...: no locator available"
+        return numba.njit(cache=False, **options)(fn)
+    finally:
+        numba.config.CACHE_DIR = saved
 
 
 def upper_doubled(A: np.ndarray, dtype) -> np.ndarray:
@@ -106,7 +182,7 @@ def upper_doubled(A: np.ndarray, dtype) -> np.ndarray:
     return np.ascontiguousarray(np.triu(A + A.T) - np.diag(np.diag(A)))
 
 
-@_compiled
+@_compiled(inline=True)
 def _shift_run(x, p, center, scale, Yt, col, t0, m):  # pragma: no cover - compiled (numba hides it from coverage)
     """``Yt[:, col:col+m]`` = rows ``t0 .. t0+m-1`` of ``x`` (an n x p array, flat), shifted by
     ``center`` and scaled, transposed: one rounding, then a power of two.
@@ -122,7 +198,7 @@ def _shift_run(x, p, center, scale, Yt, col, t0, m):  # pragma: no cover - compi
             ya[t] = (x[base + t * p] - c) * scale
 
 
-@_compiled
+@_compiled(inline=True)
 def _quadratic_run(Yt, U, q, col, m):  # pragma: no cover - compiled
     """``q[t] = sum_{a<=b} U_ab y_ta y_tb`` for the ``m`` rows of ``Yt`` (p x n) from column ``col``.
 
@@ -151,7 +227,7 @@ def _quadratic_run(Yt, U, q, col, m):  # pragma: no cover - compiled
             b += 1
 
 
-@_compiled
+@_compiled(inline=True)
 def _sums_run(Yt, G, w, col, m, weight, wsum, scatter):  # pragma: no cover - compiled
     """Add one run's ``sum_k G_jk``, ``sum_k G_jk y_k`` and upper ``sum_k G_jk y_k y_k^T``
     (the ``m`` columns of ``Yt`` and ``G`` from ``col``; ``w``, J x ``TILE``, is scratch),

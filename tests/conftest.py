@@ -14,11 +14,9 @@ import threading
 
 # numba compiles the package's loops in each test session, into a cache folder of its own: set
 # before anything imports numba (importing dask.array does), and inherited by the worker
-# processes the tests start.  The loops give other last bits when numba compiles them in the
-# process than when it loads them from its cache, so a session that found a warm cache and
-# one that did not would disagree with the refactor-identity record
-# (tests/test_refactor_identity.py): compiling is the one state every session, a fresh
-# clone's included, can start from.
+# processes the tests start, so that a session never writes the user's cache
+# (dask_mcpca._compiled.CACHE_DIR).  Compiled or loaded, the loops give the same bits (their
+# helpers are inlined; tests/test_same_everywhere.py checks it), so this is isolation only.
 _NUMBA_CACHE = tempfile.mkdtemp(prefix="dask-mcpca-tests-numba-")
 os.environ["NUMBA_CACHE_DIR"] = _NUMBA_CACHE
 atexit.register(shutil.rmtree, _NUMBA_CACHE, True)
