@@ -16,14 +16,14 @@ from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, OutlierMixin, TransformerMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
 
 from . import _checkpoint, _labels, _missing, _persist
 from ._atomic import overlaps
-from ._block import PassPlan
+from ._block import BlockStats, PassPlan
 from ._contributions import contributions_with_gaps
 from ._io import as_row_blocks, split_store_path
 from ._paper import fit_paper
@@ -32,16 +32,26 @@ from ._power import descending_eigh, orient_rows, variance_floor
 from ._robust import (
     FAR_ROW,
     SAMPLE_SIZE,
+    RobustState,
     fit_robust,
     held_out,
     outlyingness,
     quantization_steps,
+    update_robust,
     warm_step,
     working_exponent,
 )
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
 __all__ = ["MCPCA", "check_params", "load"]
+
+#: Fitted attributes that hold what :meth:`MCPCA.partial_fit` updates from (see its docstring).
+UPDATE_ATTRIBUTES = ("update_log_weights_", "update_means_", "update_covariances_", "update_location_",
+                     "update_scatter_", "update_radii_", "update_unit_", "n_samples_seen_")
+
+#: ``partial_fit`` warns when the new rows' weighted share under the final kernel is below this:
+#: most of them lie beyond it, where they are flagged and barely move the model (a new regime).
+UPDATE_WARN_SHARE = 0.5
 
 SOLVERS = ("auto", "paper")
 CENTERS = ("robust", "mean", False)
@@ -208,7 +218,7 @@ def _frame_like(out: Any, X: Any) -> Any:
     return out
 
 
-class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class MCPCA(ClassNamePrefixFeaturesOutMixin, OutlierMixin, TransformerMixin, BaseEstimator):
     """Robust PCA by maximum correntropy power iterations, on data of any size.
 
     Each row is weighted by a Gaussian kernel of its reconstruction error; the
@@ -290,7 +300,20 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         sample.  For an archive grown by rows like the old ones this takes
         2 passes and gives the cold fit's components (within 0.1 degree in
         the tests).  A fit of another width, or a model loaded from a file,
-        starts cold.
+        starts cold.  To add rows to a model without reading the old ones
+        again, see :meth:`partial_fit`.
+    contamination : "auto" or float in (0, 0.5], default="auto"
+        The alarm rate of the outlier rule (scikit-learn's and PyOD's
+        parameter): ``"auto"`` keeps the calibrated cutoff (the 99.8 %
+        quantile of the fitted bulk's own law of ``d^2``, see
+        ``outlier_cutoff_``: about 0.2 % of rows like the bulk flagged,
+        whatever share of the data is contaminated); a float sets
+        ``outlier_cutoff_`` to the ``1 - contamination`` quantile of the
+        fitted row sample's distances (rows flagged as repeated counted as
+        beyond it), so that this share of the sample (of every row when the
+        data has at most ``sample_size`` rows) is flagged.  It changes only
+        the cutoff (``is_outlier``, ``predict``, ``decision_function``),
+        never the fit.
 
     Attributes
     ----------
@@ -327,6 +350,27 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     outlier_threshold_ : float
         Score below which :meth:`is_outlier` flags a row:
         ``exp(-outlier_cutoff_ / (2 kernel_scale_^2))``.
+    offset_ : float
+        ``outlier_threshold_`` under scikit-learn's name (as in
+        ``EllipticEnvelope``): ``decision_function = score_samples - offset_``.
+    threshold_ : float
+        ``outlier_cutoff_`` under PyOD's name: the ``d^2`` above which a row
+        is an outlier.
+    n_samples_seen_ : int
+        ``"auto"``: rows in the sums the model keeps for :meth:`partial_fit`
+        (those of ``fit`` and of every update since).
+    update_log_weights_, update_means_, update_covariances_ : ndarray
+        ``"auto"``: what the model keeps for :meth:`partial_fit`, in the
+        working unit ``2**update_unit_``: for the core and the final kernel
+        (rows 0 and 1), the log of the total weight of every row seen, shape
+        (2,), their weighted mean, shape (2, n_features), and their weighted
+        covariance about it, shape (2, n_features, n_features).
+    update_location_, update_scatter_, update_radii_, update_unit_
+        ``"auto"``: the robust state that weighs the next update's rows (the
+        core's location, shape (n_features,), and scatter, shape
+        (n_features, n_features), in the working unit ``2**update_unit_``;
+        ``update_radii_`` holds the kernels' ``c^2`` and the core and final
+        flat-top radii).  Absent for ``solver="paper"`` and wide data.
     support_ : float
         ``"auto"``: share of the rows' weight in the last re-weighting step
         (weighted rows over rows); at least half of the rows carry full
@@ -355,7 +399,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Rows equal to one carry no weight in the fit and :meth:`is_outlier`
         flags them.  Empty for ``"paper"``.
     n_passes_ : int
-        Full passes over the data made by this call to ``fit``.
+        Full passes over the data made by this call to ``fit`` (1 for an
+        update by :meth:`partial_fit`: one pass over the new rows).
     n_partial_reads_ : int
         Reads of only some row blocks made by this call to ``fit``: 1 when
         the row sample was drawn from a spread of the blocks of a store of
@@ -368,7 +413,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Whether every iterative loop met ``tol`` within its bound.
     n_samples_ : int
         Rows used (rows with NaN or inf left out under ``nan_policy="omit"``;
-        under ``"partial"``, rows with some observed cells included).
+        under ``"partial"``, rows with some observed cells included); after
+        an update by :meth:`partial_fit`, the new rows it read.
     n_components_ : int
         Number of components kept: ``n_components``, or n_features if None.
     n_features_in_ : int
@@ -470,6 +516,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         "random_state": [Interval(Integral, 0, 2**64 - 1, closed="both"), None],
         "progress": ["boolean"],
         "warm_start": ["boolean"],
+        "contamination": [StrOptions({"auto"}), Interval(Real, 0, 0.5, closed="right")],
     }
 
     def __init__(
@@ -489,6 +536,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         random_state: int | None = None,
         progress: bool = False,
         warm_start: bool = False,
+        contamination: Literal["auto"] | float = "auto",
     ):
         self.n_components = n_components
         self.solver = solver
@@ -504,6 +552,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.random_state = random_state
         self.progress = progress
         self.warm_start = warm_start
+        self.contamination = contamination
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: None = None, *, storage_options: dict | None = None) -> MCPCA:
@@ -595,8 +644,182 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         return self.fit(X, y, storage_options=storage_options).transform(X, storage_options=storage_options)
 
+    def partial_fit(self, X: Any, y: None = None, *, storage_options: dict | None = None) -> MCPCA:
+        """Fit on the first call; on later calls, update the model from the new rows ``X`` only, in one pass.
+
+        The first call (an unfitted model) is :meth:`fit`.  A fitted model
+        keeps, for the default solver, the weighted sums of every row it has
+        seen (``update_*`` attributes, saved by :meth:`save`): for the core
+        and the final kernel, the total weight (with its log-scale), the
+        weighted mean and the weighted covariance, in the fit's working unit,
+        and the robust state whose kernels weigh new rows.  An update:
+
+        1. reads the new rows once, weighting each by the current state's
+           core and final kernels (``update_location_``,
+           ``update_scatter_``, the radii of ``update_radii_``; rows holding
+           a ``repeated_values_`` value or equal to a ``repeated_rows_`` row
+           get none), as the next re-weighting pass of a fit would;
+        2. merges their sums with the kept ones by the pairwise formula of
+           Chan, Golub and LeVeque;
+        3. sets ``mean_``, ``components_``, the variances and
+           ``covariance_`` from the merged final kernel, as ``fit`` does
+           (consistent at the Gaussian), and the next state from the merged
+           core kernel; the merged sums are kept for the next update.
+
+        Every row thus keeps the weight the model gave it when it arrived.
+        For rows like those fitted this is the weight a refit would give
+        them (a fit is a fixed point of that re-weighting), so updates by
+        appended chunks give ``fit`` on all the rows within sampling noise
+        (``benchmarks/MONITORING.md``).  The outlier cutoff
+        (``outlier_cutoff_``, ``contamination``), the kernels' radii and the
+        repeated values and rows are kept: they are calibrated on the fit's
+        row sample, and recalibrating them on a day's rows would let that
+        day's own faults (or a new regime) set what counts as normal.
+        ``n_samples_`` and ``n_passes_`` then say what the update read (the
+        new rows, 1 pass); ``n_samples_seen_`` counts every row in the sums.
+
+        **A change of regime is not followed.**  Rows of a new operating
+        regime lie far from the model, get little or no weight and are
+        flagged; the model stays on the old regime.  When most of the new
+        rows lie beyond the model's final kernel (their weighted share is
+        below one half, so most would be flagged), ``partial_fit`` warns
+        (``UserWarning``).  To follow the change, refit: ``fit`` on the
+        rows of the new regime, or on the whole archive with
+        ``warm_start=True`` (which re-reads it and recalibrates everything).
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            The new rows, shape (n_samples, n_features) with the fit's
+            features; input kinds as for :meth:`fit`.
+        y : None
+            Ignored; present for scikit-learn's API.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        self : MCPCA
+            The fitted or updated estimator.
+
+        Raises
+        ------
+        ValueError
+            ``X`` has other features than the fit; or the model keeps no sums
+            to update (``solver="paper"``, data with fewer rows than
+            ``n_features + 2``, a model saved before ``partial_fit`` existed):
+            refit it.
+
+        See Also
+        --------
+        fit : A fit on all the rows (a refit follows a change of regime).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(20000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA().partial_fit(X[:10000])             # the first call fits
+        >>> for day in np.array_split(X[10000:], 4):            # then one pass over each new chunk
+        ...     model = model.partial_fit(day)
+        >>> model.n_samples_, model.n_passes_, model.n_samples_seen_
+        (2500, 1, 20000)
+        >>> full = MCPCA().fit(X)
+        >>> bool(np.allclose(model.explained_variance_, full.explained_variance_, rtol=0.02))
+        True
+        """
+        if not hasattr(self, "components_"):
+            return self.fit(X, y, storage_options=storage_options)
+        check_params(self)
+        _labels.check_feature_names(self, X, reset=False)
+        X = as_row_blocks(X, storage_options=storage_options)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
+        if X.shape[0] < 1:
+            raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required "
+                             f"by {type(self).__name__}.partial_fit")
+        if not hasattr(self, "update_location_"):
+            raise ValueError(
+                f"{type(self).__name__}.partial_fit: this model keeps no sums to update (fitted with "
+                f"solver={self.solver!r}, on fewer rows than n_features + 2, or saved by a version without "
+                "partial_fit); refit it with fit, then update it with partial_fit"
+            )
+        with single_threaded_blas():
+            return self._update(X)
+
+    def _update(self, X):
+        """An update by new rows; see :meth:`partial_fit`."""
+        unit, k = int(self.update_unit_), self.n_components_
+        state = self._update_state()
+        sums = BlockStats(n_rows=int(self.n_samples_seen_), n_nonfinite=0, log_scale=self.update_log_weights_.copy(),
+                          weight=np.ones(2), mean=self.update_means_.copy(), scatter=self.update_covariances_.copy())
+        runner = PassRunner(X, nan_policy=self.nan_policy, progress=self.progress)
+        runner.unit_exp = unit
+        fixed = None if self.center == "robust" else state.location
+        state, merged, new = update_robust(runner, state, sums, fixed_center=fixed)
+        share = float(new.weight[1] * np.exp(new.log_scale[1]) / max(new.n_rows, 1))
+        if share < UPDATE_WARN_SHARE:
+            warnings.warn(
+                f"MCPCA.partial_fit: most of the {new.n_rows} new rows lie beyond the model's final kernel "
+                f"(their weighted share is {share:.1%}): they are flagged as outliers and barely move the "
+                "model, which does not follow a change of regime; if the process changed, refit "
+                "(fit on the new regime's rows, or warm_start=True and fit on the whole archive)",
+                UserWarning,
+                stacklevel=3,
+            )
+        cutoff, repeated, rows = self.outlier_cutoff_, self.repeated_values_, self.repeated_rows_
+        lam, V = descending_eigh(state.final_scatter)
+        lam = _variances_in_data_units(np.maximum(lam, 0.0), unit)
+        self.components_ = orient_rows(V[:, :k].T)
+        self._set_variances(lam[:k], lam[k:], lam.sum(), np.ldexp(state.final_location, unit), self.kernel_scale_)
+        self.repeated_values_, self.repeated_rows_ = repeated, rows
+        self._set_cutoff(cutoff)
+        self.support_ = state.support
+        self._keep_update_sums(state, merged, unit)
+        self.n_samples_, self.n_passes_ = int(new.n_rows), runner.n_passes
+        self.n_partial_reads_, self.n_blocks_read_, self.n_iter_ = 0, 0, 1
+        self._robust_state, self._robust_unit = state, unit  # a warm_start refit continues from the update
+        return self
+
+    def _forget_update_sums(self) -> None:
+        """Remove the sums kept for :meth:`partial_fit` (a refit sets them anew, or has none)."""
+        for name in UPDATE_ATTRIBUTES:
+            if name in vars(self):
+                delattr(self, name)
+
+    def _keep_update_sums(self, state, sums: BlockStats, unit: int) -> None:
+        """Keep the core and final kernels' sums of every row seen, and the state that weighs new rows."""
+        with np.errstate(divide="ignore"):
+            self.update_log_weights_ = np.log(np.asarray(sums.weight, np.float64)) + sums.log_scale
+        self.update_means_ = np.array(sums.mean, np.float64)
+        self.update_covariances_ = np.stack([sums.covariance(j) for j in range(2)])
+        self.update_location_ = np.array(state.location, np.float64)
+        self.update_scatter_ = np.array(state.scatter, np.float64)
+        self.update_radii_ = np.array([state.kernel_size2, state.cutoff, state.final_cutoff], np.float64)
+        self.update_unit_ = int(unit)
+        self.n_samples_seen_ = int(sums.n_rows)
+
+    def _update_state(self) -> RobustState:
+        """The robust state kept for :meth:`partial_fit`, in the working unit ``2**update_unit_``."""
+        unit = int(self.update_unit_)
+        repeated = self.repeated_values_.copy()
+        repeated[:, 1] = np.ldexp(repeated[:, 1], -unit)  # exact: a power of two
+        steps = np.ldexp(self.quantization_steps_, -unit)
+        c2, cutoff, final_cutoff = (float(v) for v in self.update_radii_)
+        return RobustState(
+            location=self.update_location_.copy(), scatter=self.update_scatter_.copy(), kernel_size2=c2,
+            cutoff=cutoff, final_cutoff=final_cutoff, repeated=repeated if len(repeated) else None,
+            repeated_rows=np.ldexp(self.repeated_rows_, -unit) if len(self.repeated_rows_) else None,
+            resolution=steps**2 / 12, converged=True,
+        )
+
     def _fit(self, X):
         """The fit proper, on full-row blocks; see :meth:`fit`."""
+        self._forget_update_sums()
         n, p = X.shape
         k = p if self.n_components is None else self.n_components
         if k > p:
@@ -675,6 +898,10 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             self.converged_ = state.converged and (robust is None or robust.converged)
         self.n_passes_ = runner.n_passes
         self.n_partial_reads_, self.n_blocks_read_ = runner.n_partial_reads, runner.n_blocks_read
+        if self.contamination != "auto":
+            self._set_cutoff(self._contamination_cutoff(sample))
+        if solver == "auto" and getattr(runner, "last_sums", None) is not None:
+            self._keep_update_sums(robust, runner.last_sums, unit)
         self._robust_state = robust if solver == "auto" else None
         self._robust_unit = unit  # the working unit the robust state is in (for warm_start)
         if not self.converged_:
@@ -841,6 +1068,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.quantization_steps_ = np.zeros(p)  # too few rows to tell a lattice
         d2 = self._d2(data_rows)
         self._set_cutoff(calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n, law="fitted"))
+        if self.contamination != "auto":
+            self._set_cutoff(self._contamination_cutoff(data_rows))
         self.n_samples_, self.n_iter_, self.converged_ = n, inner.n_iter_, inner.converged_
         self.n_passes_, self.n_partial_reads_, self.n_blocks_read_ = 1, 0, 0
         self._robust_state = None
@@ -848,7 +1077,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     def _fingerprint_params(self) -> dict:
         params = self.get_params()
-        params.pop("checkpoint"), params.pop("progress")
+        params.pop("checkpoint"), params.pop("progress"), params.pop("contamination")  # no effect on the fit's state
         return params
 
     def _set_from_robust(self, robust, k, moments, unit) -> None:
@@ -984,18 +1213,21 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     # ---------------------------------------------------------- transforms
     def _map_rows(
-        self, X, func, n_out: int | None, dtype=np.float64, *, columns=None, storage_options=None, nan_policy=None
+        self, X, func, n_out: int | None, dtype=np.float64, *, columns=None, storage_options=None, nan_policy=None,
+        frame_columns=None,
     ):
         """Apply ``func`` to row blocks: lazily for dask input, eagerly otherwise.
 
         A DataArray ``X`` gives a DataArray with its row coordinate (and
-        ``columns``, the name and coordinate of a second dimension).
+        ``columns``, the name and coordinate of a second dimension); a pandas
+        DataFrame gives a Series or a DataFrame with its index (columns:
+        ``frame_columns``, or ``X``'s for a per-channel result).
         ``nan_policy`` overrides the estimator's for this call.
         """
         check_is_fitted(self, "components_")
         _labels.check_feature_names(self, X, reset=False)
         out = self._map_row_blocks(X, func, n_out, dtype, storage_options, nan_policy=nan_policy)
-        return _labels.like_rows(out, X, columns=columns)
+        return _labels.like_rows(out, X, columns=columns, frame_columns=frame_columns)
 
     def _map_row_blocks(self, X, func, n_out: int | None, dtype, storage_options=None, *, nan_policy=None):
         X = as_row_blocks(X, storage_options=storage_options)
@@ -1028,8 +1260,9 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             A dask array (computed lazily, block by block) for dask or store input,
             a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
             of dims ``(row, "component")`` with ``X``'s row coordinates (time),
-            lazy if ``X`` is.  ``set_output(transform="pandas")`` gives a
-            DataFrame with columns ``get_feature_names_out()``.
+            lazy if ``X`` is.  For a pandas DataFrame ``X`` (or with
+            ``set_output(transform="pandas")``), a DataFrame with ``X``'s index
+            and columns ``get_feature_names_out()``.
             Rows with NaN or inf give NaN under ``nan_policy="omit"``; under
             ``"partial"``, a row with some NaN cells gives the scores of the
             row completed by :meth:`impute` (the conditional expectation of
@@ -1071,7 +1304,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             return Y @ comps.T
 
         columns = (_labels.COMPONENT_DIM, np.arange(len(comps)))
-        return self._map_rows(X, func, len(comps), columns=columns, storage_options=storage_options)
+        return self._map_rows(X, func, len(comps), columns=columns, storage_options=storage_options,
+                              frame_columns=self.get_feature_names_out() if _labels.is_dataframe(X) else None)
 
     def inverse_transform(self, X: Any) -> np.ndarray | da.Array:
         """Map scores back to the data space: ``X @ components_ + mean_``.
@@ -1341,7 +1575,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         d2 : ndarray or dask array of shape (n_samples,)
             A dask array (computed lazily, block by block) for dask or store input,
             a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
-            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is.
+            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is;
+            for a pandas DataFrame, a Series with its index.
             NaN for rows with NaN or inf under ``nan_policy="omit"``; under ``"partial"``,
             a row with some NaN cells gets its distance on the observed cells
             (chi-square with as many degrees of freedom as observed cells for a
@@ -1391,7 +1626,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         scores : ndarray or dask array of shape (n_samples,)
             A dask array (computed lazily, block by block) for dask or store input,
             a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
-            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is.
+            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is;
+            for a pandas DataFrame, a Series with its index.
             NaN for rows with NaN or inf under ``nan_policy="omit"``; under ``"partial"``,
             a row with some NaN cells is scored by its observed cells, its
             distance first mapped to n_features channels at the same
@@ -1443,7 +1679,8 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         flags : ndarray or dask array of bool, shape (n_samples,)
             A dask array (computed lazily, block by block) for dask or store input,
             a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
-            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is.
+            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is;
+            for a pandas DataFrame, a Series with its index.
             False for rows with NaN or inf under ``nan_policy="omit"``; under
             ``"partial"``, a row with k < n_features observed cells is flagged
             when its distance on them exceeds the chi-square(k) quantile at
@@ -1609,6 +1846,165 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
             return pd.DataFrame(np.asarray(out), index=X.index, columns=X.columns)
         return out
+
+    # ------------------------------------------------ outlier-detector API
+    @property
+    def offset_(self) -> float:
+        """scikit-learn's name for ``outlier_threshold_``: ``decision_function = score_samples - offset_``."""
+        check_is_fitted(self, "outlier_threshold_")
+        return self.outlier_threshold_
+
+    @property
+    def threshold_(self) -> float:
+        """PyOD's name for ``outlier_cutoff_``: the calibrated ``d^2`` above which a row is an outlier."""
+        check_is_fitted(self, "outlier_cutoff_")
+        return self.outlier_cutoff_
+
+    def _contamination_cutoff(self, rows: np.ndarray) -> float:
+        """The ``1 - contamination`` quantile of the calibrated distances of ``rows`` (data units),
+        rows flagged as repeated counted as infinitely far, so that a share ``contamination`` of
+        ``rows`` is flagged."""
+        rows = np.asarray(rows, np.float64)
+        rows = rows[np.isfinite(rows).all(axis=1)]
+        if not len(rows):
+            return self.outlier_cutoff_
+        d2 = self._calibrated_d2(rows)
+        d2[self._repeated(rows)] = np.inf
+        with np.errstate(invalid="ignore"):
+            cutoff = float(np.quantile(d2, 1.0 - self.contamination))
+        if np.isnan(cutoff):  # between a finite distance and inf: past every finite one
+            cutoff = float(np.max(d2[np.isfinite(d2)], initial=np.inf))
+        return max(cutoff, np.finfo(np.float64).tiny)
+
+    def predict(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """+1 for inliers, -1 for outliers (scikit-learn's outlier detectors' convention).
+
+        ``-1`` exactly where :meth:`is_outlier` is True (``d^2`` above
+        ``outlier_cutoff_``, set by ``contamination``, or a repeated value or
+        row), where :meth:`decision_function` is negative.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        labels : ndarray or dask array of int64, shape (n_samples,)
+            Lazy for dask or store input; a DataArray (row coordinates kept)
+            for a DataArray, a Series (index kept) for a DataFrame.  0 for
+            rows with NaN or inf under ``nan_policy="omit"`` (no verdict).
+
+        See Also
+        --------
+        is_outlier : The same verdict as booleans.
+        decision_function : The margin from the cutoff.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> model = MCPCA().fit(rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3])
+        >>> model.predict([[0.0, 0.0, 0.0], [0.0, 0.0, 30.0]])
+        array([ 1, -1])
+        """
+        check_is_fitted(self, "components_")
+
+        def labels(block):
+            block = np.asarray(block, np.float64)
+            return np.where(self._flags(block, self._calibrated_d2(block)), -1, 1).astype(np.int64)
+
+        return self._map_rows(X, labels, None, dtype=np.int64, storage_options=storage_options)
+
+    def decision_function(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """``score_samples(X) - offset_``: negative exactly for the rows :meth:`is_outlier` flags.
+
+        As scikit-learn's ``EllipticEnvelope``: ``offset_`` is
+        ``outlier_threshold_``, the score at ``outlier_cutoff_``, so rows
+        with ``d^2`` above the cutoff get a negative value, rows within it
+        one >= 0.  A row flagged because it holds a repeated value or equals
+        a repeated row, which the fit gave no weight, gets ``-offset_`` (the
+        value of a score of 0) where its distance alone would give a value
+        >= 0.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        decision : ndarray or dask array of shape (n_samples,)
+            In ``[-offset_, 1 - offset_]``; lazy for dask or store input; a
+            DataArray or Series for such input.  NaN for rows with NaN or inf
+            under ``nan_policy="omit"``.
+
+        See Also
+        --------
+        predict : -1 where this is negative.
+        score_samples : The score this is shifted from.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA().fit(X)
+        >>> d = model.decision_function(X)
+        >>> bool(np.array_equal(d < 0, model.is_outlier(X)))
+        True
+        >>> bool(np.allclose(d, model.score_samples(X) - model.offset_))
+        True
+        """
+        check_is_fitted(self, "components_")
+        offset = self.outlier_threshold_
+
+        def margin(block):
+            block = np.asarray(block, np.float64)
+            d2 = self._calibrated_d2(block)
+            out = self._weight(d2) - offset
+            flags = self._flags(block, d2)
+            out[flags & ~(out < 0) & self._repeated(block)] = -offset  # a score of 0: the fit gave it no weight
+            out[flags & ~(out < 0)] = -np.finfo(np.float64).tiny  # d2 above the cutoff, its score rounded to it
+            return out
+
+        return self._map_rows(X, margin, None, storage_options=storage_options)
+
+    def fit_predict(self, X: Any, y: None = None, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """Fit to ``X`` and label its rows: ``fit(X).predict(X)``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Input kinds as for :meth:`fit`.
+        y : None
+            Ignored.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        labels : ndarray or dask array of int64, shape (n_samples,)
+            As :meth:`predict` returns them.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> X = np.random.default_rng(0).normal(size=(1000, 2))
+        >>> labels = MCPCA(contamination=0.05).fit_predict(X)
+        >>> float((labels == -1).mean())
+        0.05
+        """
+        return self.fit(X, y, storage_options=storage_options).predict(X, storage_options=storage_options)
 
     # ---------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike, *, storage_options: dict | None = None) -> None:

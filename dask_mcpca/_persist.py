@@ -335,11 +335,48 @@ def validate_fitted(model) -> None:
             and np.isfinite(steps).all() and (steps >= 0).all()):
         raise ValueError(f"quantization_steps_ must be {p} finite floats >= 0")
     model.quantization_steps_ = steps
+    _validate_update(model, p)
     _int(model, "n_samples_", 1)
     _int(model, "n_passes_", 0)
     _int(model, "n_iter_", 0)
     if not isinstance(model.converged_, (bool, np.bool_)):
         raise ValueError(f"converged_={model.converged_!r} must be true or false")
+
+
+#: What ``MCPCA.partial_fit`` updates from: name -> shape in terms of p (all or none of them).
+_UPDATE_ARRAYS = {
+    "update_log_weights_": (2,),
+    "update_means_": (2, "p"),
+    "update_covariances_": (2, "p", "p"),
+    "update_location_": ("p",),
+    "update_scatter_": ("p", "p"),
+    "update_radii_": (3,),
+}
+
+
+def _validate_update(model, p: int) -> None:
+    """Check the sums kept for ``partial_fit`` (a model without them, written before it existed, passes)."""
+    present = [n for n in (*_UPDATE_ARRAYS, "update_unit_", "n_samples_seen_") if hasattr(model, n)]
+    if not present:
+        return
+    if len(present) < len(_UPDATE_ARRAYS) + 2:
+        missing = sorted(set(_UPDATE_ARRAYS) | {"update_unit_", "n_samples_seen_"} - set(present))
+        raise ValueError(f"fitted attribute(s) {', '.join(missing)} missing (partial_fit's sums are incomplete)")
+    for name, dims in _UPDATE_ARRAYS.items():
+        value = getattr(model, name)
+        shape = tuple(p if d == "p" else d for d in dims)
+        if not (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.shape == shape):
+            raise ValueError(f"{name} must be a float array of shape {shape} (n_features_in_={p})")
+        if not np.isfinite(value).all():
+            raise ValueError(f"{name} holds non-finite value(s)")
+    for name in ("update_covariances_", "update_scatter_"):
+        M = getattr(model, name)
+        if not np.allclose(M, np.swapaxes(M, -1, -2), rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(M).max()))):
+            raise ValueError(f"{name} is not symmetric")
+    if not (model.update_radii_ > 0).all():
+        raise ValueError("update_radii_ (kernel size and radii) must be > 0")
+    _int(model, "update_unit_", -1100, 1100)
+    _int(model, "n_samples_seen_", 1)
 
 
 def _reject_constant(name: str):

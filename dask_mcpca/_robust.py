@@ -66,6 +66,7 @@ __all__ = [
     "robust_start",
     "fit_robust",
     "warm_step",
+    "update_robust",
     "state_in_units",
     "step_plan",
     "precision",
@@ -737,6 +738,7 @@ def _step(
         res = _em_completed(res, plan, [flat_top_consistency(p, c2, q) for q in cutoffs], fixed_center,
                             [(state.location, state.scatter)] * len(cutoffs))
     if final:
+        runner.last_sums = res  # the kernels' weighted sums of all rows, kept by MCPCA for partial_fit
         state.final_location = res.mean[1] if fixed_center is None else fixed_center
         state.final_scatter = _floored(res.covariance(1, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[1]),
                                        state.resolution)
@@ -1028,6 +1030,58 @@ def warm_step(
     state.repeated, state.repeated_rows = find_repeated(sample)
     state.cutoff, state.final_cutoff = _cutoffs(state, sample, state.core_support * len(sample))
     return res, state
+
+
+def update_robust(
+    runner: PassRunner, state: RobustState, sums: BlockStats, *, fixed_center: np.ndarray | None
+) -> tuple[RobustState, BlockStats, BlockStats]:
+    """One update of a fitted robust state by new rows (``MCPCA.partial_fit``): one pass over them only.
+
+    ``sums`` are the core and the final kernel's weighted sums of every row
+    seen so far (``n_rows``, total weight with its log-scale, weighted mean
+    and scatter, in the runner's working unit), as the last full-data pass
+    of the fit (:func:`_step`) and the previous updates left them.  The new
+    rows are weighted by the plan of the current state (:func:`step_plan`:
+    its location and scatter, its core and final radii, its repeated values
+    and rows), exactly as the next full-data step of a fit would weigh them;
+    their sums are merged with ``sums`` by the pairwise formula
+    (:func:`._block.combine`), and the state's location, scatter, final
+    location and final scatter are set from the merged sums as :func:`_step`
+    sets them (made consistent at the Gaussian, floored at the channels'
+    rounding error).  Radii, kernel size, repeated values and rows are kept.
+
+    Each row thus keeps the weight the model gave it when it arrived: rows
+    like the fitted ones enter with the weights a refit would give them
+    (the fit is a fixed point), while rows far from the model (outliers, or
+    every row of a new regime) get little or no weight, so the model does
+    not follow a change of regime (see ``MCPCA.partial_fit``).
+
+    Returns the updated state (a copy), the merged sums (to keep) and the
+    new rows' sums (their ``weight * exp(log_scale) / n_rows`` is the new
+    rows' weighted share).
+    """
+    c2, p = state.kernel_size2, len(state.location)
+    cutoffs = [state.cutoff, state.final_cutoff]
+    plan = step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated,
+                     excluded_rows=state.repeated_rows, partial=runner.nan_policy == "partial")
+    new = runner.run(plan, label="update")
+    if new.gaps:
+        new = _em_completed(new, plan, [flat_top_consistency(p, c2, q) for q in cutoffs], fixed_center,
+                            [(state.location, state.scatter)] * len(cutoffs))
+    merged = combine(sums, new)
+    factors = [flat_top_consistency(p, c2, q) for q in cutoffs]
+    covs = [_floored(merged.covariance(j, about=fixed_center) * factors[j], state.resolution) for j in (0, 1)]
+    means = [merged.mean[j] if fixed_center is None else fixed_center for j in (0, 1)]
+    if not all(np.all(np.isfinite(a)) for a in (*covs, *means)):
+        raise NumericalRangeError(
+            "the merged weighted scatter of the model's rows and the new rows is not finite in float64 "
+            "(new rows of magnitude near the float64 limit carry weight); remove those rows"
+        )
+    shares = merged.weight * np.exp(merged.log_scale) / max(merged.n_rows, 1)
+    updated = replace(state, location=means[0], scatter=covs[0], final_location=means[1], final_scatter=covs[1],
+                      core_support=float(shares[0]), support=float(shares[1]), n_iter=1, rate=float("nan"))
+    updated.last_change = _relative_change(state, updated.location, updated.scatter)
+    return updated, merged, new
 
 
 def fit_robust(
