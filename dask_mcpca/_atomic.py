@@ -44,6 +44,12 @@ __all__ = [
     "missing_backend",
     "write_bytes",
     "read_bytes",
+    "check_file_target",
+    "is_zarr_store",
+    "url_store_state",
+    "with_timeouts",
+    "PUBLISHING_MARKER",
+    "S3_TIMEOUTS",
 ]
 
 #: Suffix of the temporary sibling; ``.old`` is added to a store moved aside.
@@ -136,8 +142,47 @@ def _fsync(path: str) -> None:
             os.close(fd)
 
 
+def _kind(mode: int) -> str:
+    """What a file of ``st_mode`` is, in words (for messages)."""
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symlink"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_file_target(path) -> None:
+    """Refuse to write a file over ``path`` when it exists and is neither a regular file nor a symlink
+    (a symlink named as the output is replaced, not followed): a directory, a device node, a FIFO, a
+    socket would be replaced by a regular file (as root even ``/dev/null``)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (what cannot be created says so later)
+        return
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"cannot write {os.fspath(path)!r}: it is a directory; name a file")
+    raise FileExistsError(f"cannot write {os.fspath(path)!r}: it is {_kind(mode)}, not a regular file; name a file")
+
+
+def _check_replace(tmp: str, path: str, replace) -> None:
+    """Whether the finished temporary ``tmp`` may be renamed over what is at ``path`` now (see :func:`atomic_path`)."""
+    if not os.path.lexists(path):
+        return
+    if os.path.isdir(tmp) and not os.path.islink(tmp):
+        if not os.path.isdir(path):
+            mode = os.lstat(path).st_mode
+            raise FileExistsError(f"cannot write the store {path!r}: it exists and is {_kind(mode)}, not a folder")
+    else:
+        check_file_target(path)
+    if replace is not None and not replace(path):
+        raise FileExistsError(f"cannot write {path!r}: it exists and may not be replaced")
+
+
 @contextlib.contextmanager
-def atomic_path(path):
+def atomic_path(path, *, replace=None):
     """Yield a temporary sibling of ``path``; rename it over ``path`` on success.
 
     Works for files and for directories (Zarr stores).  On any exception the
@@ -146,6 +191,12 @@ def atomic_path(path):
     ``<temporary>.old``, the new one renamed into place and the old one
     deleted; if the second rename fails, the old store is moved back.  What
     a killed writer of ``path`` left behind is repaired first (:func:`recover`).
+
+    A file replaces only a regular file or a symlink (never a directory, a
+    device node, a FIFO or a socket), a store only a directory; and where
+    ``replace`` is given, ``replace(path)`` must say True of what exists at
+    ``path`` when the temporary is renamed over it.  Else ``FileExistsError``
+    (``IsADirectoryError``) naming ``path``, and ``path`` is left as it is.
     """
     path = _resolved(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -155,6 +206,7 @@ def atomic_path(path):
     try:
         yield tmp
         _fsync(tmp)
+        _check_replace(tmp, path, replace)
         if os.path.isdir(tmp) and os.path.lexists(path):
             os.replace(path, old)
             try:
@@ -224,16 +276,47 @@ def local_path(path) -> str | None:
     return None
 
 
+#: Timeouts of every request to an ``s3://`` store (s3fs, through botocore's ``Config``), unless the
+#: storage options set them (``config_kwargs.connect_timeout=...``, ``config_kwargs.read_timeout=...``,
+#: ``config_kwargs.retries.total_max_attempts=...``): seconds to connect, seconds to wait for each answer
+#: (between two reads of a response, not for the whole transfer), and botocore's attempts per request
+#: (s3fs tries a timed-out request 5 times over).  An endpoint that accepts and never answers fails a
+#: request within about 5 x 2 x 10 s plus backoff (2 min), where botocore's and s3fs's defaults wait
+#: 5 x 5 x 15 s for each of the several requests of an open.
+S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 10, "retries": {"mode": "standard", "total_max_attempts": 2}}
+
+
+def with_timeouts(url, storage_options: dict | None = None) -> dict | None:
+    """``storage_options`` for ``url`` with :data:`S3_TIMEOUTS` where the URL is ``s3://`` and the
+    options do not set them (the user's keys win, key by key).  Other URLs' options are returned as
+    given: their backends have their own (fsspec's HTTP: aiohttp's 5 min per request)."""
+    if not is_url(url) or local_path(url) is not None or _protocol(url) != "s3":
+        return storage_options
+    options = dict(storage_options or {})
+    config = options.get("config_kwargs", {})
+    if not isinstance(config, dict):
+        raise ValueError(f"storage option config_kwargs={config!r} must be a mapping (config_kwargs.KEY=VALUE)")
+    options["config_kwargs"] = {**S3_TIMEOUTS, **config}
+    return options
+
+
 def url_to_fs(url: str, storage_options: dict | None = None):
-    """``(filesystem, path)`` of an fsspec URL; an ImportError naming the extra when a backend is missing."""
+    """``(filesystem, path)`` of an fsspec URL; an ImportError naming the extra when a backend is missing.
+
+    An ``s3://`` URL gets :data:`S3_TIMEOUTS` unless ``storage_options`` set them; options its backend
+    does not take are a ValueError naming them.
+    """
     try:
         import fsspec
     except ImportError:
         raise ImportError(f"{url!r} is a URL, which needs fsspec: pip install 'dask-mcpca[cloud]'") from None
+    options = with_timeouts(url, storage_options)
     try:
-        return fsspec.core.url_to_fs(url, **(storage_options or {}))
+        return fsspec.core.url_to_fs(url, **(options or {}))
     except ImportError as err:
         raise ImportError(missing_backend(url, err)) from None
+    except (TypeError, AttributeError) as err:
+        raise ValueError(f"storage options {sorted(storage_options or {})} do not suit {url!r}: {err}") from None
 
 
 def missing_backend(url: str, err: BaseException) -> str:
@@ -255,12 +338,27 @@ def write_bytes(path, data: bytes, *, storage_options: dict | None = None) -> No
     one, never part of it.
     """
     local = local_path(path)
-    if local is None:
-        fs, where = url_to_fs(path, storage_options)
-        fs.pipe_file(where, data)
-        return
-    with atomic_path(local) as tmp, open(tmp, "wb") as f:
-        f.write(data)
+    try:
+        if local is None:
+            fs, where = url_to_fs(path, storage_options)
+            fs.pipe_file(where, data)
+            return
+        check_file_target(_resolved(local))  # before the work, and again at the rename
+        with atomic_path(local) as tmp, open(tmp, "wb") as f:
+            f.write(data)
+    except OSError as err:
+        raise _naming(err, path) from None
+
+
+def _naming(err: OSError, path) -> OSError:
+    """``err`` as a one-line error of its own type that names ``path`` (what could not be written)."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    if os.fspath(path) in text:
+        return err
+    try:
+        return type(err)(f"cannot write {os.fspath(path)!r}: {err.strerror or text}")
+    except TypeError:  # an OSError subclass with another signature
+        return OSError(f"cannot write {os.fspath(path)!r}: {text}")
 
 
 def read_bytes(path, *, storage_options: dict | None = None, limit: int | None = None) -> bytes:
@@ -271,12 +369,19 @@ def read_bytes(path, *, storage_options: dict | None = None, limit: int | None =
     """
     local = local_path(path)
     if local is not None:
-        with open(local, "rb") as f:
+        mode = os.stat(local).st_mode  # before opening: opening a FIFO for reading waits for a writer
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(local)
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"it is {_kind(mode)}, not a regular file")
+        # non-blocking, in case it was swapped for a FIFO since: then refused below, never waited on
+        fd = os.open(local, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        with open(fd, "rb") as f:
             mode = os.fstat(f.fileno()).st_mode
-            if stat.S_ISDIR(mode):
-                raise IsADirectoryError(local)
             if not stat.S_ISREG(mode):
-                raise ValueError("not a regular file")
+                raise ValueError(f"it is {_kind(mode)}, not a regular file")
+            if hasattr(os, "set_blocking"):
+                os.set_blocking(fd, True)
             return f.read(-1 if limit is None else limit + 1)
     fs, where = url_to_fs(path, storage_options)
     fs.invalidate_cache(where)  # fsspec caches listings: the object may be newer than this process's last look
@@ -313,8 +418,63 @@ def _stale_url_temporaries(fs, parent: str, name: str) -> list[str]:
     return stale
 
 
+#: Root metadata of a Zarr store (v3, v2 group, v2 array): a prefix or folder with one is a store.
+_ZARR_ROOTS = ("zarr.json", ".zgroup", ".zarray")
+#: The object a publication writes inside the store's prefix before it touches anything there, and
+#: deletes once the root metadata is published: a prefix holding it is an interrupted publication.
+PUBLISHING_MARKER = ".dask-mcpca-publishing"
+
+
+def is_zarr_store(path) -> bool:
+    """Whether the local ``path`` is a Zarr store: a directory with root Zarr metadata, a regular file
+    holding a JSON object (``.zattrs`` or ``.zmetadata`` alone, or a folder named ``zarr.json``, is not)."""
+    import json
+
+    if not os.path.isdir(path):
+        return False
+    for name in _ZARR_ROOTS:
+        meta = os.path.join(path, name)
+        try:
+            if not stat.S_ISREG(os.stat(meta).st_mode):
+                continue
+            with open(meta, "rb") as f:
+                if isinstance(json.loads(f.read(2**20)), dict):
+                    return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def url_store_state(fs, root: str) -> str:
+    """What is at ``root`` of ``fs``: ``"absent"``, ``"zarr"`` (a store: root Zarr metadata),
+    ``"interrupted"`` (a publication's marker, no root metadata) or ``"other"`` (anything else: an
+    object named as the store, or a prefix of other objects, which is never replaced)."""
+    root = root.rstrip("/")
+    fs.invalidate_cache(root)
+    if not fs.exists(root):
+        return "absent"
+    if fs.isfile(root):
+        return "other"
+    if any(fs.isfile(f"{root}/{m}") for m in _ZARR_ROOTS):
+        return "zarr"
+    if fs.isfile(f"{root}/{PUBLISHING_MARKER}"):
+        return "interrupted"
+    return "other"
+
+
+def _refuse_url_target(url: str, state: str, overwrite: bool) -> None:
+    if state == "absent" or (overwrite and state in ("zarr", "interrupted")):
+        return
+    if state == "other":
+        raise FileExistsError(
+            f"{url!r} exists and is not a Zarr store (no root Zarr metadata, no {PUBLISHING_MARKER} of an "
+            "interrupted publication); only a Zarr store is replaced (remove it yourself if you mean to)"
+        )
+    raise FileExistsError(f"{url!r} exists; pass overwrite (--overwrite) to replace it")
+
+
 @contextlib.contextmanager
-def atomic_url_store(url: str, *, storage_options: dict | None = None):
+def atomic_url_store(url: str, *, storage_options: dict | None = None, overwrite: bool = False):
     """Yield a temporary URL to write a Zarr store to; publish it under ``url`` when the block ends.
 
     An object store cannot rename a prefix, so the store is written under a
@@ -338,8 +498,16 @@ def atomic_url_store(url: str, *, storage_options: dict | None = None):
       failed (the caller must wait for its local tasks: ``dask-mcpca
       score`` does); the next write of ``url`` from the same host deletes
       what is left;
-    - while publishing: ``url`` holds objects but no root metadata, which
-      readers see as no store; ``dask-mcpca score --overwrite`` replaces it.
+    - while publishing: ``url`` holds objects but no root metadata, and
+      :data:`PUBLISHING_MARKER`, written before anything under ``url`` is
+      touched and deleted after the root metadata is published; readers
+      see no store, and ``dask-mcpca score --overwrite`` replaces it.
+
+    What exists at ``url`` is replaced only with ``overwrite`` and only when it
+    is a Zarr store (root metadata) or an interrupted publication (the
+    marker); anything else (an object named ``url``, a prefix of other
+    objects) is a ``FileExistsError`` naming ``url``, checked when the block
+    starts and again before publishing, and left as it is.
 
     A ``file://`` URL is a local path: use :func:`atomic_path` for it.
     """
@@ -348,11 +516,13 @@ def atomic_url_store(url: str, *, storage_options: dict | None = None):
     parent, _, name = root.rpartition("/")
     if not parent or not name:
         raise ValueError(f"{url!r} names no key prefix inside its bucket; name one, as s3://bucket/scores.zarr")
+    _refuse_url_target(url, url_store_state(fs, root), overwrite)
     for stale in _stale_url_temporaries(fs, parent, name):
         fs.rm(stale, recursive=True)
     tmp = f"{parent}/{_url_temporary_name(name)}"
     try:
         yield fs.unstrip_protocol(tmp)
+        _refuse_url_target(url, url_store_state(fs, root), overwrite)
         _publish(fs, tmp, root)
     finally:
         with contextlib.suppress(Exception):  # best effort; the next write from this host deletes a leftover
@@ -363,11 +533,17 @@ def _publish(fs, source: str, target: str) -> None:
     """Copy the Zarr store at ``source`` over ``target`` in the order :func:`atomic_url_store` gives."""
     fs.invalidate_cache(source)
     keys = sorted(k[len(source) + 1 :] for k in fs.find(source))
-    if fs.exists(target):
+    marker = f"{target}/{PUBLISHING_MARKER}"
+    existed = fs.exists(target)
+    fs.pipe_file(marker, f"publishing {source}\n".encode())  # first: what follows is recognised as ours
+    if existed:
         visible = [f"{target}/{m}" for m in _ZARR_METADATA if fs.exists(f"{target}/{m}")]
         if visible:  # (none after an interrupted publication; fsspec's rm refuses an empty list)
             fs.rm(visible)  # invisible first
-        fs.rm(target, recursive=True)
+        fs.invalidate_cache(target)
+        rest = [k for k in fs.find(target) if k.rstrip("/") != marker]
+        if rest:
+            fs.rm(rest)
     is_meta = [k.rpartition("/")[2] in _ZARR_METADATA for k in keys]
     chunks = [k for k, meta in zip(keys, is_meta, strict=True) if not meta]
     levels: dict[int, list[str]] = {}
@@ -377,6 +553,7 @@ def _publish(fs, source: str, target: str) -> None:
     for batch in [chunks] + [levels[d] for d in sorted(levels, reverse=True)]:  # depth 0, the root, last
         if batch:
             fs.copy([f"{source}/{k}" for k in batch], [f"{target}/{k}" for k in batch])
+    fs.rm(marker)  # last: the store is whole
     fs.invalidate_cache(target)
 
 
@@ -395,8 +572,17 @@ def atomic_open(path, mode: str = "w", *, storage_options: dict | None = None, *
         raise ValueError(f"mode={mode!r}; expected 'w' or 'wb'")
     local = local_path(path)
     if local is not None:
-        with atomic_path(local) as tmp, open(tmp, mode, **open_kwargs) as f:
-            yield f
+        in_body = False  # an error of the caller's block is its own, not one of writing path
+        try:
+            check_file_target(_resolved(local))  # before the work, and again at the rename
+            with atomic_path(local) as tmp, open(tmp, mode, **open_kwargs) as f:
+                in_body = True
+                yield f
+                in_body = False
+        except OSError as err:
+            if in_body:
+                raise
+            raise _naming(err, path) from None
         return
     fs, where = url_to_fs(path, storage_options)
     fd, tmp = tempfile.mkstemp(prefix="dask-mcpca-", suffix=TMP_SUFFIX)
@@ -404,6 +590,9 @@ def atomic_open(path, mode: str = "w", *, storage_options: dict | None = None, *
     try:
         with open(tmp, mode, **open_kwargs) as f:
             yield f
-        fs.put_file(tmp, where)
+        try:
+            fs.put_file(tmp, where)
+        except OSError as err:
+            raise _naming(err, path) from None
     finally:
         os.remove(tmp)

@@ -46,10 +46,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import sys
 import time
 
-from ._atomic import atomic_open, is_url, local_path
+from ._atomic import atomic_open, check_file_target, is_url, is_zarr_store, local_path, with_timeouts
 from ._atomic import overlaps as _overlaps
 from ._estimator import CENTERS, MCPCA, NAN_POLICIES, SOLVERS, check_params, load
 from ._io import split_store_path
@@ -133,11 +134,16 @@ def _row_slice(text: str) -> slice:
     try:
         if not sep:
             raise ValueError
-        return slice(int(start) if start.strip() else None, int(stop) if stop.strip() else None)
+        rows = slice(int(start) if start.strip() else None, int(stop) if stop.strip() else None)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected START:STOP (whole numbers, either may be empty), got {text!r}"
         ) from None
+    if rows.start is not None and rows.stop is not None and (rows.start < 0) == (rows.stop < 0) and (
+        rows.start >= rows.stop
+    ):
+        raise argparse.ArgumentTypeError(f"START must be below STOP, got {text!r}, which selects no rows")
+    return rows
 
 
 def _label_slice(text: str) -> slice:
@@ -153,8 +159,9 @@ def _key_value(text: str) -> tuple[str, object]:
     import json
 
     key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    if not sep or not key.strip() or not all(part.strip() for part in key.split(".")):
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (KEY dotted names, as config_kwargs.read_timeout), "
+                                         f"got {text!r}")
     try:
         parsed = json.loads(value)
     except ValueError:
@@ -166,10 +173,15 @@ def _storage_options(pairs: list[tuple[str, object]]) -> dict | None:
     """``[("a.b", 1)]`` -> ``{"a": {"b": 1}}`` (dotted keys nest, as ``client_kwargs.region_name``)."""
     options: dict = {}
     for key, value in pairs:
-        *parents, last = key.split(".")
+        *parents, last = (part.strip() for part in key.split("."))
         node = options
-        for part in parents:
+        for i, part in enumerate(parents):
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise _UsageError(f"--storage-option {key}=...: {'.'.join(parents[: i + 1])} was given a value "
+                                  "of its own; it cannot also hold keys")
+        if isinstance(node.get(last), dict):
+            raise _UsageError(f"--storage-option {key}=...: {key} holds keys given by other --storage-option")
         node[last] = value
     return options or None
 
@@ -404,6 +416,11 @@ def _check_output_location(output: str, *, is_file: bool) -> None:
     path = os.path.abspath(output)
     if is_file and os.path.isdir(path):
         raise _UsageError(f"--output {output!r} is a directory; name a file")
+    if is_file:
+        try:
+            check_file_target(path)  # a device node, a FIFO, a socket: never replaced by a file
+        except OSError as err:
+            raise _UsageError(f"--output {output!r}: {_one_line(err)}") from None
     parent = os.path.dirname(path)
     while not os.path.lexists(parent):  # atomic_path creates the missing folders
         parent = os.path.dirname(parent)
@@ -418,17 +435,27 @@ def _open(args, **options):
 
     ``options`` go to :func:`open_archive` (``block_values``, ``row_index``).
     """
-    from ._io import open_archive
+    from ._io import SelectionError, open_archive
 
-    return open_archive(
-        args.store,
-        dataset=args.dataset,
-        variables=args.variables,
-        rows=args.rows,
-        time=args.time,
-        storage_options=_storage_options(args.storage_options),
-        **options,
-    )
+    try:
+        return open_archive(
+            args.store,
+            dataset=args.dataset,
+            variables=args.variables,
+            rows=args.rows,
+            time=args.time,
+            storage_options=_storage_options(args.storage_options),
+            **options,
+        )
+    except SelectionError as err:
+        named = " with ".join(f"--{o} {_slice_text(getattr(args, o))}" for o in err.options)
+        reason = _one_line(ValueError(err.reason))
+        raise _UsageError(f"{named} {reason}" if reason.startswith("select") else f"{named}: {reason}") from None
+
+
+def _slice_text(s: slice) -> str:
+    """``slice(5, 2)`` as the user wrote it: ``5:2``."""
+    return f"{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
 
 
 def _fmt_seconds(s: float) -> str:
@@ -499,7 +526,7 @@ def _cmd_score(args, out) -> int:
     if _exists(args.output, options):
         if not args.overwrite:
             raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
-        _refuse_replacing_other_data(args.output)
+        _refuse_replacing_other_data(args.output, options)
     _check_output_location(args.output, is_file=False)
     model = load(args.model, storage_options=options)
     X = _open(args)
@@ -520,8 +547,8 @@ def _cmd_score(args, out) -> int:
         "created_by": f"{PROG} score",
         "arrays": SCORE_ARRAYS,
     }
-    with _output_store(args.output, options) as tmp:
-        so = {"storage_options": options} if is_url(tmp) else {}
+    with _output_store(args.output, options, overwrite=args.overwrite) as tmp:
+        so = {"storage_options": with_timeouts(tmp, options)} if is_url(tmp) else {}
         if isinstance(outputs["scores"], da.Array):
             root = zarr.open_group(tmp, mode="w", **so)
             root.attrs.update(attrs)
@@ -576,19 +603,24 @@ def _compute_settled(*collections, progress: bool):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _refuse_replacing_other_data(path: str) -> None:
-    """``--overwrite`` replaces a local Zarr store (Zarr metadata at its root), never another
-    directory or file: ``--output ~/projects --overwrite`` would otherwise delete the folder.
+def _refuse_replacing_other_data(path: str, options: dict | None = None) -> None:
+    """``--overwrite`` replaces a Zarr store, never another directory, file or prefix:
+    ``--output ~/projects --overwrite`` would otherwise delete the folder, and
+    ``--output s3://bucket/projects --overwrite`` every object under it.
 
-    A URL is not checked: an interrupted publication leaves objects without root metadata,
-    which ``--overwrite`` must be able to replace (see :func:`._atomic.atomic_url_store`).
+    A local store is a folder with root Zarr metadata that parses (:func:`._atomic.is_zarr_store`);
+    on an object store, a prefix with root metadata or an interrupted publication, recognised by
+    its own marker (:data:`._atomic.PUBLISHING_MARKER`), not by missing metadata.  Checked again
+    when the new store is put in place (:func:`_output_store`).
     """
-    from ._atomic import _ZARR_METADATA
+    from ._atomic import url_store_state, url_to_fs
 
     local = local_path(path)
     if local is None:
-        return
-    if os.path.isdir(local) and any(os.path.exists(os.path.join(local, m)) for m in _ZARR_METADATA):
+        fs, root = url_to_fs(path, options)
+        if url_store_state(fs, root) in ("zarr", "interrupted", "absent"):
+            return
+    elif is_zarr_store(local):
         return
     raise _UsageError(
         f"--output {path!r} exists and is not a Zarr store; --overwrite replaces only a Zarr store "
@@ -608,7 +640,7 @@ def _exists(path: str, options: dict | None) -> bool:
 
 
 @contextlib.contextmanager
-def _output_store(path: str, options: dict | None):
+def _output_store(path: str, options: dict | None, *, overwrite: bool = False):
     """Where ``score`` writes: a temporary that appears under ``path`` only when complete.
 
     A local path (or ``file://`` URL) is a temporary sibling renamed into
@@ -616,16 +648,23 @@ def _output_store(path: str, options: dict | None):
     sibling prefix published by copies inside the store, root metadata last
     (:func:`._atomic.atomic_url_store`, which says what a reader may see
     after an interruption).  The group attribute ``complete: true`` is set
-    in the temporary once every array is written.
+    in the temporary once every array is written.  What is at ``path`` when
+    the store is put in place is replaced only with ``overwrite`` and only if
+    it is a Zarr store (on an object store, also an interrupted publication).
     """
     import zarr
 
     from ._atomic import atomic_path, atomic_url_store, local_path
 
+    def replaceable(existing: str) -> bool:
+        return overwrite and is_zarr_store(existing)
+
     local = local_path(path)
-    with atomic_path(local) if local is not None else atomic_url_store(path, storage_options=options) as tmp:
+    with atomic_path(local, replace=replaceable) if local is not None else atomic_url_store(
+        path, storage_options=options, overwrite=overwrite
+    ) as tmp:
         yield tmp
-        so = {"storage_options": options} if is_url(tmp) else {}
+        so = {"storage_options": with_timeouts(tmp, options)} if is_url(tmp) else {}
         zarr.open_group(tmp, mode="r+", **so).attrs["complete"] = True
 
 
@@ -666,7 +705,19 @@ def _cmd_report(args, out) -> int:
 
 def _cmd_demo(args, out) -> int:
     from .demo import run_demo
+    from .demo.run import MARKER
 
+    # The demo writes only into a folder it makes: a new or empty one, or one it marked before.
+    if os.path.lexists(args.out):
+        if not os.path.isdir(args.out):
+            raise _UsageError(f"--out {args.out!r} exists and is not a folder; name a new or empty folder")
+        entries = sorted(os.listdir(args.out))
+        if entries and not os.path.isfile(os.path.join(args.out, MARKER)):
+            shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+            raise _UsageError(
+                f"--out {args.out!r} is a folder the demo did not make: it holds {shown}, which the demo did not "
+                "write; name a new or empty folder"
+            )
     run_demo(rows=args.rows, out=args.out, seed=args.seed, progress=not args.no_progress, stream=out)
     return 0
 
@@ -684,12 +735,55 @@ def _say(line: str) -> None:
         pass
 
 
+#: Parameters as the command line spells them: ``nan_policy='omit'`` in an error is ``--nan-policy omit``.
+_OPTION_SPELLING = {
+    "n_components": "--n-components",
+    "nan_policy": "--nan-policy",
+    "solver": "--solver",
+    "center": "--center",
+    "dataset": "--dataset",
+    "variables": "--variables",
+}
+_PARAMETER = re.compile(r"\b(" + "|".join(_OPTION_SPELLING) + r")=('[^']*'|\"[^\"]*\"|[^\s,;)]+)")
+
+
+def _user_spelling(text: str) -> str:
+    """``text`` with the estimator's parameters written as the options the user typed."""
+
+    def option(match: re.Match) -> str:
+        name, value = match.group(1), match.group(2).strip("'\"")
+        if name == "center" and value == "False":
+            value = "none"
+        return f"{_OPTION_SPELLING[name]} {value}"
+
+    text = _PARAMETER.sub(option, text)
+    return text.replace("storage_options", "--storage-option")
+
+
+def _quiet_unraisable(unraisable) -> None:
+    """Drop what the interpreter would print as "Exception ignored in ...": s3fs's and zarr's abandoned
+    requests (a closed port, an endpoint missing) print dozens of lines of tracebacks after the error line."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (0; 2 on error; 130 on Ctrl-C)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command in ("fit", "demo", "report") and sys.stderr is None:
         args.no_progress = True  # nowhere to draw it
+    hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_unraisable
+    try:
+        return _run(args)
+    finally:
+        if argv is not None:  # called from Python: give the hook back (a program keeps it until it exits)
+            import gc
+
+            gc.collect()  # the abandoned coroutines are collected while they are still silenced
+            sys.unraisablehook = hook
+
+
+def _run(args) -> int:
     try:
         with _scheduler(args.scheduler, getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)):
             return args.func(args, _Stdout())
@@ -697,10 +791,11 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"{PROG} {args.command}: interrupted")
         return 130
     except (_UsageError, _SchedulerLost, FileNotFoundError, KeyError, ValueError, OSError, TimeoutError) as err:
-        _say(f"{PROG} {args.command}: error: {_one_line(err)}")
+        text = _one_line(err)
+        _say(f"{PROG} {args.command}: error: {text if isinstance(err, _UsageError) else _user_spelling(text)}")
         return 2
     except (Exception, asyncio.CancelledError) as err:  # the promise: one line, never a traceback
-        _say(f"{PROG} {args.command}: error: {type(err).__name__}: {_one_line(err)}")
+        _say(f"{PROG} {args.command}: error: {type(err).__name__}: {_user_spelling(_one_line(err))}")
         return 2
 
 

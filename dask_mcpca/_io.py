@@ -23,7 +23,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from ._atomic import is_url
+from ._atomic import is_url, with_timeouts
 
 __all__ = [
     "as_row_blocks",
@@ -33,7 +33,17 @@ __all__ = [
     "split_store_path",
     "H5Dataset",
     "BLOCK_VALUES",
+    "SelectionError",
 ]
+
+
+class SelectionError(ValueError):
+    """``rows`` or ``time`` of :func:`open_archive` select nothing, or cannot select (``options``: which)."""
+
+    def __init__(self, message: str, options: tuple[str, ...], reason: str | None = None):
+        super().__init__(message)
+        self.options = options
+        self.reason = reason or message  #: what is wrong, without the parameters' Python spelling
 
 #: Target size of one row block of a store, in values (rows x columns): 128 MiB
 #: of float64, 64 MiB of float32.  Counted in values, not bytes, so that a
@@ -42,8 +52,14 @@ __all__ = [
 #: needs 16 or more blocks, see ``_passes.spread_blocks``) and the same fit.
 BLOCK_VALUES = 16 * 2**20
 
-#: Smallest number of blocks a store is split into (when its chunks allow).
-MIN_BLOCKS = 2 * (os.cpu_count() or 1)
+#: Smallest number of blocks a store is split into (when its chunks allow).  A constant, not
+#: the client's core count: the blocks decide which blocks the row sample reads (a full pass
+#: below ``_passes.PARTIAL_MIN_BLOCKS`` blocks, a spread of them from there) and the order in
+#: which the sums are merged, so a layout that followed the machine gave the same store
+#: another model (and refused its checkpoint) on another machine.  8 blocks give a laptop's
+#: or a workstation's cores work on a small store; a larger store has more blocks anyway,
+#: one per ``BLOCK_VALUES`` values.
+MIN_BLOCKS = 8
 
 
 class H5Dataset:
@@ -174,6 +190,7 @@ def open_store(path: str | os.PathLike, dataset: str | None = None, *, storage_o
     path = os.path.abspath(path)  # the workers of a cluster run in other directories
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such store: {path!r}")
+    _refuse_special(path)
     if os.path.isfile(path):
         import h5py
 
@@ -191,10 +208,23 @@ def open_store(path: str | os.PathLike, dataset: str | None = None, *, storage_o
     return _array_in(node, path, dataset)
 
 
+def _refuse_special(path: str) -> None:
+    """Refuse a local store that is neither a directory nor a regular file (a FIFO would block the open)."""
+    import stat
+
+    from ._atomic import _kind
+
+    mode = os.stat(path).st_mode
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise ValueError(f"{path!r} is {_kind(mode)}, neither a Zarr store (a directory) nor an HDF5 file")
+
+
 def _open_url(url: str, dataset: str | None, storage_options: dict | None):
-    """A Zarr store at a URL that fsspec understands (``s3://``, ``gs://``, ``https://``, ``file://``)."""
+    """A Zarr store at a URL that fsspec understands (``s3://``, ``gs://``, ``https://``, ``file://``);
+    an ``s3://`` one with :data:`._atomic.S3_TIMEOUTS` unless ``storage_options`` set them."""
     import zarr
 
+    storage_options = with_timeouts(url, storage_options)
     try:
         node = zarr.open(url, mode="r", storage_options=storage_options or None)
     except FileNotFoundError as err:
@@ -249,8 +279,14 @@ def _row_chunk(n_rows: int, n_cols: int, store_rows: int | None, block_values: i
     """Rows per dask block: whole store chunks, about ``block_values`` (default ``BLOCK_VALUES``) values in all.
 
     A store smaller than ``MIN_BLOCKS`` blocks of that size is still split
-    into about ``MIN_BLOCKS`` blocks (of whole store chunks), so every core
-    has work: a 48 MB store would otherwise be one task on one core.
+    into about ``MIN_BLOCKS`` blocks (of whole store chunks), so that several
+    cores have work: a 48 MB store would otherwise be one task on one core.
+
+    The layout depends on the data's shape and store chunks only (and on
+    ``block_values``), never on the machine, its core count or the scheduler:
+    the blocks decide the row sample (:func:`._passes.spread_blocks`) and the
+    order of the sums, so the same store gives the same fit everywhere, and a
+    checkpoint written on one machine resumes on another.
     """
     target = max(1, (block_values or BLOCK_VALUES) // max(1, n_cols))
     target = max(1, min(target, -(-n_rows // MIN_BLOCKS)))
@@ -517,9 +553,9 @@ def is_xarray_store(path: str, *, storage_options: dict | None = None) -> bool:
     import zarr
 
     try:
-        node = zarr.open(path, mode="r", storage_options=storage_options) if is_url(path) else zarr.open(
-            path, mode="r"
-        )
+        node = zarr.open(path, mode="r", storage_options=with_timeouts(path, storage_options)) if is_url(
+            path
+        ) else zarr.open(path, mode="r")
     except Exception:
         return False
     if isinstance(node, zarr.Array):
@@ -538,9 +574,22 @@ def _numeric_label(value, dtype, row: str):
     try:
         return np.asarray(value).astype(dtype)[()]
     except ValueError:
-        raise ValueError(
-            f"{value!r} is not a label of the row coordinate {row!r}, which holds {dtype} numbers"
+        raise SelectionError(
+            f"{value!r} is not a label of the row coordinate {row!r}, which holds {dtype} numbers", ("time",)
         ) from None
+
+
+def _refuse_empty(n: int, n_all: int, rows: slice | None, time: slice | None) -> None:
+    """A selection of no rows is the selection's error, not the estimator's (``X is empty``)."""
+    if n:
+        return
+    chosen = [f"{name}=slice({s.start!r}, {s.stop!r})" for name, s in (("rows", rows), ("time", time))
+              if s is not None]
+    raise SelectionError(
+        f"{' with '.join(chosen)} select{'s' * (len(chosen) == 1)} no rows of the archive's {n_all:,}",
+        tuple(name for name, s in (("rows", rows), ("time", time)) if s is not None),
+        f"select{'s' * (len(chosen) == 1)} no rows of the archive's {n_all:,}",
+    )
 
 
 def _channel_first(X, channel_dim: str = "channel") -> bool:
@@ -653,12 +702,20 @@ def open_archive(
             raise ValueError(f"{path!r} was not written by xarray (its arrays name no dimensions); "
                              "variables need an xarray archive")
         if time is not None:
-            raise ValueError(f"{path!r} has no time coordinate (it was not written by xarray); select rows by position")
+            raise SelectionError(
+                f"{path!r} has no time coordinate (it was not written by xarray); select rows by position", ("time",)
+            )
         X = as_row_blocks(open_store(path, dataset, storage_options=storage_options), block_values=block_values)
-        return X if rows is None else X[rows]
+        if rows is None:
+            return X
+        n = X.shape[0]
+        X = X[rows]
+        _refuse_empty(X.shape[0], n, rows, None)
+        return X
     import xarray as xr
 
-    options = {"chunks": {}, "storage_options": storage_options}
+    # storage options serve URLs only (the command line hands one set to every path it names)
+    options = {"chunks": {}, "storage_options": with_timeouts(path, storage_options) if url else None}
     if not row_index and time is None and "create_default_indexes" in inspect.signature(xr.open_zarr).parameters:
         options["create_default_indexes"] = False  # xarray >= 2025.07; older ones always build the index
     ds = xr.open_zarr(path if url else os.path.abspath(path), **options)
@@ -666,15 +723,25 @@ def open_archive(
     if _channel_first(X, channel_dim):  # stored (channel, time): the rows are the second dimension
         X = X.transpose()
     row = X.dims[0]
+    n_all = X.shape[0]
     if rows is not None:
         X = X.isel({row: rows})
     if time is not None:
         if row not in X.indexes:
-            raise ValueError(f"the archive's row dimension {row!r} has no coordinate to select by label")
+            raise SelectionError(f"the archive's row dimension {row!r} has no coordinate to select by label", ("time",))
         index = X.indexes[row]
         if index.dtype.kind in "iuf":  # labels given as text ("10", from the command line) are numbers here:
             time = slice(*(_numeric_label(v, index.dtype, row) for v in (time.start, time.stop)))
-        X = X.sel({row: time})
+        try:
+            X = X.sel({row: time})
+        except (TypeError, ValueError, KeyError) as err:  # pandas: a label its index cannot compare
+            text = " ".join(str(err.args[0] if isinstance(err, KeyError) and err.args else err).split())
+            raise SelectionError(
+                f"{time.start!r}:{time.stop!r} are not labels of the row coordinate {row!r}, which holds "
+                f"{index.dtype} values ({type(err).__name__}: {text})", ("time",)
+            ) from None
+    if rows is not None or time is not None:
+        _refuse_empty(X.shape[0], n_all, rows, time)
     n, p = X.shape
     store_rows = X.chunks[0][0] if X.chunks and X.chunks[0] else None
     return X.chunk({row: _row_chunk(n, p, store_rows, block_values), X.dims[1]: -1})

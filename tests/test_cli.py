@@ -115,7 +115,7 @@ def _error_cases(stores, model_file):
         ),
         "n-components zero": (["fit", s["single"], "--n-components", "0"], "--n-components"),
         "n-components too many": (
-            ["fit", s["single"], "--n-components", str(N_FEATURES + 1), "--no-progress"], "n_components=6"
+            ["fit", s["single"], "--n-components", str(N_FEATURES + 1), "--no-progress"], "--n-components 6"
         ),
         "unknown solver": (["fit", s["single"], "--solver", "bogus"], "--solver"),
         "fit output inside the store": (

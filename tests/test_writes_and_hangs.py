@@ -1,0 +1,325 @@
+"""Issue 23, writes and hangs: every write goes to exactly what the user named, nothing waits forever,
+and every command-line error names the option the user typed, in one line, exit 2.
+
+Real parts only: files, FIFOs, sockets and device nodes on disk, ``dask-mcpca`` run as a subprocess,
+the S3 server (moto) of ``test_object_store``, and a local TCP server that accepts and never answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+from _cluster import subprocess_env
+
+from dask_mcpca import MCPCA, ModelFormatError, load
+from dask_mcpca._atomic import PUBLISHING_MARKER, S3_TIMEOUTS, atomic_path, url_store_state, with_timeouts
+
+#: Seconds a command that must not hang may take, start-up included (a generous bound, not a timing).
+NO_HANG = 120
+
+
+def _cli(*args, timeout: float = NO_HANG, cwd=None):
+    """``dask-mcpca ARGS`` as a real subprocess: (exit code, stdout, stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "dask_mcpca", *map(str, args)], capture_output=True, text=True,
+        timeout=timeout, env=subprocess_env(), cwd=cwd,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _error_line(err: str) -> str:
+    """The stderr of a failed command: exactly one line (warnings of libraries aside)."""
+    lines = [ln for ln in err.splitlines() if ln.strip() and "Warning" not in ln and "warnings.warn" not in ln]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    path = tmp_path_factory.mktemp("model") / "model.json"
+    MCPCA().fit(rng.normal(size=(2_000, 4)) @ rng.normal(size=(4, 4))).save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def plant(tmp_path_factory):
+    """An xarray archive (four 1-D variables along time) and a plain Zarr array, 2 000 rows."""
+    d = tmp_path_factory.mktemp("plant")
+    X = np.random.default_rng(4).normal(size=(2_000, 4))
+    ds = xr.Dataset({c: ("time", X[:, j]) for j, c in enumerate("abcd")},
+                    coords={"time": pd.date_range("2025-01-01", periods=2_000, freq="1min")})
+    ds.to_zarr(d / "plant.zarr", mode="w")
+    zarr.create_array(d / "plain.zarr", shape=X.shape, chunks=(500, 4), dtype="f8")[:] = X
+    return {"plant": d / "plant.zarr", "plain": d / "plain.zarr"}
+
+
+# ------------------------------------------------------------- files that are not regular files
+def test_save_never_replaces_a_fifo_or_a_socket(tmp_path, model_file):
+    model = load(model_file)
+    fifo = tmp_path / "model.json"
+    os.mkfifo(fifo)
+    with pytest.raises(FileExistsError, match=f"cannot write '{fifo}'.*FIFO"):
+        model.save(fifo)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    sock_path = tmp_path / "sock.json"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(sock_path))
+        with pytest.raises(FileExistsError, match="socket"):
+            model.save(sock_path)
+        assert stat.S_ISSOCK(os.lstat(sock_path).st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["model.json", "sock.json"]  # no temporary left
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mknod of a device needs root")
+def test_save_never_replaces_a_device_node(tmp_path, model_file):
+    node = tmp_path / "null"
+    os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # /dev/null's numbers
+    with pytest.raises(FileExistsError, match=f"'{node}'.*character device"):
+        load(model_file).save(node)
+    assert stat.S_ISCHR(os.lstat(node).st_mode)
+    rc, _, err = _cli("fit", model_file.parent, "--output", node, "--no-progress")  # refused before any work
+    assert rc == 2 and "--output" in _error_line(err) and "character device" in err
+    assert stat.S_ISCHR(os.lstat(node).st_mode)
+
+
+def test_save_onto_a_directory_names_it(tmp_path, model_file):
+    (tmp_path / "m.json").mkdir()
+    with pytest.raises(IsADirectoryError, match="m.json"):
+        load(model_file).save(tmp_path / "m.json")
+
+
+def test_a_save_that_cannot_be_completed_names_the_path(tmp_path, model_file):
+    (tmp_path / "file").write_text("not a folder")
+    target = tmp_path / "file" / "model.json"
+    with pytest.raises(OSError, match=f"cannot write '{target}'") as info:
+        load(model_file).save(target)
+    assert "\n" not in str(info.value)
+
+
+def test_load_of_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "model.json"
+    os.mkfifo(fifo)
+    script = "import sys; from dask_mcpca import load; load(sys.argv[1])"
+    proc = subprocess.run([sys.executable, "-c", script, str(fifo)], capture_output=True, text=True,
+                          timeout=NO_HANG, env=subprocess_env())
+    assert proc.returncode == 1 and "ModelFormatError" in proc.stderr and "FIFO" in proc.stderr
+    with pytest.raises(ModelFormatError, match="not a regular file"):
+        load(fifo)
+    rc, _, err = _cli("fit", fifo, "--output", tmp_path / "m.json", "--no-progress")  # a FIFO as the store
+    assert rc == 2 and "FIFO" in _error_line(err)
+
+
+# ------------------------------------------------------- local outputs: only what the user named
+@pytest.mark.parametrize("layout", ["user files", "only .zattrs", "zarr.json is a folder", "zarr.json not JSON"])
+def test_score_overwrite_replaces_only_a_zarr_store(tmp_path, plant, model_file, layout):
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "data.csv").write_text("a,b\n1,2\n")
+    if layout == "only .zattrs":
+        (out / ".zattrs").write_text("{}")
+    elif layout == "zarr.json is a folder":
+        (out / "zarr.json").mkdir()
+    elif layout == "zarr.json not JSON":
+        (out / "zarr.json").write_text("my notes")
+    rc, _, err = _cli("score", plant["plain"], "--model", model_file, "--output", out, "--overwrite", "--no-progress")
+    assert rc == 2 and "is not a Zarr store" in _error_line(err)
+    assert (out / "data.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_a_folder_put_where_the_store_goes_during_the_write_is_kept(tmp_path):
+    """What is checked before the work is checked again at the rename: a folder that appears meanwhile stays."""
+    from dask_mcpca._cli import _output_store
+
+    out = tmp_path / "scores.zarr"
+    with pytest.raises(FileExistsError, match="scores.zarr"):
+        with _output_store(str(out), None, overwrite=True) as tmp:
+            zarr.open_group(tmp, mode="w").attrs["x"] = 1
+            out.mkdir()
+            (out / "data.csv").write_text("mine")
+    assert os.listdir(out) == ["data.csv"]
+    assert [n for n in os.listdir(tmp_path) if n != "scores.zarr"] == []  # the temporary is gone
+    with pytest.raises(FileExistsError):
+        with atomic_path(tmp_path / "new.zarr", replace=lambda p: False) as tmp:
+            os.mkdir(tmp)
+            os.mkdir(tmp_path / "new.zarr")
+
+
+def test_demo_never_writes_into_a_folder_it_did_not_make(tmp_path):
+    mine = tmp_path / "home"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("mine")
+    rc, _, err = _cli("demo", "--rows", "2000", "--out", mine, "--no-progress")
+    assert rc == 2 and "--out" in _error_line(err) and "thesis.tex" in err
+    assert os.listdir(mine) == ["thesis.tex"]  # not even the demo's marker
+    (tmp_path / "file").write_text("x")
+    rc, _, err = _cli("demo", "--rows", "2000", "--out", tmp_path / "file", "--no-progress")
+    assert rc == 2 and "not a folder" in _error_line(err)
+
+
+# ------------------------------------------------------------------ command-line errors
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--rows", "5:2"], "--rows"),
+        (["--rows", "0:0"], "--rows"),
+        (["--rows", "99999999:"], "--rows 99999999:"),
+        (["--rows", "0:10", "--time", "2030-01-01/2030-02-01"], "--rows 0:10 with --time"),
+        (["--time", "2030-01-01/2030-02-01"], "--time"),
+        (["--time", "foo:bar"], "--time foo:bar"),
+        (["--time", "foo/"], "--time foo:"),
+        (["--storage-option", "a.=1"], "--storage-option"),
+        (["--storage-option", "a=1", "--storage-option", "a.b=2"], "--storage-option"),
+        (["--nan-policy", "partial", "--solver", "paper"], "--nan-policy partial"),
+    ],
+)
+def test_cli_errors_name_the_option_as_typed(plant, tmp_path, args, expected):
+    rc, _, err = _cli("fit", plant["plant"], "--output", tmp_path / "m.json", "--no-progress", *args)
+    line = _error_line(err)
+    assert rc == 2 and expected in line, line
+    assert "X is empty" not in line and "TypeError" not in line.split(expected)[0]
+    assert "nan_policy=" not in line and "solver=" not in line
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_a_closed_port_is_one_line(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc, _, err = _cli("fit", "s3://bucket/x.zarr", "--output", tmp_path / "m.json", "--no-progress",
+                      "--storage-option", f"endpoint_url=http://127.0.0.1:{port}")
+    assert rc == 2 and "s3://bucket/x.zarr" in _error_line(err)
+    assert "Traceback" not in err
+
+
+# ----------------------------------------------------------- an endpoint that never answers
+@contextlib.contextmanager
+def _silent_server(lifetime: float = 2 * NO_HANG):
+    """A TCP server on 127.0.0.1 that accepts connections and never answers; stops by itself."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    server.settimeout(0.2)
+    stop = threading.Event()
+    accepted = []
+
+    def serve():
+        end = time.monotonic() + lifetime
+        while not stop.is_set() and time.monotonic() < end:
+            with contextlib.suppress(OSError):
+                accepted.append(server.accept()[0])
+        for c in accepted:
+            c.close()
+        server.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", accepted
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def test_s3_urls_get_timeouts_the_user_can_change():
+    pytest.importorskip("s3fs")
+    from dask_mcpca._atomic import url_to_fs
+
+    options = with_timeouts("s3://b/x.zarr", {"endpoint_url": "http://127.0.0.1:1"})
+    assert options["config_kwargs"] == S3_TIMEOUTS and options["endpoint_url"] == "http://127.0.0.1:1"
+    mine = with_timeouts("s3://b/x.zarr", {"config_kwargs": {"read_timeout": 3}})["config_kwargs"]
+    assert mine["read_timeout"] == 3 and mine["connect_timeout"] == S3_TIMEOUTS["connect_timeout"]
+    assert with_timeouts("gs://b/x.zarr", {"token": "anon"}) == {"token": "anon"}  # another backend's own
+    assert with_timeouts("local.zarr", None) is None
+    fs, _ = url_to_fs("s3://b/x.zarr", {"endpoint_url": "http://127.0.0.1:1", "skip_instance_cache": True})
+    assert fs.config_kwargs["read_timeout"] == S3_TIMEOUTS["read_timeout"]
+
+
+def test_a_fit_from_an_endpoint_that_never_answers_fails_within_its_timeout(tmp_path, monkeypatch):
+    pytest.importorskip("s3fs")
+    for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    with _silent_server() as (endpoint, accepted):
+        options = {"endpoint_url": endpoint, "config_kwargs": {"read_timeout": 1}}
+        started = time.monotonic()
+        with pytest.raises((OSError, ValueError), match="s3://b/x.zarr"):
+            MCPCA().fit("s3://b/x.zarr", storage_options=options)
+        assert time.monotonic() - started < NO_HANG
+        assert accepted  # it did reach the server, which never answered
+        rc, _, err = _cli("fit", "s3://b/x.zarr", "--output", tmp_path / "m.json", "--no-progress",
+                          "--storage-option", f"endpoint_url={endpoint}",
+                          "--storage-option", "config_kwargs.read_timeout=1")
+        assert rc == 2 and "timeout" in _error_line(err).lower()
+
+
+# ------------------------------------------------------------------- object-store outputs
+try:  # the S3 server and its archives, as test_object_store starts them
+    from test_object_store import BUCKET, data, fitted, model_url, s3, stores  # noqa: F401
+except pytest.skip.Exception:
+    BUCKET = None
+
+
+def _fs(stores):
+    import s3fs
+
+    return s3fs.S3FileSystem(endpoint_url=stores["options"]["endpoint_url"], skip_instance_cache=True)
+
+
+@pytest.mark.skipif(BUCKET is None, reason="needs s3fs and moto")
+def test_score_overwrite_never_replaces_a_prefix_of_other_objects(stores, model_url):
+    fs = _fs(stores)
+    fs.pipe_file(f"{BUCKET}/precious/data.csv", b"a,b\n1,2\n")
+    fs.pipe_file(f"{BUCKET}/precious.json", b"{}")
+    endpoint = f"endpoint_url={stores['options']['endpoint_url']}"
+    for out in (f"s3://{BUCKET}/precious", f"s3://{BUCKET}/precious.json"):
+        rc, _, err = _cli("score", stores["plain"], "--model", model_url, "--output", out, "--overwrite",
+                          "--no-progress", "--storage-option", endpoint)
+        assert rc == 2 and "is not a Zarr store" in _error_line(err) and out in err
+    fs.invalidate_cache()
+    assert fs.cat_file(f"{BUCKET}/precious/data.csv") == b"a,b\n1,2\n"
+    assert fs.cat_file(f"{BUCKET}/precious.json") == b"{}"
+    assert [p for p in fs.ls(BUCKET, detail=False) if ".precious" in p] == []  # no temporary left
+
+
+@pytest.mark.skipif(BUCKET is None, reason="needs s3fs and moto")
+def test_an_interrupted_publication_is_recognised_by_its_marker(stores, data, fitted, model_url, monkeypatch):
+    """A publication that fails before its root metadata leaves its marker; --overwrite replaces that."""
+    import s3fs
+
+    from dask_mcpca._cli import main
+
+    options = stores["options"]
+    out = f"s3://{BUCKET}/interrupted.zarr"
+    original = s3fs.S3FileSystem._cp_file  # what fs.copy does for each object
+
+    async def copy_but_not_the_root(self, path1, path2, *args, **kwargs):
+        if str(path2).endswith("interrupted.zarr/zarr.json"):
+            raise ConnectionResetError("the network went away")
+        return await original(self, path1, path2, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cp_file", copy_but_not_the_root)
+    argv = ["score", stores["plain"], "--model", model_url, "--output", out, "--no-progress",
+            "--storage-option", f"endpoint_url={options['endpoint_url']}"]
+    assert main(argv) == 2
+    fs = _fs(stores)
+    assert url_store_state(fs, f"{BUCKET}/interrupted.zarr") == "interrupted"
+    assert fs.isfile(f"{BUCKET}/interrupted.zarr/{PUBLISHING_MARKER}")
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cp_file", original)
+    assert main(argv) == 2  # exists: --overwrite is still asked for
+    assert main([*argv, "--overwrite"]) == 0
+    assert url_store_state(fs, f"{BUCKET}/interrupted.zarr") == "zarr"
+    assert not fs.exists(f"{BUCKET}/interrupted.zarr/{PUBLISHING_MARKER}")
+    g = zarr.open_group(out, mode="r", storage_options=options)
+    np.testing.assert_allclose(g["weight"][:], fitted.score_samples(data), rtol=1e-12)
