@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, OutlierMixin, TransformerMixin, clone
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
@@ -218,7 +218,7 @@ def _frame_like(out: Any, X: Any) -> Any:
     return out
 
 
-class MCPCA(ClassNamePrefixFeaturesOutMixin, OutlierMixin, TransformerMixin, BaseEstimator):
+class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Robust PCA by maximum correntropy power iterations, on data of any size.
 
     Each row is weighted by a Gaussian kernel of its reconstruction error; the

@@ -544,12 +544,14 @@ def quantization_steps(sample: np.ndarray) -> np.ndarray:
         if on.all() and not (counts >= 2).all():
             continue  # continuous: every distinct value is a lattice point
         gaps = np.diff(values)
-        for divisor in range(1, MAX_STEP_DIVISOR + 1):
-            step = gaps.min() / divisor
-            ratio = gaps / step
-            if np.all(np.abs(ratio - np.rint(ratio)) <= STEP_RTOL * np.maximum(ratio, 1.0)):
-                steps[column] = step
-                break
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            for divisor in range(1, MAX_STEP_DIVISOR + 1):
+                step = gaps.min() / divisor
+                ratio = gaps / step  # inf where the gaps span more than float64 (no common step)
+                if step > 0 and np.all(np.isfinite(ratio)) and np.all(
+                        np.abs(ratio - np.rint(ratio)) <= STEP_RTOL * np.maximum(ratio, 1.0)):
+                    steps[column] = step
+                    break
     return steps
 
 
