@@ -24,6 +24,25 @@ atexit.register(shutil.rmtree, _NUMBA_CACHE, True)
 import dask.array as da  # noqa: E402 - after NUMBA_CACHE_DIR
 import numpy as np  # noqa: E402
 
+
+#: Two tiers.  ``python -m pytest`` is the development tier: every module, none of the tests
+#: marked ``slow`` (real clusters, object-store servers, processes that must time out, the
+#: paper solver's thousands of passes), under 3 minutes on 2 cores.  ``--full`` (CI and
+#: ``.ci/run``) runs them too.  Slow tests are deselected, not skipped.
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", default=False,
+                     help="also run the tests marked slow (the CI tier; see tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
 #: The fitted arrays compared by default.
 FITTED_ARRAYS = ("components_", "explained_variance_", "mean_", "sigmas_", "covariance_")
 

@@ -159,6 +159,7 @@ def cluster(tmp_path_factory):
         yield c
 
 
+@pytest.mark.slow
 def test_report_on_a_cluster_matches_the_local_report(archive, model_file, cluster, tmp_path):
     local, remote = tmp_path / "local.png", tmp_path / "remote.png"
     assert _run("report", archive[0], "--model", model_file, "--output", local, "--max-gap", "2") == 0

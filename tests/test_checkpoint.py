@@ -160,6 +160,7 @@ def _steps_saved(path) -> int:
 
 
 @pytest.mark.parametrize("solver", ["auto", "paper"])
+@pytest.mark.slow
 def test_resume_after_kill(solver, fresh_fits, tmp_path):
     X, fresh = fresh_fits[0], fresh_fits[1][solver]
     kw, path = SOLVERS[solver], tmp_path / "fit.ckpt.npz"

@@ -25,6 +25,8 @@ import zarr
 from dask_mcpca import MCPCA, load
 from dask_mcpca.demo import CHANNELS, KINDS, TRUE_LOADINGS, angles_deg, make_archive, make_faults
 
+pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
+
 N_ROWS, N_FEATURES = 3000, 5
 TIMEOUT = 300
 PROGRESS_LINE = re.compile(r"^pass +\d+  .+\[#+\] +(\d+)/(\d+) blocks", re.M)

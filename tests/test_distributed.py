@@ -31,6 +31,8 @@ from distributed import Client, get_task_stream
 from dask_mcpca import MCPCA
 from dask_mcpca._io import H5Dataset
 
+pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
+
 N_ROWS, SCALES = 20_000, np.array([4.0, 2.0, 1.0, 0.5, 0.3, 0.2])
 N_FEATURES = len(SCALES)
 STORE_CHUNK_ROWS = 1_000  # rows per chunk in the Zarr store and the HDF5 dataset

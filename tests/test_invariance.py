@@ -166,6 +166,7 @@ def chunkings(draw, n):
                          ids=["auto", "paper"])
 @SETTINGS
 @given(data=st.data())
+@pytest.mark.slow
 def test_chunking_and_input_kind_do_not_matter(kw, data):
     """numpy, dask with any row chunks, a Zarr store on disk: the same fit.
 

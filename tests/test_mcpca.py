@@ -97,6 +97,7 @@ def _median_angles(solver, outlier_fraction, seeds=range(20)):
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.slow
 def test_mcpi_beats_pca_with_outliers_on_paper_experiment(solver):
     mc, pca = _median_angles(solver, 0.05)
     assert np.all(mc < pca), (mc, pca)
@@ -110,6 +111,7 @@ CLEAN_LIMIT = {"auto": 6.0, "paper": 15.0}
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.slow
 def test_both_find_true_components_without_outliers(solver):
     mc, pca = _median_angles(solver, 0.0, seeds=range(10))
     assert np.all(pca < 6) and np.all(mc < CLEAN_LIMIT[solver]), (mc, pca)
@@ -239,6 +241,7 @@ def test_chunking_does_not_change_result(chunks):
 
 @pytest.mark.parametrize("outliers", [False, True])
 @pytest.mark.parametrize("kind", ["numpy", "zarr"])
+@pytest.mark.slow
 def test_float32_gives_the_float64_components(tmp_path, kind, outliers):
     """float32 rows are multiplied in float32 and summed in float64: the fit is the
     float64 fit of the same values, to float32 round-off (components within 0.01 deg)."""

@@ -30,6 +30,8 @@ from _cluster import ProcessCluster
 from dask_mcpca import MCPCA, load, open_archive
 from dask_mcpca._cli import main
 
+pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
+
 N_ROWS, CHANNELS = 20_000, ["T1", "T2", "P1", "P2", "V1"]
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 BUCKET = "archive"

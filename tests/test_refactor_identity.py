@@ -94,6 +94,8 @@ from conftest import Interrupted, RecordingRows
 
 from dask_mcpca import MCPCA
 
+pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
+
 zarr = pytest.importorskip("zarr")
 
 HERE = Path(__file__).parent

@@ -201,6 +201,7 @@ def test_curve_shares_and_spectrum_match_a_numpy_computation(source, stores, dat
         np.testing.assert_array_equal(s.row_values, pd.date_range(START, periods=N_ROWS, freq="1s")[heads].values)
 
 
+@pytest.mark.slow
 def test_memory_of_the_pass_does_not_grow_with_the_rows(model, tmp_path, monkeypatch):
     """Python's own count of allocated bytes (numpy included): the same peak for 8x the rows.
 
@@ -242,6 +243,7 @@ def cluster(tmp_path_factory):
         yield c
 
 
+@pytest.mark.slow
 def test_events_on_a_cluster_match_the_rows_flagged_by_is_outlier(stores, data, model, cluster, tmp_path,
                                                                    monkeypatch):
     monkeypatch.setattr(report, "BLOCK_VALUES", 1)  # 24 blocks, 4 in flight: the window slides

@@ -98,6 +98,7 @@ def test_default_lands_near_full_convergence():
     assert top3_angle(fast.components_, full.components_) < 0.5
 
 
+@pytest.mark.slow
 def test_paper_experiment_at_least_as_good_as_paper_solver():
     sys.path.insert(0, os.path.dirname(__file__))
     from paper_reference import angles_deg, paper_experiment

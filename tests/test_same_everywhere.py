@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 import zarr
 
+pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
+
 #: Run in each child: patch the core count, then fit the stores with each scheduler.
 _CHILD = r"""
 import json, os, sys

@@ -26,6 +26,8 @@ from _cluster import subprocess_env
 from dask_mcpca import MCPCA, ModelFormatError, load
 from dask_mcpca._atomic import PUBLISHING_MARKER, S3_TIMEOUTS, atomic_path, url_store_state, with_timeouts
 
+pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
+
 #: Seconds a command that must not hang may take, start-up included (a generous bound, not a timing).
 NO_HANG = 120
 
