@@ -294,8 +294,8 @@ def test_integer_and_boolean_data_are_converted(kw):
 
 @pytest.mark.parametrize("via", ["to_dask_array", "values"])
 def test_unknown_chunk_sizes_are_resolved(via):
-    dd = pytest.importorskip("dask.dataframe")
-    pd = pytest.importorskip("pandas")
+    import dask.dataframe as dd  # the test extra installs dask[dataframe]
+    import pandas as pd
     X = _data(n=300)
     frame = dd.from_pandas(pd.DataFrame(X, columns=["a", "b", "c"]), npartitions=3)
     arr = frame.to_dask_array() if via == "to_dask_array" else frame.values
