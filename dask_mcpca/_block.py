@@ -919,17 +919,23 @@ def _partial_stats(X: np.ndarray, plan: PassPlan) -> BlockStats:
     with np.errstate(over="ignore", invalid="ignore"):
         Y = np.ldexp(X - np.ldexp(plan.center, plan.unit_exp), -plan.unit_exp)
     d2, counts = np.empty(n), np.empty(n, dtype=np.intp)
-    groups = []  # (mask, rows, model) per pattern
+    groups = []  # (mask, rows, model, key) per pattern; key None: completed here
+    done = np.ones(n, bool)  # rows completed here, in the main sums; the others go to the client's EM
     for mask, rows in _missing.patterns(~np.isnan(Y)):
         model = _missing.conditional_model(part_plan.scatter, mask)
+        key = _missing.pattern_key(mask)
         Yo = Y[np.ix_(rows, model.observed)]
         with np.errstate(over="ignore", invalid="ignore"):
             d2[rows] = model.d2(Yo)
-            Y[np.ix_(rows, model.missing)] = Yo @ model.regression.T
+            if key in part_plan.patterns:
+                done[rows] = False
+            else:
+                key = None
+                Y[np.ix_(rows, model.missing)] = Yo @ model.regression.T
         counts[rows] = len(model.observed)
-        groups.append((mask, rows, model))
-    with np.errstate(over="ignore", invalid="ignore"):
-        far = ~np.isfinite(d2) | ~np.isfinite(Y @ np.ones(p))  # overflow in working units: weight 0
+        groups.append((mask, rows, model, key))
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow in working units: weight 0
+        far = ~np.isfinite(d2) | (done & ~np.isfinite(Y @ np.ones(p)))  # the others' missing cells are NaN
     if far.any():
         d2[far] = np.inf
         Y[far] = 0.0
@@ -937,18 +943,16 @@ def _partial_stats(X: np.ndarray, plan: PassPlan) -> BlockStats:
     if plan.excluded or plan.excluded_rows:
         E[:, _excluded_rows(X, plan)] = -np.inf
     G, log_scale = _weights(E)
-    gaps, done = {}, np.ones(n, bool)  # done: rows completed here, in the main sums
-    for mask, rows, model in groups:
-        key = _missing.pattern_key(mask)
-        if key in part_plan.patterns:
+    gaps = {}
+    for mask, rows, model, key in groups:
+        if key is not None:
             g, Yo = G[:, rows], Y[np.ix_(rows, model.observed)]
             second = np.stack([(Yo * gj[:, None]).T @ Yo for gj in g])
             gaps[key] = _missing.GapSums(mask, g.sum(axis=1), g @ Yo, second)
-            done[rows] = False
     kept = slice(None) if done.all() else done
     weight, wsum, scatter = _weighted_sums(Y[kept], G[:, kept], _Workspace(np.float64))
-    for _, rows, model in groups:
-        if len(model.missing) and done[rows[0]]:
+    for _, rows, model, key in groups:
+        if len(model.missing) and key is None:
             cell = np.ix_(model.missing, model.missing)
             for j in range(J):
                 scatter[j][cell] += G[j, rows].sum() * model.residual

@@ -1367,11 +1367,6 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         floor = variance_floor(top, self.n_features_in_) if top > 0 else np.finfo(float).tiny
         return np.maximum(lam, floor), max(self.noise_variance_, floor)
 
-    def _spread_unit(self) -> int:
-        """The power of two near the fitted spread, in which :meth:`_d2` measures rows."""
-        lam, noise = self._floored_variances()
-        return int(np.frexp(np.sqrt(lam.max(initial=noise)))[1])
-
     def _d2(self, block):
         """Squared Mahalanobis distance ``y^T P y`` under the fitted model (see :meth:`_precision`).
 
@@ -1382,7 +1377,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         if none is observed.
         """
         lam, noise = self._floored_variances()
-        unit = self._spread_unit()
+        unit = int(np.frexp(np.sqrt(lam.max(initial=noise)))[1])
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             Y = np.ldexp(np.asarray(block, np.float64) - self.mean_, -unit)
             Z = Y @ self.components_.T
