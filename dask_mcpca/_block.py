@@ -80,6 +80,7 @@ of the float64 pass.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -900,58 +901,86 @@ def _with_partial_rows(result: BlockStats, X: np.ndarray, plan: PassPlan) -> Blo
     X = np.asarray(X)
     with np.errstate(over="ignore", invalid="ignore"):
         maybe = np.flatnonzero(~np.isfinite(X @ np.ones(X.shape[1], X.dtype)))  # NaN, inf (or overflow)
-    rows = maybe[_missing.partial_rows(X[maybe])]
-    if not len(rows):
+    rows = X[maybe].astype(np.float64, copy=False)  # a copy (fancy indexing): the partial sums' own
+    observed = ~np.isnan(rows)
+    codes = _missing.pattern_codes(observed)
+    keep = _missing.partial_rows(rows, observed, codes)
+    if not keep.any():
         return result
-    merged = combine(result, _partial_stats(np.asarray(X[rows], np.float64), plan))
+    if not keep.all():
+        rows, observed = rows[keep], observed[keep]
+        codes = None if codes is None else codes[keep]
+    merged = combine(result, _partial_stats(rows, plan, observed, codes))
     merged.n_nonfinite -= len(rows)
     return merged
 
 
-def _partial_stats(X: np.ndarray, plan: PassPlan) -> BlockStats:
-    """A kernel pass's statistics of rows with missing cells (float64, as stored), by pattern of
-    observed cells: weights from the observed cells, then per pattern either sums of the observed
-    cells for the client's EM (the plan's ``patterns``) or the rows completed by the conditional
-    expectation plus the conditional covariance of the missing cells (:class:`PartialPlan`)."""
+@functools.lru_cache(maxsize=256)
+def _conditional_model(scatter: bytes, p: int, observed: bytes) -> _missing.ConditionalModel:
+    """:func:`._missing.conditional_model`, once per pass's scatter and pattern in a process
+    (every block of a pass asks for the same few)."""
+    mask = np.frombuffer(observed, dtype=bool)
+    return _missing.conditional_model(np.frombuffer(scatter, dtype=np.float64).reshape(p, p), mask)
+
+
+def _partial_stats(
+    X: np.ndarray, plan: PassPlan, observed: np.ndarray | None = None, codes: np.ndarray | None = None
+) -> BlockStats:
+    """A kernel pass's statistics of rows with missing cells (float64, as stored; overwritten),
+    by pattern of observed cells: weights from the observed cells, then per pattern either sums
+    of the observed cells for the client's EM (the plan's ``patterns``) or the rows completed by
+    the conditional expectation plus the conditional covariance of the missing cells
+    (:class:`PartialPlan`).  ``observed`` (``~isnan(X)``) and its pattern codes may be given."""
     part_plan = plan.partial
     n, p = X.shape
     J = plan.n_kernels
-    with np.errstate(over="ignore", invalid="ignore"):
-        Y = np.ldexp(X - np.ldexp(plan.center, plan.unit_exp), -plan.unit_exp)
+    observed = ~np.isnan(X) if observed is None else observed
+    excluded = _excluded_rows(X, plan) if plan.excluded or plan.excluded_rows else None
+    Y = _to_working_units(X, plan)
+    scatter64 = np.ascontiguousarray(part_plan.scatter, dtype=np.float64)
+    groups = list(_missing.patterns(observed, codes))
+    # The rows regrouped by pattern (in their order within one): each pattern is then a slice.
+    order = np.concatenate([rows for _, rows in groups])
+    Y = Y[order]
+    if excluded is not None:
+        excluded = excluded[order]
     d2, counts = np.empty(n), np.empty(n, dtype=np.intp)
-    groups = []  # (mask, rows, model, key) per pattern; key None: completed here
+    slices = []  # (mask, rows, model, key) per pattern, rows a slice; key None: completed here
     done = np.ones(n, bool)  # rows completed here, in the main sums; the others go to the client's EM
-    for mask, rows in _missing.patterns(~np.isnan(Y)):
-        model = _missing.conditional_model(part_plan.scatter, mask)
+    start = 0
+    for mask, rows in groups:
+        rows = slice(start, start + len(rows))
+        start = rows.stop
+        model = _conditional_model(scatter64.tobytes(), p, mask.tobytes())
         key = _missing.pattern_key(mask)
-        Yo = Y[np.ix_(rows, model.observed)]
+        Yo = Y[rows][:, model.observed]
         with np.errstate(over="ignore", invalid="ignore"):
             d2[rows] = model.d2(Yo)
             if key in part_plan.patterns:
                 done[rows] = False
             else:
                 key = None
-                Y[np.ix_(rows, model.missing)] = Yo @ model.regression.T
+                Y[rows, model.missing] = Yo @ model.regression.T
         counts[rows] = len(model.observed)
-        groups.append((mask, rows, model, key))
+        slices.append((mask, rows, model, key))
     with np.errstate(over="ignore", invalid="ignore"):  # overflow in working units: weight 0
         far = ~np.isfinite(d2) | (done & ~np.isfinite(Y @ np.ones(p)))  # the others' missing cells are NaN
     if far.any():
         d2[far] = np.inf
         Y[far] = 0.0
     E = part_plan.offsets[:, counts] - d2[None, :] / (2 * part_plan.kernel_size2)
-    if plan.excluded or plan.excluded_rows:
-        E[:, _excluded_rows(X, plan)] = -np.inf
+    if excluded is not None:
+        E[:, excluded] = -np.inf
     G, log_scale = _weights(E)
     gaps = {}
-    for mask, rows, model, key in groups:
+    for mask, rows, model, key in slices:
         if key is not None:
-            g, Yo = G[:, rows], Y[np.ix_(rows, model.observed)]
+            g, Yo = G[:, rows], Y[rows][:, model.observed]
             second = np.stack([(Yo * gj[:, None]).T @ Yo for gj in g])
             gaps[key] = _missing.GapSums(mask, g.sum(axis=1), g @ Yo, second)
     kept = slice(None) if done.all() else done
     weight, wsum, scatter = _weighted_sums(Y[kept], G[:, kept], _Workspace(np.float64))
-    for _, rows, model, key in groups:
+    for _, rows, model, key in slices:
         if len(model.missing) and key is None:
             cell = np.ix_(model.missing, model.missing)
             for j in range(J):
@@ -961,6 +990,19 @@ def _partial_stats(X: np.ndarray, plan: PassPlan) -> BlockStats:
     part.n_partial = n
     part.gaps = gaps or None
     return part
+
+
+def _to_working_units(X: np.ndarray, plan: PassPlan) -> np.ndarray:
+    """``(X - centre) * 2**-unit_exp`` in place (X float64, the caller's copy), as
+    ``ldexp(X - ldexp(centre, e), -e)``: the product by a power of two is exact, or rounds as
+    ldexp does."""
+    factor = np.ldexp(1.0, -plan.unit_exp)
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.subtract(X, np.ldexp(plan.center, plan.unit_exp), out=X)
+        if factor == 0.0 or not np.isfinite(factor):  # |unit_exp| beyond float64's exponents
+            return np.ldexp(X, -plan.unit_exp)
+        X *= factor
+    return X
 
 
 def _whole_block(

@@ -41,6 +41,7 @@ from scipy.special import gammaln
 
 __all__ = [
     "partial_rows",
+    "pattern_codes",
     "patterns",
     "ConditionalModel",
     "conditional_model",
@@ -70,28 +71,64 @@ EM_TOL = 1e-7
 EM_MAX_ITER = 200
 
 
-def partial_rows(X: np.ndarray) -> np.ndarray:
-    """Rows with at least one observed cell, some cells NaN and none inf: the rows ``"partial"`` keeps."""
-    nan = np.isnan(X)
-    some = nan.any(axis=1)
-    return some & ~nan.all(axis=1) & ~np.isinf(X).any(axis=1)
+def pattern_codes(observed: np.ndarray) -> np.ndarray | None:
+    """One integer per row of the boolean mask ``observed`` (bit j set: column j observed), or None
+    beyond 62 columns.  A float64 product for up to 52 columns (exact: the sum of distinct powers
+    of two below 2**52), faster than an integer one."""
+    p = observed.shape[1]
+    if p > 62:
+        return None
+    if p <= 52:
+        return (observed.astype(np.float64) @ np.ldexp(1.0, np.arange(p))).astype(np.int64)
+    return observed.astype(np.int64) @ (np.int64(1) << np.arange(p, dtype=np.int64))
 
 
-def patterns(observed: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def partial_rows(X: np.ndarray, observed: np.ndarray | None = None, codes: np.ndarray | None = None) -> np.ndarray:
+    """Rows with at least one observed cell, some cells NaN and none inf: the rows ``"partial"`` keeps.
+
+    ``observed`` (``~isnan(X)``) and its :func:`pattern_codes` may be given when known.
+    """
+    observed = ~np.isnan(X) if observed is None else observed
+    p = observed.shape[1]
+    codes = pattern_codes(observed) if codes is None else codes
+    if codes is None:
+        k = observed.sum(axis=1)
+        keep = (k < p) & (k > 0)
+    else:
+        keep = (codes != (1 << p) - 1) & (codes != 0)
+    if np.isinf(X).any():  # rare: the per-row check only then
+        keep &= ~np.isinf(X).any(axis=1)
+    return keep
+
+
+#: Up to this many columns, :func:`patterns` counts the codes (an array of 2**p counts) and
+#: collects each pattern's rows by one comparison, when there are at most ``_FEW_PATTERNS``.
+_COUNTED_COLUMNS = 20
+_FEW_PATTERNS = 32
+
+
+def patterns(observed: np.ndarray, codes: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """``(observed_columns_mask, row_indices)`` per distinct row of the boolean mask ``observed``.
 
-    In a fixed order of the patterns (by their code), rows in their order, so
-    the same rows give the same groups whatever the chunking.
+    In a fixed order of the patterns (by their code, :func:`pattern_codes`, which may be given),
+    rows in their order, so the same rows give the same groups whatever the chunking.
     """
     n, p = observed.shape
     if not n:
         return
-    if p <= 62:  # one integer code per row: sorting n integers, not n byte strings
-        codes = observed.astype(np.int64) @ (np.int64(1) << np.arange(p, dtype=np.int64))
-    else:
+    codes = pattern_codes(observed) if codes is None else codes
+    if codes is None:  # wider than 62 columns: one byte string per row
         _, codes = np.unique(np.packbits(observed, axis=1), axis=0, return_inverse=True)
         codes = codes.reshape(-1)
-    order = np.argsort(codes, kind="stable")
+    elif p <= _COUNTED_COLUMNS:
+        distinct = np.flatnonzero(np.bincount(codes))
+        if len(distinct) <= _FEW_PATTERNS:  # archives: a few sets of channels offline at once
+            for code in distinct:
+                rows = np.flatnonzero(codes == code)
+                yield observed[rows[0]], rows
+            return
+    # A stable sort keeps the rows in order; on 16-bit keys numpy's is a radix sort.
+    order = np.argsort(codes.astype(np.uint16) if p <= 16 else codes, kind="stable")
     starts = np.flatnonzero(np.diff(codes[order], prepend=codes[order[0]] - 1))
     for a, b in zip(starts, np.append(starts[1:], n), strict=True):
         rows = order[a:b]
