@@ -1,0 +1,186 @@
+"""``dask-mcpca update``: partial_fit on the rows a model has not read, the model file replaced atomically.
+
+Run in process through :func:`dask_mcpca._cli.main`, on real Zarr stores on
+disk.  The expected models come from the Python API on the rows the test
+selects itself (``fit`` on the first rows, ``partial_fit`` on the rest), the
+expected row positions from the generated data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+from conftest import FileOpens, assert_same_fit
+
+from dask_mcpca import MCPCA, load
+from dask_mcpca._cli import main
+
+N, P, CHUNK = 24_000, 4, 2_000
+SCALES = np.array([3.0, 1.0, 0.5, 0.2])
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(7).normal(size=(N, P)) * SCALES
+
+
+def _store(path, X, chunk=CHUNK) -> str:
+    z = zarr.create_array(str(path), shape=X.shape, chunks=(chunk, X.shape[1]), dtype=X.dtype)
+    z[:] = X
+    return str(path)
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    rc = main([*map(str, args), "--no-progress"])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _one_line_error(rc, err, *mentions):
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for m in mentions:
+        assert m in lines[0], lines[0]
+
+
+def _bytes(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_update_reads_the_rows_after_those_the_model_has_read(data, tmp_path, capsys):
+    store = _store(tmp_path / "a.zarr", data)
+    model = tmp_path / "m.json"
+    half = N // 2
+    rc, out, _ = _cli(capsys, "fit", store, "--rows", f":{half}", "-o", model)
+    assert rc == 0
+    assert json.loads(model.read_text())["attributes"]["archive_rows_"]["data"] == [0, half]
+
+    with FileOpens(store) as reads:
+        rc, out, err = _cli(capsys, "update", store, "-m", model)
+    assert rc == 0, err
+    assert f"rows {half:,}:{N:,}" in out
+    expected = MCPCA().fit(data[:half]).partial_fit(data[half:])
+    got = load(model)
+    assert_same_fit(got, expected, rtol=1e-9)
+    assert got.n_samples_seen_ == N and got.n_samples_ == N - half
+    assert got.archive_rows_.tolist() == [0, N]
+    chunks = sorted(int(name.split("/")[1]) for name in reads.opened if name.startswith("c/"))
+    assert chunks == list(range(half // CHUNK, N // CHUNK))  # each new chunk once, no old one
+
+    before = _bytes(model)
+    rc, out, _ = _cli(capsys, "update", store, "-m", model)
+    assert rc == 0 and "no new rows" in out
+    assert _bytes(model) == before
+
+
+def test_update_to_another_file_leaves_the_model_alone(data, tmp_path, capsys):
+    store = _store(tmp_path / "a.zarr", data)
+    model, new = tmp_path / "m.json", tmp_path / "sub" / "new.json"
+    assert _cli(capsys, "fit", store, "--rows", ":20000", "-o", model)[0] == 0
+    before = _bytes(model)
+    rc, out, err = _cli(capsys, "update", store, "-m", model, "-o", new)
+    assert rc == 0, err
+    assert _bytes(model) == before
+    assert load(new).archive_rows_.tolist() == [0, N]
+
+
+@pytest.mark.parametrize("rows", ["100:200", "19000:21000"])
+def test_rows_already_read_are_refused(data, tmp_path, capsys, rows):
+    store = _store(tmp_path / "a.zarr", data)
+    model = tmp_path / "m.json"
+    assert _cli(capsys, "fit", store, "--rows", ":20000", "-o", model)[0] == 0
+    before = _bytes(model)
+    rc, _, err = _cli(capsys, "update", store, "-m", model, "--rows", rows)
+    _one_line_error(rc, err, f"--rows {rows}", "already read")
+    assert _bytes(model) == before
+
+
+def test_explicit_rows_after_a_gap_are_read_and_the_span_recorded(data, tmp_path, capsys):
+    store = _store(tmp_path / "a.zarr", data)
+    model = tmp_path / "m.json"
+    assert _cli(capsys, "fit", store, "--rows", ":12000", "-o", model)[0] == 0
+    rc, _, err = _cli(capsys, "update", store, "-m", model, "--rows", "16000:20000")
+    assert rc == 0, err
+    expected = MCPCA().fit(data[:12000]).partial_fit(data[16000:20000])
+    got = load(model)
+    assert_same_fit(got, expected, rtol=1e-9)
+    assert got.archive_rows_.tolist() == [0, 20000]
+    rc, out, _ = _cli(capsys, "update", store, "-m", model)  # the default goes on after the span
+    assert rc == 0 and f"rows 20,000:{N:,}" in out
+
+
+def test_a_shorter_store_is_refused(data, tmp_path, capsys):
+    store = _store(tmp_path / "a.zarr", data)
+    short = _store(tmp_path / "short.zarr", data[:10000])
+    model = tmp_path / "m.json"
+    assert _cli(capsys, "fit", store, "--rows", ":20000", "-o", model)[0] == 0
+    before = _bytes(model)
+    rc, _, err = _cli(capsys, "update", short, "-m", model)
+    _one_line_error(rc, err, "10,000 rows", "fewer than the 20,000")
+    assert _bytes(model) == before
+
+
+def test_a_model_fitted_in_python_needs_rows_then_records_them(data, tmp_path, capsys):
+    store = _store(tmp_path / "a.zarr", data)
+    model = tmp_path / "m.json"
+    MCPCA().fit(data[:12000]).save(model)
+    rc, _, err = _cli(capsys, "update", store, "-m", model)
+    _one_line_error(rc, err, "--rows START:STOP", "--time START:STOP", "does not record")
+    rc, _, err = _cli(capsys, "update", store, "-m", model, "--rows", "12000:18000")
+    assert rc == 0, err
+    assert load(model).archive_rows_.tolist() == [12000, 18000]
+
+
+def test_a_failed_update_leaves_the_old_model(data, tmp_path, capsys):
+    bad = data.copy()
+    bad[21_500, 2] = np.nan  # in a new block: the pass fails under nan_policy="raise"
+    store = _store(tmp_path / "a.zarr", bad)
+    model = tmp_path / "m.json"
+    assert _cli(capsys, "fit", store, "--rows", ":20000", "-o", model)[0] == 0
+    before = _bytes(model)
+    rc, _, err = _cli(capsys, "update", store, "-m", model)
+    _one_line_error(rc, err, "NaN")
+    assert _bytes(model) == before
+    assert sorted(os.listdir(tmp_path)) == ["a.zarr", "m.json"]  # no temporary left
+
+    wide = _store(tmp_path / "wide.zarr", np.hstack([data, data[:, :1]]))
+    rc, _, err = _cli(capsys, "update", wide, "-m", model, "--rows", "20000:")
+    _one_line_error(rc, err, "5 features", "expecting 4")
+    assert _bytes(model) == before
+
+
+def test_a_paper_model_cannot_be_updated(data, tmp_path, capsys):
+    store = _store(tmp_path / "a.zarr", data[:3000], chunk=500)
+    model = tmp_path / "m.json"
+    assert _cli(capsys, "fit", store, "--rows", ":2000", "--solver", "paper", "-o", model)[0] == 0
+    before = _bytes(model)
+    rc, _, err = _cli(capsys, "update", store, "-m", model)
+    _one_line_error(rc, err, "--solver paper", "refit")
+    assert _bytes(model) == before
+
+
+def test_update_by_time_records_the_positions(data, tmp_path, capsys):
+    times = pd.date_range("2024-01-01", periods=N, freq="min")
+    ds = xr.Dataset({f"c{i}": ("time", data[:, i]) for i in range(P)}, coords={"time": times})
+    store = str(tmp_path / "x.zarr")
+    ds.chunk(time=CHUNK).to_zarr(store, mode="w")
+    model = tmp_path / "m.json"
+    assert _cli(capsys, "fit", store, "--time", "2024-01-01/2024-01-06", "-o", model)[0] == 0
+    first = int(np.searchsorted(times, np.datetime64("2024-01-07")))  # all of Jan 6 included
+    assert load(model).archive_rows_.tolist() == [0, first]
+    rc, _, err = _cli(capsys, "update", store, "-m", model, "--time", "2024-01-05/2024-01-08")
+    _one_line_error(rc, err, "--time 2024-01-05:2024-01-08", "already read")
+    rc, out, err = _cli(capsys, "update", store, "-m", model, "--time", "2024-01-07/2024-01-09")
+    assert rc == 0, err
+    stop = int(np.searchsorted(times, np.datetime64("2024-01-10")))
+    assert load(model).archive_rows_.tolist() == [0, stop]
+    expected = MCPCA().fit(data[:first]).partial_fit(data[first:stop])
+    assert_same_fit(load(model), expected, rtol=1e-9)
