@@ -1,0 +1,125 @@
+"""Appending rows to a store written by ``dask-mcpca score`` (``score --append``).
+
+A score store is put in place whole (:func:`._atomic.atomic_path`), and so is
+a store with appended rows: the new version is a temporary sibling that
+starts as a copy of the old one, gets the new rows, and is renamed over it.
+The copy costs no reading or writing of the old rows: every chunk file that
+holds only old rows is a hard link to the old one (:func:`clone_for_append`).
+Nothing writes a linked file: the new rows are written into chunks from the
+first one that holds a new row on, and those chunks, and every metadata file,
+are copied, not linked.  An interruption leaves the old store as it was.
+
+What a store was scored with is kept in its attributes (:func:`provenance`):
+the input (path, dataset, variables), the archive rows by position, the
+model file's SHA-256 and the number of channels.  Rows are appended only to a
+store written from the same input by the same model (:func:`check_appendable`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import shutil
+
+from ._atomic import read_bytes
+
+__all__ = ["AppendError", "model_digest", "provenance", "check_appendable", "clone_for_append", "aligned_chunks",
+           "ROWS_ATTR", "MODEL_ATTR"]
+
+#: Attribute of a score store: ``[start, stop)``, the archive rows it holds, by position.
+ROWS_ATTR = "rows"
+#: Attribute of a score store: the SHA-256 of the model file it was scored with.
+MODEL_ATTR = "model_sha256"
+#: What must be the same for rows to be appended: attribute -> what it is, in words.
+_SAME = {"source": "input store", "dataset": "--dataset", "variables": "--variables", "n_features": "channels"}
+#: Metadata files of a Zarr node (v2 and v3): always copied, never linked (zarr rewrites them in place).
+_METADATA = {"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"}
+
+
+class AppendError(ValueError):
+    """Rows cannot be appended to this store; the message says why, in one line."""
+
+
+def model_digest(path: str, storage_options: dict | None = None) -> str:
+    """The SHA-256 of the model file at ``path`` (hex): scores of one model are appended to scores of the same."""
+    return hashlib.sha256(read_bytes(path, storage_options=storage_options)).hexdigest()
+
+
+def provenance(*, source: str, dataset, variables, n_features: int, rows: tuple[int, int], digest: str) -> dict:
+    """The attributes that say what a score store holds (see the module docstring)."""
+    return {"source": source, "dataset": dataset, "variables": variables, "n_features": int(n_features),
+            ROWS_ATTR: [int(rows[0]), int(rows[1])], MODEL_ATTR: digest}
+
+
+def check_appendable(attrs: dict, expected: dict, output: str) -> tuple[int, int]:
+    """The archive rows ``[start, stop)`` held by the score store ``output`` whose attributes are
+    ``attrs``, if rows scored as ``expected`` (:func:`provenance`, without ``rows``) may be appended.
+
+    Raises
+    ------
+    AppendError
+        The store is incomplete, was written before stores recorded their rows, by another model
+        or from other data.
+    """
+    if attrs.get("complete") is not True:
+        raise AppendError(f"--output {output!r} is not a complete score store (no complete: true); score it again "
+                          "with --overwrite")
+    rows = attrs.get(ROWS_ATTR)
+    if not (isinstance(rows, list) and len(rows) == 2 and all(isinstance(r, int) for r in rows)
+            and 0 <= rows[0] <= rows[1]) or MODEL_ATTR not in attrs:
+        raise AppendError(f"--output {output!r} does not record the archive rows and model it was scored with "
+                          "(written by an older dask-mcpca); score it again with --overwrite")
+    if attrs[MODEL_ATTR] != expected[MODEL_ATTR]:
+        raise AppendError(f"--output {output!r} was scored with another model (its file's SHA-256 differs from "
+                          "--model's); appended rows would be scored differently from those there: score into a "
+                          "new --output, or again with --overwrite")
+    for key, what in _SAME.items():
+        if attrs.get(key) != expected[key]:
+            raise AppendError(f"--output {output!r} was scored from other data: its {what} is {attrs.get(key)!r}, "
+                              f"this command's {expected[key]!r}")
+    return rows[0], rows[1]
+
+
+def aligned_chunks(n_old: int, n_new: int, chunk: int) -> tuple[int, ...]:
+    """Row chunks of ``n_new`` rows written after ``n_old`` into an array of ``chunk``-row chunks,
+    so that each dask chunk fills whole store chunks (the first completes the old last one)."""
+    first = min(n_new, (-n_old) % chunk or chunk)
+    rest = n_new - first
+    return (first,) + (chunk,) * (rest // chunk) + ((rest % chunk,) if rest % chunk else ())
+
+
+def clone_for_append(old: str, new: str, n_old: int, row_arrays: list[str]) -> int:
+    """Make ``new`` a copy of the Zarr store ``old`` whose ``n_old`` rows stay untouched by an append.
+
+    The chunk files of the arrays in ``row_arrays`` (paths inside the store, rows along their first
+    dimension) that hold only rows below the last full chunk of ``n_old`` rows are hard links;
+    every other file is copied (where the file system has no hard links, every file).  Returns
+    the number of files linked.
+    """
+    import zarr
+
+    linked_keys: set[str] = set()
+    for name in row_arrays:
+        arr = zarr.open_array(old, path=name, mode="r")
+        grid = [range(-(-s // c)) for s, c in zip(arr.shape[1:], arr.chunks[1:], strict=True)]
+        for i in range(n_old // arr.chunks[0]):
+            for rest in itertools.product(*grid):
+                key = arr.metadata.encode_chunk_key((i, *rest))
+                linked_keys.add(f"{name}/{key}" if name else key)
+    linked = 0
+    for folder, _, files in os.walk(old):
+        rel_folder = os.path.relpath(folder, old)
+        os.makedirs(os.path.join(new, rel_folder), exist_ok=True)
+        for f in files:
+            rel = os.path.normpath(os.path.join(rel_folder, f)).replace(os.sep, "/")
+            source, target = os.path.join(folder, f), os.path.join(new, rel)
+            if rel in linked_keys and f not in _METADATA:
+                try:
+                    os.link(source, target)
+                    linked += 1
+                    continue
+                except OSError:
+                    pass  # no hard links here (another file system, FAT, some network shares): a copy
+            shutil.copy2(source, target)
+    return linked

@@ -1,0 +1,215 @@
+"""``dask-mcpca score --append``: only the new rows read and scored, the store put in place whole.
+
+Real Zarr stores on disk, grown in place as an archive grows; the command run
+in process through :func:`dask_mcpca._cli.main`.  The expected output of an
+append is a full ``score`` of the grown archive into another store, array for
+array (every output is a function of its row alone; floats to 1e-12, as BLAS
+may round another block's rows in the last bit), and the
+expected reads are the input's chunks that hold new rows, computed here from
+the chunk size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+from conftest import FileOpens
+
+from dask_mcpca import MCPCA
+from dask_mcpca._cli import SCORE_ARRAYS, main
+
+N, P, CHUNK = 30_000, 4, 2_000
+FIRST = 20_500  # rows scored first: not on a chunk boundary of the input or of the output
+SCALES = np.array([3.0, 1.0, 0.5, 0.2])
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(11).normal(size=(N, P)) * SCALES
+
+
+@pytest.fixture(scope="module")
+def model(data, tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "m.json"
+    MCPCA().fit(data[:FIRST]).save(path)
+    return str(path)
+
+
+def _grow(path, X) -> None:
+    """Write ``X`` as the Zarr array ``path``: created, or resized and its new rows written (an archive growing)."""
+    if os.path.exists(path):
+        z = zarr.open_array(str(path), mode="r+")
+        old = z.shape[0]
+        z.resize(X.shape)
+        z[old:] = X[old:]
+    else:
+        zarr.create_array(str(path), shape=X.shape, chunks=(CHUNK, X.shape[1]), dtype=X.dtype)[:] = X
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    rc = main([*map(str, args), "--no-progress"])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _snapshot(path) -> dict:
+    """Every file under ``path``: its content's SHA-256."""
+    out = {}
+    for folder, _, files in os.walk(path):
+        for f in files:
+            with open(os.path.join(folder, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(folder, f), path)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def _assert_same_scores(a, b) -> None:
+    ga, gb = zarr.open_group(str(a), mode="r"), zarr.open_group(str(b), mode="r")
+    for name in SCORE_ARRAYS:
+        x, y = ga[name][:], gb[name][:]
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        if x.dtype.kind == "f":  # BLAS may round a block of other rows in its last bit
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12 * np.nanmax(np.abs(y)), err_msg=name)
+        else:
+            assert np.array_equal(x, y), name
+    assert ga.attrs["rows"] == gb.attrs["rows"]
+
+
+@pytest.fixture
+def grown(data, model, tmp_path, capsys):
+    """An archive of FIRST rows scored into ``scores.zarr``, then grown to N rows."""
+    store = tmp_path / "archive.zarr"
+    _grow(store, data[:FIRST])
+    out = tmp_path / "out" / "scores.zarr"
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out)
+    assert rc == 0, err
+    _grow(store, data)
+    return store, out
+
+
+def test_append_reads_only_the_new_rows_and_equals_a_full_score(grown, model, tmp_path, capsys):
+    store, out = grown
+    with FileOpens(store) as reads:
+        rc, text, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+    assert rc == 0, err
+    assert f"{N - FIRST:,} new rows ({FIRST:,}:{N:,})" in text
+    chunks = sorted(int(name.split("/")[1]) for name in reads.opened if name.startswith("c/"))
+    assert chunks == list(range(FIRST // CHUNK, -(-N // CHUNK)))  # each chunk holding a new row, once
+
+    full = tmp_path / "full.zarr"
+    assert _cli(capsys, "score", store, "-m", model, "-o", full)[0] == 0
+    _assert_same_scores(out, full)
+    assert zarr.open_group(str(out), mode="r").attrs["rows"] == [0, N]
+    assert sorted(os.listdir(out.parent)) == ["scores.zarr"]  # no temporary, no old version left
+
+    before = _snapshot(out)
+    rc, text, _ = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+    assert rc == 0 and "nothing to append" in text
+    assert _snapshot(out) == before
+
+
+def test_appends_in_several_steps_equal_one_score(data, model, tmp_path, capsys):
+    store, out = tmp_path / "archive.zarr", tmp_path / "scores.zarr"
+    for stop in (7_000, 7_001, 15_999, N):  # the first creates the output: --append on a missing store
+        _grow(store, data[:stop])
+        rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+        assert rc == 0, err
+    full = tmp_path / "full.zarr"
+    assert _cli(capsys, "score", store, "-m", model, "-o", full)[0] == 0
+    _assert_same_scores(out, full)
+
+
+def test_a_failed_append_leaves_the_previous_output(grown, data, model, capsys):
+    store, out = grown
+    # the model's nan_policy is "raise": the last chunk's task fails while others have written
+    zarr.open_array(str(store), mode="r+")[N - 3] = np.nan
+    before = _snapshot(out)
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+    assert rc == 2 and "NaN" in err and len(err.strip().splitlines()) == 1
+    assert _snapshot(out) == before
+    assert sorted(os.listdir(out.parent)) == ["scores.zarr"]
+    assert zarr.open_group(str(out), mode="r").attrs["rows"] == [0, FIRST]
+
+
+def test_another_model_is_refused(grown, data, tmp_path, capsys):
+    store, out = grown
+    other = tmp_path / "other.json"
+    MCPCA().fit(data[:FIRST] * 2).save(other)
+    before = _snapshot(out)
+    rc, _, err = _cli(capsys, "score", store, "-m", other, "-o", out, "--append")
+    assert rc == 2 and "another model" in err and len(err.strip().splitlines()) == 1
+    assert _snapshot(out) == before
+
+
+def test_other_data_is_refused(grown, data, model, tmp_path, capsys):
+    store, out = grown
+    copy = tmp_path / "copy.zarr"
+    _grow(copy, data)
+    before = _snapshot(out)
+    rc, _, err = _cli(capsys, "score", copy, "-m", model, "-o", out, "--append")
+    assert rc == 2 and "other data" in err and "copy.zarr" in err
+    short = tmp_path / "short.zarr"
+    _grow(short, data[:1000])
+    rc, _, err = _cli(capsys, "score", short, "-m", model, "-o", out, "--append")
+    assert rc == 2 and "other data" in err
+    assert _snapshot(out) == before
+
+
+def test_a_store_shorter_than_the_output_is_refused(data, model, tmp_path, capsys):
+    store, out = tmp_path / "archive.zarr", tmp_path / "scores.zarr"
+    _grow(store, data)
+    assert _cli(capsys, "score", store, "-m", model, "-o", out)[0] == 0
+    zarr.open_array(str(store), mode="r+").resize((FIRST, P))  # the archive lost rows
+    before = _snapshot(out)
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+    assert rc == 2 and f"{FIRST:,} rows, fewer than the {N:,} already scored" in err
+    assert _snapshot(out) == before
+
+
+@pytest.mark.parametrize("extra, mention", [(["--overwrite"], "pass one of them"),
+                                            (["--rows", "5:"], "no --rows"),
+                                            (["--time", "a/b"], "no --time")])
+def test_options_that_do_not_go_with_append(grown, model, capsys, extra, mention):
+    store, out = grown
+    before = _snapshot(out)
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append", *extra)
+    assert rc == 2 and mention in err and len(err.strip().splitlines()) == 1
+    assert _snapshot(out) == before
+
+
+def test_an_output_without_provenance_is_refused(grown, model, capsys):
+    store, out = grown
+    del zarr.open_group(str(out), mode="r+").attrs["rows"]  # as written before score recorded its rows
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+    assert rc == 2 and "--overwrite" in err and "older" in err
+
+
+def test_a_folder_that_is_no_score_store_is_refused(data, model, tmp_path, capsys):
+    store = tmp_path / "archive.zarr"
+    _grow(store, data)
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", folder, "--append")
+    assert rc == 2 and "not a Zarr store" in err
+    assert os.listdir(folder) == ["keep.txt"]
+
+
+def test_append_to_an_xarray_archive_equals_a_full_score(data, model, tmp_path, capsys):
+    times = pd.date_range("2024-01-01", periods=N, freq="min")
+    ds = xr.Dataset({f"c{i}": ("time", data[:, i]) for i in range(P)}, coords={"time": times})
+    store, out, full = (str(tmp_path / n) for n in ("archive.zarr", "scores.zarr", "full.zarr"))
+    ds.isel(time=slice(None, FIRST)).chunk(time=CHUNK).to_zarr(store, mode="w")
+    assert _cli(capsys, "score", store, "-m", model, "-o", out)[0] == 0
+    ds.isel(time=slice(FIRST, None)).chunk(time=CHUNK).to_zarr(store, append_dim="time", align_chunks=True)
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+    assert rc == 0, err
+    assert _cli(capsys, "score", store, "-m", model, "-o", full)[0] == 0
+    a, b = xr.open_zarr(out), xr.open_zarr(full)
+    xr.testing.assert_identical(a, b)
+    assert a.sizes["time"] == N and a.attrs["rows"] == [0, N]
