@@ -18,7 +18,8 @@ A last table plants a change of regime (the second half drawn about another
 basis and centre): the updates warn and the model does not follow (the angle
 to the first half's fit stays small), as ``partial_fit``'s docstring says.
 
-Run: ``python benchmarks/monitoring.py [--rows 1000000] [--seeds 3]``.
+Run: ``python benchmarks/monitoring.py [--rows 1000000] [--seeds 3]``.  The section of
+``MONITORING.md`` that ``benchmarks/score_append.py`` writes is kept.
 """
 
 from __future__ import annotations
@@ -178,7 +179,10 @@ def main() -> None:
     ]
     for seed, c in enumerate(changes):
         lines.append(f"| {seed} | {c['warned']} | {c['angle_to_first']:.3f} | {100 * c['flagged_new']:.1f} % |")
-    OUT.write_text("\n".join(lines) + "\n")
+    kept = ""  # score_append.py's section, between its markers, stays
+    if OUT.exists() and "<!-- score-append: begin -->" in OUT.read_text():
+        kept = "\n<!-- score-append: begin -->" + OUT.read_text().partition("<!-- score-append: begin -->")[2]
+    OUT.write_text("\n".join(lines) + "\n" + kept)
     print(f"wrote {OUT}")
 
 
