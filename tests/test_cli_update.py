@@ -158,11 +158,12 @@ def test_a_failed_update_leaves_the_old_model(data, tmp_path, capsys):
 
 
 def test_a_paper_model_cannot_be_updated(data, tmp_path, capsys):
-    store = _store(tmp_path / "a.zarr", data[:3000], chunk=500)
+    store = _store(tmp_path / "a.zarr", data[:600], chunk=100)
     model = tmp_path / "m.json"
-    assert _cli(capsys, "fit", store, "--rows", ":2000", "--solver", "paper", "-o", model)[0] == 0
+    MCPCA(solver="paper", max_iter=5).fit(data[:300]).save(model)  # keeps no sums to update
+    capsys.readouterr()  # the fit's ConvergenceWarning is not the command's
     before = _bytes(model)
-    rc, _, err = _cli(capsys, "update", store, "-m", model)
+    rc, _, err = _cli(capsys, "update", store, "-m", model, "--rows", "300:")
     _one_line_error(rc, err, "--solver paper", "refit")
     assert _bytes(model) == before
 
