@@ -108,8 +108,10 @@ def expected_events(model, X: np.ndarray, max_gap: int) -> list[dict]:
         summed = contributions[rows].sum(axis=0)
         shares = summed / summed.sum()
         top = sorted(range(P), key=lambda j: -shares[j])[:3]
+        severity = sum(max(np.log10(d2[r] / model.outlier_cutoff_), 0.0) for r in rows)
         out.append({
             "start_row": rows[0], "stop_row": rows[-1] + 1, "flagged_rows": len(rows), "peak_d2": d2[rows].max(),
+            "severity": severity,
             "channels": [str(j) for j in top], "shares": [shares[j] for j in top],
         })
     return out
@@ -130,6 +132,7 @@ def assert_events(csv_path, expected, *, names=None, time=False):
         )
         assert int(g["rows"]) == e["stop_row"] - e["start_row"]
         np.testing.assert_allclose(float(g["peak_d2"]), e["peak_d2"], rtol=1e-5)
+        np.testing.assert_allclose(float(g["severity"]), e["severity"], rtol=1e-5)
         channels = [names[int(c)] for c in e["channels"]] if names else e["channels"]
         assert [g["channel_1"], g["channel_2"], g["channel_3"]] == channels
         np.testing.assert_allclose([float(g[f"share_{k}"]) for k in (1, 2, 3)], e["shares"], atol=5.1e-5)
@@ -193,9 +196,9 @@ def test_curve_shares_and_spectrum_match_a_numpy_computation(source, stores, dat
     classical = np.linalg.eigvalsh(np.cov(X.T, bias=True))[::-1]
     np.testing.assert_allclose(s.classical_ratio, classical / classical.sum(), rtol=1e-9)
     assert s.n_events == len(expected_events(m, X, 0))
-    longest = sorted(expected_events(m, X, 0), key=lambda e: (-(e["stop_row"] - e["start_row"]), e["start_row"]))
-    shown = sorted(longest[: report.EVENTS_SHOWN], key=lambda e: e["start_row"])
-    assert [(e.start, e.stop) for e in s.largest_events] == [(e["start_row"], e["stop_row"]) for e in shown]
+    worst = sorted(expected_events(m, X, 0), key=lambda e: (-e["severity"], -e["flagged_rows"], e["start_row"]))
+    shown = worst[: report.EVENTS_SHOWN]
+    assert [(e.start, e.stop) for e in s.worst_events] == [(e["start_row"], e["stop_row"]) for e in shown]
     if source == "xarray":
         assert s.has_row_coordinate
         np.testing.assert_array_equal(s.row_values, pd.date_range(START, periods=N_ROWS, freq="1s")[heads].values)
@@ -231,7 +234,7 @@ def test_memory_of_the_pass_does_not_grow_with_the_rows(model, tmp_path, monkeyp
             finally:
                 tracemalloc.stop()
         assert s.n_events > n / 40
-        kept[n] = s.largest_events
+        kept[n] = s.worst_events
     assert peaks[800_000] < peaks[100_000] + 4 * chunk * P * 8, peaks
     # the events kept for the picture own their shares (a view would keep a block's whole array)
     assert all(e.shares.base is None for e in kept[800_000])

@@ -1,0 +1,188 @@
+"""``dask-mcpca report --window``: drift windows against a plain computation, and issue 23's report items.
+
+Each window's rows, share flagged, robust variances and largest principal
+angle are recomputed here from the window's rows in memory: weights from
+``score_samples``, the weighted covariance with numpy, the angle with
+``scipy.linalg.subspace_angles``.  A change of correlation structure is
+planted at a known row.  The classical spectrum is checked at an offset of
+1e6 against numpy's two-pass covariance; the plot must leave matplotlib's
+backend alone; a model fitted under ``nan_policy="raise"`` refuses a store
+with NaN rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.linalg
+import xarray as xr
+import zarr
+
+from dask_mcpca import MCPCA
+from dask_mcpca import _report as report
+from dask_mcpca._cli import main
+
+P, N_ROWS, CHUNK = 5, 24_000, 2_000
+START = pd.Timestamp("2025-03-01")  # midnight: hourly windows start at multiples of 3,600 rows
+#: (window given, rows per window) on an archive of one row a second.
+WINDOWS = [("3000", 3_000), ("1h", 3_600)]
+
+
+def plain_windows(model, X: np.ndarray, rows_per_window: int, k: int) -> list[dict]:
+    """Each window's figures the plain way, from the public API on its rows in memory."""
+    w_all, flags = model.score_samples(X), model.is_outlier(X)
+    out = []
+    for a in range(0, len(X), rows_per_window):
+        Y, w = X[a : a + rows_per_window], w_all[a : a + rows_per_window]
+        mean = (w[:, None] * Y).sum(axis=0) / w.sum()
+        S = ((Y - mean) * w[:, None]).T @ (Y - mean) / w.sum()
+        top = np.linalg.eigh(S)[1][:, ::-1][:, :k]
+        angle = np.degrees(scipy.linalg.subspace_angles(model.components_[:k].T, top).max())
+        out.append({
+            "rows": len(Y), "share_flagged": flags[a : a + rows_per_window].mean(), "angle": angle,
+            "n_eff": w.sum() ** 2 / (w**2).sum(),
+            "var": [model.components_[j] @ S @ model.components_[j] for j in range(min(10, model.n_components_))],
+        })
+    return out
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    """A store of one row a second with a time coordinate; the correlation changes at row CHANGE."""
+    rng = np.random.default_rng(5)
+    mixing = rng.normal(size=(P, P)) * np.array([4.0, 2.5, 1.5, 0.6, 0.3])[:, None]
+    X = rng.normal(size=(N_ROWS, P)) @ mixing
+    X[rng.random(N_ROWS) < 0.01] += 25.0
+    root = tmp_path_factory.mktemp("drift")
+    names = [f"unit{j}_pressure_outlet" for j in range(P)]
+    ds = xr.Dataset({c: ("time", X[:, j]) for j, c in enumerate(names)},
+                    coords={"time": pd.date_range(START, periods=N_ROWS, freq="1s")})
+    ds.chunk({"time": CHUNK}).to_zarr(root / "plant.zarr")
+    plain = root / "plain.zarr"
+    zarr.create_array(plain, shape=X.shape, chunks=(CHUNK, P), dtype="f8")[:] = X
+    model = MCPCA(n_components=3).fit(X)
+    model.save(root / "model.json")
+    return {"X": X, "model": model, "model_path": str(root / "model.json"), "xarray": str(root / "plant.zarr"),
+            "zarr": str(plain), "names": names}
+
+
+def _read(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize(("window", "size"), WINDOWS)
+@pytest.mark.parametrize("kind", ["zarr", "xarray"])
+def test_windows_csv_matches_a_plain_computation(archive, kind, window, size, tmp_path, monkeypatch):
+    if kind == "zarr" and not window.isdigit():
+        return  # a duration needs a time coordinate: test_a_duration_needs_a_time_coordinate
+    monkeypatch.setattr(report, "BLOCK_VALUES", 1)  # blocks of one chunk: windows cross block borders
+    monkeypatch.setattr(report, "SLICE_ROWS", 700)  # and slice borders
+    m = archive["model"]
+    png, windows = tmp_path / "r.png", tmp_path / "w.csv"
+    assert main(["report", archive[kind], "--model", archive["model_path"], "--output", str(png),
+                 "--window", window, "--windows", str(windows), "--no-progress"]) == 0
+    got = _read(windows)
+    expected = plain_windows(m, archive["X"], size, report.drift_components(m))
+    assert len(got) == len(expected) == -(-N_ROWS // size)
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        assert int(g["rows"]) == e["rows"]
+        assert int(g["first_row"]) == i * size
+        np.testing.assert_allclose(float(g["share_flagged"]), e["share_flagged"], rtol=1e-5)
+        np.testing.assert_allclose(float(g["effective_rows"]), e["n_eff"], rtol=1e-5)
+        np.testing.assert_allclose(float(g["subspace_angle_deg"]), e["angle"], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose([float(g[f"var_{j + 1}"]) for j in range(len(e["var"]))], e["var"], rtol=1e-4)
+        assert int(g["drift"]) == int(float(g["subspace_angle_deg"]) > float(g["drift_threshold_deg"]))
+        if kind == "xarray":
+            assert pd.Timestamp(g["window_start"]) == START + pd.Timedelta(seconds=i * size)
+    assert png.stat().st_size > 0
+
+
+def test_a_planted_change_of_correlation_is_above_the_threshold_after_it_and_rarely_before(tmp_path):
+    """40 windows of 2,000 rows; from row 50,000 (window 25) the third component turns 20 degrees out of
+    the model's 3-dimensional subspace (towards the fourth)."""
+    rng = np.random.default_rng(8)
+    scales = np.array([4.0, 2.5, 1.5, 0.6, 0.3])
+    basis = np.linalg.qr(rng.normal(size=(P, P)))[0].T
+    n, change, size = 80_000, 50_000, 2_000
+    X = (rng.normal(size=(n, P)) * scales) @ basis
+    t = np.radians(20)
+    turned = basis.copy()
+    turned[2], turned[3] = np.cos(t) * basis[2] + np.sin(t) * basis[3], -np.sin(t) * basis[2] + np.cos(t) * basis[3]
+    X[change:] = (rng.normal(size=(n - change, P)) * scales) @ turned
+    model = MCPCA(n_components=3).fit(X[:change])
+    s = report.summarize(model, X, window=str(size))
+    drift = s.windows["drift"] == 1
+    assert drift[change // size]  # the first window after the change
+    assert drift[: change // size].sum() <= (change // size) / 20
+    assert drift[change // size :].all()
+
+
+def test_the_drift_threshold_is_the_spread_of_stationary_windows():
+    """About 1 % of windows drawn from the model itself lie above the threshold (0 to 4 of 200)."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(20_000, P)) * np.array([3.0, 2.0, 1.2, 0.5, 0.2])
+    model = MCPCA(n_components=2).fit(X)
+    size = 1_500
+    Z = rng.multivariate_normal(model.mean_, model.get_covariance(), size=200 * size)
+    s = report.summarize(model, Z, window=str(size))
+    assert len(s.windows["drift"]) == 200
+    assert s.windows["drift"].sum() <= 4
+
+
+def test_a_duration_needs_a_time_coordinate(archive, tmp_path, capsys):
+    assert main(["report", archive["zarr"], "--model", archive["model_path"], "--output", str(tmp_path / "r.png"),
+                 "--window", "1h", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--window" in err and "time coordinate" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.png").exists()
+    assert main(["report", archive["zarr"], "--model", archive["model_path"], "--output", str(tmp_path / "r.png"),
+                 "--window", "soon", "--no-progress"]) == 2
+    assert "--window 'soon'" in capsys.readouterr().err
+
+
+def test_the_classical_spectrum_is_exact_at_a_large_offset():
+    """Spreads of 1e-3 around 1e6: the one-pass formula sum_xx / n - mean mean^T loses every digit."""
+    rng = np.random.default_rng(4)
+    X = 1e6 + rng.normal(size=(30_000, 3)) @ np.diag([3.0, 2.0, 1.0]) @ np.linalg.qr(rng.normal(size=(3, 3)))[0]
+    X = 1e6 + (X - 1e6) * 1e-3
+    model = MCPCA().fit(X)
+    s = report.summarize(model, X)
+    two_pass = np.linalg.eigvalsh(np.cov(X.T, bias=True))[::-1]
+    np.testing.assert_allclose(s.classical_ratio, two_pass / two_pass.sum(), rtol=1e-6)
+    np.testing.assert_allclose(s.classical_ratio, [9 / 14, 4 / 14, 1 / 14], atol=0.02)  # the planted spreads
+
+
+def test_the_plot_leaves_the_matplotlib_backend_alone(archive, tmp_path):
+    import matplotlib
+
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")
+    try:
+        s = report.summarize(archive["model"], archive["X"][:4_000], window="1000")
+        report.plot(s, tmp_path / "r.png")
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_model_fitted_under_nan_policy_raise_refuses_rows_with_nan(archive, tmp_path, capsys):
+    X = archive["X"][:6_000].copy()
+    X[4_321, 2] = np.nan
+    store = tmp_path / "gaps.zarr"
+    zarr.create_array(store, shape=X.shape, chunks=(CHUNK, P), dtype="f8")[:] = X
+    strict = MCPCA(nan_policy="raise").fit(archive["X"])
+    strict.save(tmp_path / "strict.json")
+    png = tmp_path / "r.png"
+    assert main(["report", str(store), "--model", str(tmp_path / "strict.json"), "--output", str(png),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "row 4,321" in err and "--nan-policy raise" in err
+    assert not png.exists() and not (tmp_path / "r.csv").exists()
+    with pytest.raises(ValueError, match="row 4,321"):
+        report.summarize(strict, X, events=io.StringIO())
