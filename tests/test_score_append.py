@@ -70,7 +70,8 @@ def _snapshot(path) -> dict:
 
 def _assert_same_scores(a, b) -> None:
     ga, gb = zarr.open_group(str(a), mode="r"), zarr.open_group(str(b), mode="r")
-    for name in SCORE_ARRAYS:
+    assert ga.attrs["outputs"] == gb.attrs["outputs"] and set(ga.attrs["outputs"]) <= set(SCORE_ARRAYS)
+    for name in ga.attrs["outputs"]:
         x, y = ga[name][:], gb[name][:]
         assert x.dtype == y.dtype and x.shape == y.shape, name
         if x.dtype.kind == "f":  # BLAS may round a block of other rows in its last bit
@@ -213,3 +214,22 @@ def test_append_to_an_xarray_archive_equals_a_full_score(data, model, tmp_path, 
     a, b = xr.open_zarr(out), xr.open_zarr(full)
     xr.testing.assert_identical(a, b)
     assert a.sizes["time"] == N and a.attrs["rows"] == [0, N]
+
+
+def test_append_keeps_the_outputs_and_dtype_of_the_store(data, model, tmp_path, capsys):
+    store, out = tmp_path / "archive.zarr", tmp_path / "scores.zarr"
+    _grow(store, data[:FIRST])
+    chosen = ["--outputs", "d2,outlier,top_channel", "--dtype", "float32"]
+    assert _cli(capsys, "score", store, "-m", model, "-o", out, *chosen)[0] == 0
+    _grow(store, data)
+    before = _snapshot(out)
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append", "--outputs", "all")
+    assert rc == 2 and "--outputs differs" in err
+    assert _snapshot(out) == before
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+    assert rc == 0, err
+    full = tmp_path / "full.zarr"
+    assert _cli(capsys, "score", store, "-m", model, "-o", full, *chosen)[0] == 0
+    _assert_same_scores(out, full)
+    g = zarr.open_group(str(out), mode="r")
+    assert sorted(g.array_keys()) == ["d2", "outlier", "top_channel"] and g["d2"].dtype == np.float32

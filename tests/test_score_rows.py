@@ -1,0 +1,103 @@
+"""``MCPCA.score_rows`` and ``dask-mcpca score --outputs``: chosen outputs from one function per block.
+
+Every output of ``score_rows`` must equal the method it is named after, for
+every input kind and NaN policy; ``top_channel`` is checked against a plain
+numpy reimplementation of the reconstruction contributions,
+``c_j = (P y)_j^2 / P_jj`` (Alcala and Qin 2009) with ``P`` the model's
+precision.
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+
+from dask_mcpca import MCPCA
+from dask_mcpca._cli import main
+
+N, P = 4_000, 4
+POLICIES = ("raise", "omit", "partial")
+KINDS = ("numpy", "dask", "xarray", "pandas")
+METHODS = {"scores": "transform", "weight": "score_samples", "outlier": "is_outlier", "d2": "mahalanobis",
+           "contributions": "channel_contributions", "n_observed": "n_observed"}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(3).normal(size=(N, P)) * [3.0, 1.0, 0.5, 0.2]
+
+
+def _as(kind: str, X: np.ndarray):
+    if kind == "dask":
+        return da.from_array(X, chunks=(700, P))
+    if kind == "xarray":
+        return xr.DataArray(X, dims=("time", "channel")).chunk(time=700)
+    if kind == "pandas":
+        return pd.DataFrame(X)
+    return X
+
+
+def _top_channel(model: MCPCA, X: np.ndarray) -> np.ndarray:
+    """The reconstruction contributions' argmax, computed here from the precision; -1 for a row with no finite one."""
+    Prec = np.linalg.inv(model.get_covariance())
+    c = ((X - model.mean_) @ Prec) ** 2 / np.diag(Prec)
+    top = np.argmax(np.where(np.isfinite(c), c, -np.inf), axis=1)
+    return np.where(np.isfinite(c).any(axis=1), top, -1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_output_equals_its_method(data, policy, kind):
+    model = MCPCA(nan_policy=policy).fit(data)
+    X = data.copy()
+    if policy != "raise":
+        X[5, 1], X[7], X[9, 0] = np.nan, np.nan, np.inf
+    rows = model.score_rows(_as(kind, X), outputs=(*METHODS, "top_channel"))
+    for name, method in METHODS.items():
+        got, expected = np.asarray(rows[name]), np.asarray(getattr(model, method)(_as(kind, X)))
+        assert got.dtype == expected.dtype, name
+        assert np.array_equal(got, expected, equal_nan=got.dtype.kind == "f"), name
+    assert type(rows["d2"]) is type(model.mahalanobis(_as(kind, X)))
+    clean = np.isfinite(X).all(axis=1)
+    top = np.asarray(rows["top_channel"])
+    assert top.dtype == np.int16
+    np.testing.assert_array_equal(top[clean], _top_channel(model, X[clean]))
+
+
+def test_a_bad_output_name_is_refused(data):
+    with pytest.raises(ValueError, match="expected names from"):
+        MCPCA().fit(data).score_rows(data, outputs=("d2", "d3"))
+
+
+def test_score_writes_the_chosen_outputs(data, tmp_path, capsys):
+    X = data.copy()
+    X[100] += 50 * np.array([0, 0, 1.0, 0])  # a fault on channel 2
+    store = str(tmp_path / "a.zarr")
+    zarr.create_array(store, shape=X.shape, chunks=(500, P), dtype=X.dtype)[:] = X
+    model = MCPCA().fit(data)
+    model.save(tmp_path / "m.json")
+    out = tmp_path / "s.zarr"
+    assert main(["score", store, "-m", str(tmp_path / "m.json"), "-o", str(out), "--outputs", "monitoring",
+                 "--dtype", "float32", "--no-progress"]) == 0
+    assert "d2 (4,000), outlier (4,000), top_channel (4,000) in float32" in capsys.readouterr().out
+    g = zarr.open_group(str(out), mode="r")
+    assert sorted(g.array_keys()) == ["d2", "outlier", "top_channel"]
+    assert g["d2"].dtype == np.float32 and g["top_channel"].dtype == np.int16
+    np.testing.assert_array_equal(g["d2"][:], model.mahalanobis(X).astype(np.float32))
+    np.testing.assert_array_equal(g["outlier"][:], model.is_outlier(X))
+    np.testing.assert_array_equal(g["top_channel"][:], _top_channel(model, X))
+    assert g["top_channel"][100] == 2 and g["outlier"][100]
+
+
+def test_an_unknown_output_is_one_line(data, tmp_path, capsys):
+    store = str(tmp_path / "a.zarr")
+    zarr.create_array(store, shape=data.shape, chunks=(500, P), dtype=data.dtype)[:] = data
+    with pytest.raises(SystemExit) as exit_:
+        main(["score", store, "-m", "m.json", "-o", str(tmp_path / "s.zarr"), "--outputs", "d2,top"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown output(s) top" in err[0]
