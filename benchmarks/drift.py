@@ -16,10 +16,9 @@ of issue 22: the first window wholly after the change is above the drift
 threshold, and at most 1 window in 20 before the change is.  Writes
 ``benchmarks/DRIFT.md``.
 
-The PNG of the first seed is ``examples/archive_report.png`` with
-``--png examples/archive_report.png``: the same as::
+The report of the first seed, ``examples/plant_report.png``, is made by::
 
-    python benchmarks/drift.py --days 60 --seeds 1 --png examples/archive_report.png
+    python benchmarks/drift.py --days 60 --seeds 1 --png examples/plant_report.png --no-write
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ START = np.datetime64("2025-01-01T00:00", "ns")
 MINUTE = np.timedelta64(60, "s")
 
 
-def make_plant_archive(path: str | os.PathLike, *, days: int = 60, change_day: float = 40.5, rotation: float = 35.0,
+def make_plant_archive(path: str | os.PathLike, *, days: int = 60, change_day: float = 40.5, rotation: float = 15.0,
                        spikes: int = 300, seed: int = 0, chunk: int = 20_000) -> dict:
     """Write the plant archive to the Zarr store ``path`` (an xarray Dataset, one variable per channel).
 
@@ -120,7 +119,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--days", type=int, default=60)
     ap.add_argument("--change-day", type=float, default=40.5)
-    ap.add_argument("--rotation", type=float, default=35.0, help="degrees of the planted rotation")
+    ap.add_argument("--rotation", type=float, default=15.0, help="degrees of the planted rotation")
     ap.add_argument("--window", default="1D")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--png", help="keep the first seed's PNG here")

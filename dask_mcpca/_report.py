@@ -1024,6 +1024,8 @@ def _bins_with_rows(n: int) -> np.ndarray:
 
 #: Columns of the heatmaps over time (groups of consecutive bins).
 HEATMAP_COLUMNS = 300
+#: Inches between two panels over time (room for the time axis' labels and the next title).
+GAP = 0.8
 #: Colours: the model (blue), classical PCA (orange), alarms (red).
 _BLUE, _ORANGE, _RED, _GREY = "#2a6fb0", "#e07b39", "#c0392b", "#888888"
 
@@ -1188,13 +1190,19 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
     drift = summary.windows is not None and len(summary.windows["window_start"]) > 0
     heat = max(1.2, 0.12 * p + 0.4)
     outage = max(0.8, 0.12 * len(_outage_channels(summary)) + 0.4) if gaps else 0.0
-    heights = [max(2.8, 0.06 * p + 2.0), 3.2, 1.4] + ([1.8] if drift else []) + [heat] + ([outage] if gaps else [])
-    heights.append(0.22 * max(len(summary.worst_events), 1) + 0.5)
+    # inches: the spectrum and loadings, room for the loadings' channel names, then the panels over time
+    head, names = max(2.6, 0.04 * p + 2.0), 0.06 * max(len(c) for c in summary.channels) + 0.3 if p <= 80 else 0.5
+    heights = [2.8, 1.4] + ([1.8] if drift else []) + [heat] + ([outage] if gaps else [])
+    heights.append(0.22 * max(len(summary.worst_events), 1) + 0.3)
+    rest = sum(heights) + GAP * (len(heights) - 1)
+    total = 0.9 + head + names + rest * 1.0 + 0.3
     with matplotlib.rc_context(style):
-        fig = Figure(figsize=(16, sum(heights) + 1.2), dpi=100)
+        fig = Figure(figsize=(16, total), dpi=100)
         FigureCanvasAgg(fig)
-        gs = GridSpec(len(heights), 3, figure=fig, height_ratios=heights, hspace=0.55, wspace=0.3,
-                      top=1 - 0.9 / (sum(heights) + 1.2), bottom=0.02, left=0.12, right=0.93)
+        top = GridSpec(1, 3, figure=fig, wspace=0.3, top=1 - 0.9 / total, bottom=1 - (0.9 + head) / total,
+                       left=0.12, right=0.93)
+        gs = GridSpec(len(heights), 1, figure=fig, height_ratios=heights, hspace=GAP * len(heights) / sum(heights),
+                      top=1 - (0.9 + head + names) / total, bottom=0.3 / total, left=0.12, right=0.93)
         share = summary.n_flagged / max(summary.n_scored, 1)
         fig.suptitle(
             (title + ": " if title else "")
@@ -1202,7 +1210,7 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
             f"in {summary.n_events:,} events",
             fontsize=13, x=0.12, ha="left",
         )
-        ax = fig.add_subplot(gs[0, 0])
+        ax = fig.add_subplot(top[0, 0])
         shown = min(k, 20)
         x = np.arange(1, shown + 1)
         ax.bar(x - 0.2, summary.classical_ratio[:shown], 0.4, color=_ORANGE, label="classical (PCA)")
@@ -1214,7 +1222,7 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
         ax.set_title("explained variance: robust vs classical", loc="left")
         ax.legend(frameon=False, fontsize=8)
 
-        ax = fig.add_subplot(gs[0, 1:])
+        ax = fig.add_subplot(top[0, 1:])
         order = _display_order(summary.channels)
         comps = summary.components[: min(k, 8)][:, order]
         lim = float(np.abs(comps).max()) or 1.0
@@ -1227,7 +1235,7 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
         ax.set_title("robust loadings of the leading components", loc="left")
         fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
 
-        row = 1
+        row = 0
         time_axes = [fig.add_subplot(gs[row, :])]
         _plot_distance(time_axes[0], summary, xs)
         row += 1
