@@ -47,19 +47,11 @@ def _best(f, repeats: int) -> float:
 
 
 def _spellings(block, X, plan, repeats):
-    """Median seconds of ``block_stats(X, plan)`` in one sweep, in two sweeps and in numpy."""
-    one_sweep = block._one_sweep
+    """Median seconds of ``block_stats(X, plan)`` in one sweep, in two sweeps and in numpy
+    (each route asked for by name, :func:`dask_mcpca._block.choose_route`)."""
     t_one = _best(lambda: block.block_stats(X, plan), repeats)
-    block._one_sweep = lambda *args: None
-    try:
-        t_two = _best(lambda: block.block_stats(X, plan), repeats)
-    finally:
-        block._one_sweep = one_sweep
-    compiled, block.COMPILED = block.COMPILED, False
-    try:
-        t_numpy = _best(lambda: block.block_stats(X, plan), repeats)
-    finally:
-        block.COMPILED = compiled
+    t_two = _best(lambda: block.block_stats(X, plan, route="two_sweeps"), repeats)
+    t_numpy = _best(lambda: block.block_stats(X, plan, route="numpy"), repeats)
     return t_one, t_two, t_numpy
 
 
@@ -68,6 +60,7 @@ def profile_kernel(rows: int, cols: int, repeats: int = 7, dtype: str = "float64
     from threadpoolctl import threadpool_limits
 
     import dask_mcpca._block as block
+    import dask_mcpca._kernels as kernels
 
     X = np.random.default_rng(0).standard_normal((rows, cols)).astype(dtype)
     # A robust step: the core and the final kernel, one Mahalanobis matrix A = I / c^2 (c^2 = 0.25), so
@@ -87,11 +80,9 @@ def profile_kernel(rows: int, cols: int, repeats: int = 7, dtype: str = "float64
         t_default = _spellings(block, X, default, repeats)
         t_floor = _spellings(block, X, floor, repeats)
         t_moments = _best(lambda: block.block_stats(X, moments), repeats)
-        compiled, block.COMPILED = block.COMPILED, False
-        t_moments_numpy = _best(lambda: block.block_stats(X, moments), repeats)
-        block.COMPILED = compiled
+        t_moments_numpy = _best(lambda: block.block_stats(X, moments, route="numpy"), repeats)
         t_xtx = _best(lambda: X.T @ X, repeats)
-        profiler = LineProfiler(block.block_stats, block._compiled_moments)
+        profiler = LineProfiler(block.block_stats, kernels.compiled_moments)
         wrapped = profiler(block.block_stats)
         for _ in range(repeats):
             wrapped(X, moments)

@@ -31,10 +31,11 @@ float64 values per instruction with AVX-512).
 
 Every weighted sum runs over ``TILE`` rows in the rows' dtype, and the runs
 add in float64, as the numpy spelling's GEMMs of ``GEMM_ROWS`` rows do
-(:mod:`._block`).  What the loops do not handle (a row that is not finite
+(:mod:`._kernels`).  What the loops do not handle (a row that is not finite
 in working units, a kernel that is not one quadratic form, a unit beyond
 the dtype's normal powers of two) is done by the numpy spelling in
-:mod:`._block`, which remains the reference: ``tests/test_compiled.py``
+:mod:`._kernels`, which remains the reference (the router,
+:func:`._block.choose_route`, says which serves a block): ``tests/test_compiled.py``
 checks every spelling against the definitions written out plainly.  The
 loops are compiled on first use and cached on disk (numba's
 ``cache=True``): about 4 s for a default fit's loops once per machine and

@@ -293,7 +293,7 @@ class GapSums:
 
     ``y = x - centre`` (the pass's centre, working units), ``O`` the observed cells:
     ``weight[j] = sum w``, ``wsum[j] = sum w y_O``, ``second[j] = sum w y_O y_O^T``,
-    the weights known up to the pass's log-scale, as in :class:`._block.BlockStats`.
+    the weights known up to the pass's log-scale, as in :class:`._stats.BlockStats`.
     """
 
     observed: np.ndarray

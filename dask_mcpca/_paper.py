@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._block import PassPlan, _top_exponent
+from ._kernels import _top_exponent
 from ._passes import PassRunner
 from ._power import (
     deflated_operator,
@@ -26,6 +26,7 @@ from ._power import (
     woodbury_update,
 )
 from ._schedule import paper_kernel_sizes
+from ._stats import PassPlan
 
 __all__ = ["LastPass", "PaperState", "fit_paper"]
 

@@ -20,8 +20,9 @@ import dask.array as da
 import numpy as np
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
-from ._block import BlockStats, PassPlan, block_stats, combine
+from ._block import block_stats
 from ._progress import PassProgress
+from ._stats import BlockStats, PassPlan, combine
 
 __all__ = [
     "PassRunner",
@@ -65,7 +66,7 @@ def spread_blocks(n_blocks: int) -> np.ndarray | None:
     return np.unique(((np.arange(m) + 0.5) * n_blocks / m).astype(int))
 
 
-#: The merged statistics of one pass: the blocks' :class:`._block.BlockStats`
+#: The merged statistics of one pass: the blocks' :class:`._stats.BlockStats`
 #: merged by the tree, the same type as what each block returns.
 PassResult = BlockStats
 

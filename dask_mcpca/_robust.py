@@ -55,11 +55,13 @@ import numpy as np
 from scipy import stats
 from scipy.spatial import cKDTree
 
-from ._block import BlockStats, PartialPlan, PassPlan, _top_exponent, block_stats, combine
+from ._block import block_stats
+from ._kernels import _top_exponent
 from ._missing import MAX_PATTERNS, em_moments, pattern_key, radius_for_count
 from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
+from ._stats import BlockStats, PartialPlan, PassPlan, combine
 
 __all__ = [
     "RobustState",
@@ -303,7 +305,7 @@ def step_plan(
     quadratic form is computed once) with offsets ``q_j / (2 c^2)``.  Rows
     holding one of the ``excluded`` (column, value) pairs, or equal to one of
     the ``excluded_rows``, enter no sums.  With ``partial``, rows with some
-    cells missing enter by their observed cells (:class:`._block.PartialPlan`):
+    cells missing enter by their observed cells (:class:`._stats.PartialPlan`):
     the radius ``q_j`` (less the kernel factor's widening) is mapped to k
     observed channels at the same chi-square probability; rows of the
     ``patterns`` of observed cells come back as sums for the client's EM.

@@ -1,9 +1,10 @@
 """The compiled loops of a kernel pass, and the numpy spelling they stand in for, against plain numpy.
 
 :mod:`dask_mcpca._compiled` does the usual sub-block of a kernel pass; the
-numpy spelling in :mod:`dask_mcpca._block` does the rest (NaN or inf rows,
+numpy spelling in :mod:`dask_mcpca._kernels` does the rest (NaN or inf rows,
 far rows, float32 overflow, kernels that are not one matrix) and all of it
-when ``COMPILED`` is False.  Both are checked here against the definitions
+when ``COMPILED`` is False; the router, :func:`dask_mcpca._block.block_stats`,
+takes the route a test asks for (``route=``).  All are checked here against the definitions
 written out plainly in float64 (``_plain``): the weights
 ``exp(min(z_j - q/2, 0) - m_j)`` with ``q = (y - c)^T A (y - c)`` in working
 units, and the weighted mean and scatter about it.
@@ -17,24 +18,22 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from dask_mcpca import _block, _compiled
-from dask_mcpca._block import SUB_BLOCK_ROWS, PassPlan, block_stats
+from dask_mcpca import _block, _compiled, _kernels
+from dask_mcpca._block import SUB_BLOCK_ROWS, PassPlan, block_stats, choose_route
 
-#: The compiled loops in one sweep (kernels with flat tops) or two (the others, and any kernel
-#: none of whose rows is near its flat top), and the numpy spelling.
-SPELLINGS = ["one sweep", "two sweeps", "numpy"]
+#: The usual routes (the compiled loops: one sweep for kernels with flat tops, two for the
+#: others and for any kernel none of whose rows is near its flat top), the two compiled sweeps
+#: asked for, and the numpy spelling asked for: the ``route=`` of :func:`block_stats`.
+SPELLINGS = {"usual": None, "two sweeps": "two_sweeps", "numpy": "numpy"}
 DTYPES = [np.float64, np.float32]
 #: Agreement with the plain float64 definitions, relative to each quantity's magnitude.
 RTOL = {np.float64: 1e-11, np.float32: 2e-5}
 
 
-@pytest.fixture(params=SPELLINGS)
-def spelling(request, monkeypatch):
-    """Truthy for the compiled loops."""
-    monkeypatch.setattr(_block, "COMPILED", request.param != "numpy")
-    if request.param == "two sweeps":
-        monkeypatch.setattr(_block, "_one_sweep", lambda *args: None)
-    return request.param != "numpy"
+@pytest.fixture(params=list(SPELLINGS))
+def spelling(request):
+    """The route to ask :func:`block_stats` for (None: the usual choice)."""
+    return SPELLINGS[request.param]
 
 
 def _plain(X, plan, keep=None):
@@ -80,7 +79,8 @@ def test_kernel_pass_matches_the_plain_definitions(spelling, dtype, n, offsets):
     p = 6
     X, A = _bulk(n, p, dtype)
     plan = PassPlan(center=np.full(p, 2.9), kernels=np.repeat(A[None], len(offsets), 0), offsets=np.array(offsets))
-    got = block_stats(X, plan)
+    got = block_stats(X, plan, route=spelling)
+    assert sum(got.routes.values()) == n
     assert (got.n_rows, got.n_nonfinite, got.n_far) == (n, 0, 0)
     _assert_matches(got, _plain(X, plan), dtype)
 
@@ -100,14 +100,14 @@ def test_flat_top_kernels_take_one_sweep(dtype, monkeypatch):
     monkeypatch.setattr(_block, "SUB_BLOCK_ROWS", 4000)
 
     def forbidden(*args):
-        raise AssertionError("a sub-block of flat-top kernels left the one-sweep loop")
+        raise AssertionError("the mask of finite rows was made, though no row sample is drawn")
 
-    monkeypatch.setattr(_compiled, "transposed_quadratic_form", forbidden)
-    monkeypatch.setattr(_block, "_numpy_part", forbidden)
-    monkeypatch.setattr(_block, "_finite_rows", forbidden)  # the mask serves a row sample only
-    excluded_rows, seen = _block._excluded_rows, []
-    monkeypatch.setattr(_block, "_excluded_rows", lambda Xs, plan: seen.append(len(Xs)) or excluded_rows(Xs, plan))
+    monkeypatch.setattr(_kernels, "_finite_rows", forbidden)  # the mask serves a row sample only
+    excluded_rows, seen = _kernels._excluded_rows, []
+    monkeypatch.setattr(_kernels, "_excluded_rows", lambda Xs, plan: seen.append(len(Xs)) or excluded_rows(Xs, plan))
+    assert choose_route(X, plan).routes[0] == "whole_block"
     got = block_stats(X, plan)
+    assert got.routes == {"whole_block": len(X)}
     assert sum(seen) == len(X) and max(seen) <= 4000  # temporaries the size of a sub-block's
     finite = np.isfinite(X).all(axis=1)
     assert (got.n_rows, got.n_nonfinite) == (len(X) - 2, 2)
@@ -134,7 +134,7 @@ def test_one_sweep_draws_the_row_sample_by_sub_blocks(monkeypatch):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("distance", [7.0, 12.0], ids=["near", "far"])
-def test_rows_all_outside_the_flat_top(dtype, distance, monkeypatch):
+def test_rows_all_outside_the_flat_top(dtype, distance):
     """Every row of the sub-block outside the flat top: its largest weight ``exp(m)`` is below 1.
     Near (m ~ -20), the one sweep divides its sums by ``exp(m)``; far (m ~ -65, below
     ``_LOG_TINY / 2`` in float32), float32 takes the two sweeps, which scale the weights before
@@ -147,13 +147,11 @@ def test_rows_all_outside_the_flat_top(dtype, distance, monkeypatch):
     X = X.astype(dtype)
     plan = PassPlan(center=np.zeros(2), kernels=np.eye(2)[None], offsets=np.array([1.0]))
     want = _plain(X, plan)
-    swept = []
-    one_sweep = _block._one_sweep
-    monkeypatch.setattr(_block, "_one_sweep", lambda *args: swept.append(one_sweep(*args)) or swept[-1])
     got = block_stats(X, plan)
     m = want[0][0]
     assert -70 < m < -15
-    assert (swept[0] is not None) == (m >= _block._LOG_TINY[dtype] / 2)
+    swept = m >= _kernels._LOG_TINY[dtype] / 2
+    assert got.routes == ({"whole_block": n} if swept else {"two_sweeps": n})
     _assert_matches(got, want, dtype)
 
 
@@ -164,8 +162,9 @@ def test_working_units_scale_the_rows_exactly(spelling, dtype, unit_exp):
     p = 4
     X, A = _bulk(3000, p, dtype)
     kw = dict(kernels=np.stack([A, A]), offsets=np.array([1.0, 3.0]))
-    ref = block_stats(X, PassPlan(center=np.full(p, 3.0), **kw))
-    scaled = block_stats(np.ldexp(X, unit_exp), PassPlan(center=np.full(p, 3.0), unit_exp=unit_exp, **kw))
+    ref = block_stats(X, PassPlan(center=np.full(p, 3.0), **kw), route=spelling)
+    scaled = block_stats(np.ldexp(X, unit_exp), PassPlan(center=np.full(p, 3.0), unit_exp=unit_exp, **kw),
+                         route=spelling)
     assert_allclose(scaled.weight, ref.weight, rtol=1e-12)
     assert_allclose(scaled.mean, ref.mean, rtol=1e-12)
     assert_allclose(scaled.scatter, ref.scatter, rtol=1e-12)
@@ -184,12 +183,8 @@ def test_rows_that_are_not_finite_are_counted_and_left_out(spelling, dtype, monk
                     sample_rate=0.5)
     keep = np.isfinite(X).all(axis=1)
     monkeypatch.setattr(_block, "SUB_BLOCK_ROWS", 4000)
-    if spelling:
-        def numpy_part(*args):
-            raise AssertionError("a sub-block with NaN or inf rows went to the numpy spelling")
-
-        monkeypatch.setattr(_block, "_numpy_part", numpy_part)
-    got = block_stats(X, plan)
+    got = block_stats(X, plan, route=spelling)
+    assert got.routes == {spelling or "whole_block": len(X)}  # not handed to numpy
     assert (got.n_rows, got.n_nonfinite, got.n_far) == (len(X) - 3, 3, 0)
     _assert_matches(got, _plain(X, plan, keep), dtype)
     drawn = _block._row_uniforms(np.arange(len(X)), plan.seed) < plan.sample_rate
@@ -206,7 +201,7 @@ def test_float32_row_whose_quadratic_form_overflows_gets_weight_zero(spelling):
     X[7] = 1e20  # every product +inf
     X[8] = [1e20, -1e20, 1e20]  # products of both signs
     plan = PassPlan(center=np.full(p, 3.0), kernels=A[None], offsets=np.array([2.0]))
-    got = block_stats(X, plan)
+    got = block_stats(X, plan, route=spelling)
     assert (got.n_rows, got.n_far) == (len(X), 0)
     keep = ~np.isin(np.arange(len(X)), [7, 8])
     _assert_matches(got, _plain(X, plan, keep), np.float32)
@@ -222,7 +217,7 @@ def test_excluded_values_and_rows_enter_no_sum(spelling, dtype):
         center=np.full(p, 3.0), kernels=np.stack([A, A]), offsets=np.array([1.0, 3.0]),
         excluded=((1, 0.5),), excluded_rows=((1.0, 2.0, 3.0),),
     )
-    got = block_stats(X, plan)
+    got = block_stats(X, plan, route=spelling)
     keep = (X[:, 1] != dtype(0.5)) & ~(X == np.array([1.0, 2.0, 3.0], dtype)).all(axis=1)
     assert keep.sum() == len(X) - 600 - 300
     assert got.n_rows == len(X)  # left out of the sums, still rows
@@ -236,7 +231,7 @@ def test_sub_block_whose_rows_are_all_excluded_adds_nothing(spelling, monkeypatc
     X[500:, 0] = 7.0
     plan = PassPlan(center=np.full(p, 3.0), kernels=A[None], offsets=np.array([1.0]), excluded=((0, 7.0),))
     monkeypatch.setattr(_block, "SUB_BLOCK_ROWS", 500)
-    got = block_stats(X, plan)
+    got = block_stats(X, plan, route=spelling)
     _assert_matches(got, _plain(X, plan, np.arange(len(X)) < 500), np.float64)
 
 
@@ -245,17 +240,43 @@ def test_compiled_loops_take_one_matrix_in_a_normal_unit_only():
     wider than COMPILED_MAX_FEATURES: the numpy spelling (its results are checked above and in
     test_mcpca)."""
     A = np.eye(3)
-    one = PassPlan(center=np.zeros(3), kernels=np.stack([A, A]), offsets=np.array([0.0, 1.0]))
-    assert _block._compiled_kernel(one, np.float64) is not None
-    assert _block._compiled_kernel(PassPlan(center=np.zeros(3), kernels=np.stack([A, 2 * A])), np.float64) is None
-    assert _block._compiled_kernel(PassPlan(center=np.zeros(3)), np.float64) is None
-    assert _block._compiled_kernel(PassPlan(center=np.zeros(3), kernels=A[None], unit_exp=200), np.float32) is None
-    assert _block._compiled_kernel(PassPlan(center=np.zeros(3), kernels=A[None], unit_exp=200), np.float64) is not None
-    wide = _block.COMPILED_MAX_FEATURES + 1  # BLAS's products are faster there
-    assert _block._compiled_kernel(PassPlan(center=np.zeros(wide), kernels=np.eye(wide)[None]), np.float64) is None
-    ws = _block._Workspace(np.float64)
-    assert _block._compiled_part(np.ones((5, wide)), PassPlan(center=np.zeros(wide)), None, ws) is None
-    assert _block._compiled_part(np.ones((5, 3)), PassPlan(center=np.zeros(3)), None, ws) is not None
+
+    def routes(X, **kw):
+        return choose_route(X, PassPlan(center=np.zeros(X.shape[1]), **kw)).routes
+
+    X64, X32 = np.ones((5, 3)), np.ones((5, 3), np.float32)
+    assert routes(X64, kernels=np.stack([A, A]), offsets=np.array([0.0, 1.0])) == ("two_sweeps", "numpy")
+    flat = dict(kernels=np.stack([A, A]), offsets=np.array([1.0, 2.0]))
+    assert routes(X64, **flat) == ("whole_block", "one_sweep", "two_sweeps", "numpy")
+    assert routes(X32, **flat)[0] == "whole_block"  # float32 rows work in float32
+    assert routes(np.asfortranarray(X64), **flat) == ("one_sweep", "two_sweeps", "numpy")
+    assert routes(X64.astype(">f8"), **flat) == ("one_sweep", "two_sweeps", "numpy")  # cast by sub-blocks
+    assert routes(X64, kernels=np.stack([A, 2 * A])) == ("numpy",)
+    assert routes(X64) == ("compiled_moments", "numpy")
+    assert routes(X32, kernels=A[None], unit_exp=200) == ("numpy",)
+    assert routes(X64, kernels=A[None], unit_exp=200) == ("two_sweeps", "numpy")
+    wide = np.ones((5, _block.COMPILED_MAX_FEATURES + 1))  # BLAS's products are faster there
+    assert routes(wide, kernels=np.eye(wide.shape[1])[None]) == ("numpy",)
+    assert routes(wide) == ("numpy",)
+    assert "COMPILED_MAX_FEATURES" in choose_route(wide, PassPlan(center=np.zeros(wide.shape[1]))).reason
+
+
+def test_a_route_asked_for_serves_where_it_can_and_numpy_elsewhere():
+    """``route=``: the route asked for, then numpy; a route that cannot serve the block (a kernel
+    route for a moments pass) leaves it to numpy, and says so; an unknown name is refused."""
+    X, A = _bulk(3000, 3, np.float64)
+    plan = PassPlan(center=np.full(3, 3.0), kernels=np.stack([A, A]), offsets=np.array([1.0, 3.0]))
+    assert choose_route(X, plan, route="one_sweep").routes == ("one_sweep", "numpy")
+    assert choose_route(X, plan, route="numpy").routes == ("numpy",)
+    for route in ("whole_block", "one_sweep", "two_sweeps", "numpy"):
+        assert block_stats(X, plan, route=route).routes == {route: len(X)}
+    moments = PassPlan(center=np.zeros(3))
+    assert block_stats(X, moments, route="compiled_moments").routes == {"compiled_moments": len(X)}
+    asked = choose_route(X, moments, route="two_sweeps")
+    assert asked.routes == ("numpy",) and "cannot serve" in asked.reason
+    assert block_stats(X, moments, route="two_sweeps").routes == {"numpy": len(X)}
+    with pytest.raises(ValueError, match="route must be one of"):
+        block_stats(X, plan, route="fast")
 
 
 @pytest.mark.parametrize(
@@ -290,13 +311,10 @@ def test_moments_pass_matches_the_plain_definitions(spelling, dtype, scale, monk
     X[800, 1], X[1500, 3] = np.nan, np.inf
     X[700, 0] = np.nan  # a sub-block's first row: the shift reads its NaN as 0
     monkeypatch.setattr(_block, "SUB_BLOCK_ROWS", 700)
-    if spelling and scale < 1e30:  # near float32's top the unit's power of two is not normal: numpy's case
-
-        def numpy_part(*args):
-            raise AssertionError("a moments sub-block went to the numpy spelling")
-
-        monkeypatch.setattr(_block, "_numpy_part", numpy_part)
-    got = block_stats(X, PassPlan(center=np.zeros(p)))
+    route = {"two_sweeps": "compiled_moments"}.get(spelling, spelling)  # a moments pass's compiled loops
+    got = block_stats(X, PassPlan(center=np.zeros(p)), route=route)
+    if route != "numpy" and scale < 1e30:  # near float32's top the unit's power of two is not normal: numpy's
+        assert got.routes == {"compiled_moments": len(X)}
     keep = np.isfinite(X).all(axis=1)
     Y = X[keep].astype(np.float64)
     assert (got.n_rows, got.n_nonfinite) == (len(Y), 3)
@@ -320,7 +338,7 @@ def test_non_finite_value_in_a_direction_the_kernel_ignores_is_still_counted(spe
     A = np.diag([1.0, 0.5, 0.0])
     X[10, 2] = bad
     plan = PassPlan(center=np.full(p, 3.0), kernels=A[None], offsets=np.array([1.0]))
-    got = block_stats(X, plan)
+    got = block_stats(X, plan, route=spelling)
     assert (got.n_rows, got.n_nonfinite) == (len(X) - 1, 1)
     _assert_matches(got, _plain(X, plan, np.arange(len(X)) != 10), dtype)
 

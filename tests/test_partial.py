@@ -78,6 +78,7 @@ def test_block_e_step_equals_the_formulas_row_by_row():
     got = block_stats(rows, plan)
     weight, wsum, second = _plain_partial_sums(rows, center, S, c2, offsets)
     assert got.n_rows == len(rows) and got.n_partial == len(rows) and got.n_nonfinite == 0
+    assert got.routes["partial"] == len(rows)  # every row has a gap: all completed by the partial kernel
     true_weight = got.weight * np.exp(got.log_scale)
     np.testing.assert_allclose(true_weight, weight, rtol=1e-10)
     mean = wsum / weight[:, None]

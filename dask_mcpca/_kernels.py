@@ -1,0 +1,655 @@
+"""The kernels that compute a row block's statistics: the numpy spelling and the compiled loops.
+
+Each kernel takes (a sub-block of) a row block as stored and a
+:class:`._stats.PassPlan` and returns the block's :class:`._stats.BlockStats`,
+counts included, with the mask of its rows finite as stored.  Which kernel
+serves a block is decided by the router, :func:`._block.block_stats`; a
+compiled kernel that meets rows it does not handle declines (returns None)
+and the router hands the rows to the next route, down to :func:`numpy_part`,
+which serves every block.
+
+Two spellings
+-------------
+The usual sub-block (a kernel pass of one kernel matrix whose rows are finite
+in working units or hold NaN or inf as stored, counted and left out; a
+moments pass, its NaN or inf rows counted and left out; at most
+``_block.COMPILED_MAX_FEATURES`` columns, beyond which BLAS's products are
+faster) is done by the compiled loops of :mod:`._compiled`
+(:func:`one_sweep`, :func:`two_sweeps`, :func:`compiled_moments`), which lay
+the rows out transposed and vectorise along them; everything else by the
+numpy spelling (:func:`numpy_part`, and :func:`partial_stats` for rows with
+missing cells), which is also the reference they are tested against.  Both
+give the same quantities; their sums differ in order only.
+
+Precision
+---------
+float32 rows are shifted, weighted and multiplied in float32 (twice the
+arithmetic rate and half the bytes of float64), in runs of rows (256 in the
+compiled loops, ``GEMM_ROWS`` in the numpy spelling) whose results are added
+in float64, as are all sums across runs, sub-blocks and blocks: a float32 fit
+gives the float64 fit of the same values to float32 round-off
+(``tests/test_mcpca.py``).  The float32 rows are in
+working units too (the centre, rounded to float32 in the data's units, is
+subtracted, then the power of two applied); finiteness is still judged on
+the values as stored.  A sub-block whose float32 working rows would overflow
+where float64 ones do not (a finite row becoming inf), or a kernel beyond
+float32's range, is done in float64, so ``n_far`` and the weights are those
+of the float64 pass.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from . import _compiled, _missing
+from ._stats import BlockStats, PassPlan, empty, from_sums
+
+__all__ = [
+    "one_sweep",
+    "two_sweeps",
+    "compiled_moments",
+    "numpy_part",
+    "partial_stats",
+    "work_dtype",
+    "Workspace",
+    "GEMM_ROWS",
+]
+
+#: Exponents below which a weight is set to 0 (exp would be subnormal).
+_LOG_TINY = {np.float32: -80.0, np.float64: -700.0}
+
+#: Rows per GEMM of the weighted sums: float32 products accumulate in float32
+#: within one GEMM, so a short GEMM bounds their round-off (at worst about
+#: ``GEMM_ROWS * 2^-24`` relative, typically its square root of that); the
+#: GEMMs' results add in float64.  It also keeps a GEMM's operands in cache.
+GEMM_ROWS = 4096
+
+
+#: Largest kernel entry (working units) multiplied in float32; beyond it the
+#: pass works in float64 (a quadratic form could overflow float32 for near rows).
+_F32_KERNEL_MAX = 2.0**60
+
+
+#: Rows side by side in :func:`_column_reduce`.
+_GROUP = 16
+
+
+_NO_ROWS = np.zeros(0, bool)
+
+
+class Workspace:
+    """Scratch arrays for the sub-blocks of one block, allocated once and reused.
+
+    A kernel pass makes several sub-block-sized temporaries (the working
+    rows, ``Y A``, the exponents, the weighted rows); allocating them afresh
+    for every sub-block makes the allocator map and unmap megabytes each time,
+    and the page faults cost as much as the arithmetic (measured: 10-25 % of
+    a block).  ``take(name, shape)`` returns a view of a buffer that grows
+    only when a larger shape is asked for.
+    """
+
+    def __init__(self, dtype: type):
+        self.dtype = np.dtype(dtype)
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def take(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        size = int(np.prod(shape))
+        buf = self._buffers.get(name)
+        if buf is None or buf.size < size:
+            buf = self._buffers[name] = np.empty(size, dtype=self.dtype)
+        return buf[:size].reshape(shape)
+
+
+def _sub_block_stats(
+    Y: np.ndarray, shift: np.ndarray, plan: PassPlan, ws: Workspace | None = None
+) -> BlockStats:
+    """Moments of the finite rows ``Y = X - shift`` under each kernel.
+
+    For kernel passes ``shift`` is the kernels' centre c; for a moments pass
+    it is a row of the sub-block, so the raw sums below never cancel badly.
+    Both are in the units of ``Y``, and so is the result (``unit_exp`` 0; the
+    caller sets the counts, the unit and the ranges of a moments pass).
+    The scatter is formed as ``sum g y y^T - w m m^T`` (no centred copy of
+    the rows): ``y`` is measured from a point near the weighted mean.
+
+    ``Y`` is float32 for float32 data: the products are then float32 and
+    their sums float64 (:func:`_weighted_sums`).  Equal kernels share one
+    quadratic form, and all kernels one weighted GEMM.  This is the numpy
+    spelling; :func:`two_sweeps` does the usual case faster.
+    """
+    n, p = Y.shape
+    if ws is None or ws.dtype != Y.dtype:
+        ws = Workspace(Y.dtype)
+    if plan.kernels is None:
+        G = None
+        log_scale = np.zeros(1)
+    else:
+        J = plan.n_kernels
+        E = ws.take("exponents", (J, n))
+        quad = ws.take("quad", (n,))
+        offsets = np.zeros(J) if plan.offsets is None else plan.offsets
+        wider = np.zeros(J, bool)  # same quadratic form as kernel j - 1, wider flat top
+        for j, A in enumerate(plan.kernels):
+            same = j > 0 and np.array_equal(A, plan.kernels[j - 1])
+            wider[j] = same and offsets[j] >= offsets[j - 1]
+            if not same:
+                YA = np.matmul(Y, A.astype(Y.dtype), out=ws.take("YA", (n, p)))
+                np.einsum("ij,ij->i", YA, Y, out=quad)  # y_k^T A y_k, reused by equal kernels
+                # Overflow (inf, or inf - inf = NaN) only for rows far beyond
+                # any kernel's reach: infinitely far, weight 0.
+                quad[np.isnan(quad)] = np.inf
+            _exponents(quad, offsets[j], out=E[j])
+        G, log_scale = _weights(E)
+        wider[1:] &= log_scale[:-1] == 0
+    weight, wsum, scatter = _weighted_sums(Y, G, ws, wider=None if G is None else wider)
+    return from_sums(n, log_scale, weight, wsum, scatter, shift)
+
+
+def _exponents(quad: np.ndarray, offset: float, out: np.ndarray) -> np.ndarray:
+    """``e_k = z - 1/2 y_k^T A y_k`` into ``out`` (capped at 0 by :func:`_weights`)."""
+    np.multiply(quad, -0.5, out=out)
+    out += offset
+    return out
+
+
+def _weights(E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weights ``exp(min(e, 0) - m_j)`` from the exponents ``E`` (J x n, overwritten), and ``m_j``.
+
+    The cap at 0 is the flat top (for ``z = 0``, ``A`` is PSD and positive
+    values are round-off); ``m_j = max_k min(e_jk, 0)`` is the kernel's
+    log-scale, -inf when every row is infinitely far (weight 0).
+    """
+    np.minimum(E, 0.0, out=E)
+    log_scale = E.max(axis=1).astype(np.float64) if E.shape[1] else np.full(len(E), -np.inf)
+    live = np.isfinite(log_scale)
+    if np.any(log_scale[live]):
+        E[live] -= log_scale[live].astype(E.dtype)[:, None]
+    # Weights below exp(LOG_TINY) would be subnormal, which slows the products
+    # many times over; they are far below the round-off of the sums.
+    E[E < _LOG_TINY[E.dtype.type]] = -np.inf
+    return np.exp(E, out=E), log_scale
+
+
+def two_sweeps(
+    Xs: np.ndarray, plan: PassPlan, U: np.ndarray, ws: Workspace
+) -> tuple[BlockStats, np.ndarray | None] | None:
+    """A kernel pass's statistics of sub-block ``Xs`` (as stored, in the working dtype) by the
+    compiled loops (:mod:`._compiled`) in two sweeps (the quadratic forms, then the weighted
+    sums), counts included, and the mask of the rows finite as stored (None: all are).  Declines
+    (None) when a row finite as stored is not finite in working units (a far row, a float32
+    overflow), which the numpy spelling handles.
+
+    The same quantities as :func:`_working_rows` then :func:`_sub_block_stats`: the rows are
+    shifted by the centre rounded to the dtype, then scaled by the power of two; rows holding
+    NaN or inf (as stored) and the plan's excluded rows get weight 0, and the former are counted
+    in ``n_nonfinite``.  Sums differ from numpy's in their order only.  Kernels that all have a
+    flat top (the default solver's) usually take one sweep instead (:func:`one_sweep`).
+    """
+    n, p = Xs.shape
+    X = np.ascontiguousarray(Xs)
+    dtype = Xs.dtype.type
+    center, shift = _rounded_center(plan, dtype)
+    scale = dtype(2.0**-plan.unit_exp)
+    Yt, quad = ws.take("Yt", (p, n)), ws.take("quad", (n,))
+    _compiled.transposed_quadratic_form(X, center, scale, U, Yt, quad)
+    finite = None
+    if not np.isfinite(quad).all():
+        # A row whose quadratic form is not finite holds NaN or inf as stored (left out and
+        # counted, as numpy does), overflows in working units (far: the numpy spelling's case),
+        # or is finite there but so far out that its form overflows (inf, or inf - inf = NaN):
+        # weight 0.  Either way its working values are zeroed, so that its products add exactly 0
+        # whatever order the compiled sums multiply in (reassociation may form y_a y_b).
+        out = ~np.isfinite(quad)
+        finite_there = np.isfinite(Yt[:, out]).all(axis=0)
+        stored = np.isfinite(Xs[out]).all(axis=1)
+        if np.any(stored & ~finite_there):
+            return None
+        if not stored.all():
+            finite = np.ones(n, bool)
+            finite[np.flatnonzero(out)[~stored]] = False
+        quad[out] = np.inf
+        Yt[:, out] = 0
+    J = plan.n_kernels
+    E = ws.take("exponents", (J, n))
+    offsets = np.zeros(J) if plan.offsets is None else plan.offsets
+    for j in range(J):
+        _exponents(quad, offsets[j], out=E[j])
+    if plan.excluded or plan.excluded_rows:
+        E[:, _excluded_rows(Xs, plan)] = -np.inf
+    G, log_scale = _weights(E)
+    part = from_sums(n, log_scale, *_compiled_sums(Yt, G), shift)
+    part.n_nonfinite = 0 if finite is None else int(n - finite.sum())
+    part.n_rows = n - part.n_nonfinite
+    return part, finite
+
+
+def one_sweep(
+    X: np.ndarray, plan: PassPlan, U: np.ndarray, *, sub_block_rows: int
+) -> tuple[BlockStats, np.ndarray | None] | None:
+    """:func:`two_sweeps` in one sweep (:func:`._compiled.flat_top_sums`), for kernels that
+    all have a flat top (the mask of finite rows only where the plan draws a row sample, its
+    one use; None otherwise), over a sub-block or a whole block (its excluded rows found
+    ``sub_block_rows`` at a time, so that no temporary is the size of the block).  Declines
+    (None) a far row, or a kernel whose largest weight in the rows is below
+    ``exp(_LOG_TINY / 2)`` (no row near its flat top), whose weights the two-sweep loops scale
+    first so that none is lost.
+
+    The sweep's weights are ``exp(e)``, not ``exp(e - m_j)``; dividing its sums by ``exp(m_j)``
+    gives the two-sweep result, except for weights below ``exp(_LOG_TINY)``, which are 0 here
+    and ``exp(e - m_j)`` there: at most ``exp(_LOG_TINY / 2)`` of the largest weight, far below
+    the round-off of the sums.
+    """
+    n, p = X.shape
+    dtype = X.dtype.type
+    J, tiny = plan.n_kernels, _LOG_TINY[dtype]
+    center, shift = _rounded_center(plan, dtype)
+    scale = dtype(2.0**-plan.unit_exp)
+    excluded = _NO_ROWS
+    if plan.excluded or plan.excluded_rows:  # by sub-blocks: a narrow store's block has millions of rows
+        starts = range(0, n, sub_block_rows)
+        excluded = np.concatenate([_excluded_rows(X[s : s + sub_block_rows], plan) for s in starts])
+    weight, wsum, scatter, top = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p)), np.empty(J)
+    n_bad = _compiled.flat_top_sums(X, center, scale, U, plan.offsets, tiny, excluded, weight, wsum, scatter, top)
+    if n_bad < 0 or not np.all(top >= tiny / 2):
+        return None
+    if np.any(top):
+        rescale = np.exp(-top)
+        weight *= rescale
+        wsum *= rescale[:, None]
+        scatter *= rescale[:, None, None]
+    part = from_sums(n, top, weight, wsum, _mirrored(scatter), shift)
+    part.n_nonfinite = n_bad
+    part.n_rows = n - n_bad
+    # The mask of finite rows serves the row sample only: a robust step's block with gaps
+    # (NaN rows) would otherwise scan all its values once more.
+    return part, _finite_rows(X) if n_bad and plan.sample_rate > 0 else None
+
+
+def _mirrored(scatter: np.ndarray) -> np.ndarray:
+    """The compiled loops' upper triangles (J x p x p), completed in place."""
+    scatter += np.triu(scatter, 1).transpose(0, 2, 1)
+    return scatter
+
+
+def _compiled_sums(Yt: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per kernel, ``sum_k G_jk``, ``sum_k G_jk y_k`` and ``sum_k G_jk y_k y_k^T`` (float64) of the
+    transposed working rows ``Yt`` by the compiled loops, which fill the upper triangle."""
+    J, p = len(G), Yt.shape[0]
+    weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
+    _compiled.transposed_weighted_sums(Yt, G, weight, wsum, scatter)
+    return weight, wsum, _mirrored(scatter)
+
+
+def compiled_moments(Xs: np.ndarray, ws: Workspace) -> tuple[BlockStats, np.ndarray | None] | None:
+    """A moments pass's statistics of sub-block ``Xs`` (as stored, in the working dtype) by the
+    compiled loops, counts included, and the mask of its finite rows (None: all are); None when
+    the sub-block's unit is not a normal power of two of the dtype, which the numpy spelling
+    handles.
+
+    The same quantities as the numpy spelling: rows holding NaN or inf are counted and left out;
+    the unit is the power of two above the largest magnitude of the others and of the first
+    row's finite values, the rows are measured from that first row (its NaN and inf read as 0)
+    in that unit (one rounding, then the power of two), and the column ranges are those of the
+    finite rows as stored.
+    """
+    n, p = Xs.shape
+    dtype = Xs.dtype.type
+    good, finite = np.ascontiguousarray(Xs), None
+    lo, hi = np.empty(p, dtype), np.empty(p, dtype)
+    if not _compiled.column_ranges(good, lo, hi):  # a NaN or inf: leave those rows out
+        finite = _finite_rows(Xs)
+        good = np.ascontiguousarray(Xs[finite])
+        if not len(good):
+            return None  # no finite row: the numpy spelling's empty result
+        _compiled.column_ranges(good, lo, hi)
+    first = _first_row(Xs)
+    unit = max(_top_exponent(np.concatenate([lo, hi])), _top_exponent(first))
+    first = first.astype(dtype)  # exact: a row as stored
+    if abs(unit) >= np.finfo(dtype).maxexp - 1:
+        return None
+    m = len(good)
+    Yt = ws.take("Yt", (p, m))
+    _compiled.transposed_rows(good, first, dtype(2.0**-unit), Yt)
+    G = ws.take("exponents", (1, m))
+    G.fill(1)
+    weight, wsum, scatter = _compiled_sums(Yt, G)
+    weight[0] = m  # exact
+    part = from_sums(m, np.zeros(1), weight, wsum, scatter, np.ldexp(first.astype(np.float64), -unit))
+    part.col_min, part.col_max, part.unit_exp = lo.astype(np.float64), hi.astype(np.float64), unit
+    part.n_nonfinite = n - m
+    return part, finite
+
+
+def _weighted_sums(
+    Y: np.ndarray, G: np.ndarray | None, ws: Workspace, *, wider: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per kernel j: ``sum_k G_jk``, ``sum_k G_jk y_k`` and ``sum_k G_jk y_k y_k^T`` in float64.
+
+    Runs of ``GEMM_ROWS`` rows (float32 products accumulate in float32 within
+    one product, and a short run keeps its operands in cache); the runs'
+    results add in float64.  One kernel (the usual robust step) is a SYRK per
+    run, ``(sqrt(g) y)^T (sqrt(g) y)``; several kernels are one GEMM per run,
+    the rows weighted by each kernel side by side (n x Jp) times the rows.
+    ``G=None``: unit weights, one kernel (a moments pass).
+
+    A kernel marked ``wider`` has the quadratic form of kernel ``j - 1``
+    and a wider flat top, and kernel ``j - 1`` has a row inside its flat top
+    (its log-scale is 0), so ``G_j >= G_(j-1)`` and they differ only on the
+    rows outside kernel ``j - 1``'s flat top (``G_(j-1) < 1``): its sums are
+    kernel ``j - 1``'s plus those rows' ``G_j - G_(j-1)`` terms, which are
+    non-negative (no cancellation).  The final kernel of a robust step is
+    such a kernel, so a step costs one weighted SYRK and a small one.
+    """
+    n, p = Y.shape
+    J = 1 if G is None else G.shape[0]
+    weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
+    own = np.arange(J) if wider is None else np.flatnonzero(~wider)
+    W = ws.take("W", (min(n, GEMM_ROWS), len(own) * p))
+    for start in range(0, n, GEMM_ROWS):
+        y = Y[start : start + GEMM_ROWS]
+        w = W[: len(y)]
+        if G is None:
+            wsum[0] += _column_reduce(np.add, y, dtype=np.float64)
+            scatter[0] += y.T @ y
+            continue
+        if len(own) == 1:  # (sqrt(g) y)^T (sqrt(g) y): numpy makes it a SYRK, half the GEMM's work
+            j = own[0]
+            g = G[j, start : start + GEMM_ROWS]
+            weight[j] += g.sum(dtype=np.float64)
+            wsum[j] += g @ y
+            np.multiply(y, np.sqrt(g)[:, None], out=w)
+            scatter[j] += w.T @ w
+        else:
+            g = G[own, start : start + GEMM_ROWS]
+            weight[own] += g.sum(axis=1, dtype=np.float64)
+            wsum[own] += g @ y
+            for k in range(len(own)):
+                np.multiply(y, g[k][:, None], out=w[:, k * p : (k + 1) * p])
+            scatter[own] += (w.T @ y).reshape(len(own), p, p)
+    if G is None:
+        weight[0] = n  # exact
+    for j in np.flatnonzero(wider) if wider is not None else ():
+        rows = np.flatnonzero(G[j - 1] < 1)  # outside kernel j - 1's flat top
+        extra = G[j, rows] - G[j - 1, rows]
+        weight[j], wsum[j], scatter[j] = weight[j - 1], wsum[j - 1], scatter[j - 1]
+        for start in range(0, len(rows), GEMM_ROWS):
+            yr, er = Y[rows[start : start + GEMM_ROWS]], extra[start : start + GEMM_ROWS]
+            weight[j] += er.sum(dtype=np.float64)
+            wsum[j] += er @ yr
+            scatter[j] += (yr * er[:, None]).T @ yr
+    return weight, wsum, scatter
+
+
+def work_dtype(dtype: np.dtype, plan: PassPlan) -> type:
+    """float32 for float32 rows of either byte order (the products then run at float32
+    speed; sums are float64), unless a kernel is beyond float32's comfortable range."""
+    if np.dtype(dtype).newbyteorder("=") != np.float32:  # a big-endian float32 store is float32 too
+        return np.float64
+    if plan.kernels is not None and not np.all(np.abs(plan.kernels) <= _F32_KERNEL_MAX):
+        return np.float64
+    return np.float32
+
+
+def _finite_rows(Y: np.ndarray) -> np.ndarray | None:
+    """Mask of rows without NaN/inf, or None when all are finite (the usual case).
+
+    ``Y`` is the data as stored (cast to float64), never a difference or a
+    scaled copy, which can overflow for finite rows such as 1e308 and -1e308.
+    """
+    # A NaN or inf anywhere makes the grand total non-finite, so a finite total
+    # proves every row finite.  The total is a contiguous reduction, ~18x cheaper
+    # than per-row sums over p columns; overflow only sends us to the exact mask.
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, huge totals
+        if np.isfinite(Y.sum()):
+            return None
+    return np.isfinite(Y).all(axis=1)
+
+
+def _top_exponent(Y: np.ndarray) -> int:
+    """The exponent e of the power of two 2**e above every magnitude in ``Y`` (0 if all are 0)."""
+    top = float(np.maximum(Y.max(), -Y.min())) if Y.size else 0.0  # max |Y| without a copy; NaN stays NaN
+    return int(np.frexp(top)[1]) if top > 0 else 0
+
+
+#: Rows side by side in :func:`_column_reduce`.
+_GROUP = 16
+
+
+def _column_reduce(ufunc: np.ufunc, X: np.ndarray, dtype=None) -> np.ndarray:
+    """``ufunc.reduce(X, axis=0)``, reduced ``_GROUP`` rows side by side first.
+
+    numpy reduces a narrow C-ordered array over its rows with an inner loop of
+    p elements, 5-10x slower than over the rows of the same data viewed as
+    ``_GROUP * p`` columns; the results differ only in the order of the sums.
+    """
+    n, p = X.shape
+    m = n - n % _GROUP
+    if m == 0 or p == 0:
+        return ufunc.reduce(X, axis=0, dtype=dtype)
+    out = ufunc.reduce(ufunc.reduce(X[:m].reshape(-1, _GROUP * p), axis=0, dtype=dtype).reshape(_GROUP, p), axis=0)
+    return ufunc(out, ufunc.reduce(X[m:], axis=0, dtype=dtype)) if m < n else out
+
+
+def _excluded_rows(X: np.ndarray, plan: PassPlan) -> np.ndarray:
+    """Rows holding one of the plan's excluded values, or equal to one of its excluded rows
+    (compared exactly, in working units).
+
+    ``X`` is as stored (float32 or float64); it is compared in float64,
+    where float32 values and their power-of-two scaling are exact.  An
+    excluded row is matched on the first column, then whole on the rows that
+    match there.
+    """
+    hit = np.zeros(len(X), bool)
+    for column, value in plan.excluded:
+        hit |= np.ldexp(np.asarray(X[:, column], dtype=np.float64), -plan.unit_exp) == value
+    if plan.excluded_rows:
+        first = np.ldexp(np.asarray(X[:, 0], dtype=np.float64), -plan.unit_exp)
+        for row in plan.excluded_rows:
+            maybe = np.flatnonzero(first == row[0])
+            whole = np.ldexp(np.asarray(X[maybe], dtype=np.float64), -plan.unit_exp)
+            hit[maybe[(whole == row).all(axis=1)]] = True
+    return hit
+
+
+def _working_rows(X: np.ndarray, plan: PassPlan, out: np.ndarray | None = None):
+    """Rows of a kernel pass in working units, the mask of the rows that stay
+    finite there (None: all do), and the centre as subtracted (working units,
+    float64).
+
+    ``X`` is as stored, float64 or float32; float32 rows stay float32 (the
+    centre is rounded to float32 in the data's units, and that rounded centre
+    is the returned shift, so the moments' bookkeeping is exact).  NaN and inf
+    survive the shift: rows that stay finite were finite as stored.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        center, shift = _rounded_center(plan, X.dtype)
+        Y = _scaled(_shifted(X, center, out), -plan.unit_exp)  # float32 rows stay float32: one rounding
+        return Y, _finite_rows(Y), shift
+
+
+def _rounded_center(plan: PassPlan, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' centre as a kernel pass subtracts it: in the data's units (within the data's
+    range), rounded to float32 for float32 rows, and that centre in working units (float64), the
+    point the sub-block's moments are measured from."""
+    center = np.ldexp(plan.center, plan.unit_exp)
+    if dtype == np.float32:
+        c32 = center.astype(np.float32)
+        return c32, np.ldexp(c32.astype(np.float64), -plan.unit_exp)
+    return center, plan.center
+
+
+def _shifted(X: np.ndarray, center: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``X - center`` (into ``out``), ``_GROUP`` rows side by side: numpy broadcasts a
+    p-vector over a narrow array with an inner loop of p elements, 1.2x (float64) to 2x
+    (float32) slower than over the same rows viewed ``_GROUP * p`` wide; the values are the same."""
+    n, p = X.shape
+    out = np.empty(X.shape, np.result_type(X, center)) if out is None else out
+    m = n - n % _GROUP
+    if not (X.flags.c_contiguous and out.flags.c_contiguous) or m == 0 or p == 0:
+        return np.subtract(X, center, out=out)
+    np.subtract(X[:m].reshape(-1, _GROUP * p), np.tile(center, _GROUP), out=out[:m].reshape(-1, _GROUP * p))
+    np.subtract(X[m:], center, out=out[m:])
+    return out
+
+
+def _scaled(Y: np.ndarray, exp: int, out: np.ndarray | None = None) -> np.ndarray:
+    """``Y * 2**exp`` into ``out`` (default: in place): a multiplication by a power of two,
+    exact as ``np.ldexp`` (both round only a result that leaves the dtype's normal range) and
+    several times faster."""
+    out = Y if out is None else out
+    if abs(exp) < np.finfo(Y.dtype).maxexp - 1:  # 2**exp itself is a normal number of Y's dtype
+        return np.multiply(Y, Y.dtype.type(2.0**exp), out=out) if exp or out is not Y else Y
+    return np.ldexp(Y, exp, out=out)
+
+
+def _kernel_rows(Xs: np.ndarray, Y: np.ndarray, near, shift, finite, plan: PassPlan):
+    """The rows a kernel pass weighs, from sub-block ``Xs`` (as stored) shifted into ``Y`` by
+    :func:`_working_rows`: ``(Y, shift, n_far)``.
+
+    Rows not finite as stored (``finite``; None: all are) and the plan's
+    excluded rows are left out, then rows that overflow in working units
+    (far: weight 0) are counted and left out.  If a finite float32 row
+    overflows in float32 working units, the kept rows are redone in float64,
+    where only rows ~1e150 spreads away are far.
+    """
+    keep = finite
+    if plan.excluded or plan.excluded_rows:
+        out = _excluded_rows(Xs, plan)
+        keep = ~out if keep is None else keep & ~out
+    if keep is not None:
+        Y, near = Y[keep], None if near is None else near[keep]
+    if near is not None and near.all():
+        near = None  # the overflowing rows were the non-finite ones
+    if near is not None and Y.dtype == np.float32:
+        Y, near, shift = _working_rows((Xs if keep is None else Xs[keep]).astype(np.float64), plan)
+    if near is None:
+        return Y, shift, 0
+    return Y[near], shift, int(len(near) - near.sum())
+
+
+@functools.lru_cache(maxsize=256)
+def _conditional_model(scatter: bytes, p: int, observed: bytes) -> _missing.ConditionalModel:
+    """:func:`._missing.conditional_model`, once per pass's scatter and pattern in a process
+    (every block of a pass asks for the same few)."""
+    mask = np.frombuffer(observed, dtype=bool)
+    return _missing.conditional_model(np.frombuffer(scatter, dtype=np.float64).reshape(p, p), mask)
+
+
+def partial_stats(
+    X: np.ndarray, plan: PassPlan, observed: np.ndarray | None = None, codes: np.ndarray | None = None
+) -> BlockStats:
+    """A kernel pass's statistics of rows with missing cells (float64, as stored; overwritten),
+    by pattern of observed cells: weights from the observed cells, then per pattern either sums
+    of the observed cells for the client's EM (the plan's ``patterns``) or the rows completed by
+    the conditional expectation plus the conditional covariance of the missing cells
+    (:class:`PartialPlan`).  ``observed`` (``~isnan(X)``) and its pattern codes may be given."""
+    part_plan = plan.partial
+    n, p = X.shape
+    J = plan.n_kernels
+    observed = ~np.isnan(X) if observed is None else observed
+    excluded = _excluded_rows(X, plan) if plan.excluded or plan.excluded_rows else None
+    Y = _to_working_units(X, plan)
+    scatter64 = np.ascontiguousarray(part_plan.scatter, dtype=np.float64)
+    groups = list(_missing.patterns(observed, codes))
+    # The rows regrouped by pattern (in their order within one): each pattern is then a slice.
+    order = np.concatenate([rows for _, rows in groups])
+    Y = Y[order]
+    if excluded is not None:
+        excluded = excluded[order]
+    d2, counts = np.empty(n), np.empty(n, dtype=np.intp)
+    slices = []  # (mask, rows, model, key) per pattern, rows a slice; key None: completed here
+    done = np.ones(n, bool)  # rows completed here, in the main sums; the others go to the client's EM
+    start = 0
+    for mask, rows in groups:
+        rows = slice(start, start + len(rows))
+        start = rows.stop
+        model = _conditional_model(scatter64.tobytes(), p, mask.tobytes())
+        key = _missing.pattern_key(mask)
+        Yo = Y[rows][:, model.observed]
+        with np.errstate(over="ignore", invalid="ignore"):
+            d2[rows] = model.d2(Yo)
+            if key in part_plan.patterns:
+                done[rows] = False
+            else:
+                key = None
+                Y[rows, model.missing] = Yo @ model.regression.T
+        counts[rows] = len(model.observed)
+        slices.append((mask, rows, model, key))
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow in working units: weight 0
+        far = ~np.isfinite(d2) | (done & ~np.isfinite(Y @ np.ones(p)))  # the others' missing cells are NaN
+    if far.any():
+        d2[far] = np.inf
+        Y[far] = 0.0
+    E = part_plan.offsets[:, counts] - d2[None, :] / (2 * part_plan.kernel_size2)
+    if excluded is not None:
+        E[:, excluded] = -np.inf
+    G, log_scale = _weights(E)
+    gaps = {}
+    for mask, rows, model, key in slices:
+        if key is not None:
+            g, Yo = G[:, rows], Y[rows][:, model.observed]
+            second = np.stack([(Yo * gj[:, None]).T @ Yo for gj in g])
+            gaps[key] = _missing.GapSums(mask, g.sum(axis=1), g @ Yo, second)
+    kept = slice(None) if done.all() else done
+    weight, wsum, scatter = _weighted_sums(Y[kept], G[:, kept], Workspace(np.float64))
+    for _, rows, model, key in slices:
+        if len(model.missing) and key is None:
+            cell = np.ix_(model.missing, model.missing)
+            for j in range(J):
+                scatter[j][cell] += G[j, rows].sum() * model.residual
+    part = from_sums(n, log_scale, weight, wsum, scatter, plan.center)
+    part.n_far = int(far.sum())
+    part.n_partial = n
+    part.gaps = gaps or None
+    return part
+
+
+def _to_working_units(X: np.ndarray, plan: PassPlan) -> np.ndarray:
+    """``(X - centre) * 2**-unit_exp`` in place (X float64, the caller's copy), as
+    ``ldexp(X - ldexp(centre, e), -e)``: the product by a power of two is exact, or rounds as
+    ldexp does."""
+    factor = np.ldexp(1.0, -plan.unit_exp)
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.subtract(X, np.ldexp(plan.center, plan.unit_exp), out=X)
+        if factor == 0.0 or not np.isfinite(factor):  # |unit_exp| beyond float64's exponents
+            return np.ldexp(X, -plan.unit_exp)
+        X *= factor
+    return X
+
+
+def _first_row(Xs: np.ndarray) -> np.ndarray:
+    """The point a moments sub-block is measured from, so that its sums never cancel badly: its
+    first row (NaN and inf read as 0), float64."""
+    return np.where(np.isfinite(Xs[0]), Xs[0], 0).astype(np.float64) if len(Xs) else np.zeros(Xs.shape[1])
+
+
+def numpy_part(Xs: np.ndarray, plan: PassPlan, ws: Workspace) -> tuple[BlockStats, np.ndarray | None]:
+    """Sub-block ``Xs``'s statistics in numpy, counts included, and the mask of its finite rows
+    as stored (None: all are).  Serves any sub-block of any plan: the reference spelling."""
+    n_seen, p = Xs.shape
+    if plan.kernels is not None:
+        # Shift the rows first: finite working rows prove the stored rows
+        # finite, so the usual kernel pass scans its values once, not twice.
+        Y, near, shift = _working_rows(Xs, plan, out=ws.take("Y", Xs.shape))
+        finite = None if near is None else _finite_rows(Xs)
+        Y, shift, n_far = _kernel_rows(Xs, Y, near, shift, finite, plan)
+    else:
+        finite = _finite_rows(Xs)  # on the values as stored
+        good = Xs if finite is None else Xs[finite]
+        first = _first_row(Xs)  # |Y| <= 2 in this unit
+        unit = max(_top_exponent(good), _top_exponent(first))
+        shift = np.ldexp(first, -unit).astype(Xs.dtype)
+        Y = _scaled(good, -unit, out=ws.take("Y", good.shape))  # exact, barring float32 underflow
+        Y -= shift
+        shift = shift.astype(np.float64)  # as subtracted
+        n_far = 0
+    part = _sub_block_stats(Y, shift, plan, ws) if len(Y) else empty(plan, p)
+    if plan.kernels is None and len(Y):
+        part.col_min = _column_reduce(np.minimum, good).astype(np.float64)
+        part.col_max = _column_reduce(np.maximum, good).astype(np.float64)
+        part.unit_exp = unit
+    n_bad = 0 if finite is None else int(n_seen - finite.sum())
+    part.n_rows, part.n_nonfinite, part.n_far = n_seen - n_bad, n_bad, n_far
+    return part, finite
