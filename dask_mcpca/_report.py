@@ -1,40 +1,41 @@
 """A report for any fitted archive, without the generator's truth: one streaming pass.
 
 :func:`summarize` reads the archive once, one task per row block, each task
-returning a small :class:`BlockSummary`: row counts, sums for the classical
-covariance, the robust distance decimated to ``N_BINS`` bins over the row
-axis (largest, sum and count of d² per bin, as a datashader-style envelope
-of the per-row curve), the rows flagged, and the runs of flagged rows with
-each channel's summed contribution and the row coordinate (time) at both
-ends.  A task reads its block ``SLICE_ROWS`` rows at a time and keeps no
-per-row array of its own.  ``dask-mcpca report`` opens an xarray archive
-without the index of its row coordinate, so the time labels are read with
-the rows they label, never all at once.
+returning a small :class:`BlockSummary`: row counts, the mean and scatter
+of the complete rows for the classical covariance (merged by Chan et al.'s
+update, exact at any offset), the robust distance decimated to ``N_BINS``
+bins over the row axis (largest, sum and count of d² per bin, the rows
+flagged, the mean d² of the rows not flagged, each channel's summed
+contribution), the runs of flagged rows with each channel's summed
+contribution, their severity and the row coordinate (time) at both ends,
+and with ``window`` the kernel-weighted sums of each drift window
+(:mod:`._drift`).  A task reads its block ``SLICE_ROWS`` rows at a time and
+keeps no per-row array of its own.  ``dask-mcpca report`` opens an xarray
+archive without the index of its row coordinate, so the time labels are
+read with the rows they label, never all at once.
 
 The client takes the summaries in row order, with at most ``WINDOW_PER_THREAD``
 blocks per scheduler thread in flight, and folds each one in before the next:
 runs at most ``max_gap`` rows apart become one event (also across block
 borders); an event is written to the CSV as soon as a later run, or the end,
 closes it, and forgotten except when it is one of the ``EVENTS_SHOWN``
-longest (the PNG lists those).  Memory is flat in the number of rows: a block
+most severe (the PNG lists those); a drift window is closed as soon as the
+pass is past it.  Memory is flat in the number of rows: a block
 holds at most about ``BLOCK_VALUES`` values of the archive (whole store chunks, one
-chunk at least), the client holds one open event, ``N_BINS``-sized arrays, a
-p x p sum and a few numbers per block.  (The runs of one block are kept until
+chunk at least), the client holds one open event, the open drift windows
+(p x p each), ``N_BINS``-sized arrays, a p x p sum and a few numbers per
+block and per window.  (The runs of one block are kept until
 it is folded in: at most one per two rows of the block, all rows flagged
 alternately.)
 
-:func:`plot` draws the PNG (robust vs classical explained variance, the
-loadings with channel names, the robust distance over rows or time with the
-threshold, the share flagged per block, the longest events).
-``dask-mcpca report`` calls :func:`summarize` with the CSV open and then
-:func:`plot`.
+:func:`plot` (:mod:`._report_plot`) draws the PNG; ``dask-mcpca report``
+calls :func:`summarize` with the CSV open and then :func:`plot`.
 """
 
 from __future__ import annotations
 
 import csv
 import heapq
-import io
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -45,11 +46,29 @@ import numpy as np
 
 from . import _missing
 from ._contributions import contributions_with_gaps
+from ._drift import (
+    Window,
+    WindowFold,
+    WindowSums,
+    add_windows,
+    drift_components,
+    drift_threshold,
+    parse_window,
+    window_columns,
+    window_sums,
+    write_windows,
+)
 from ._io import as_row_blocks
 from ._labels import is_dataarray
 from ._passes import NonFiniteRowsError
 
 __all__ = [
+    "Window",
+    "parse_window",
+    "drift_components",
+    "drift_threshold",
+    "window_columns",
+    "write_windows",
     "BlockSummary",
     "Event",
     "ArchiveSummary",
@@ -79,72 +98,6 @@ EVENTS_SHOWN = 8
 #: Allocations from this size up go back to the OS when freed (:func:`return_large_frees_to_os`).
 MMAP_THRESHOLD = 8 * 2**20
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
-
-
-@dataclass(frozen=True)
-class Window:
-    """How rows are cut into drift windows: ``rows`` rows each, or ``nanoseconds`` of the row coordinate.
-
-    Windows of a duration start at multiples of it since 1970-01-01 (as
-    pandas' ``resample(origin="epoch")``), so that every block finds a row's
-    window from its time alone.
-    """
-
-    rows: int | None = None
-    nanoseconds: int | None = None
-    text: str = ""
-
-    def ids(self, rows: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
-        """The window of each row (``rows``: their numbers in the archive, ``labels``: their times)."""
-        if self.rows is not None:
-            return rows // self.rows
-        return np.asarray(labels).astype("datetime64[ns]").astype(np.int64) // self.nanoseconds
-
-    def start(self, window_id: int):
-        """The first row number, or the time, at which window ``window_id`` starts."""
-        if self.rows is not None:
-            return int(window_id) * self.rows
-        return np.datetime64(int(window_id) * self.nanoseconds, "ns")
-
-
-def parse_window(text: str) -> Window:
-    """A :class:`Window` from ``--window``: a row count (``100000``) or a duration (``1D``, ``6h``, ``30min``)."""
-    text = str(text).strip()
-    if text.isdigit():
-        if int(text) < 2:
-            raise ValueError(f"--window {text!r}: a window needs at least 2 rows")
-        return Window(rows=int(text), text=text)
-    import pandas as pd
-
-    try:
-        ns = pd.Timedelta(text).value
-    except ValueError:
-        ns = 0
-    if ns <= 0:
-        raise ValueError(f"--window {text!r}: expected a row count (e.g. 100000) or a positive duration (e.g. 1D, 6h)")
-    return Window(nanoseconds=int(ns), text=text)
-
-
-@dataclass
-class WindowSums:
-    """The kernel-weighted sums of the drift windows the rows of one block fall in (window-major arrays).
-
-    Rows are centred on the model's ``mean_`` (``y = x - mean_``) and weighted
-    by the model's correntropy weight ``w = exp(-d^2 / (2 c^2))`` (what
-    :meth:`MCPCA.score_samples` returns); only rows without a missing cell
-    enter the sums.
-    """
-
-    ids: np.ndarray  # (m,) window ids, increasing
-    first_row: np.ndarray  # (m,) first row of the archive in the window (within this block)
-    first_label: np.ndarray | None  # (m,) its row coordinate, if any
-    rows: np.ndarray  # (m,) rows
-    scored: np.ndarray  # (m,) scored rows
-    flagged: np.ndarray  # (m,) flagged rows
-    sw: np.ndarray  # (m,) sum of w
-    sw2: np.ndarray  # (m,) sum of w^2
-    swy: np.ndarray  # (m, p) sum of w y
-    swyy: np.ndarray  # (m, p, p) sum of w y y^T
 
 
 @dataclass
@@ -318,7 +271,7 @@ def summarize_block(
             labelled_bins.append(bins[first][own])
             bin_labels.append(lab[first[own]])
         if window is not None:
-            _add_windows(win, window.ids(rows, lab), rows, lab, Y, d, ok, complete, flags, two_c2)
+            add_windows(win, window.ids(rows, lab), rows, lab, Y, d, ok, complete, flags, two_c2)
 
         r = _runs(flags)
         if len(r):
@@ -356,45 +309,7 @@ def summarize_block(
         run_labels=np.concatenate(run_labels) if run_labels else None,
         n_complete=n_complete,
         bin_missing=bin_missing,
-        windows=None if window is None else _window_sums(win, p, labels is not None),
-    )
-
-
-def _add_windows(win: dict, ids, rows, labels, Y, d2, ok, complete, flags, two_c2: float) -> None:
-    """Add one slice's rows to the per-window sums ``win`` (see :class:`WindowSums`)."""
-    w = np.where(complete, np.exp(-np.where(complete, d2, np.inf) / two_c2), 0.0)
-    heads = np.flatnonzero(np.diff(ids, prepend=ids[0] - 1))
-    for h, t in zip(heads, np.append(heads[1:], len(ids)), strict=True):
-        wid = int(ids[h])
-        Yw, ww = Y[h:t], w[h:t]
-        sums = win.get(wid)
-        if sums is None:
-            label = None if labels is None else labels[h]
-            p = Y.shape[1]
-            sums = win[wid] = [int(rows[h]), label, 0, 0, 0, 0.0, 0.0, np.zeros(p), np.zeros((p, p))]
-        sums[2] += t - h
-        sums[3] += int(ok[h:t].sum())
-        sums[4] += int(flags[h:t].sum())
-        sums[5] += float(ww.sum())
-        sums[6] += float((ww**2).sum())
-        sums[7] += ww @ Yw
-        sums[8] += (Yw * ww[:, None]).T @ Yw
-
-
-def _window_sums(win: dict, p: int, labelled: bool) -> WindowSums:
-    ids = np.array(sorted(win), dtype=np.int64)
-    col = [win[i] for i in ids]
-    return WindowSums(
-        ids=ids,
-        first_row=np.array([c[0] for c in col], dtype=np.int64),
-        first_label=np.array([c[1] for c in col]) if labelled and col else None,
-        rows=np.array([c[2] for c in col], dtype=np.int64),
-        scored=np.array([c[3] for c in col], dtype=np.int64),
-        flagged=np.array([c[4] for c in col], dtype=np.int64),
-        sw=np.array([c[5] for c in col]),
-        sw2=np.array([c[6] for c in col]),
-        swy=np.array([c[7] for c in col]).reshape(len(col), p),
-        swyy=np.array([c[8] for c in col]).reshape(len(col), p, p),
+        windows=None if window is None else window_sums(win, p, labels is not None),
     )
 
 
@@ -455,160 +370,6 @@ class ArchiveSummary:
     def top_channels(self, event: Event, k: int = TOP_CHANNELS) -> list[tuple[str, float]]:
         order = np.argsort(-event.shares, kind="stable")[:k]
         return [(self.channels[j], float(event.shares[j])) for j in order]
-
-
-#: Quantile of the largest principal angle of a stationary window taken as the drift threshold.
-DRIFT_QUANTILE = 0.99
-#: Simulated windows (Wishart draws) behind the drift threshold, and their effective rows.
-DRIFT_DRAWS, DRIFT_REFERENCE_ROWS = 400, 10_000
-#: Robust variances per component written to windows.csv (var_1, var_2, ...).
-WINDOW_VARIANCES = 10
-
-
-def drift_components(model) -> int:
-    """How many leading components span the subspace whose drift is measured.
-
-    The model's ``n_components_`` when it discarded some; otherwise (every
-    direction kept, where the angle would be 0) the fewest leading
-    components explaining 90 % of the robust variance, at most
-    ``n_features - 1``.
-    """
-    p, k = model.n_features_in_, model.n_components_
-    if k < p:
-        return int(k)
-    ratio = np.cumsum(model.explained_variance_ratio_)
-    return int(min(np.searchsorted(ratio, 0.9) + 1, p - 1)) if p > 1 else 1
-
-
-def largest_angle_deg(basis: np.ndarray, scatter: np.ndarray, k: int) -> float:
-    """Largest principal angle (degrees) between the row space of ``basis`` (k x p, orthonormal)
-    and the span of the ``k`` leading eigenvectors of the symmetric ``scatter``."""
-    _, vectors = np.linalg.eigh(scatter)
-    s = np.linalg.svd(basis[:k] @ vectors[:, ::-1][:, :k], compute_uv=False)
-    return float(np.degrees(np.arccos(np.clip(s.min(), -1.0, 1.0))))
-
-
-def drift_threshold(model, *, seed: int = 0) -> float:
-    """The drift threshold, in degrees, for a window of ``DRIFT_REFERENCE_ROWS`` effective rows.
-
-    The sampling spread of a weighted principal subspace under the model
-    itself: ``DRIFT_DRAWS`` covariances of ``DRIFT_REFERENCE_ROWS`` Gaussian
-    rows with the model's covariance (:meth:`MCPCA.get_covariance`) are drawn
-    (Wishart), and the ``DRIFT_QUANTILE`` quantile of their largest
-    principal angle to the model's subspace is returned.  (The kernel
-    weights of Gaussian rows scale their covariance by one factor, leaving
-    its eigenvectors alone; they lower the effective rows, which
-    :func:`window_threshold` accounts for.)  A stationary window with
-    independent rows then exceeds the threshold with probability about
-    ``1 - DRIFT_QUANTILE``; autocorrelated rows carry less information
-    than their count, so their windows exceed it more often.
-    """
-    from scipy.stats import wishart
-
-    k = drift_components(model)
-    cov = model.get_covariance()
-    cov = (cov + cov.T) / 2
-    draws = wishart(df=DRIFT_REFERENCE_ROWS, scale=cov / DRIFT_REFERENCE_ROWS).rvs(
-        size=DRIFT_DRAWS, random_state=np.random.default_rng(seed)
-    )
-    draws = draws.reshape(DRIFT_DRAWS, *cov.shape)
-    angles = [largest_angle_deg(model.components_, S, k) for S in draws]
-    return float(np.quantile(angles, DRIFT_QUANTILE))
-
-
-def window_threshold(reference_deg: float, n_eff: np.ndarray) -> np.ndarray:
-    """The drift threshold of windows of ``n_eff`` effective rows: angles shrink as ``1 / sqrt(n_eff)``."""
-    with np.errstate(divide="ignore"):
-        return np.minimum(reference_deg * np.sqrt(DRIFT_REFERENCE_ROWS / np.asarray(n_eff, float)), 90.0)
-
-
-def window_columns(n_variances: int) -> list[str]:
-    """The header of windows.csv.
-
-    window_start (the window's first time, or first row without a row
-    coordinate), first_row, rows, scored_rows, flagged_rows, share_flagged,
-    effective_rows (Kish's ``(sum w)^2 / sum w^2`` of the kernel weights),
-    subspace_angle_deg (largest principal angle between the model's leading
-    subspace and the window's weighted one), drift_threshold_deg, drift
-    (1 above the threshold), then var_1, ... (the robust variance of each
-    component in the window: ``c_j^T S c_j`` with S the weighted covariance).
-    """
-    return ["window_start", "first_row", "rows", "scored_rows", "flagged_rows", "share_flagged", "effective_rows",
-            "subspace_angle_deg", "drift_threshold_deg", "drift"] + [f"var_{j + 1}" for j in range(n_variances)]
-
-
-class _Drift:
-    """Window sums folded in row order; a window is closed (its statistics computed, the p x p sums
-    dropped) as soon as a later block starts past it."""
-
-    def __init__(self, model, window: Window):
-        self.window, self.k = window, drift_components(model)
-        self.basis = model.components_
-        self.reference = drift_threshold(model)
-        self.n_var = min(WINDOW_VARIANCES, model.n_components_)
-        self.open: dict[int, list] = {}
-        self.closed: list[tuple] = []
-        self.last_closed = None
-
-    def add(self, s: WindowSums) -> None:
-        for i, wid in enumerate(s.ids.tolist()):
-            if self.last_closed is not None and wid <= self.last_closed:
-                raise ValueError(
-                    f"--window {self.window.text!r}: the row coordinate is not increasing (a row at "
-                    f"{s.first_label[i] if s.first_label is not None else s.first_row[i]} falls in a window already "
-                    "closed); drift windows need rows in time order"
-                )
-            o = self.open.get(wid)
-            fields = [s.first_row[i], None if s.first_label is None else s.first_label[i], s.rows[i], s.scored[i],
-                      s.flagged[i], s.sw[i], s.sw2[i], s.swy[i].copy(), s.swyy[i].copy()]
-            if o is None:
-                self.open[wid] = fields
-            else:
-                for j in range(2, 9):
-                    o[j] = o[j] + fields[j]
-        if len(s.ids):
-            for wid in sorted(w for w in self.open if w < s.ids[0]):
-                self._close(wid)
-
-    def finish(self) -> None:
-        for wid in sorted(self.open):
-            self._close(wid)
-
-    def _close(self, wid: int) -> None:
-        first_row, label, rows, scored, flagged, sw, sw2, swy, swyy = self.open.pop(wid)
-        self.last_closed = wid
-        start = self.window.start(wid) if self.window.nanoseconds is not None or label is None else label
-        n_eff = sw**2 / sw2 if sw2 > 0 else 0.0
-        angle, var = np.nan, np.full(self.n_var, np.nan)
-        if n_eff > self.k + 1:
-            m = swy / sw
-            S = swyy / sw - np.outer(m, m)
-            angle = largest_angle_deg(self.basis, S, self.k)
-            var = np.einsum("ij,jk,ik->i", self.basis[: self.n_var], S, self.basis[: self.n_var])
-        limit = float(window_threshold(self.reference, n_eff)) if n_eff > 0 else np.nan
-        self.closed.append((start, int(first_row), int(rows), int(scored), int(flagged),
-                            flagged / max(scored, 1), n_eff, angle, limit, int(angle > limit), *var))
-
-    def table(self) -> dict[str, np.ndarray]:
-        cols = window_columns(self.n_var)
-        return {c: np.array([r[j] for r in self.closed]) for j, c in enumerate(cols)}
-
-
-def write_windows(table: dict[str, np.ndarray], f: TextIO) -> None:
-    """Write the drift windows (:attr:`ArchiveSummary.windows`) as CSV to the open text file ``f``."""
-    writer = csv.writer(f)
-    cols = list(table)
-    writer.writerow(cols)
-    for i in range(len(table[cols[0]]) if cols else 0):
-        writer.writerow([_csv_value(table[c][i]) for c in cols])
-
-
-def _csv_value(v) -> str:
-    if isinstance(v, np.datetime64):
-        return str(v)
-    if isinstance(v, float | np.floating):
-        return "" if np.isnan(v) else f"{v:.6g}"
-    return str(v)
 
 
 def event_columns(row_label: str | None) -> list[str]:
@@ -904,7 +665,7 @@ def summarize(
                 f"--window {window.text!r} is a duration, but the archive has no time coordinate; "
                 "give a row count (e.g. --window 100000)"
             )
-    drift = _Drift(model, window) if window is not None else None
+    drift = WindowFold(model, window) if window is not None else None
 
     if isinstance(rows, da.Array):
         sizes = rows.chunks[0]
@@ -1022,248 +783,4 @@ def _bins_with_rows(n: int) -> np.ndarray:
     return np.bincount(np.arange(n) * N_BINS // max(n, 1), minlength=N_BINS)
 
 
-#: Columns of the heatmaps over time (groups of consecutive bins).
-HEATMAP_COLUMNS = 300
-#: Inches between two panels over time (room for the time axis' labels and the next title).
-GAP = 0.8
-#: Colours: the model (blue), classical PCA (orange), alarms (red).
-_BLUE, _ORANGE, _RED, _GREY = "#2a6fb0", "#e07b39", "#c0392b", "#888888"
-
-
-def _describe_event(summary: ArchiveSummary, e: Event, rank: int) -> str:
-    top = ", ".join(f"{c} {s:.0%}" for c, s in summary.top_channels(e))
-    where = f"rows {e.start:,}-{e.stop - 1:,}"
-    if summary.has_row_coordinate:
-        first, last = str(e.first_label)[:19].replace("T", " "), str(e.last_label)[:19].replace("T", " ")
-        where = f"{first} - {last[11:] if last[:10] == first[:10] else last}"
-    return (f"#{rank} severity {e.severity:8.3g}  {where}  ({e.stop - e.start:,} rows, {e.n_flagged:,} flagged, "
-            f"peak d² {e.peak_d2:.3g}): {top}")
-
-
-def _groups(n_bins: int, columns: int = HEATMAP_COLUMNS) -> np.ndarray:
-    """First bin of each of ``min(n_bins, columns)`` groups of consecutive bins."""
-    return np.flatnonzero(np.diff(np.arange(n_bins) * min(n_bins, columns) // max(n_bins, 1), prepend=-1))
-
-
-def _edges(xs, heads: np.ndarray):
-    """Left edges of the groups starting at ``heads`` and the right edge of the last, in ``xs``'s units."""
-    xs = np.asarray(xs)
-    step = xs[-1] - xs[-2] if len(xs) > 1 else (np.timedelta64(1, "s") if xs.dtype.kind == "M" else 1)
-    return np.append(xs[heads], xs[-1] + step)
-
-
-def _channel_heatmap(ax, values: np.ndarray, xs, heads, channels, *, cmap, norm, label: str, title: str):
-    """``values`` (groups x channels) as a heatmap, channels down, time across; a colour bar at the right."""
-    mesh = ax.pcolormesh(_edges(xs, heads), np.arange(len(channels) + 1) - 0.5, values.T, cmap=cmap, norm=norm,
-                         shading="flat", rasterized=True)
-    ax.set_ylim(len(channels) - 0.5, -0.5)
-    ax.set_yticks(np.arange(len(channels)), channels, fontsize=7 if len(channels) > 20 else 8)
-    ax.set_title(title, loc="left")
-    cax = ax.inset_axes((1.006, 0.0, 0.008, 1.0))  # inside the axes' box: the time axes stay aligned
-    ax.figure.colorbar(mesh, cax=cax, label=label)
-
-
-def _plot_outages(ax, summary: ArchiveSummary, xs, heads) -> None:
-    """Share of each channel's cells missing (NaN) per group of bins, channels down, time across."""
-    from matplotlib.colors import Normalize
-
-    rows = np.add.reduceat(summary.bin_missing_share, heads, axis=0) / np.diff(np.append(heads, len(xs)))[:, None]
-    shown = _outage_channels(summary)
-    _channel_heatmap(ax, rows[:, shown] * 100, xs, heads, [summary.channels[j] for j in shown], cmap="Greys",
-                     norm=Normalize(0, 100), label="% missing",
-                     title=f"outages: share of values missing (NaN), the {len(shown)} channels with gaps "
-                     f"(of {len(summary.channels)})")
-
-
-def _outage_channels(summary: ArchiveSummary) -> list[int]:
-    """The channels with a missing value, by name."""
-    order = _display_order(summary.channels)
-    return [j for j in order if summary.bin_missing_share[:, j].any()]
-
-
-def _display_order(channels: list[str]) -> np.ndarray:
-    """Channels by name, so that a plant's or a unit's channels stand together."""
-    return np.argsort(np.asarray(channels, dtype=str), kind="stable")
-
-
-def _plot_contributions(ax, summary: ArchiveSummary, xs, heads) -> None:
-    """Mean channel contribution to d² per row, per group of bins (log colour)."""
-    from matplotlib.colors import LogNorm
-
-    count = np.add.reduceat(np.nan_to_num(summary.bin_count).astype(float), heads)
-    total = np.add.reduceat(np.nan_to_num(summary.bin_contrib) * summary.bin_count[:, None], heads, axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(count[:, None] > 0, total / count[:, None], np.nan)
-    finite = mean[np.isfinite(mean) & (mean > 0)]
-    top = float(np.quantile(finite, 0.999)) if len(finite) else 1.0
-    norm = LogNorm(vmin=max(top * 1e-3, 1e-3), vmax=max(top, 1e-2), clip=True)
-    order = _display_order(summary.channels)
-    _channel_heatmap(ax, mean[:, order], xs, heads, [summary.channels[j] for j in order], cmap="magma_r", norm=norm,
-                     label="mean contribution to d² per row",
-                     title="which channel departs from the model, over time (reconstruction contributions)")
-
-
-def _plot_distance(ax, summary: ArchiveSummary, xs) -> None:
-    """The robust distance as a band per bin, the bins holding a flagged row as dots (not a barcode)."""
-    cutoff = summary.cutoff
-    floor = 1e-3
-    mean = np.maximum(summary.bin_quiet_mean, floor)
-    high = np.maximum(np.fmin(summary.bin_max, cutoff), mean)
-    ax.fill_between(xs, mean, high, color=_BLUE, alpha=0.18, lw=0, step="post",
-                    label="up to the largest d² below the threshold")
-    ax.plot(xs, mean, color=_BLUE, lw=0.8, drawstyle="steps-post", label="mean d² of the rows not flagged")
-    above = np.flatnonzero(summary.bin_max > cutoff)
-    ax.scatter(np.asarray(xs)[above], np.minimum(summary.bin_max[above], 1e300), s=7, color=_RED, lw=0, zorder=3,
-               label="largest d² of a bin with a flagged row")
-    ax.axhline(cutoff, color="black", ls="--", lw=1, label=f"is_outlier threshold d² = {cutoff:.3g}")
-    ax.set_yscale("log")
-    finite = summary.bin_max[np.isfinite(summary.bin_max)]
-    top = min(float(finite.max()), 1e300) if len(finite) else cutoff
-    ax.set_ylim(bottom=max(np.nanmin(mean) / 2, floor) if np.isfinite(mean).any() else floor,
-                top=max(top, cutoff) * 30)
-    for rank, e in enumerate(summary.worst_events, 1):  # the ranked events, numbered where they are
-        at = e.first_label if summary.has_row_coordinate else e.start
-        ax.annotate(f"#{rank}", (at, min(e.peak_d2, top)), textcoords="offset points", xytext=(0, 6),
-                    ha="center", fontsize=8, color=_RED, fontweight="bold")
-    ax.set_ylabel("robust distance d²")
-    ax.set_title("robust distance over time: bins with a flagged row in red, the ranked events numbered", loc="left")
-    ax.legend(frameon=False, loc="upper left", ncol=4, fontsize=8)
-
-
-def _plot_share(ax, summary: ArchiveSummary, xs, heads) -> None:
-    count = np.add.reduceat(summary.bin_count.astype(float), heads)
-    flagged = np.add.reduceat(np.nan_to_num(summary.bin_share) * summary.bin_count, heads)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(count > 0, flagged / count, np.nan) * 100
-    edges = _edges(xs, heads)
-    ax.stairs(share, edges, fill=True, color=_BLUE, alpha=0.8)
-    overall = summary.n_flagged / max(summary.n_scored, 1) * 100
-    ax.axhline(overall, color=_GREY, ls=":", lw=1, label=f"whole archive {overall:.2g} %")
-    ax.set_ylabel("rows flagged (%)")
-    ax.set_title("share of rows flagged over time", loc="left")
-    ax.legend(frameon=False, loc="upper left", fontsize=8)
-
-
-def _plot_drift(ax, summary: ArchiveSummary) -> None:
-    w = summary.windows
-    x, angle, limit, drift = w["window_start"], w["subspace_angle_deg"], w["drift_threshold_deg"], w["drift"] == 1
-    ax.plot(x, angle, color=_BLUE, lw=1, marker="o", ms=3, label="largest principal angle to the model's subspace")
-    ax.plot(x, limit, color="black", ls="--", lw=1, drawstyle="steps-post",
-            label=f"drift threshold ({DRIFT_QUANTILE:.0%} of stationary windows below it)")
-    ax.scatter(x[drift], angle[drift], s=36, color=_RED, zorder=3, label=f"drift ({int(drift.sum())} windows)")
-    ax.set_ylabel("angle (degrees)")
-    if np.any(np.isfinite(angle) & (angle > 0)):
-        ax.set_yscale("log")
-    else:
-        ax.text(0.5, 0.5, "no window with enough weighted rows to estimate its subspace", transform=ax.transAxes,
-                ha="center", va="center", color=_GREY)
-    ax.set_title(f"drift of the correlation structure: windows of {summary.window_text}, "
-                 f"subspace of the {summary.drift_components} leading components", loc="left")
-    ax.legend(frameon=False, loc="upper left", ncol=3, fontsize=8)
-
-
-def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", storage_options=None) -> None:
-    """The PNG report of ``summary``; ``path`` may be a URL.
-
-    Drawn on a :class:`matplotlib.figure.Figure` with its own Agg canvas, so
-    the caller's matplotlib backend and pyplot state are left alone.  Every
-    panel but the spectrum and the loadings shares one time axis: the robust
-    distance (a band per bin, the bins with a flagged row as dots, the
-    ranked events numbered), the share flagged, the drift windows (with
-    ``window``), the channels' contributions as a heatmap (channels down,
-    time across), the outages (when cells are missing); the events ranked
-    by severity are listed at the bottom.
-    """
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.gridspec import GridSpec
-
-    from ._atomic import write_bytes
-
-    style = {"font.size": 9, "axes.titlesize": 10, "axes.spines.top": False, "axes.spines.right": False}
-    p = len(summary.channels)
-    k = len(summary.robust_ratio)
-    xs = summary.row_values if summary.row_values is not None else summary.bin_rows
-    heads = _groups(len(xs))
-    gaps = summary.bin_missing_share is not None
-    drift = summary.windows is not None and len(summary.windows["window_start"]) > 0
-    heat = max(1.2, 0.12 * p + 0.4)
-    outage = max(0.8, 0.12 * len(_outage_channels(summary)) + 0.4) if gaps else 0.0
-    # inches: the spectrum and loadings, room for the loadings' channel names, then the panels over time
-    head, names = max(2.6, 0.04 * p + 2.0), 0.06 * max(len(c) for c in summary.channels) + 0.3 if p <= 80 else 0.5
-    heights = [2.8, 1.4] + ([1.8] if drift else []) + [heat] + ([outage] if gaps else [])
-    heights.append(0.22 * max(len(summary.worst_events), 1) + 0.3)
-    rest = sum(heights) + GAP * (len(heights) - 1)
-    total = 0.9 + head + names + rest * 1.0 + 0.3
-    with matplotlib.rc_context(style):
-        fig = Figure(figsize=(16, total), dpi=100)
-        FigureCanvasAgg(fig)
-        top = GridSpec(1, 3, figure=fig, wspace=0.3, top=1 - 0.9 / total, bottom=1 - (0.9 + head) / total,
-                       left=0.12, right=0.93)
-        gs = GridSpec(len(heights), 1, figure=fig, height_ratios=heights, hspace=GAP * len(heights) / sum(heights),
-                      top=1 - (0.9 + head + names) / total, bottom=0.3 / total, left=0.12, right=0.93)
-        share = summary.n_flagged / max(summary.n_scored, 1)
-        fig.suptitle(
-            (title + ": " if title else "")
-            + f"{summary.n_rows:,} rows x {p} channels, {summary.n_flagged:,} rows flagged ({share:.2%}) "
-            f"in {summary.n_events:,} events",
-            fontsize=13, x=0.12, ha="left",
-        )
-        ax = fig.add_subplot(top[0, 0])
-        shown = min(k, 20)
-        x = np.arange(1, shown + 1)
-        ax.bar(x - 0.2, summary.classical_ratio[:shown], 0.4, color=_ORANGE, label="classical (PCA)")
-        ax.bar(x + 0.2, summary.robust_ratio[:shown], 0.4, color=_BLUE, label="robust (MCPCA)")
-        ax.set_yscale("log")
-        ax.set_xticks(x[:: max(1, shown // 10)])
-        ax.set_xlabel("component")
-        ax.set_ylabel("explained variance ratio (log)")
-        ax.set_title("explained variance: robust vs classical", loc="left")
-        ax.legend(frameon=False, fontsize=8)
-
-        ax = fig.add_subplot(top[0, 1:])
-        order = _display_order(summary.channels)
-        comps = summary.components[: min(k, 8)][:, order]
-        lim = float(np.abs(comps).max()) or 1.0
-        im = ax.imshow(comps, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
-        if p <= 80:
-            names = [summary.channels[j] for j in order]
-            ax.set_xticks(np.arange(p), names, rotation=90 if p > 8 else 0, fontsize=7 if p > 24 else 8)
-        ax.set_yticks(np.arange(len(comps)), [str(i + 1) for i in range(len(comps))])
-        ax.set_ylabel("component")
-        ax.set_title("robust loadings of the leading components", loc="left")
-        fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
-
-        row = 0
-        time_axes = [fig.add_subplot(gs[row, :])]
-        _plot_distance(time_axes[0], summary, xs)
-        row += 1
-        time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
-        _plot_share(time_axes[-1], summary, xs, heads)
-        if drift:
-            row += 1
-            time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
-            _plot_drift(time_axes[-1], summary)
-        row += 1
-        time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
-        _plot_contributions(time_axes[-1], summary, xs, heads)
-        if gaps:
-            row += 1
-            time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
-            _plot_outages(time_axes[-1], summary, xs, heads)
-        for ax in time_axes[:-1]:
-            ax.tick_params(labelbottom=False)
-        time_axes[-1].set_xlabel(summary.row_label)
-        time_axes[0].set_xlim(xs[0], _edges(xs, heads)[-1])
-
-        ax = fig.add_subplot(gs[row + 1, :])
-        ax.axis("off")
-        lines = [_describe_event(summary, e, i) for i, e in enumerate(summary.worst_events, 1)]
-        ax.set_title(f"the {len(lines)} most severe of {summary.n_events:,} events (severity: decades of d² above "
-                     "the threshold, summed over the flagged rows), with the channels most responsible", loc="left")
-        ax.text(0, 1, "\n".join(lines) or "no flagged rows", va="top", family="monospace", fontsize=8,
-                transform=ax.transAxes)
-        png = io.BytesIO()
-        fig.savefig(png, format="png")
-    write_bytes(path, png.getvalue(), storage_options=storage_options)
+from ._report_plot import plot  # noqa: E402  (the drawing, apart: matplotlib is imported only there)

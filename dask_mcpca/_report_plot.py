@@ -1,0 +1,269 @@
+"""The PNG of ``dask-mcpca report``: :func:`plot` draws an :class:`~dask_mcpca._report.ArchiveSummary`.
+
+Drawn on a :class:`matplotlib.figure.Figure` with its own Agg canvas, so a
+caller's backend and pyplot state are left alone.  Sizes are set in inches
+from the number of channels and the length of their names, so 24-64
+channels of 15-20 characters stay readable.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._drift import DRIFT_QUANTILE
+
+if TYPE_CHECKING:
+    from ._report import ArchiveSummary, Event
+
+__all__ = ["plot", "HEATMAP_COLUMNS"]
+
+
+#: Columns of the heatmaps over time (groups of consecutive bins).
+HEATMAP_COLUMNS = 300
+#: Inches between two panels over time (room for the time axis' labels and the next title).
+GAP = 0.8
+#: Colours: the model (blue), classical PCA (orange), alarms (red).
+_BLUE, _ORANGE, _RED, _GREY = "#2a6fb0", "#e07b39", "#c0392b", "#888888"
+
+
+def _describe_event(summary: ArchiveSummary, e: Event, rank: int) -> str:
+    top = ", ".join(f"{c} {s:.0%}" for c, s in summary.top_channels(e))
+    where = f"rows {e.start:,}-{e.stop - 1:,}"
+    if summary.has_row_coordinate:
+        first, last = str(e.first_label)[:19].replace("T", " "), str(e.last_label)[:19].replace("T", " ")
+        where = f"{first} - {last[11:] if last[:10] == first[:10] else last}"
+    return (f"#{rank} severity {e.severity:8.3g}  {where}  ({e.stop - e.start:,} rows, {e.n_flagged:,} flagged, "
+            f"peak d² {e.peak_d2:.3g}): {top}")
+
+
+def _groups(n_bins: int, columns: int = HEATMAP_COLUMNS) -> np.ndarray:
+    """First bin of each of ``min(n_bins, columns)`` groups of consecutive bins."""
+    return np.flatnonzero(np.diff(np.arange(n_bins) * min(n_bins, columns) // max(n_bins, 1), prepend=-1))
+
+
+def _edges(xs, heads: np.ndarray):
+    """Left edges of the groups starting at ``heads`` and the right edge of the last, in ``xs``'s units."""
+    xs = np.asarray(xs)
+    step = xs[-1] - xs[-2] if len(xs) > 1 else (np.timedelta64(1, "s") if xs.dtype.kind == "M" else 1)
+    return np.append(xs[heads], xs[-1] + step)
+
+
+def _channel_heatmap(ax, values: np.ndarray, xs, heads, channels, *, cmap, norm, label: str, title: str):
+    """``values`` (groups x channels) as a heatmap, channels down, time across; a colour bar at the right."""
+    mesh = ax.pcolormesh(_edges(xs, heads), np.arange(len(channels) + 1) - 0.5, values.T, cmap=cmap, norm=norm,
+                         shading="flat", rasterized=True)
+    ax.set_ylim(len(channels) - 0.5, -0.5)
+    ax.set_yticks(np.arange(len(channels)), channels, fontsize=7 if len(channels) > 20 else 8)
+    ax.set_title(title, loc="left")
+    cax = ax.inset_axes((1.006, 0.0, 0.008, 1.0))  # inside the axes' box: the time axes stay aligned
+    ax.figure.colorbar(mesh, cax=cax, label=label)
+
+
+def _plot_outages(ax, summary: ArchiveSummary, xs, heads) -> None:
+    """Share of each channel's cells missing (NaN) per group of bins, channels down, time across."""
+    from matplotlib.colors import Normalize
+
+    rows = np.add.reduceat(summary.bin_missing_share, heads, axis=0) / np.diff(np.append(heads, len(xs)))[:, None]
+    shown = _outage_channels(summary)
+    _channel_heatmap(ax, rows[:, shown] * 100, xs, heads, [summary.channels[j] for j in shown], cmap="Greys",
+                     norm=Normalize(0, 100), label="% missing",
+                     title=f"outages: share of values missing (NaN), the {len(shown)} channels with gaps "
+                     f"(of {len(summary.channels)})")
+
+
+def _outage_channels(summary: ArchiveSummary) -> list[int]:
+    """The channels with a missing value, by name."""
+    order = _display_order(summary.channels)
+    return [j for j in order if summary.bin_missing_share[:, j].any()]
+
+
+def _display_order(channels: list[str]) -> np.ndarray:
+    """Channels by name, so that a plant's or a unit's channels stand together."""
+    return np.argsort(np.asarray(channels, dtype=str), kind="stable")
+
+
+def _plot_contributions(ax, summary: ArchiveSummary, xs, heads) -> None:
+    """Mean channel contribution to d² per row, per group of bins (log colour)."""
+    from matplotlib.colors import LogNorm
+
+    count = np.add.reduceat(np.nan_to_num(summary.bin_count).astype(float), heads)
+    total = np.add.reduceat(np.nan_to_num(summary.bin_contrib) * summary.bin_count[:, None], heads, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count[:, None] > 0, total / count[:, None], np.nan)
+    finite = mean[np.isfinite(mean) & (mean > 0)]
+    top = float(np.quantile(finite, 0.999)) if len(finite) else 1.0
+    norm = LogNorm(vmin=max(top * 1e-3, 1e-3), vmax=max(top, 1e-2), clip=True)
+    order = _display_order(summary.channels)
+    _channel_heatmap(ax, mean[:, order], xs, heads, [summary.channels[j] for j in order], cmap="magma_r", norm=norm,
+                     label="mean contribution to d² per row",
+                     title="which channel departs from the model, over time (reconstruction contributions)")
+
+
+def _plot_distance(ax, summary: ArchiveSummary, xs) -> None:
+    """The robust distance as a band per bin, the bins holding a flagged row as dots (not a barcode)."""
+    cutoff = summary.cutoff
+    floor = 1e-3
+    mean = np.maximum(summary.bin_quiet_mean, floor)
+    high = np.maximum(np.fmin(summary.bin_max, cutoff), mean)
+    ax.fill_between(xs, mean, high, color=_BLUE, alpha=0.18, lw=0, step="post",
+                    label="up to the largest d² below the threshold")
+    ax.plot(xs, mean, color=_BLUE, lw=0.8, drawstyle="steps-post", label="mean d² of the rows not flagged")
+    above = np.flatnonzero(summary.bin_max > cutoff)
+    ax.scatter(np.asarray(xs)[above], np.minimum(summary.bin_max[above], 1e300), s=7, color=_RED, lw=0, zorder=3,
+               label="largest d² of a bin with a flagged row")
+    ax.axhline(cutoff, color="black", ls="--", lw=1, label=f"is_outlier threshold d² = {cutoff:.3g}")
+    ax.set_yscale("log")
+    finite = summary.bin_max[np.isfinite(summary.bin_max)]
+    top = min(float(finite.max()), 1e300) if len(finite) else cutoff
+    ax.set_ylim(bottom=max(np.nanmin(mean) / 2, floor) if np.isfinite(mean).any() else floor,
+                top=max(top, cutoff) * 30)
+    for rank, e in enumerate(summary.worst_events, 1):  # the ranked events, numbered where they are
+        at = e.first_label if summary.has_row_coordinate else e.start
+        ax.annotate(f"#{rank}", (at, min(e.peak_d2, top)), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize=8, color=_RED, fontweight="bold")
+    ax.set_ylabel("robust distance d²")
+    ax.set_title("robust distance over time: bins with a flagged row in red, the ranked events numbered", loc="left")
+    ax.legend(frameon=False, loc="upper left", ncol=4, fontsize=8)
+
+
+def _plot_share(ax, summary: ArchiveSummary, xs, heads) -> None:
+    count = np.add.reduceat(summary.bin_count.astype(float), heads)
+    flagged = np.add.reduceat(np.nan_to_num(summary.bin_share) * summary.bin_count, heads)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(count > 0, flagged / count, np.nan) * 100
+    edges = _edges(xs, heads)
+    ax.stairs(share, edges, fill=True, color=_BLUE, alpha=0.8)
+    overall = summary.n_flagged / max(summary.n_scored, 1) * 100
+    ax.axhline(overall, color=_GREY, ls=":", lw=1, label=f"whole archive {overall:.2g} %")
+    ax.set_ylabel("rows flagged (%)")
+    ax.set_title("share of rows flagged over time", loc="left")
+    ax.legend(frameon=False, loc="upper left", fontsize=8)
+
+
+def _plot_drift(ax, summary: ArchiveSummary) -> None:
+    w = summary.windows
+    x, angle, limit, drift = w["window_start"], w["subspace_angle_deg"], w["drift_threshold_deg"], w["drift"] == 1
+    ax.plot(x, angle, color=_BLUE, lw=1, marker="o", ms=3, label="largest principal angle to the model's subspace")
+    ax.plot(x, limit, color="black", ls="--", lw=1, drawstyle="steps-post",
+            label=f"drift threshold ({DRIFT_QUANTILE:.0%} of stationary windows below it)")
+    ax.scatter(x[drift], angle[drift], s=36, color=_RED, zorder=3, label=f"drift ({int(drift.sum())} windows)")
+    ax.set_ylabel("angle (degrees)")
+    if np.any(np.isfinite(angle) & (angle > 0)):
+        ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no window with enough weighted rows to estimate its subspace", transform=ax.transAxes,
+                ha="center", va="center", color=_GREY)
+    ax.set_title(f"drift of the correlation structure: windows of {summary.window_text}, "
+                 f"subspace of the {summary.drift_components} leading components", loc="left")
+    ax.legend(frameon=False, loc="upper left", ncol=3, fontsize=8)
+
+
+def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", storage_options=None) -> None:
+    """The PNG report of ``summary``; ``path`` may be a URL.
+
+    Drawn on a :class:`matplotlib.figure.Figure` with its own Agg canvas, so
+    the caller's matplotlib backend and pyplot state are left alone.  Every
+    panel but the spectrum and the loadings shares one time axis: the robust
+    distance (a band per bin, the bins with a flagged row as dots, the
+    ranked events numbered), the share flagged, the drift windows (with
+    ``window``), the channels' contributions as a heatmap (channels down,
+    time across), the outages (when cells are missing); the events ranked
+    by severity are listed at the bottom.
+    """
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.gridspec import GridSpec
+
+    from ._atomic import write_bytes
+
+    style = {"font.size": 9, "axes.titlesize": 10, "axes.spines.top": False, "axes.spines.right": False}
+    p = len(summary.channels)
+    k = len(summary.robust_ratio)
+    xs = summary.row_values if summary.row_values is not None else summary.bin_rows
+    heads = _groups(len(xs))
+    gaps = summary.bin_missing_share is not None
+    drift = summary.windows is not None and len(summary.windows["window_start"]) > 0
+    heat = max(1.2, 0.12 * p + 0.4)
+    outage = max(0.8, 0.12 * len(_outage_channels(summary)) + 0.4) if gaps else 0.0
+    # inches: the spectrum and loadings, room for the loadings' channel names, then the panels over time
+    head, names = max(2.6, 0.04 * p + 2.0), 0.06 * max(len(c) for c in summary.channels) + 0.3 if p <= 80 else 0.5
+    heights = [2.8, 1.4] + ([1.8] if drift else []) + [heat] + ([outage] if gaps else [])
+    heights.append(0.22 * max(len(summary.worst_events), 1) + 0.3)
+    rest = sum(heights) + GAP * (len(heights) - 1)
+    total = 0.9 + head + names + rest * 1.0 + 0.3
+    with matplotlib.rc_context(style):
+        fig = Figure(figsize=(16, total), dpi=100)
+        FigureCanvasAgg(fig)
+        top = GridSpec(1, 3, figure=fig, wspace=0.3, top=1 - 0.9 / total, bottom=1 - (0.9 + head) / total,
+                       left=0.12, right=0.93)
+        gs = GridSpec(len(heights), 1, figure=fig, height_ratios=heights, hspace=GAP * len(heights) / sum(heights),
+                      top=1 - (0.9 + head + names) / total, bottom=0.3 / total, left=0.12, right=0.93)
+        share = summary.n_flagged / max(summary.n_scored, 1)
+        fig.suptitle(
+            (title + ": " if title else "")
+            + f"{summary.n_rows:,} rows x {p} channels, {summary.n_flagged:,} rows flagged ({share:.2%}) "
+            f"in {summary.n_events:,} events",
+            fontsize=13, x=0.12, ha="left",
+        )
+        ax = fig.add_subplot(top[0, 0])
+        shown = min(k, 20)
+        x = np.arange(1, shown + 1)
+        ax.bar(x - 0.2, summary.classical_ratio[:shown], 0.4, color=_ORANGE, label="classical (PCA)")
+        ax.bar(x + 0.2, summary.robust_ratio[:shown], 0.4, color=_BLUE, label="robust (MCPCA)")
+        ax.set_yscale("log")
+        ax.set_xticks(x[:: max(1, shown // 10)])
+        ax.set_xlabel("component")
+        ax.set_ylabel("explained variance ratio (log)")
+        ax.set_title("explained variance: robust vs classical", loc="left")
+        ax.legend(frameon=False, fontsize=8)
+
+        ax = fig.add_subplot(top[0, 1:])
+        order = _display_order(summary.channels)
+        comps = summary.components[: min(k, 8)][:, order]
+        lim = float(np.abs(comps).max()) or 1.0
+        im = ax.imshow(comps, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
+        if p <= 80:
+            names = [summary.channels[j] for j in order]
+            ax.set_xticks(np.arange(p), names, rotation=90 if p > 8 else 0, fontsize=7 if p > 24 else 8)
+        ax.set_yticks(np.arange(len(comps)), [str(i + 1) for i in range(len(comps))])
+        ax.set_ylabel("component")
+        ax.set_title("robust loadings of the leading components", loc="left")
+        fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
+
+        row = 0
+        time_axes = [fig.add_subplot(gs[row, :])]
+        _plot_distance(time_axes[0], summary, xs)
+        row += 1
+        time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
+        _plot_share(time_axes[-1], summary, xs, heads)
+        if drift:
+            row += 1
+            time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
+            _plot_drift(time_axes[-1], summary)
+        row += 1
+        time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
+        _plot_contributions(time_axes[-1], summary, xs, heads)
+        if gaps:
+            row += 1
+            time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
+            _plot_outages(time_axes[-1], summary, xs, heads)
+        for ax in time_axes[:-1]:
+            ax.tick_params(labelbottom=False)
+        time_axes[-1].set_xlabel(summary.row_label)
+        time_axes[0].set_xlim(xs[0], _edges(xs, heads)[-1])
+
+        ax = fig.add_subplot(gs[row + 1, :])
+        ax.axis("off")
+        lines = [_describe_event(summary, e, i) for i, e in enumerate(summary.worst_events, 1)]
+        ax.set_title(f"the {len(lines)} most severe of {summary.n_events:,} events (severity: decades of d² above "
+                     "the threshold, summed over the flagged rows), with the channels most responsible", loc="left")
+        ax.text(0, 1, "\n".join(lines) or "no flagged rows", va="top", family="monospace", fontsize=8,
+                transform=ax.transAxes)
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
+    write_bytes(path, png.getvalue(), storage_options=storage_options)
