@@ -34,6 +34,13 @@ mcpca_paper
     rows, once, in a subprocess killed after ``--paper-timeout`` seconds: it
     makes hundreds of passes (``n_decay`` kernel sizes per component).
 
+``--score-floor`` runs another comparison instead (issue 25): ``dask-mcpca
+score`` against its floor, a copy of the input store with ``da.to_zarr`` (the
+same bytes read and written, the input's compressor), alternated in one run:
+the copy, ``score`` with the default outputs, and ``score --outputs
+monitoring --dtype float32``; medians, bytes written and score / copy ratios
+go to a section of ``RESULTS.md`` (target: default outputs <= 1.3x the copy).
+
 All contenders run with BLAS limited to one thread (threadpoolctl): dask
 parallelises over row blocks with its threaded scheduler, and MCPCA's numpy
 path and MinCovDet are then both single-threaded.
@@ -392,6 +399,92 @@ def report(res: dict) -> tuple[str, str]:
     return key, "\n".join(lines)
 
 
+def _dir_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def run_score_floor(*, rows: int, cols: int, dtype: str, chunk_rows: int, repeats: int) -> dict:
+    """``score`` (default and monitoring outputs) against a ``da.to_zarr`` copy of the input, alternated."""
+    import shutil
+    import tempfile
+
+    import dask.array as da
+    import zarr
+
+    from dask_mcpca import MCPCA
+    from dask_mcpca._cli import _build_parser, _run
+
+    info = make_store(rows, cols, dtype=dtype, chunk_rows=chunk_rows)
+    store = str(info.path)
+    source = zarr.open_array(store, mode="r")
+    work = tempfile.mkdtemp(prefix="score-floor-", dir=Path(__file__).resolve().parent / "data")
+    try:
+        model = os.path.join(work, "model.json")
+        MCPCA().fit(source[: min(rows, 200_000)]).save(model)
+
+        def copy():
+            target = os.path.join(work, "copy.zarr")
+            shutil.rmtree(target, ignore_errors=True)
+            da.to_zarr(da.from_zarr(store), target, compressors=source.compressors)
+            return target
+
+        def score(*extra):
+            def run():
+                target = os.path.join(work, "score.zarr")
+                args = _build_parser().parse_args(["score", store, "-m", model, "-o", target, "--overwrite",
+                                                   "--no-progress", *extra])
+                if _run(args) != 0:
+                    raise SystemExit(f"score {extra} failed")
+                return target
+            return run
+
+        contenders = {"copy": copy, "score_default": score(),
+                      "score_monitoring": score("--outputs", "monitoring", "--dtype", "float32")}
+        times = {name: [] for name in contenders}
+        written = {}
+        for name, fn in contenders.items():  # once untimed: page cache, imports, compiled loops
+            written[name] = _dir_bytes(fn())
+        for r in range(repeats):
+            for name, fn in contenders.items():
+                started = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - started)
+            print(f"round {r}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    cpu = next((line for line in machine_info().splitlines() if line.startswith("- CPU")), "- CPU: ?")[7:]
+    return {"machine": cpu, "load": os.getloadavg()[0],
+            "rows": rows, "cols": cols, "dtype": dtype, "chunk_rows": chunk_rows, "repeats": repeats,
+            "input_bytes": _dir_bytes(store), "times": times, "written": written,
+            "median": {n: statistics.median(t) for n, t in times.items()}}
+
+
+def report_score_floor(res: dict) -> tuple[str, str]:
+    key = f"score-floor-{res['rows']}x{res['cols']}-{res['dtype']}"
+    m = res["median"]
+    lines = [
+        f"## Scoring at the I/O floor: {res['rows']:,} x {res['cols']} {res['dtype']}",
+        "",
+        f"`python benchmarks/speed.py --score-floor --rows {res['rows']} --cols {res['cols']} --dtype "
+        f"{res['dtype']} --chunk-rows {res['chunk_rows']} --repeats {res['repeats']}`: the copy "
+        "(`da.to_zarr` of the input, its compressor), `dask-mcpca score` with the default outputs and with "
+        "`--outputs monitoring --dtype float32`, alternated in one run, in process "
+        f"(the interpreter's start left out).  Input {fmt_bytes(res['input_bytes'])} on disk.",
+        "",
+        "| | median (s) | rounds (s) | written | / copy |",
+        "|---|---|---|---|---|",
+    ]
+    for name, label in (("copy", "copy (floor)"), ("score_default", "`score` (default outputs)"),
+                        ("score_monitoring", "`score --outputs monitoring --dtype float32`")):
+        lines.append(f"| {label} | {m[name]:.2f} | {', '.join(f'{t:.2f}' for t in res['times'][name])} | "
+                     f"{fmt_bytes(res['written'][name])} | {m[name] / m['copy']:.2f} |")
+    lines += ["", f"Target (issue 25): `score` with the default outputs <= 1.3x the copy: "
+              f"{m['score_default'] / m['copy']:.2f}x.", "",
+              f"Machine: {res['machine']}; load average {res['load']:.1f} at the end of the run (above the core "
+              "count, other work shared the cores: `score` computes, the copy mostly waits on I/O)."]
+    return key, "\n".join(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
@@ -407,9 +500,18 @@ def main(argv=None) -> None:
     parser.add_argument("--skip", default="", help="comma-separated contenders to leave out")
     parser.add_argument("--no-write", action="store_true", help="print, do not update RESULTS.md")
     parser.add_argument("--paper-child", help=argparse.SUPPRESS)
+    parser.add_argument("--score-floor", action="store_true",
+                        help="compare dask-mcpca score with a da.to_zarr copy of the input instead (issue 25)")
     a = parser.parse_args(argv)
     if a.paper_child:
         _paper_child(a.paper_child)
+        return
+    if a.score_floor:
+        key, body = report_score_floor(run_score_floor(rows=a.rows, cols=a.cols, dtype=a.dtype,
+                                                       chunk_rows=a.chunk_rows, repeats=a.repeats))
+        print(body)
+        if not a.no_write:  # the machine is said in the section: the file's machine block is the speed table's
+            update_section(key, body)
         return
     res = run_speed(
         rows=a.rows,
