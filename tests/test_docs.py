@@ -35,3 +35,11 @@ def test_docs_build_without_warnings(tmp_path):
         assert f'id="dask-mcpca-{command}"' in cli, command
     for page in ["index", "getting-started", "errors", "object-stores", "algorithm", "benchmarks/results"]:
         assert (out / f"{page}.html").exists(), page
+
+
+def test_every_benchmark_file_has_a_page():
+    pages = "\n".join(p.read_text() for p in (ROOT / "docs" / "benchmarks").glob("*.md"))
+    results = sorted(p.name for p in (ROOT / "benchmarks").glob("*.md"))
+    assert "RESULTS.md" in results
+    missing = [name for name in results if f"../../benchmarks/{name}" not in pages]
+    assert not missing, f"benchmarks without a page in docs/benchmarks/: {missing}"
