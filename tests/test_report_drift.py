@@ -186,3 +186,35 @@ def test_a_model_fitted_under_nan_policy_raise_refuses_rows_with_nan(archive, tm
     assert not png.exists() and not (tmp_path / "r.csv").exists()
     with pytest.raises(ValueError, match="row 4,321"):
         report.summarize(strict, X, events=io.StringIO())
+
+
+@pytest.mark.slow
+def test_memory_of_the_pass_with_windows_does_not_grow_with_the_rows(tmp_path, monkeypatch):
+    """Python's own count of allocated bytes: the same peak for 8x the rows (and 8x the windows).
+
+    Windows close as the pass moves on, so only the open ones hold a p x p
+    sum; the allowance is four store chunks, as for the pass without windows
+    (tests/test_report.py).
+    """
+    import tracemalloc
+
+    import dask
+
+    monkeypatch.setattr(report, "BLOCK_VALUES", 1)
+    rng = np.random.default_rng(12)
+    model = MCPCA(n_components=3).fit(rng.normal(size=(20_000, P)) * np.arange(1, P + 1))
+    chunk, peaks = 20_000, {}
+    for n in (100_000, 100_000, 800_000):  # the first run pays for imports and caches: not counted
+        X = rng.normal(size=(n, P)) * np.arange(1, P + 1)
+        path = tmp_path / f"x{n}.zarr"
+        zarr.create_array(path, shape=X.shape, chunks=(chunk, P), dtype="f8", overwrite=True)[:] = X
+        del X
+        with dask.config.set(scheduler="sync"):
+            tracemalloc.start()
+            try:
+                s = report.summarize(model, str(path), window="5000", events=io.StringIO())
+                peaks[n] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+        assert len(s.windows["rows"]) == n // 5_000
+    assert peaks[800_000] < peaks[100_000] + 4 * chunk * P * 8, peaks
