@@ -71,7 +71,8 @@ def run(rows: int, cols: int, chunk_rows: int, rounds: int, new: float) -> dict:
             shutil.rmtree(target)
             print(f"round {r}: full {full_s[-1]:.2f} s, append {append_s[-1]:.2f} s", flush=True)
     full, append = statistics.median(full_s), statistics.median(append_s)
-    return {"rows": rows, "cols": cols, "chunk_rows": chunk_rows, "rounds": rounds, "new": new,
+    return {"load": os.getloadavg()[0], "rows": rows, "cols": cols, "chunk_rows": chunk_rows, "rounds": rounds,
+            "new": new,
             "new_rows": rows - old, "full": full, "append": append, "ratio": append / full,
             "full_all": full_s, "append_all": append_s}
 
@@ -96,6 +97,8 @@ def section(res: dict, argv: str) -> str:
         f"Append / full: **{res['ratio']:.3f}** (target <= 0.15: {'met' if ok else 'NOT met'}).  The append "
         "reads only the input chunks that hold new rows (counted in `tests/test_score_append.py`), and "
         "links, rather than copies, the old rows' output chunks.",
+        "",
+        f"Load average {res['load']:.1f} at the end of the run (above {os.cpu_count()}, other work shared the cores).",
         END,
     ])
 
