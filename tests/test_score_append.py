@@ -233,3 +233,39 @@ def test_append_keeps_the_outputs_and_dtype_of_the_store(data, model, tmp_path, 
     _assert_same_scores(out, full)
     g = zarr.open_group(str(out), mode="r")
     assert sorted(g.array_keys()) == ["d2", "outlier", "top_channel"] and g["d2"].dtype == np.float32
+
+
+@pytest.mark.slow
+def test_an_append_killed_mid_write_leaves_the_previous_output(model, tmp_path):
+    """SIGKILL while ``score --append`` writes: the old store is intact and readable (its old-row chunks are
+    shared with the temporary as hard links, never written); the next run removes the temporary."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rng = np.random.default_rng(5)
+    store, out = tmp_path / "archive.zarr", tmp_path / "out" / "scores.zarr"
+    big = rng.normal(size=(1_200_000, P)) * SCALES
+    _grow(store, big[:200_000])
+    command = [sys.executable, "-m", "dask_mcpca", "score", str(store), "-m", model, "-o", str(out), "--no-progress"]
+    assert subprocess.run(command, capture_output=True).returncode == 0
+    _grow(store, big)
+    before = _snapshot(out)
+    proc = subprocess.Popen([*command, "--append"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(n.endswith(".tmp") for n in os.listdir(out.parent)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.002)
+        time.sleep(0.05)  # into the writes
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert _snapshot(out) == before
+    assert zarr.open_group(str(out), mode="r")["d2"].shape == (200_000,)
+    assert subprocess.run([*command, "--append"], capture_output=True).returncode == 0
+    assert os.listdir(out.parent) == ["scores.zarr"]
+    assert zarr.open_group(str(out), mode="r").attrs["rows"] == [0, 1_200_000]
