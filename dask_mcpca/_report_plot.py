@@ -69,8 +69,9 @@ def _plot_outages(ax, summary: ArchiveSummary, xs, heads) -> None:
 
     rows = np.add.reduceat(summary.bin_missing_share, heads, axis=0) / np.diff(np.append(heads, len(xs)))[:, None]
     shown = _outage_channels(summary)
+    top = float(np.nanmax(rows[:, shown])) * 100 if shown else 100.0  # short gaps stay visible
     _channel_heatmap(ax, rows[:, shown] * 100, xs, heads, [summary.channels[j] for j in shown], cmap="Greys",
-                     norm=Normalize(0, 100), label="% missing",
+                     norm=Normalize(0, top if top > 0 else 100.0), label="% missing",
                      title=f"outages: share of values missing (NaN), the {len(shown)} channels with gaps "
                      f"(of {len(summary.channels)})")
 
@@ -191,7 +192,8 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
     heat = max(1.2, 0.12 * p + 0.4)
     outage = max(0.8, 0.12 * len(_outage_channels(summary)) + 0.4) if gaps else 0.0
     # inches: the spectrum and loadings, room for the loadings' channel names, then the panels over time
-    head, names = max(2.6, 0.04 * p + 2.0), 0.06 * max(len(c) for c in summary.channels) + 0.3 if p <= 80 else 0.5
+    head = max(2.6, 0.04 * p + 2.0)
+    names = max(0.06 * max(len(c) for c in summary.channels) + 0.3, 0.9) if p <= 80 else 0.9
     heights = [2.8, 1.4] + ([1.8] if drift else []) + [heat] + ([outage] if gaps else [])
     heights.append(0.22 * max(len(summary.worst_events), 1) + 0.3)
     rest = sum(heights) + GAP * (len(heights) - 1)
