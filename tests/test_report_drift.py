@@ -218,3 +218,30 @@ def test_memory_of_the_pass_with_windows_does_not_grow_with_the_rows(tmp_path, m
                 tracemalloc.stop()
         assert len(s.windows["rows"]) == n // 5_000
     assert peaks[800_000] < peaks[100_000] + 4 * chunk * P * 8, peaks
+
+
+def test_the_curves_over_time_match_a_numpy_computation(archive, monkeypatch):
+    """Per bin: the share flagged, the mean d² of the rows not flagged, each channel's mean contribution."""
+    monkeypatch.setattr(report, "SLICE_ROWS", 700)
+    m, X = archive["model"], archive["X"]
+    s = report.summarize(m, X)
+    d2, flags, contributions = m.mahalanobis(X), m.is_outlier(X), m.channel_contributions(X)
+    heads = np.flatnonzero(np.diff(np.arange(N_ROWS) * report.N_BINS // N_ROWS, prepend=-1))
+    counts = np.diff(np.append(heads, N_ROWS))
+    np.testing.assert_allclose(s.bin_share, np.add.reduceat(flags.astype(float), heads) / counts, rtol=1e-12)
+    quiet = np.add.reduceat(np.where(flags, 0.0, d2), heads) / np.add.reduceat((~flags).astype(float), heads)
+    np.testing.assert_allclose(s.bin_quiet_mean, quiet, rtol=1e-9)
+    np.testing.assert_allclose(s.bin_contrib, np.add.reduceat(contributions, heads) / counts[:, None], rtol=1e-9)
+
+
+def test_windows_are_written_next_to_the_png_and_need_window(archive, tmp_path, capsys):
+    png = tmp_path / "r.png"
+    assert main(["report", archive["xarray"], "--model", archive["model_path"], "--output", str(png),
+                 "--window", "2h", "--no-progress"]) == 0
+    rows = _read(tmp_path / "r_windows.csv")
+    assert [int(r["rows"]) for r in rows] == [7_200, 7_200, 7_200, N_ROWS - 3 * 7_200]
+    assert {"window_start", "rows", "share_flagged", "subspace_angle_deg"} <= set(rows[0])
+    assert main(["report", archive["xarray"], "--model", archive["model_path"], "--output", str(tmp_path / "s.png"),
+                 "--windows", str(tmp_path / "w.csv"), "--no-progress"]) == 2
+    assert "--windows needs --window" in capsys.readouterr().err
+    assert not (tmp_path / "w.csv").exists() and not (tmp_path / "s.png").exists()
