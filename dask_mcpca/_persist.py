@@ -43,8 +43,12 @@ regular file (a local one or a URL), validates the parameters as the constructor
 (``MCPCA._validate_params``), drops ``checkpoint`` (a path written by another
 fit must not be resumed from), and checks every fitted attribute against
 ``n_features_in_`` and ``n_components_``: its shape, a float dtype, finite
-values, orthonormal components, variances >= 0 and ``kernel_scale_ > 0``
-(:func:`validate_fitted`).  A file that fails is refused with a
+values, and the model's invariants: orthonormal components, each row of
+``components_`` carrying its own variance under ``covariance_``, variances
+>= 0 with the first > 0 and, for ``solver="auto"``, none increasing,
+``kernel_scale_`` within the range a fit of ``n_features_in_`` features and
+this ``kernel_factor`` gives, a finite ``outlier_cutoff_ > 0`` that matches
+``outlier_threshold_`` (:func:`validate_fitted`).  A file that fails is refused with a
 :class:`ModelFormatError` that names the file and the attribute.
 """
 
@@ -60,6 +64,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ._atomic import read_bytes, write_bytes
+from ._schedule import robust_kernel_size2
 from ._version import __version__
 
 T = TypeVar("T")
@@ -77,6 +82,9 @@ FORMAT_VERSION = 2
 MAX_MODEL_BYTES = 2**30
 #: Largest deviation of ``components_ @ components_.T`` from the identity accepted.
 ORTHONORMAL_TOL = 1e-6
+#: Relative round-off accepted between values a fit derives from one another
+#: (a variance and ``c^T covariance_ c``, the threshold and the cutoff).
+CONSISTENCY_TOL = 1e-8
 
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _ARRAY_KINDS = "biuf"  # bool, signed / unsigned int, float
@@ -277,7 +285,8 @@ def validate_fitted(model) -> None:
     ------
     ValueError
         Naming the first attribute that is missing, of the wrong shape or
-        dtype, non-finite, or out of range.
+        dtype, non-finite, out of range, or inconsistent with the others
+        (see the module docstring for the invariants checked).
     """
     missing = [n for n in (*_ARRAYS, "n_features_in_", "n_components_", "noise_variance_", "kernel_scale_",
                            "outlier_threshold_", "n_samples_", "n_passes_", "n_iter_", "converged_")
@@ -312,13 +321,21 @@ def validate_fitted(model) -> None:
     if not np.allclose(cov, cov.T, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(cov).max()))):
         raise ValueError("covariance_ is not symmetric")
     _real(model, "noise_variance_", lambda v: math.isfinite(v) and v >= 0, "a finite float >= 0")
-    _real(model, "kernel_scale_", lambda v: math.isfinite(v) and v > 0, "a finite float > 0")
+    _validate_variances(model)
+    low, high = _kernel_scale_range(model, p)
+    _real(model, "kernel_scale_", lambda v: low <= v <= high,
+          f"a float in [{low:.6g}, {high:.6g}] (sqrt(c^2) of {p} features times kernel_factor)")
     _real(model, "outlier_threshold_", lambda v: 0 <= v <= 1, "a float in [0, 1]")
-    if hasattr(model, "outlier_cutoff_"):
-        _real(model, "outlier_cutoff_", lambda v: v > 0, "a float > 0")
-    else:  # written before the cutoff was calibrated: the threshold implies it
+    if not hasattr(model, "outlier_cutoff_"):  # written before the cutoff was calibrated: the threshold implies it
         t = model.outlier_threshold_
-        model.outlier_cutoff_ = -2.0 * model.kernel_scale_**2 * math.log(t) if t > 0 else math.inf
+        if not t > 0:
+            raise ValueError("outlier_cutoff_ missing, and outlier_threshold_=0 does not give it")
+        model.outlier_cutoff_ = -2.0 * model.kernel_scale_**2 * math.log(t)
+    _real(model, "outlier_cutoff_", lambda v: math.isfinite(v) and v > 0, "a finite float > 0")
+    implied = math.exp(-model.outlier_cutoff_ / (2.0 * model.kernel_scale_**2))
+    if not math.isclose(model.outlier_threshold_, implied, rel_tol=CONSISTENCY_TOL, abs_tol=1e-300):
+        raise ValueError(f"outlier_threshold_={model.outlier_threshold_!r} does not match outlier_cutoff_ and "
+                         f"kernel_scale_ (exp(-cutoff / (2 kernel_scale^2)) = {implied!r})")
     repeated = getattr(model, "repeated_values_", np.empty((0, 2)))
     if not (isinstance(repeated, np.ndarray) and repeated.ndim == 2 and repeated.shape[1] == 2
             and repeated.dtype.kind == "f" and np.isfinite(repeated).all()
@@ -341,6 +358,45 @@ def validate_fitted(model) -> None:
     _int(model, "n_iter_", 0)
     if not isinstance(model.converged_, (bool, np.bool_)):
         raise ValueError(f"converged_={model.converged_!r} must be true or false")
+
+
+def _validate_variances(model) -> None:
+    """``explained_variance_`` against itself, ``components_``, ``covariance_`` and the ratios.
+
+    The first variance is > 0; with ``solver="auto"`` they do not increase
+    (``"paper"`` keeps them in the order its deflation found them); each row of
+    ``components_`` carries its own variance (``c_i^T covariance_ c_i``); the
+    ratios are the variances over one common total.
+    """
+    lam = model.explained_variance_.tolist()  # Python floats: their repr is the number
+    if not lam[0] > 0:
+        raise ValueError(f"explained_variance_[0]={lam[0]!r} must be > 0 (the model explains no variance)")
+    rises = [i for i in range(len(lam) - 1) if lam[i + 1] > lam[i]]
+    if getattr(model, "solver", "auto") == "auto" and rises:
+        i = rises[0]
+        raise ValueError(f"explained_variance_ must not increase (solver='auto'); "
+                         f"explained_variance_[{i + 1}]={lam[i + 1]!r} > explained_variance_[{i}]={lam[i]!r}")
+    C = model.components_
+    carried = np.einsum("ij,jk,ik->i", C, model.covariance_, C)
+    scale = max(float(lam[0]), model.noise_variance_)
+    off = np.abs(carried - np.array(lam)) > CONSISTENCY_TOL * scale
+    if off.any():
+        i = int(np.argmax(off))
+        raise ValueError(f"components_[{i}] does not carry explained_variance_[{i}]={lam[i]!r} "
+                         f"(components_[{i}] @ covariance_ @ components_[{i}] = {float(carried[i])!r}); "
+                         "rows of components_ and their variances do not match")
+    ratio = model.explained_variance_ratio_
+    if ratio[0] > 0 and not np.allclose(ratio / ratio[0] * lam[0], lam, rtol=CONSISTENCY_TOL,
+                                        atol=CONSISTENCY_TOL * lam[0]):
+        raise ValueError("explained_variance_ratio_ is not explained_variance_ over one total")
+
+
+def _kernel_scale_range(model, p: int) -> tuple[float, float]:
+    """Bounds of a fitted ``kernel_scale_``: ``sqrt(c^2)`` of 1..p features, times ``kernel_factor`` or 1."""
+    factor = float(getattr(model, "kernel_factor", 1.0))
+    low = math.sqrt(robust_kernel_size2(1)) * min(1.0, factor)
+    high = math.sqrt(robust_kernel_size2(p)) * max(1.0, factor)
+    return low * (1 - 1e-12), high * (1 + 1e-12)
 
 
 #: What ``MCPCA.partial_fit`` updates from: name -> shape in terms of p (all or none of them).

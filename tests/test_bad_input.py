@@ -558,7 +558,7 @@ BAD_MODELS = [
      "mean_ must be a float array of shape (3,)"),
     ("NaN in components_", _edit(lambda d: d["attributes"]["components_"]["data"].__setitem__(0, "NaN")),
      "components_ holds 1 non-finite value"),
-    ("kernel_scale_ = 0", _edit(lambda d: _set(d, "kernel_scale_", 0)), "kernel_scale_=0 must be a finite float > 0"),
+    ("kernel_scale_ = 0", _edit(lambda d: _set(d, "kernel_scale_", 0)), "kernel_scale_=0 must be a float in"),
     ("negative variance", _edit(lambda d: d["attributes"]["explained_variance_"]["data"].__setitem__(1, -1.0)),
      "explained_variance_ holds negative values"),
     ("components not orthonormal", _edit(lambda d: d["attributes"]["components_"]["data"].__setitem__(0, 3.0)),
@@ -572,7 +572,38 @@ BAD_MODELS = [
     ("attribute shadowing a method", _edit(lambda d: d["attributes"].__setitem__("__class__", 1)),
      "bad attribute name '__class__'"),
     ("no attributes", _edit(lambda d: d.pop("attributes")), "needs a \"params\" and an \"attributes\" object"),
+    # the model's invariants: each broken by an edit a person could make to the JSON
+    ("variances increasing", _edit(lambda d: d["attributes"]["explained_variance_"]["data"].reverse()),
+     "explained_variance_ must not increase"),
+    ("first variance zero", _edit(lambda d: d["attributes"]["explained_variance_"]["data"].__setitem__(0, 0.0)),
+     "explained_variance_[0]=0.0 must be > 0"),
+    ("rows of components_ swapped", _edit(lambda d: _swap_rows(d["attributes"]["components_"])),
+     "components_[0] does not carry explained_variance_[0]"),
+    ("ratios not over one total", _edit(lambda d: d["attributes"]["explained_variance_ratio_"]["data"].reverse()),
+     "explained_variance_ratio_ is not explained_variance_ over one total"),
+    ("kernel_scale_ = 1e-300", _edit(lambda d: _set(d, "kernel_scale_", 1e-300)),
+     "kernel_scale_=1e-300 must be a float in"),
+    ("kernel_scale_ = 1e+300", _edit(lambda d: _set(d, "kernel_scale_", 1e300)),
+     "kernel_scale_=1e+300 must be a float in"),
+    ("outlier_cutoff_ = Infinity", _edit(lambda d: _set(d, "outlier_cutoff_", "Infinity")),
+     "outlier_cutoff_=inf must be a finite float > 0"),
+    ("outlier_cutoff_ = 0", _edit(lambda d: _set(d, "outlier_cutoff_", 0.0)),
+     "outlier_cutoff_=0.0 must be a finite float > 0"),
+    ("outlier_cutoff_ against the threshold",
+     _edit(lambda d: _set(d, "outlier_cutoff_", 2 * _value(d, "outlier_cutoff_"))),
+     "does not match outlier_cutoff_ and kernel_scale_"),
 ]
+
+
+def _swap_rows(array):
+    """Swap the first two rows of a saved 2-D array (its flat, C-ordered data)."""
+    width = array["shape"][1]
+    data = array["data"]
+    data[:width], data[width:2 * width] = data[width:2 * width], data[:width]
+
+
+def _value(doc, name):
+    return doc["attributes"][name]
 
 
 @pytest.mark.parametrize("edit, fragment", [c[1:] for c in BAD_MODELS], ids=[c[0] for c in BAD_MODELS])
