@@ -6,7 +6,7 @@ A robust estimator for them must neither call most rows outliers nor let a
 tight minority capture it.  The default works on a row sample drawn during the
 first pass, in memory, and then on the full data, one pass per step:
 
-1. **Start** (:func:`robust_start`): the Stahel-Donoho outlyingness of every
+1. **Start** (:func:`._start.robust_start`): the Stahel-Donoho outlyingness of every
    sample row (its largest robust z-score over directions through pairs of
    sample rows, as in ROBPCA's first stage), and the mean and covariance of
    the least outlying half, scaled so that the median squared Mahalanobis
@@ -27,9 +27,9 @@ first pass, in memory, and then on the full data, one pass per step:
    group of rows between the two radii.  It gives the components.
 4. **Repeated rows and values**: a whole row repeated exactly in many sample
    rows, far more often than the rows next to it on the data's lattice (a
-   frozen logger's record; :func:`repeated_rows`), and a value one column
+   frozen logger's record; :func:`._repeated.repeated_rows`), and a value one column
    holds exactly in many of the other rows, far more often than its
-   neighbouring values (a stuck sensor; :func:`repeated_values`), exclude
+   neighbouring values (a stuck sensor; :func:`._repeated.repeated_values`), exclude
    their rows from every kernel's sums.  A repeat must also be one the data's
    model cannot explain: a value holds 5 times the rows a robust Gaussian
    marginal puts in its lattice cell (quantization levels, integer counts, a
@@ -52,7 +52,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import stats
 from scipy.spatial import cKDTree
 
 from ._block import block_stats
@@ -60,42 +59,38 @@ from ._kernels import _top_exponent
 from ._missing import MAX_PATTERNS, em_moments, pattern_key, radius_for_count
 from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
+from ._repeated import TIGHT_MIN_ROWS, TIGHT_SHARE, find_repeated, held_out, quantization_steps
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
+from ._start import START_FRACTION, TINY_EIGENVALUE, _mahalanobis2, _rank, outlyingness, precision, robust_start
 from ._stats import BlockStats, PartialPlan, PassPlan, combine
 
 __all__ = [
     "RobustState",
-    "robust_start",
     "fit_robust",
     "warm_step",
     "update_robust",
     "state_in_units",
     "step_plan",
-    "precision",
-    "outlyingness",
     "working_exponent",
-    "repeated_values",
-    "quantization_steps",
-    "repeated_rows",
-    "find_repeated",
-    "in_repeated",
-    "held_out",
-    "in_repeated_rows",
-    "held_out",
+    "gap_patterns",
     "SAMPLE_SIZE",
+    "FAR_ROW",
+    "FALL_OFF2",
+    # Re-exported, where callers of the fit import them: the start (._start)
+    # and the repeated-value rules (._repeated).
+    "robust_start",
+    "outlyingness",
+    "precision",
+    "quantization_steps",
+    "find_repeated",
+    "held_out",
 ]
 
 #: Rows drawn during the first pass for the in-memory robust start.
 SAMPLE_SIZE = 20_000
 
-#: Directions (through pairs of sample rows) of the outlyingness start.
-N_DIRECTIONS = 250
-
 #: Fixed-point steps on the in-memory sample.
 MAX_SAMPLE_STEPS = 200
-
-#: Share of the sample, by outlyingness, that gives the start.
-START_FRACTION = 0.5
 
 #: Sample rows with a coordinate beyond this, in working units (the bulk's
 #: spread is near 1), are left out of the in-memory work: their squares and
@@ -161,7 +156,7 @@ class RobustState:
     final_location: np.ndarray | None = None
     final_scatter: np.ndarray | None = None
     # The variance of each channel's rounding error, step^2 / 12 for a
-    # quantized channel (:func:`quantization_steps`), 0 for a continuous one,
+    # quantized channel (:func:`._repeated.quantization_steps`), 0 for a continuous one,
     # in working units: the floor of each channel's variance (:func:`_floored`).
     resolution: np.ndarray | None = None
 
@@ -179,119 +174,6 @@ def _floored(scatter: np.ndarray, resolution: np.ndarray | None) -> np.ndarray:
         return scatter
     lift = np.maximum(resolution - np.diag(scatter), 0.0)
     return scatter + np.diag(lift) if np.any(lift) else scatter
-
-
-#: Eigenvalues of a scatter below this (in working units, where the bulk's
-#: spread is near 1) count as zero, so that no inverse overflows.
-TINY_EIGENVALUE = 2.0**-1000
-
-
-def precision(scatter: np.ndarray) -> np.ndarray:
-    """Pseudo-inverse of a scatter matrix; directions without spread get 0."""
-    w, V = spread_directions(scatter)
-    keep = w > TINY_EIGENVALUE
-    return (V[:, keep] / w[keep]) @ V[:, keep].T
-
-
-def _rank(scatter: np.ndarray) -> int:
-    return len(spread_directions(scatter)[0])
-
-
-def _mahalanobis2(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
-    """Squared distances under ``scatter``; inf for rows so far that they overflow."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        d2 = np.einsum("ij,ij->i", Y @ precision(scatter), Y)
-    d2[np.isnan(d2)] = np.inf
-    return d2
-
-
-def outlyingness(sample: np.ndarray, *, n_directions: int = N_DIRECTIONS, seed: int = 0) -> np.ndarray:
-    """Stahel-Donoho outlyingness of each row over directions through pairs of rows.
-
-    For a direction ``a`` the robust z-score of row ``x`` is
-    ``|a^T x - median(a^T X)| / MAD(a^T X)``; the outlyingness is the largest
-    over the directions ``x_i - x_j`` of ``n_directions`` pairs.  The pairs are
-    drawn after ordering the rows by their distance to the mean, so the result
-    depends on the set of rows, not on their order, and it is equivariant
-    under rotation, translation and scaling.
-    """
-    n, p = sample.shape
-    centred = sample - sample.mean(axis=0)
-    norm2 = np.einsum("ij,ij->i", centred, centred)
-    order = np.argsort(norm2, kind="stable")
-    if np.any(np.diff(norm2[order]) == 0):  # ties (repeated rows): broken by the columns, in order
-        order = np.lexsort((*centred.T[::-1], norm2))
-    rows = centred[order]
-    rng = np.random.default_rng(seed)
-    i, j = rng.integers(0, n, n_directions), rng.integers(0, n, n_directions)
-    directions = rows[i] - rows[j]
-    norms = np.linalg.norm(directions, axis=1)
-    directions = directions[norms > 0] / norms[norms > 0, None]
-    if not len(directions):
-        return np.zeros(n)
-    runs = (directions[k : k + DIRECTION_RUN] for k in range(0, len(directions), DIRECTION_RUN))
-    scores = [s for s in (_largest_z_score(run, centred) for run in runs) if s is not None]
-    return np.maximum.reduce(scores) if scores else np.zeros(n)
-
-
-#: Directions of the outlyingness start scored at once: their projections of a
-#: 20,000-row sample (5 MB) stay in cache through the medians, deviations and
-#: ratios; all 250 at once (40 MB) took 0.14 s instead of 0.115 s.
-DIRECTION_RUN = 32
-
-
-def _largest_z_score(directions: np.ndarray, centred: np.ndarray) -> np.ndarray | None:
-    """Each row's largest robust z-score over ``directions`` (unit vectors), or None when no
-    direction has a spread (a MAD above 0)."""
-    deviation = directions @ centred.T  # one direction per (contiguous) row: the projections, then
-    deviation -= _row_medians(deviation)[:, None]  # their deviations from the median, in place
-    np.abs(deviation, out=deviation)
-    spread = _row_medians(deviation) * _MAD_TO_SD
-    keep = spread > 0
-    if not keep.any():
-        return None
-    if not keep.all():
-        deviation, spread = deviation[keep], spread[keep]
-    deviation /= spread[:, None]
-    return deviation.max(axis=0)
-
-
-#: MAD times this is the standard deviation of a normal law.
-_MAD_TO_SD = 1.0 / stats.norm.ppf(0.75)
-
-
-def _row_medians(A: np.ndarray) -> np.ndarray:
-    """The median of each row, by one partial sort (``np.median`` copies and checks for NaN).
-
-    One selection, of the upper middle value; for an even length the lower one is the
-    largest value below it (numpy's partition at two positions took 5x as long).
-    """
-    n = A.shape[1]
-    k = n // 2
-    part = np.partition(A, k, axis=1)
-    return part[:, k] if n % 2 else (part[:, :k].max(axis=1) + part[:, k]) / 2
-
-
-def _median_scaled(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
-    """``scatter`` scaled so the median ``d^2`` of the rows ``Y`` is the chi-square median."""
-    d2 = _mahalanobis2(Y, scatter)
-    med = np.median(d2)
-    return scatter * (med / stats.chi2.ppf(0.5, max(_rank(scatter), 1))) if med > 0 else scatter
-
-
-def robust_start(sample: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Location and scatter of the least outlying half of an in-memory row sample.
-
-    See :func:`outlyingness`.  The half holds at least ``p + 2`` rows; its
-    scatter is scaled so that the median squared Mahalanobis distance of the
-    whole sample is the chi-square median, as it is for Gaussian rows.
-    """
-    n, p = sample.shape
-    h = min(n, max(int(np.ceil(START_FRACTION * n)), p + 2))
-    subset = np.argsort(outlyingness(sample, seed=seed), kind="stable")[:h]
-    location = sample[subset].mean(axis=0)
-    scatter = np.atleast_2d(np.cov(sample[subset], rowvar=False, bias=True))
-    return location, _median_scaled(sample - location, scatter)
 
 
 def step_plan(
@@ -333,10 +215,9 @@ def step_plan(
 #: in; benchmarks/robustness.py).
 FALL_OFF2 = 0.25
 
-#: A sample row with this many sample rows (itself included) within
-#: ``TIGHT_RADIUS`` in the whitened metric belongs to a tight group.
-TIGHT_MIN_ROWS = 5
-TIGHT_SHARE = 0.001
+#: A sample row with ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` sample rows (itself
+#: included, :mod:`._repeated`) within ``TIGHT_RADIUS`` in the whitened metric
+#: belongs to a tight group.
 TIGHT_RADIUS = 0.05
 
 
@@ -352,321 +233,6 @@ def _tight_rows(Z: np.ndarray, n_sample: int) -> np.ndarray:
     k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n_sample))
     counts = cKDTree(Z).query_ball_point(Z, r=TIGHT_RADIUS, return_length=True)
     return np.asarray(counts) >= k
-
-
-#: A value that one column of the sample holds exactly in at least
-#: ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
-#: ``MAX_REPEATED_SHARE * n`` of the n rows, and ``REPEAT_SPIKE`` times as often
-#: as any of the ``REPEAT_WINDOW`` nearest distinct values on either side in
-#: that column, is a repeated value: a stuck sensor's, or a channel of a
-#: frozen logger's record.  Rows holding one get no weight in the fit and
-#: ``is_outlier`` flags them.  The neighbour rule keeps the natural modes of
-#: quantized channels out (a lattice of integer counts with rare values between
-#: its points: the window reaches past them); a value held by more rows is taken
-#: for a regime of the data (an idle sensor's exact zeros).  A value must also
-#: hold ``REPEAT_SPIKE`` times the rows the model predicts for its lattice cell
-#: (:func:`repeated_values`, Notes).
-MAX_REPEATED_SHARE = 0.1
-REPEAT_SPIKE = 5.0
-REPEAT_WINDOW = 4
-
-#: At most this many repeated rows (:func:`repeated_rows`) are kept, those
-#: holding the most sample rows: each costs every full-data pass one
-#: comparison of a column per data row (and of the whole row where that
-#: column matches), and the model and the pass plan carry them.
-MAX_REPEATED_ROWS = 16
-
-
-#: A repeated record every value of which is 0 or a multiple of
-#: ``10**SET_POINT_DIGITS`` times its channel's resolution is a set point
-#: (:func:`_set_points`), not a frozen record.
-SET_POINT_DIGITS = 2
-
-
-def _decimal_exponents(values: np.ndarray) -> np.ndarray:
-    """The largest e (-30 <= e <= 30) with each value an integer multiple of ``10**e`` (to ~50 ulp); inf for 0."""
-    values = np.abs(np.asarray(values, np.float64))
-    out = np.full(values.shape, -31.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for e in range(-30, 31):
-            q = values / 10.0**e
-            whole = (np.abs(q - np.rint(q)) <= 1e-14 * q) & (q >= 0.5)
-            out[whole] = e
-    out[values == 0] = np.inf
-    return out
-
-
-def _set_points(records: np.ndarray, sample: np.ndarray) -> np.ndarray:
-    """True for the repeated ``records`` that are set points (an idle state), not replayed measurements.
-
-    A channel's resolution is the finest decimal step its sample values keep
-    (the 10th percentile of their decimal exponents, :func:`_decimal_exponents`).
-    A frozen logger replays one measurement: each of its values lies on a
-    lattice ``10**SET_POINT_DIGITS`` times coarser than the channel's
-    resolution by chance only (about 1 in 100 per channel, 1 in 100**p for
-    the record).  A device idle at one point writes a set state: zeros, or
-    round values.  A record all of whose values are 0 or that round is taken
-    for a set point.
-    """
-    if not len(records):
-        return np.zeros(0, bool)
-    resolution = np.array([np.quantile(_decimal_exponents(c[c != 0]), 0.1) if np.any(c != 0) else 0.0
-                           for c in sample.T])
-    return np.all(_decimal_exponents(records) >= resolution + SET_POINT_DIGITS, axis=1)
-
-
-def repeated_rows(sample: np.ndarray, *, set_points: bool = False) -> np.ndarray:
-    """Whole rows that the sample repeats exactly, far more often than the rows next to them: frozen records.
-
-    A frozen logger repeats one record, all p values.  :func:`repeated_values`
-    finds it only when one of the record's values stands out in its own
-    column; on quantized recordings every value of a record can lie in a
-    busy mode of its channel (Daphnet: 100-580 rows per value) and the record
-    is missed.  The whole row is the better witness: a row held exactly by
-    at least ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
-    ``MAX_REPEATED_SHARE * n`` of the n rows (the per-channel rule's bounds),
-    and ``REPEAT_SPIKE`` times as often as each of its lattice neighbours,
-    is a repeated row.  The neighbours are the rows equal to it except in
-    one column, which holds one of the ``REPEAT_WINDOW`` nearest distinct
-    values of that column (in the sample) on either side: the per-channel
-    rule's window, moved along each column in turn.
-
-    Why the neighbours: exact duplicate rows are natural in quantized data
-    whose spread is a few quantization steps (a sensor at rest repeats its
-    resting record).  Such a density is smooth on the scale of one step, so
-    a record's count is within a small factor of its neighbours' (Gaussian
-    noise of s steps, rounded: the most common value is 1.6 times as common
-    as the next at s = 1, 4.3 times at s = 0.5, and the largest neighbour
-    is that of the noisiest channel); a record repeated by a fault stands
-    out from neighbours that hold only the data's own rows.  Where a
-    sensor's noise is below 0.47 steps in every channel, its resting
-    record is itself such a spike and, if it holds 0.1-10 % of the rows,
-    it is taken for a frozen record: the data cannot tell them apart
-    (``tests/test_robust_real.py`` measures both sides of that line).
-
-    Set points: a repeated record every value of which is 0 or a multiple of
-    ``10**SET_POINT_DIGITS`` times its channel's resolution (:func:`_set_points`)
-    is an idle device's state, not a replayed measurement, and is not returned
-    (``set_points=True`` returns those instead; :func:`find_repeated` leaves
-    their rows out of the per-channel counts, as a frozen record's).  The
-    trade-off: a logger frozen on a record of zeros is taken for an idle one.
-
-    Two guards: if the rows found hold together more than
-    ``MAX_REPEATED_SHARE`` of the sample, duplication is the nature of these
-    data (a data set of a few distinct points, each repeated), not a fault,
-    and none is returned; of more than ``MAX_REPEATED_SHARE`` rows, the
-    ``MAX_REPEATED_ROWS`` holding most rows are kept.
-
-    Neighbours are looked up by a hash of the rows' codes (each value's rank
-    among its column's distinct values): moving one column changes the hash
-    by a known term, so the 2 * ``REPEAT_WINDOW`` * p neighbours of a
-    candidate cost no pass over the sample.  A hash collision can only add
-    rows to a neighbour's count (a missed row, never a false one).
-
-    Returns
-    -------
-    rows : ndarray of shape (m, p)
-        The repeated rows, the most repeated first (m <= ``MAX_REPEATED_ROWS``).
-    """
-    n, p = sample.shape
-    none = np.empty((0, p))
-    k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
-    if n < k or p == 0 or np.unique(sample[:, 0], return_counts=True)[1].max() < k:  # no row can repeat
-        return none
-    rows, counts = np.unique(sample, axis=0, return_counts=True)  # exact (-0.0 and 0.0 are one value)
-    candidates = np.flatnonzero((counts >= k) & (counts <= MAX_REPEATED_SHARE * n))
-    if not len(candidates):
-        return none
-    codes = np.empty(rows.shape, np.int64)
-    sizes = np.empty(p, np.int64)
-    for column in range(p):
-        distinct, codes[:, column] = np.unique(rows[:, column], return_inverse=True)
-        sizes[column] = len(distinct)
-    mult = np.random.default_rng(0).integers(1, 2**63, size=p, dtype=np.uint64) | np.uint64(1)  # odd
-    keys = (codes.astype(np.uint64) * mult).sum(axis=1, dtype=np.uint64)  # wraps modulo 2**64, as meant
-    order = np.argsort(keys, kind="stable")
-    sorted_keys, sorted_counts = keys[order], counts[order]
-    w = REPEAT_WINDOW
-    steps = np.array([*range(-w, 0), *range(1, w + 1)], np.int64)
-    code = codes[candidates][:, :, None]  # (c, p, 1)
-    moved = code + steps  # (c, p, 2w): the neighbours' codes
-    valid = (moved >= 0) & (moved < sizes[:, None])
-    delta = (moved - code).astype(np.uint64) * mult[:, None]  # two's complement: wraps as keys do
-    neighbour_keys = keys[candidates][:, None, None] + delta
-    at = np.minimum(np.searchsorted(sorted_keys, neighbour_keys), len(keys) - 1)
-    held = np.where(valid & (sorted_keys[at] == neighbour_keys), sorted_counts[at], 0)
-    largest = held.reshape(len(candidates), -1).max(axis=1)
-    found = candidates[counts[candidates] >= REPEAT_SPIKE * largest]
-    if counts[found].sum() > MAX_REPEATED_SHARE * n:
-        return none
-    found = found[np.argsort(-counts[found], kind="stable")]
-    if set_points:
-        return rows[found[_set_points(rows[found], sample)]]
-    return rows[found[~_set_points(rows[found], sample)]][:MAX_REPEATED_ROWS]
-
-
-def _lattice(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Which of a column's distinct ``values`` (sorted, with their ``counts``) are points of its lattice.
-
-    A quantized channel (at least half of the rows on values held by 2 rows
-    or more) has for lattice its repeated values: a value held once lies
-    between its levels (another channel's value swapped in, a rare reading
-    off the grid) and is no level.  A continuous channel's lattice is every
-    distinct value.
-    """
-    repeated = counts >= 2
-    if counts[repeated].sum() >= 0.5 * counts.sum():
-        return repeated
-    return np.ones(len(values), bool)
-
-
-def quantization_steps(sample: np.ndarray) -> np.ndarray:
-    """Each column's quantization step: 0 for a continuous column, else the step of its lattice.
-
-    A column is quantized when at least half of the rows hold values held by
-    two rows or more (:func:`_lattice`).  Its step is the largest ``s`` of
-    which every gap between its distinct values is a whole multiple (to
-    ``STEP_RTOL``), ``s`` being the smallest gap divided by 1 to
-    ``MAX_STEP_DIVISOR``: an ADC's step, 1 for integer counts and one-hot
-    columns, 0.1 for values rounded to one decimal, whatever levels a small
-    sample happens to hold.  A reading of such a column says only that the
-    value lies within half a step of it (``MCPCA.is_outlier`` uses the
-    nearest point of that cell); a column whose gaps share no such step is
-    taken as continuous.
-    """
-    n, p = sample.shape
-    steps = np.zeros(p)
-    for column in range(p):
-        values, counts = np.unique(sample[:, column], return_counts=True)
-        finite = np.isfinite(values)
-        values, counts = values[finite], counts[finite]
-        if len(values) < 2:
-            continue
-        on = _lattice(values, counts)
-        if on.all() and not (counts >= 2).all():
-            continue  # continuous: every distinct value is a lattice point
-        gaps = np.diff(values)
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            for divisor in range(1, MAX_STEP_DIVISOR + 1):
-                step = gaps.min() / divisor
-                ratio = gaps / step  # inf where the gaps span more than float64 (no common step)
-                if step > 0 and np.all(np.isfinite(ratio)) and np.all(
-                        np.abs(ratio - np.rint(ratio)) <= STEP_RTOL * np.maximum(ratio, 1.0)):
-                    steps[column] = step
-                    break
-    return steps
-
-
-#: :func:`quantization_steps` looks for a common step among the smallest gap divided by 1 to this.
-MAX_STEP_DIVISOR = 10
-#: Relative tolerance of "a whole multiple of the step" (values rounded to decimals are not exact in binary).
-STEP_RTOL = 1e-6
-
-
-def _expected_counts(values: np.ndarray, on: np.ndarray, n: int, centre: float, scale: float) -> np.ndarray:
-    """The rows a Gaussian marginal ``N(centre, scale**2)`` puts in each lattice cell ``values[on]``.
-
-    The cell of a lattice point reaches half-way to the next lattice point on
-    either side; the first and last cells reach to -inf and +inf, so that a
-    value at the column's extreme (a range limit, a saturation) is expected to
-    hold the model's whole tail mass beyond it.
-    """
-    points = values[on]
-    edges = np.concatenate([[-np.inf], (points[1:] + points[:-1]) / 2, [np.inf]])
-    cdf = stats.norm.cdf((edges - centre) / scale) if scale > 0 else (edges >= centre).astype(float)
-    return n * np.diff(cdf)
-
-
-def repeated_values(sample: np.ndarray) -> np.ndarray:
-    """``(column, value)`` rows of the sample's repeated values (see above).
-
-    Notes
-    -----
-    A value is a stuck sensor's when one column holds it exactly in at least
-    ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
-    ``MAX_REPEATED_SHARE * n`` of the n rows, and both:
-
-    1. it is a spike on the column's lattice (:func:`_lattice`): held
-       ``REPEAT_SPIKE`` times as often as any of the ``REPEAT_WINDOW``
-       nearest lattice points on either side (a quantized channel's natural
-       modes are smooth on the scale of a step);
-    2. the model cannot explain it: it holds ``REPEAT_SPIKE`` times the rows
-       that a Gaussian marginal of the column, fitted robustly (median, and
-       interquartile range / 1.349), puts in its lattice cell
-       (:func:`_expected_counts`): on a continuous column the cell of a value
-       is the tiny gap to its neighbours and a repeat is impossible; on a
-       quantized one it is the step; at the column's extreme it is the tail
-       beyond, so a range limit or a saturation that the model's tail
-       predicts is no fault.
-
-    The first rule alone took range limits (nothing beyond the limit, single
-    values below it) and, once another channel's values landed between a
-    quantized channel's levels, every busy level for stuck values; the second
-    clears those.  Trade-off: a sensor stuck at a value the model predicts
-    that many rows for (a level in the busy middle of a coarse quantized
-    channel, a stuck value at the column's extreme no farther out than the
-    model's tail mass there) is no longer found per channel.
-    """
-    n, p = sample.shape
-    found = []
-    k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
-    w = REPEAT_WINDOW
-    for column in range(p):
-        values, counts = np.unique(sample[:, column], return_counts=True)
-        if not ((counts >= k) & (counts <= MAX_REPEATED_SHARE * n)).any():
-            continue
-        on = _lattice(values, counts)
-        level = counts[on]
-        padded = np.concatenate([np.zeros(w, level.dtype), level, np.zeros(w, level.dtype)])
-        neighbours = np.max([padded[w + s : w + s + len(level)] for s in (*range(-w, 0), *range(1, w + 1))], axis=0)
-        q1, centre, q3 = np.quantile(sample[:, column], [0.25, 0.5, 0.75])
-        expected = _expected_counts(values, on, n, centre, (q3 - q1) / (2 * stats.norm.ppf(0.75)))
-        spike = ((level >= k) & (level <= MAX_REPEATED_SHARE * n) & (level >= REPEAT_SPIKE * neighbours)
-                 & (level >= REPEAT_SPIKE * expected))
-        found += [(column, v) for v in values[on][spike]]
-    return np.array(found, dtype=np.float64).reshape(-1, 2)
-
-
-def in_repeated(rows: np.ndarray, repeated: np.ndarray | None) -> np.ndarray:
-    """True for the rows holding one of the ``(column, value)`` pairs of ``repeated``."""
-    hit = np.zeros(len(rows), bool)
-    for column, value in () if repeated is None else repeated:
-        hit |= rows[:, int(column)] == value
-    return hit
-
-
-def in_repeated_rows(rows: np.ndarray, repeated_rows: np.ndarray | None) -> np.ndarray:
-    """True for the rows equal (exactly) to one of ``repeated_rows``.
-
-    The first column picks the rows that may match; only those are compared
-    whole (as :func:`._block.block_stats` does in a pass).
-    """
-    hit = np.zeros(len(rows), bool)
-    for row in () if repeated_rows is None else repeated_rows:
-        maybe = np.flatnonzero(rows[:, 0] == row[0])
-        hit[maybe[(rows[maybe] == row).all(axis=1)]] = True
-    return hit
-
-
-def find_repeated(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The sample's repeated rows, then the repeated values of its other rows.
-
-    A frozen record's values inflate their columns' counts; once its rows are
-    set aside, what is left of a value's count is the data's own, so the
-    per-channel rule sees stuck sensors, not the record's channels (whose
-    rows would be left out and flagged wholesale, clean ones included).  The
-    rows of set points (an idle device's record) are set aside likewise: their
-    values are the record's, not stuck channels.
-    """
-    rows = repeated_rows(sample)
-    records = np.concatenate([rows, repeated_rows(sample, set_points=True)])
-    return repeated_values(sample[~in_repeated_rows(sample, records)]), rows
-
-
-def held_out(rows: np.ndarray, repeated: np.ndarray | None, repeated_rows: np.ndarray | None) -> np.ndarray:
-    """True for the rows the fit gives no weight: holding one of the ``repeated`` values, or equal to
-    one of the ``repeated_rows`` (both in the units of ``rows``)."""
-    return in_repeated(rows, repeated) | in_repeated_rows(rows, repeated_rows)
 
 
 def _core_radius(d2: np.ndarray, p: int, n_effective: float, *, calibrate: bool = True) -> float:
@@ -832,7 +398,7 @@ def _sample_step(
     rows, in memory: at p = 500 a step costs a third of the two passes, three
     eigendecompositions and the shell search that those functions make.
     Same numerics as those functions: eigenvalues below ``TINY_EIGENVALUE``
-    do not enter the distances (:func:`precision`), distances that overflow
+    do not enter the distances (:func:`._start.precision`), distances that overflow
     are inf (weight 0), and a median distance that overflows raises
     :class:`NumericalRangeError`.  Sample rows with missing cells
     (``partial``) enter as a ``"partial"`` pass weighs them (EM; the radius

@@ -17,7 +17,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from dask_mcpca import MCPCA
-from dask_mcpca._robust import robust_start
+from dask_mcpca._start import robust_start
 
 #: Seconds any one test may take before it counts as a hang.
 ALARM_SECONDS = 60

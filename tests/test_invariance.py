@@ -35,7 +35,7 @@ from scipy.stats import ortho_group
 from sklearn.decomposition import PCA
 
 from dask_mcpca import MCPCA
-from dask_mcpca._robust import robust_start
+from dask_mcpca._start import robust_start
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from scenarios import make_scenario

@@ -13,7 +13,7 @@ import json
 import numpy as np
 
 from dask_mcpca import MCPCA, load
-from dask_mcpca._robust import quantization_steps
+from dask_mcpca._repeated import quantization_steps
 
 
 def _adc_at_rest(seed: int, n: int = 8000, p: int = 5) -> np.ndarray:

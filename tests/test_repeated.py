@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dask_mcpca import MCPCA
-from dask_mcpca._robust import find_repeated, repeated_rows, repeated_values
+from dask_mcpca._repeated import find_repeated, repeated_rows, repeated_values
 
 
 def _correlated(rng, n, p, sd):

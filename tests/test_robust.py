@@ -115,7 +115,7 @@ def test_paper_experiment_at_least_as_good_as_paper_solver():
 def test_row_medians_are_numpys_medians(n):
     """The outlyingness start's medians (one selection per row, the lower middle value of an
     even length taken as the largest below the upper one) equal np.median's, ties included."""
-    from dask_mcpca._robust import _row_medians
+    from dask_mcpca._start import _row_medians
 
     rng = np.random.default_rng(n)
     A = rng.normal(size=(6, n))

@@ -167,7 +167,7 @@ def test_frozen_record_in_busy_quantized_modes_is_a_repeated_row(seed, monkeypat
     channel, so the per-channel rule cannot see it; the whole row can."""
     import scipy.linalg
 
-    from dask_mcpca import _robust
+    from dask_mcpca import _repeated, _robust
 
     def angle(a, b):
         return np.degrees(scipy.linalg.subspace_angles(a[:3].T, b[:3].T).max())
@@ -180,9 +180,9 @@ def test_frozen_record_in_busy_quantized_modes_is_a_repeated_row(seed, monkeypat
     reference = MCPCA().fit(Xf[clean])  # the truth: the fit without the frozen rows
 
     # The per-channel rule alone (the solver before repeated rows) misses the record, and the fit turns.
-    assert len(_robust.repeated_values(Xf)) == 0
+    assert len(_repeated.repeated_values(Xf)) == 0
     with monkeypatch.context() as m:
-        m.setattr(_robust, "find_repeated", lambda s: (_robust.repeated_values(s), np.empty((0, s.shape[1]))))
+        m.setattr(_robust, "find_repeated", lambda s: (_repeated.repeated_values(s), np.empty((0, s.shape[1]))))
         old = MCPCA().fit(Xf)
     assert np.asarray(old.is_outlier(Xf))[frozen].mean() < 0.05
     assert angle(old.components_, reference.components_) > 5  # 7.4-9.6 deg on seeds 0-7
@@ -213,7 +213,7 @@ def _at_rest(seed: int, rest_sd, n: int = 20_000, rest_share: float = 0.4):
 def test_quantized_sensor_at_rest_has_no_repeated_rows(seed, rest_sd):
     """Natural duplicates: 50-75 records held by max(5, 0.1 %) rows or more, the most common by up to
     4.4 % of them; their lattice neighbours hold 1.6-4.3 times fewer, below the spike."""
-    from dask_mcpca._robust import TIGHT_MIN_ROWS, TIGHT_SHARE
+    from dask_mcpca._repeated import TIGHT_MIN_ROWS, TIGHT_SHARE
 
     X = _at_rest(seed, rest_sd)
     _, counts = np.unique(X, axis=0, return_counts=True)
@@ -226,7 +226,7 @@ def test_quantized_sensor_at_rest_has_no_repeated_rows(seed, rest_sd):
 def test_resting_record_below_half_a_step_of_noise_is_a_spike():
     """The documented limit: with noise of 0.4 steps in every channel the resting record is 5.5 times as
     common as its neighbours and is taken for a frozen record (0.5 steps: 4.3 times, it is not)."""
-    from dask_mcpca._robust import repeated_rows
+    from dask_mcpca._repeated import repeated_rows
 
     for seed in range(2):
         assert len(repeated_rows(_at_rest(seed, (0.5,) * 6))) == 0
@@ -237,7 +237,7 @@ def test_resting_record_below_half_a_step_of_noise_is_a_spike():
 def test_repeated_rows_guards():
     """At most MAX_REPEATED_ROWS, the most repeated first; none when duplication is the data's nature;
     -0.0 and 0.0 are one value, as in a pass."""
-    from dask_mcpca._robust import MAX_REPEATED_ROWS, in_repeated_rows, repeated_rows
+    from dask_mcpca._repeated import MAX_REPEATED_ROWS, in_repeated_rows, repeated_rows
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(20_000, 4))

@@ -1,0 +1,357 @@
+"""Repeated rows and values, and quantized channels: the rules for what a sensor archive repeats.
+
+Real archives repeat: a stuck sensor holds one value, a frozen logger replays
+one record, an ADC's channel takes only the points of its lattice.  The first
+two are faults, whose rows the robust fit (:mod:`._robust`) gives no weight
+and ``MCPCA.is_outlier`` flags; the third is the data's nature, which the fit
+must not take for a fault.  From the first pass's row sample:
+
+- :func:`repeated_rows`: whole rows repeated far more often than the rows
+  next to them on the data's lattice (a frozen record), set points excluded;
+- :func:`repeated_values`: a value one column holds far more often than its
+  neighbouring values and than a robust Gaussian marginal predicts for its
+  lattice cell (a stuck sensor);
+- :func:`find_repeated`: both, the values looked for among the rows the
+  records leave;
+- :func:`quantization_steps`: each channel's quantization step (0 for a
+  continuous channel), whose rounding error floors its variance;
+- :func:`held_out`: the rows a fit gives no weight to.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "repeated_rows",
+    "repeated_values",
+    "find_repeated",
+    "in_repeated",
+    "in_repeated_rows",
+    "held_out",
+    "quantization_steps",
+    "TIGHT_MIN_ROWS",
+    "TIGHT_SHARE",
+    "MAX_REPEATED_SHARE",
+    "MAX_REPEATED_ROWS",
+]
+
+#: A repeat (and a tight group of sample rows, :mod:`._robust`) holds at least
+#: ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` of the sample's n rows.
+TIGHT_MIN_ROWS = 5
+TIGHT_SHARE = 0.001
+
+#: A value that one column of the sample holds exactly in at least
+#: ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
+#: ``MAX_REPEATED_SHARE * n`` of the n rows, and ``REPEAT_SPIKE`` times as often
+#: as any of the ``REPEAT_WINDOW`` nearest distinct values on either side in
+#: that column, is a repeated value: a stuck sensor's, or a channel of a
+#: frozen logger's record.  Rows holding one get no weight in the fit and
+#: ``is_outlier`` flags them.  The neighbour rule keeps the natural modes of
+#: quantized channels out (a lattice of integer counts with rare values between
+#: its points: the window reaches past them); a value held by more rows is taken
+#: for a regime of the data (an idle sensor's exact zeros).  A value must also
+#: hold ``REPEAT_SPIKE`` times the rows the model predicts for its lattice cell
+#: (:func:`repeated_values`, Notes).
+MAX_REPEATED_SHARE = 0.1
+REPEAT_SPIKE = 5.0
+REPEAT_WINDOW = 4
+
+#: At most this many repeated rows (:func:`repeated_rows`) are kept, those
+#: holding the most sample rows: each costs every full-data pass one
+#: comparison of a column per data row (and of the whole row where that
+#: column matches), and the model and the pass plan carry them.
+MAX_REPEATED_ROWS = 16
+
+
+#: A repeated record every value of which is 0 or a multiple of
+#: ``10**SET_POINT_DIGITS`` times its channel's resolution is a set point
+#: (:func:`_set_points`), not a frozen record.
+SET_POINT_DIGITS = 2
+
+
+def _decimal_exponents(values: np.ndarray) -> np.ndarray:
+    """The largest e (-30 <= e <= 30) with each value an integer multiple of ``10**e`` (to ~50 ulp); inf for 0."""
+    values = np.abs(np.asarray(values, np.float64))
+    out = np.full(values.shape, -31.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for e in range(-30, 31):
+            q = values / 10.0**e
+            whole = (np.abs(q - np.rint(q)) <= 1e-14 * q) & (q >= 0.5)
+            out[whole] = e
+    out[values == 0] = np.inf
+    return out
+
+
+def _set_points(records: np.ndarray, sample: np.ndarray) -> np.ndarray:
+    """True for the repeated ``records`` that are set points (an idle state), not replayed measurements.
+
+    A channel's resolution is the finest decimal step its sample values keep
+    (the 10th percentile of their decimal exponents, :func:`_decimal_exponents`).
+    A frozen logger replays one measurement: each of its values lies on a
+    lattice ``10**SET_POINT_DIGITS`` times coarser than the channel's
+    resolution by chance only (about 1 in 100 per channel, 1 in 100**p for
+    the record).  A device idle at one point writes a set state: zeros, or
+    round values.  A record all of whose values are 0 or that round is taken
+    for a set point.
+    """
+    if not len(records):
+        return np.zeros(0, bool)
+    resolution = np.array([np.quantile(_decimal_exponents(c[c != 0]), 0.1) if np.any(c != 0) else 0.0
+                           for c in sample.T])
+    return np.all(_decimal_exponents(records) >= resolution + SET_POINT_DIGITS, axis=1)
+
+
+def repeated_rows(sample: np.ndarray, *, set_points: bool = False) -> np.ndarray:
+    """Whole rows that the sample repeats exactly, far more often than the rows next to them: frozen records.
+
+    A frozen logger repeats one record, all p values.  :func:`repeated_values`
+    finds it only when one of the record's values stands out in its own
+    column; on quantized recordings every value of a record can lie in a
+    busy mode of its channel (Daphnet: 100-580 rows per value) and the record
+    is missed.  The whole row is the better witness: a row held exactly by
+    at least ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
+    ``MAX_REPEATED_SHARE * n`` of the n rows (the per-channel rule's bounds),
+    and ``REPEAT_SPIKE`` times as often as each of its lattice neighbours,
+    is a repeated row.  The neighbours are the rows equal to it except in
+    one column, which holds one of the ``REPEAT_WINDOW`` nearest distinct
+    values of that column (in the sample) on either side: the per-channel
+    rule's window, moved along each column in turn.
+
+    Why the neighbours: exact duplicate rows are natural in quantized data
+    whose spread is a few quantization steps (a sensor at rest repeats its
+    resting record).  Such a density is smooth on the scale of one step, so
+    a record's count is within a small factor of its neighbours' (Gaussian
+    noise of s steps, rounded: the most common value is 1.6 times as common
+    as the next at s = 1, 4.3 times at s = 0.5, and the largest neighbour
+    is that of the noisiest channel); a record repeated by a fault stands
+    out from neighbours that hold only the data's own rows.  Where a
+    sensor's noise is below 0.47 steps in every channel, its resting
+    record is itself such a spike and, if it holds 0.1-10 % of the rows,
+    it is taken for a frozen record: the data cannot tell them apart
+    (``tests/test_robust_real.py`` measures both sides of that line).
+
+    Set points: a repeated record every value of which is 0 or a multiple of
+    ``10**SET_POINT_DIGITS`` times its channel's resolution (:func:`_set_points`)
+    is an idle device's state, not a replayed measurement, and is not returned
+    (``set_points=True`` returns those instead; :func:`find_repeated` leaves
+    their rows out of the per-channel counts, as a frozen record's).  The
+    trade-off: a logger frozen on a record of zeros is taken for an idle one.
+
+    Two guards: if the rows found hold together more than
+    ``MAX_REPEATED_SHARE`` of the sample, duplication is the nature of these
+    data (a data set of a few distinct points, each repeated), not a fault,
+    and none is returned; of more than ``MAX_REPEATED_SHARE`` rows, the
+    ``MAX_REPEATED_ROWS`` holding most rows are kept.
+
+    Neighbours are looked up by a hash of the rows' codes (each value's rank
+    among its column's distinct values): moving one column changes the hash
+    by a known term, so the 2 * ``REPEAT_WINDOW`` * p neighbours of a
+    candidate cost no pass over the sample.  A hash collision can only add
+    rows to a neighbour's count (a missed row, never a false one).
+
+    Returns
+    -------
+    rows : ndarray of shape (m, p)
+        The repeated rows, the most repeated first (m <= ``MAX_REPEATED_ROWS``).
+    """
+    n, p = sample.shape
+    none = np.empty((0, p))
+    k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
+    if n < k or p == 0 or np.unique(sample[:, 0], return_counts=True)[1].max() < k:  # no row can repeat
+        return none
+    rows, counts = np.unique(sample, axis=0, return_counts=True)  # exact (-0.0 and 0.0 are one value)
+    candidates = np.flatnonzero((counts >= k) & (counts <= MAX_REPEATED_SHARE * n))
+    if not len(candidates):
+        return none
+    codes = np.empty(rows.shape, np.int64)
+    sizes = np.empty(p, np.int64)
+    for column in range(p):
+        distinct, codes[:, column] = np.unique(rows[:, column], return_inverse=True)
+        sizes[column] = len(distinct)
+    mult = np.random.default_rng(0).integers(1, 2**63, size=p, dtype=np.uint64) | np.uint64(1)  # odd
+    keys = (codes.astype(np.uint64) * mult).sum(axis=1, dtype=np.uint64)  # wraps modulo 2**64, as meant
+    order = np.argsort(keys, kind="stable")
+    sorted_keys, sorted_counts = keys[order], counts[order]
+    w = REPEAT_WINDOW
+    steps = np.array([*range(-w, 0), *range(1, w + 1)], np.int64)
+    code = codes[candidates][:, :, None]  # (c, p, 1)
+    moved = code + steps  # (c, p, 2w): the neighbours' codes
+    valid = (moved >= 0) & (moved < sizes[:, None])
+    delta = (moved - code).astype(np.uint64) * mult[:, None]  # two's complement: wraps as keys do
+    neighbour_keys = keys[candidates][:, None, None] + delta
+    at = np.minimum(np.searchsorted(sorted_keys, neighbour_keys), len(keys) - 1)
+    held = np.where(valid & (sorted_keys[at] == neighbour_keys), sorted_counts[at], 0)
+    largest = held.reshape(len(candidates), -1).max(axis=1)
+    found = candidates[counts[candidates] >= REPEAT_SPIKE * largest]
+    if counts[found].sum() > MAX_REPEATED_SHARE * n:
+        return none
+    found = found[np.argsort(-counts[found], kind="stable")]
+    if set_points:
+        return rows[found[_set_points(rows[found], sample)]]
+    return rows[found[~_set_points(rows[found], sample)]][:MAX_REPEATED_ROWS]
+
+
+def _lattice(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Which of a column's distinct ``values`` (sorted, with their ``counts``) are points of its lattice.
+
+    A quantized channel (at least half of the rows on values held by 2 rows
+    or more) has for lattice its repeated values: a value held once lies
+    between its levels (another channel's value swapped in, a rare reading
+    off the grid) and is no level.  A continuous channel's lattice is every
+    distinct value.
+    """
+    repeated = counts >= 2
+    if counts[repeated].sum() >= 0.5 * counts.sum():
+        return repeated
+    return np.ones(len(values), bool)
+
+
+def quantization_steps(sample: np.ndarray) -> np.ndarray:
+    """Each column's quantization step: 0 for a continuous column, else the step of its lattice.
+
+    A column is quantized when at least half of the rows hold values held by
+    two rows or more (:func:`_lattice`).  Its step is the largest ``s`` of
+    which every gap between its distinct values is a whole multiple (to
+    ``STEP_RTOL``), ``s`` being the smallest gap divided by 1 to
+    ``MAX_STEP_DIVISOR``: an ADC's step, 1 for integer counts and one-hot
+    columns, 0.1 for values rounded to one decimal, whatever levels a small
+    sample happens to hold.  A reading of such a column says only that the
+    value lies within half a step of it (``MCPCA.is_outlier`` uses the
+    nearest point of that cell); a column whose gaps share no such step is
+    taken as continuous.
+    """
+    n, p = sample.shape
+    steps = np.zeros(p)
+    for column in range(p):
+        values, counts = np.unique(sample[:, column], return_counts=True)
+        finite = np.isfinite(values)
+        values, counts = values[finite], counts[finite]
+        if len(values) < 2:
+            continue
+        on = _lattice(values, counts)
+        if on.all() and not (counts >= 2).all():
+            continue  # continuous: every distinct value is a lattice point
+        gaps = np.diff(values)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            for divisor in range(1, MAX_STEP_DIVISOR + 1):
+                step = gaps.min() / divisor
+                ratio = gaps / step  # inf where the gaps span more than float64 (no common step)
+                if step > 0 and np.all(np.isfinite(ratio)) and np.all(
+                        np.abs(ratio - np.rint(ratio)) <= STEP_RTOL * np.maximum(ratio, 1.0)):
+                    steps[column] = step
+                    break
+    return steps
+
+
+#: :func:`quantization_steps` looks for a common step among the smallest gap divided by 1 to this.
+MAX_STEP_DIVISOR = 10
+#: Relative tolerance of "a whole multiple of the step" (values rounded to decimals are not exact in binary).
+STEP_RTOL = 1e-6
+
+
+def _expected_counts(values: np.ndarray, on: np.ndarray, n: int, centre: float, scale: float) -> np.ndarray:
+    """The rows a Gaussian marginal ``N(centre, scale**2)`` puts in each lattice cell ``values[on]``.
+
+    The cell of a lattice point reaches half-way to the next lattice point on
+    either side; the first and last cells reach to -inf and +inf, so that a
+    value at the column's extreme (a range limit, a saturation) is expected to
+    hold the model's whole tail mass beyond it.
+    """
+    points = values[on]
+    edges = np.concatenate([[-np.inf], (points[1:] + points[:-1]) / 2, [np.inf]])
+    cdf = stats.norm.cdf((edges - centre) / scale) if scale > 0 else (edges >= centre).astype(float)
+    return n * np.diff(cdf)
+
+
+def repeated_values(sample: np.ndarray) -> np.ndarray:
+    """``(column, value)`` rows of the sample's repeated values (see above).
+
+    Notes
+    -----
+    A value is a stuck sensor's when one column holds it exactly in at least
+    ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
+    ``MAX_REPEATED_SHARE * n`` of the n rows, and both:
+
+    1. it is a spike on the column's lattice (:func:`_lattice`): held
+       ``REPEAT_SPIKE`` times as often as any of the ``REPEAT_WINDOW``
+       nearest lattice points on either side (a quantized channel's natural
+       modes are smooth on the scale of a step);
+    2. the model cannot explain it: it holds ``REPEAT_SPIKE`` times the rows
+       that a Gaussian marginal of the column, fitted robustly (median, and
+       interquartile range / 1.349), puts in its lattice cell
+       (:func:`_expected_counts`): on a continuous column the cell of a value
+       is the tiny gap to its neighbours and a repeat is impossible; on a
+       quantized one it is the step; at the column's extreme it is the tail
+       beyond, so a range limit or a saturation that the model's tail
+       predicts is no fault.
+
+    The first rule alone took range limits (nothing beyond the limit, single
+    values below it) and, once another channel's values landed between a
+    quantized channel's levels, every busy level for stuck values; the second
+    clears those.  Trade-off: a sensor stuck at a value the model predicts
+    that many rows for (a level in the busy middle of a coarse quantized
+    channel, a stuck value at the column's extreme no farther out than the
+    model's tail mass there) is no longer found per channel.
+    """
+    n, p = sample.shape
+    found = []
+    k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
+    w = REPEAT_WINDOW
+    for column in range(p):
+        values, counts = np.unique(sample[:, column], return_counts=True)
+        if not ((counts >= k) & (counts <= MAX_REPEATED_SHARE * n)).any():
+            continue
+        on = _lattice(values, counts)
+        level = counts[on]
+        padded = np.concatenate([np.zeros(w, level.dtype), level, np.zeros(w, level.dtype)])
+        neighbours = np.max([padded[w + s : w + s + len(level)] for s in (*range(-w, 0), *range(1, w + 1))], axis=0)
+        q1, centre, q3 = np.quantile(sample[:, column], [0.25, 0.5, 0.75])
+        expected = _expected_counts(values, on, n, centre, (q3 - q1) / (2 * stats.norm.ppf(0.75)))
+        spike = ((level >= k) & (level <= MAX_REPEATED_SHARE * n) & (level >= REPEAT_SPIKE * neighbours)
+                 & (level >= REPEAT_SPIKE * expected))
+        found += [(column, v) for v in values[on][spike]]
+    return np.array(found, dtype=np.float64).reshape(-1, 2)
+
+
+def in_repeated(rows: np.ndarray, repeated: np.ndarray | None) -> np.ndarray:
+    """True for the rows holding one of the ``(column, value)`` pairs of ``repeated``."""
+    hit = np.zeros(len(rows), bool)
+    for column, value in () if repeated is None else repeated:
+        hit |= rows[:, int(column)] == value
+    return hit
+
+
+def in_repeated_rows(rows: np.ndarray, repeated_rows: np.ndarray | None) -> np.ndarray:
+    """True for the rows equal (exactly) to one of ``repeated_rows``.
+
+    The first column picks the rows that may match; only those are compared
+    whole (as :func:`._block.block_stats` does in a pass).
+    """
+    hit = np.zeros(len(rows), bool)
+    for row in () if repeated_rows is None else repeated_rows:
+        maybe = np.flatnonzero(rows[:, 0] == row[0])
+        hit[maybe[(rows[maybe] == row).all(axis=1)]] = True
+    return hit
+
+
+def find_repeated(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sample's repeated rows, then the repeated values of its other rows.
+
+    A frozen record's values inflate their columns' counts; once its rows are
+    set aside, what is left of a value's count is the data's own, so the
+    per-channel rule sees stuck sensors, not the record's channels (whose
+    rows would be left out and flagged wholesale, clean ones included).  The
+    rows of set points (an idle device's record) are set aside likewise: their
+    values are the record's, not stuck channels.
+    """
+    rows = repeated_rows(sample)
+    records = np.concatenate([rows, repeated_rows(sample, set_points=True)])
+    return repeated_values(sample[~in_repeated_rows(sample, records)]), rows
+
+
+def held_out(rows: np.ndarray, repeated: np.ndarray | None, repeated_rows: np.ndarray | None) -> np.ndarray:
+    """True for the rows the fit gives no weight: holding one of the ``repeated`` values, or equal to
+    one of the ``repeated_rows`` (both in the units of ``rows``)."""
+    return in_repeated(rows, repeated) | in_repeated_rows(rows, repeated_rows)
