@@ -3,11 +3,14 @@
 Where things live:
 
 - ``_io``: opening data (numpy, dask, Zarr, HDF5, xarray) as row blocks
-- ``_block``: what one row block computes in a pass (weights, weighted moments)
+- ``_stats``: a pass's plan and what a row block returns (``BlockStats``, ``combine``)
+- ``_block``: the router: which kernel computes a row block (``block_stats``, ``choose_route``)
+- ``_kernels`` / ``_compiled``: the kernels: the numpy spelling and the compiled loops
 - ``_passes``: one pass = the block kernel everywhere + a tree reduction
 - ``_power``: the p x p power iteration, deflation and Woodbury updates
 - ``_schedule``: kernel sizes (the paper's decay, the default's rule)
-- ``_paper`` / ``_robust``: the two solvers
+- ``_paper`` / ``_robust``: the two solvers; ``_start`` (the robust start) and
+  ``_repeated`` (stuck sensors, frozen records, quantized channels) serve ``_robust``
 - ``_estimator``: the scikit-learn estimator ``MCPCA``
 - ``_checkpoint``, ``_persist``: resumable fits, the saved-model codec
 - ``_labels``: names in, names out (feature names, DataArray rows and coordinates)
