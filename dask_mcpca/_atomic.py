@@ -1,6 +1,6 @@
 """Atomic writes: a file or store appears whole under its name, or not at all.
 
-The new content is written to a hidden sibling ``.<name>.<random>-<pid>.tmp``
+The new content is written to a hidden sibling ``.<name>.<random>-<pid>@<host>.tmp``
 and renamed into place.  A process killed on the way leaves that sibling,
 and, when it is killed between the two renames that replace a store
 (``<name>`` moved to ``<temporary>.old``, the new store not yet in place), the
@@ -8,7 +8,11 @@ old store under ``.old`` and no ``<name>``.  The next write of the same path
 repairs both before it starts (:func:`recover`): an orphaned ``.old`` store is
 moved back under ``<name>`` when that is missing and deleted otherwise, and
 the temporaries of processes that no longer run are deleted.  Temporaries of
-a live process (a concurrent writer) are left alone.
+a live process (a concurrent writer) are left alone.  Whether the writer runs
+is asked of this host's process table only for a temporary named with this
+host (:func:`_writer_alive`); on a shared file system a temporary named with
+another host is taken for a live writer's until it is older than
+``FOREIGN_TEMPORARY_AGE``.
 
 On an object store (an fsspec URL other than ``file://``) nothing can be
 renamed.  A single file (a model, a PNG, a CSV) is one object, which S3,
@@ -29,6 +33,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 import uuid
 
 __all__ = [
@@ -56,27 +61,84 @@ __all__ = [
 TMP_SUFFIX = ".tmp"
 
 
+#: Seconds after which a temporary named with another host is taken for a dead writer's: that
+#: host's process table cannot be asked, and no write of one file or store takes a day.
+FOREIGN_TEMPORARY_AGE = 24 * 3600
+
+
+def _host() -> str:
+    """This host's name as temporaries carry it (only letters, digits, ``.``, ``_`` and ``-``)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "localhost"
+
+
 def _temporary_name(path: str) -> str:
     parent, base = os.path.split(path)
-    return os.path.join(parent, f".{base}.{uuid.uuid4().hex[:8]}-{os.getpid()}{TMP_SUFFIX}")
+    return os.path.join(parent, f".{base}.{uuid.uuid4().hex[:8]}-{os.getpid()}@{_host()}{TMP_SUFFIX}")
 
 
 def _writer_alive(temporary: str) -> bool:
-    """Whether the process that named ``temporary`` still runs (its pid is in the name)."""
+    """Whether the process that named ``temporary`` may still be writing it.
+
+    The name carries the writer's pid and host (``-<pid>@<host>``).  A pid of
+    this host is asked of the process table (:func:`_pid_alive`); a temporary
+    of another host is alive until it is older than ``FOREIGN_TEMPORARY_AGE``
+    (by its modification time; one that cannot be read is alive).  A name with
+    a pid and no host (written by an earlier version) is taken for this
+    host's; one with no pid is dead.
+    """
     name = os.path.basename(temporary).removesuffix(".old").removesuffix(TMP_SUFFIX)
-    _, _, pid = name.rpartition("-")
+    owner, at, host = name.rpartition("@")
+    if not at:
+        owner, host = name, None
+    _, _, pid = owner.rpartition("-")
     if not pid.isdigit():
         return False  # no pid in the name: written by an older version, long gone
-    pid = int(pid)
-    if pid == os.getpid():
-        return True  # another thread of this process may be writing it
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+    if host is not None and host != _host():
+        try:
+            age = time.time() - os.lstat(temporary).st_mtime
+        except OSError:
+            return True
+        return age <= FOREIGN_TEMPORARY_AGE
+    return int(pid) == os.getpid() or _pid_alive(int(pid))  # this process: another thread may write it
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs.
+
+    POSIX: ``os.kill(pid, 0)``, which sends nothing.  Windows, where
+    ``os.kill`` terminates the process whatever the signal: ``OpenProcess``
+    and ``GetExitCodeProcess``; a process that exists but cannot be opened
+    is alive.
+    """
+    if os.name != "nt":
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except (PermissionError, OverflowError):
+            return True  # another user's process; or a pid the OS cannot hold, never taken for dead
         return True
-    return True
+    import ctypes
+    from ctypes import wintypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    kernel32.OpenProcess.restype = wintypes.HANDLE
+    handle = kernel32.OpenProcess(_PROCESS_QUERY_LIMITED_INFORMATION, False, pid)
+    if not handle:
+        return ctypes.get_last_error() != _ERROR_INVALID_PARAMETER  # no such process; else: exists, denied
+    try:
+        code = wintypes.DWORD()
+        if not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)):
+            return True
+        return code.value == _STILL_ACTIVE
+    finally:
+        kernel32.CloseHandle(handle)
+
+
+#: Windows API constants of :func:`_pid_alive`.
+_PROCESS_QUERY_LIMITED_INFORMATION = 0x1000
+_ERROR_INVALID_PARAMETER = 87
+_STILL_ACTIVE = 259
 
 
 def _resolved(path) -> str:
@@ -96,7 +158,7 @@ def _resolved(path) -> str:
 def _is_temporary_of(name: str, base: str, host: str | None = None) -> bool:
     """Whether file name ``name`` is a temporary this module made for ``base`` (exactly, not by prefix:
     ``.scores.v2.zarr.<id>.tmp`` belongs to ``scores.v2.zarr``, not to ``scores``)."""
-    owner = r"-\d+@" + re.escape(host) if host is not None else r"(-\d+)?"  # no pid: an older version's
+    owner = r"-\d+@" + re.escape(host) if host is not None else r"(-\d+(@[A-Za-z0-9._-]+)?)?"  # older: no host, pid
     pattern = rf"\.{re.escape(base)}\.[0-9a-f]{{8}}{owner}{re.escape(TMP_SUFFIX)}(\.old)?"
     return re.fullmatch(pattern, name) is not None
 
@@ -398,7 +460,7 @@ _ZARR_METADATA = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
 
 
 def _url_temporary_name(name: str) -> str:
-    return f".{name}.{uuid.uuid4().hex[:8]}-{os.getpid()}@{socket.gethostname()}{TMP_SUFFIX}"
+    return f".{name}.{uuid.uuid4().hex[:8]}-{os.getpid()}@{_host()}{TMP_SUFFIX}"
 
 
 def _stale_url_temporaries(fs, parent: str, name: str) -> list[str]:
@@ -410,10 +472,9 @@ def _stale_url_temporaries(fs, parent: str, name: str) -> list[str]:
     stale = []
     for entry in entries:
         base = entry.rstrip("/").rpartition("/")[2]
-        if not _is_temporary_of(base, name, host=socket.gethostname()):
+        if not _is_temporary_of(base, name, host=_host()):
             continue
-        owner = base.removesuffix(TMP_SUFFIX).rpartition("@")[0]
-        if not _writer_alive(owner + TMP_SUFFIX):
+        if not _writer_alive(base):  # this host's: its process table is asked
             stale.append(entry.rstrip("/"))
     return stale
 
