@@ -12,11 +12,20 @@ them, saves the model and cancels the jobs::
 
     python cluster/jobqueue_slurm.py STORE --dry-run   # print the job script only
 
+The store takes the options of ``dask-mcpca fit``: ``--dataset``,
+``--variables a,b,c`` (the 1-D variables of an xarray store),
+``--nan-policy``, ``--rows START:STOP``, ``--time START:STOP`` (or
+``START/STOP`` for times holding colons) and ``--storage-option KEY=VALUE``.
+It is opened here before any job is submitted, so that a store that cannot
+be read is one line of error, not a queue of jobs.
+
 The store must be on a file system that the login node and the compute nodes
 see at the same path (Lustre, GPFS, NFS).  Every worker needs the same Python
-environment: activate it with ``--prologue "source /path/to/venv/bin/activate"``
-(or ``module load ...``), or run this script from that environment so that
-``python=sys.executable`` points at it.
+environment.  With ``--prologue "source /path/to/venv/bin/activate"`` (or
+``module load ...``) the workers run ``python`` as the prologue leaves it on
+their ``PATH``; without a prologue they run this process's interpreter, by
+its path here (right when the environment is on the shared file system).
+``--python PATH`` names the workers' interpreter outright.
 
 PBS/Torque: ``--system pbs`` uses ``dask_jobqueue.PBSCluster``; it takes the
 same ``queue``, ``account``, ``cores``, ``memory``, ``processes``, ``walltime``,
@@ -34,13 +43,51 @@ import sys
 import tempfile
 import time
 
+PROG = "jobqueue_slurm.py"
+
+
+def _row_slice(text: str) -> slice:
+    """``START:STOP`` (either may be left out) as a slice of row positions."""
+    start, sep, stop = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return slice(int(start) if start else None, int(stop) if stop else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected START:STOP of row positions, got {text!r}") from None
+
+
+def _label_slice(text: str) -> slice:
+    """``START:STOP`` (or ``START/STOP`` for times holding colons) as a slice of labels."""
+    start, sep, stop = text.partition("/") if "/" in text else text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected START:STOP or START/STOP, got {text!r}")
+    return slice(start or None, stop or None)
+
+
+def _storage_option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
 
 def _parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("store", help="Zarr store or file.h5:/dataset on a shared file system")
-    p.add_argument("--output", default="model.json", help="model file (dask_mcpca's JSON format)")
+    p.add_argument("--output", "-o", default="model.json", help="model file (dask_mcpca's JSON format)")
     p.add_argument("--n-components", type=int, default=None)
     p.add_argument("--solver", choices=["auto", "paper"], default="auto")
+    # The store, as dask-mcpca fit takes it.
+    p.add_argument("--dataset", default=None, help="array inside the store (needed when it holds several)")
+    p.add_argument("--variables", type=lambda t: [v for v in t.split(",") if v], default=None, metavar="A,B,C",
+                   help="1-D variables of an xarray store to use as the channels")
+    p.add_argument("--nan-policy", choices=["raise", "omit", "partial"], default="raise")
+    p.add_argument("--rows", type=_row_slice, default=None, metavar="START:STOP", help="rows to use, by position")
+    p.add_argument("--time", type=_label_slice, default=None, metavar="START:STOP",
+                   help="rows to use, by the row coordinate (xarray)")
+    p.add_argument("--storage-option", type=_storage_option, action="append", default=[], metavar="KEY=VALUE",
+                   help="fsspec option for a URL store, e.g. endpoint_url=http://minio:9000 (repeatable)")
     # Batch-job shape: one job = `processes` workers sharing `cores` and `memory`.
     p.add_argument("--jobs", type=int, default=2, help="batch jobs to submit")
     p.add_argument("--cores", type=int, default=8, help="cores per job")
@@ -56,7 +103,10 @@ def _parse(argv):
     p.add_argument("--directive", action="append", default=[], metavar="LINE",
                    help="extra #SBATCH/#PBS directive, e.g. --directive=--constraint=amd (repeatable)")
     p.add_argument("--prologue", action="append", default=[], metavar="CMD",
-                   help="shell line run before the workers start (repeatable)")
+                   help="shell line run before the workers start (repeatable); the workers then run the "
+                        "'python' it puts on PATH")
+    p.add_argument("--python", default=None, metavar="PATH",
+                   help="the workers' interpreter (default: 'python' after a --prologue, else this one's path)")
     p.add_argument("--system", choices=["slurm", "pbs", "local"], default="slurm",
                    help="batch system (local: run the jobs as processes here, for a trial)")
     p.add_argument("--dry-run", action="store_true", help="print the batch script and exit")
@@ -74,11 +124,15 @@ WORKER_ENV = {
 }
 
 
-def make_cluster(args):
-    """The dask-jobqueue cluster object (starts a scheduler here; submits nothing yet)."""
-    from dask_jobqueue import PBSCluster, SLURMCluster
-    from dask_jobqueue.local import LocalCluster
+def worker_python(args) -> str:
+    """The workers' interpreter: ``--python``; else ``python`` as a ``--prologue`` leaves it; else this one."""
+    if args.python:
+        return args.python
+    return "python" if args.prologue else sys.executable
 
+
+def cluster_kwargs(args) -> dict:
+    """Keyword arguments of the dask-jobqueue cluster class that ``args.system`` names."""
     common = dict(
         cores=args.cores,
         processes=args.processes or args.cores,
@@ -92,11 +146,10 @@ def make_cluster(args):
     if args.system == "local":
         # Local "jobs" are plain subprocesses (no shell): they inherit this
         # process's environment, and the spill directory is the local tmp.
-        os.environ.update(WORKER_ENV)
-        return LocalCluster(**common, local_directory=tempfile.gettempdir())
-    cls = PBSCluster if args.system == "pbs" else SLURMCluster
-    return cls(
-        **common,
+        return dict(common, local_directory=tempfile.gettempdir())
+    return dict(
+        common,
+        python=worker_python(args),
         queue=args.queue,
         account=args.account,
         walltime=args.walltime,
@@ -107,28 +160,76 @@ def make_cluster(args):
     )
 
 
+def make_cluster(args):
+    """The dask-jobqueue cluster object (starts a scheduler here; submits nothing yet)."""
+    from dask_jobqueue import PBSCluster, SLURMCluster
+    from dask_jobqueue.local import LocalCluster
+
+    if args.system == "local":
+        os.environ.update(WORKER_ENV)  # the local "jobs" inherit it
+    cls = {"local": LocalCluster, "pbs": PBSCluster, "slurm": SLURMCluster}[args.system]
+    return cls(**cluster_kwargs(args))
+
+
+def open_store(args):
+    """The store as ``dask-mcpca fit`` opens it: lazy, nothing read but metadata."""
+    from dask_mcpca import open_archive
+
+    return open_archive(args.store, dataset=args.dataset, variables=args.variables, rows=args.rows,
+                        time=args.time, storage_options=dict(args.storage_option) or None)
+
+
+def _as_typed(err: BaseException, args) -> str:
+    """The error in one line; a selection that selects nothing named by the options as typed."""
+    from dask_mcpca._io import SelectionError
+
+    if isinstance(err, SelectionError):
+        named = " with ".join(
+            f"--{o} {'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
+            for o, s in ((o, getattr(args, o)) for o in err.options)
+        )
+        reason = " ".join(err.reason.split())
+        return f"{named} {reason}" if reason.startswith("select") else f"{named}: {reason}"
+    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+    for name in ("variables", "nan_policy", "dataset"):  # the estimator's spelling, as the options are typed
+        text = text.replace(f"{name}=", f"--{name.replace('_', '-')} ")
+    return " ".join(text.split())
+
+
 def main(argv=None) -> int:
     args = _parse(argv)
-    cluster = make_cluster(args)
     if args.dry_run:
+        cluster = make_cluster(args)
         print(cluster.job_script())
         cluster.close()
         return 0
 
+    from dask_mcpca import MCPCA, check_params
+
+    model = MCPCA(args.n_components, solver=args.solver, nan_policy=args.nan_policy, progress=True)
+    try:
+        check_params(model)
+        X = open_store(args)  # before any job is submitted: a store that cannot be read is one line
+    except (ValueError, TypeError, KeyError, OSError) as err:
+        print(f"{PROG}: error: {_as_typed(err, args)}", file=sys.stderr)
+        return 2
+
     from distributed import Client
 
-    from dask_mcpca import MCPCA
-
     n_workers = args.jobs * (args.processes or args.cores)
-    with cluster, Client(cluster) as client:
-        cluster.scale(jobs=args.jobs)
-        print(f"dashboard: {client.dashboard_link}; waiting for {n_workers} workers", file=sys.stderr)
-        # Start as soon as a first job runs; later workers join the fit as they come.
-        client.wait_for_workers(1, timeout=3600)
-        started = time.perf_counter()
-        model = MCPCA(args.n_components, solver=args.solver, progress=True).fit(args.store)
-        seconds = time.perf_counter() - started
-        model.save(args.output)
+    try:
+        with make_cluster(args) as cluster, Client(cluster) as client:
+            cluster.scale(jobs=args.jobs)
+            print(f"dashboard: {client.dashboard_link}; waiting for {n_workers} workers", file=sys.stderr)
+            # Start as soon as a first job runs; later workers join the fit as they come.
+            client.wait_for_workers(1, timeout=3600)
+            started = time.perf_counter()
+            model.fit(X)
+            seconds = time.perf_counter() - started
+            model.save(args.output, storage_options=dict(args.storage_option) or None)
+    except (ValueError, OSError, TimeoutError) as err:
+        print(f"{PROG}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
     print(f"{model.n_passes_} passes in {seconds:.0f} s; model saved to {args.output}", file=sys.stderr)
     return 0
 

@@ -1,9 +1,13 @@
-"""The README's "your own archive" walk-through, end to end: writes ``examples/archive_report.png``.
+"""The README's "your own archive" walk-through, end to end, written under one output folder.
 
 An xarray-written Zarr store with a time coordinate stands in for a plant's
 logger: the demo's sensors (``dask_mcpca.demo``), one 1-D variable per
 channel along ``time``, written by ``Dataset.to_zarr``.  Then the three
-commands of the README: ``fit``, ``score`` and ``report``.
+commands of the README: ``fit``, ``score`` and ``report``.  Everything goes
+to ``--out`` (default ``./out/your_archive``, which git ignores): the store,
+``model.json``, ``scores.zarr``, ``archive_report.png`` and ``events.csv``;
+a rerun replaces them.  Nothing is written elsewhere (the tracked
+``examples/archive_report.png`` is a copy of a run, made by hand).
 
     python examples/your_archive.py [--rows 500000] [--out /tmp/plant]
 """
@@ -22,7 +26,8 @@ import zarr
 
 from dask_mcpca.demo.archive import CHANNELS, make_archive
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+#: Where a run writes when no ``--out`` is given (relative to the working folder; ``out/`` is git-ignored).
+DEFAULT_OUT = os.path.join("out", "your_archive")
 
 
 def write_plant_archive(path: str, rows: int) -> None:
@@ -38,19 +43,21 @@ def write_plant_archive(path: str, rows: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=500_000)
-    parser.add_argument("--out", default="plant-example")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     store = os.path.join(args.out, "plant.zarr")
     write_plant_archive(store, args.rows)
     cli = [sys.executable, "-m", "dask_mcpca"]
     model = os.path.join(args.out, "model.json")
-    subprocess.run([*cli, "fit", store, "--nan-policy", "omit", "--output", model], check=True)
+    subprocess.run([*cli, "fit", store, "--nan-policy", "omit", "--output", model, "--overwrite"],
+                   check=True)
     subprocess.run([*cli, "score", store, "--model", model, "--output", os.path.join(args.out, "scores.zarr"),
                     "--overwrite"], check=True)
     subprocess.run([*cli, "report", store, "--model", model, "--max-gap", "2",
-                    "--output", os.path.join(HERE, "archive_report.png"),
+                    "--output", os.path.join(args.out, "archive_report.png"),
                     "--events", os.path.join(args.out, "events.csv")], check=True)
+    print(f"written to {args.out}")
 
 
 if __name__ == "__main__":
