@@ -641,6 +641,18 @@ def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel
     return ds[list(variables)].to_dataarray(dim=channel_dim).transpose(row, channel_dim)
 
 
+def _refuse_duplicates(variables: list[str]) -> None:
+    """Refuse ``variables`` that name a variable twice: it would be fitted as two channels."""
+    seen, twice = set(), []
+    for name in variables:
+        if name in seen and name not in twice:
+            twice.append(name)
+        seen.add(name)
+    if twice:
+        raise ValueError(f"variables={','.join(map(str, variables))} name {', '.join(map(repr, twice))} more than "
+                         "once; name each variable once")
+
+
 def open_archive(
     path: str | os.PathLike,
     *,
@@ -666,7 +678,7 @@ def open_archive(
         stacked as the channels (their names become the channel coordinate
         along ``channel_dim``).  Without ``dataset`` and ``variables``, the
         store's only 2-D variable, or all its 1-D variables if they share
-        their dimension.
+        their dimension.  A name given twice is refused.
     rows : slice, optional
         Rows to keep, by position (cheap: nothing is read).
     time : slice, optional
@@ -689,6 +701,8 @@ def open_archive(
         Lazy; rows chunked as for :func:`as_row_blocks`.
     """
     path = os.fspath(path)
+    if variables:
+        _refuse_duplicates(variables)
     url = is_url(path)
     if not url and dataset is None and not os.path.isfile(split_store_path(path)[0]):
         path_only, inner = split_store_path(path)

@@ -185,6 +185,8 @@ def test_demo_never_writes_into_a_folder_it_did_not_make(tmp_path):
         (["--storage-option", "a.=1"], "--storage-option"),
         (["--storage-option", "a=1", "--storage-option", "a.b=2"], "--storage-option"),
         (["--nan-policy", "partial", "--solver", "paper"], "--nan-policy partial"),
+        (["--variables", "a,b,a"], "--variables a,b,a name 'a' more than once"),
+        (["--variables", "b,b,c,c"], "name 'b', 'c' more than once"),
     ],
 )
 def test_cli_errors_name_the_option_as_typed(plant, tmp_path, args, expected):
@@ -194,6 +196,42 @@ def test_cli_errors_name_the_option_as_typed(plant, tmp_path, args, expected):
     assert "X is empty" not in line and "TypeError" not in line.split(expected)[0]
     assert "nan_policy=" not in line and "solver=" not in line
     assert not (tmp_path / "m.json").exists()
+
+
+def test_duplicate_variables_are_refused_by_name(plant):
+    from dask_mcpca import open_archive
+
+    with pytest.raises(ValueError, match="name 'a' more than once"):
+        open_archive(plant["plant"], variables=["a", "b", "a"])
+    assert open_archive(plant["plant"], variables=["b", "a"]).shape == (2_000, 2)  # each once: fine
+
+
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    rc, out, _ = _cli("--version")
+    assert rc == 0 and out.strip() == f"dask-mcpca {version('dask-mcpca')}"
+
+
+def test_fit_replaces_a_model_file_only_with_overwrite(plant, tmp_path):
+    target = tmp_path / "m.json"
+    target.write_text("a model the user keeps")
+    rc, _, err = _cli("fit", plant["plain"], "--output", target, "--no-progress")
+    line = _error_line(err)
+    assert rc == 2 and "--output" in line and "--overwrite" in line and str(target) in line
+    assert target.read_text() == "a model the user keeps"
+    rc, _, err = _cli("fit", plant["plain"], "--output", target, "--no-progress", "--overwrite")
+    assert rc == 0, err
+    assert load(target).n_features_in_ == 4
+
+
+@pytest.mark.parametrize("command", ["fit", "score"])
+def test_an_object_store_output_with_an_empty_segment_is_named(plant, model_file, command):
+    url = "s3://bkt//x" + (".json" if command == "fit" else ".zarr")
+    extra = ["--model", model_file] if command == "score" else []
+    rc, _, err = _cli(command, plant["plain"], *extra, "--output", url, "--no-progress")
+    line = _error_line(err)
+    assert rc == 2 and f"--output {url!r}" in line and "'//'" in line
 
 
 def test_a_closed_port_is_one_line(tmp_path):
@@ -277,6 +315,13 @@ def _fs(stores):
     import s3fs
 
     return s3fs.S3FileSystem(endpoint_url=stores["options"]["endpoint_url"], skip_instance_cache=True)
+
+
+def test_an_s3_store_without_its_endpoint_is_one_line(stores, tmp_path):
+    """The moto server's store named without --storage-option endpoint_url: AWS is asked, and refuses."""
+    rc, _, err = _cli("fit", stores["plain"], "--output", tmp_path / "m.json", "--no-progress")
+    assert rc == 2 and stores["plain"] in _error_line(err)
+    assert "Traceback" not in err and not (tmp_path / "m.json").exists()
 
 
 @pytest.mark.skipif(BUCKET is None, reason="needs s3fs and moto")
