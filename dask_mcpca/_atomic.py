@@ -355,11 +355,20 @@ def with_timeouts(url, storage_options: dict | None = None) -> dict | None:
     if not is_url(url) or local_path(url) is not None or _protocol(url) != "s3":
         return storage_options
     options = dict(storage_options or {})
+    for key in _S3_MAPPINGS:
+        if not isinstance(options.get(key, {}), dict):
+            raise ValueError(f"storage option {key}={options[key]!r} must be a mapping ({key}.KEY=VALUE)")
     config = options.get("config_kwargs", {})
-    if not isinstance(config, dict):
-        raise ValueError(f"storage option config_kwargs={config!r} must be a mapping (config_kwargs.KEY=VALUE)")
+    for key in ("connect_timeout", "read_timeout"):
+        value = config.get(key, 1.0)
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+            raise ValueError(f"storage option config_kwargs.{key}={value!r} must be a number of seconds > 0")
     options["config_kwargs"] = {**S3_TIMEOUTS, **config}
     return options
+
+
+#: Options of ``s3fs.S3FileSystem`` that hold keys of their own (given as ``KEY.SUBKEY=VALUE``).
+_S3_MAPPINGS = ("client_kwargs", "config_kwargs", "s3_additional_kwargs")
 
 
 def url_to_fs(url: str, storage_options: dict | None = None):

@@ -244,6 +244,27 @@ def test_a_closed_port_is_one_line(tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "option, expected",
+    [
+        ("client_kwargs=1", "storage option client_kwargs=1 must be a mapping"),
+        ("s3_additional_kwargs=x", "storage option s3_additional_kwargs='x' must be a mapping"),
+        ("config_kwargs.read_timeout=abc", "config_kwargs.read_timeout='abc' must be a number of seconds > 0"),
+        ("config_kwargs.connect_timeout=0", "config_kwargs.connect_timeout=0 must be a number of seconds > 0"),
+        ("nosuchoption=1", "--storage-option nosuchoption=... is not an option"),
+    ],
+)
+def test_a_malformed_storage_option_is_named(tmp_path, option, expected):
+    with socket.socket() as s:  # refused before any request: a port nobody listens on does
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc, _, err = _cli("fit", "s3://bucket/x.zarr", "--output", tmp_path / "m.json", "--no-progress",
+                      "--storage-option", f"endpoint_url=http://127.0.0.1:{port}", "--storage-option", option)
+    line = _error_line(err)
+    assert rc == 2 and expected in line, line
+    assert "AttributeError" not in line and "TypeError" not in line
+
+
 # ----------------------------------------------------------- an endpoint that never answers
 @contextlib.contextmanager
 def _silent_server(lifetime: float = 2 * NO_HANG):
