@@ -4,14 +4,16 @@ Subcommands::
 
     dask-mcpca fit   STORE [--dataset NAME] [--n-components K] [--solver auto|paper]
                      [--center robust|mean|none] [--nan-policy raise|omit|partial]
-                     [--scheduler ADDRESS] [--output model.json] [--no-progress]
+                     [--scheduler ADDRESS] [--output model.json] [--overwrite] [--no-progress]
+    dask-mcpca update STORE --model model.json [--output new.json] [--dataset NAME]
+                     [--scheduler ADDRESS] [--no-progress]
     dask-mcpca score STORE --model model.json --output scores.zarr [--dataset NAME]
-                     [--overwrite] [--scheduler ADDRESS] [--no-progress]
-    dask-mcpca report STORE --model model.json --output report.png [--events events.csv]
+                     [--overwrite | --append] [--scheduler ADDRESS] [--no-progress]
+    dask-mcpca report STORE --model model.json --output report.png [--events events.csv] [--window 1D]
                      [--max-gap ROWS] [--scheduler ADDRESS] [--no-progress]
     dask-mcpca demo  [--rows N] [--out DIR] [--seed S] [--no-progress]
 
-``fit``, ``score`` and ``report`` also take ``--variables a,b,c`` (1-D
+``fit``, ``update``, ``score`` and ``report`` also take ``--variables a,b,c`` (1-D
 variables of an archive written by xarray, stacked as channels), ``--rows
 START:STOP`` and ``--time START:STOP`` (rows by position or by the label of
 the row coordinate) and ``--storage-option KEY=VALUE`` (fsspec options for a
@@ -26,7 +28,13 @@ per-row ``scores`` (projections on the components), ``weight``
 computed lazily block by block into a temporary that appears under
 ``--output`` only when complete: renamed into place on a local disk,
 published root metadata last on an object store
-(:func:`._atomic.atomic_url_store`).  ``STORE``, ``--model`` and ``--output``
+(:func:`._atomic.atomic_url_store`).  ``update`` is :meth:`MCPCA.partial_fit`
+on new rows (by default those after the rows the model has read, which
+``fit`` and ``update`` record in the model as ``archive_rows_``), the model
+file then replaced atomically.  ``score --append`` scores only the rows after
+those already in ``--output`` and adds them in a new version of the store,
+put in place as ``score`` puts a new one (:mod:`._append`).
+``STORE``, ``--model`` and ``--output``
 may be URLs; one ``--storage-option`` set serves them all.  ``--scheduler`` connects to
 a running ``dask.distributed`` scheduler (its workers must see the same
 paths); without it the local threaded scheduler is used.
@@ -50,10 +58,13 @@ import re
 import sys
 import time
 
+import numpy as np
+
 from ._atomic import atomic_open, check_file_target, is_url, is_zarr_store, local_path, with_timeouts
 from ._atomic import overlaps as _overlaps
 from ._estimator import CENTERS, MCPCA, NAN_POLICIES, SOLVERS, check_params, load
 from ._io import split_store_path
+from ._version import __version__
 
 __all__ = ["main"]
 
@@ -75,6 +86,12 @@ SCORE_ARRAYS = {
     "d2": "mahalanobis: squared robust distance (on the observed cells of a row with gaps)",
     "contributions": "channel_contributions: drop in d2 when the channel is reconstructed from the others",
     "n_observed": "n_observed: cells not NaN in the row (what d2 and the flag were judged on)",
+    "top_channel": "index of the channel with the largest contribution (-1: none observed)",
+}
+#: ``score --outputs`` by a name: ``all`` (the default) and ``monitoring`` (what an alarm needs).
+OUTPUT_SETS = {
+    "all": ("scores", "weight", "outlier", "d2", "contributions", "n_observed"),
+    "monitoring": ("d2", "outlier", "top_channel"),
 }
 
 #: ``--center`` choices: the estimator's, with ``none`` for ``center=False``.
@@ -155,6 +172,20 @@ def _label_slice(text: str) -> slice:
     return slice(start.strip() or None, stop.strip() or None)
 
 
+def _output_names(text: str) -> tuple[str, ...]:
+    """``--outputs``: ``all``, ``monitoring`` or names of :data:`SCORE_ARRAYS` separated by commas."""
+    if text.strip() in OUTPUT_SETS:
+        return OUTPUT_SETS[text.strip()]
+    names = _name_list(text)
+    unknown = [n for n in names if n not in SCORE_ARRAYS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown output(s) {', '.join(unknown)}; expected {' or '.join(OUTPUT_SETS)}, or names from "
+            f"{','.join(SCORE_ARRAYS)}"
+        )
+    return tuple(dict.fromkeys(names))
+
+
 def _key_value(text: str) -> tuple[str, object]:
     import json
 
@@ -198,8 +229,9 @@ def _build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Robust PCA (maximum correntropy power iterations) of Zarr / HDF5 archives.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{fit,score,report,demo}", parser_class=_Parser
+        dest="command", required=True, metavar="{fit,update,score,report,demo}", parser_class=_Parser
     )
 
     def scheduler_options(p):
@@ -245,9 +277,31 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--center", choices=tuple(_CENTERS), default="robust")
     fit.add_argument("--nan-policy", choices=NAN_POLICIES, default="raise")
     fit.add_argument("--output", "-o", default="model.json", metavar="PATH", help="model file (default model.json)")
+    fit.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     fit.add_argument("--no-progress", action="store_true", help="do not draw a progress line per pass")
     scheduler_options(fit)
     fit.set_defaults(func=_cmd_fit)
+
+    update = sub.add_parser(
+        "update",
+        help="update a model with new rows (partial_fit: one pass over them) and replace the model file atomically",
+        description="Update a model with new rows of STORE (MCPCA.partial_fit: one pass over the new rows, each "
+        "weighted under the current model) and replace the model file atomically; a failed update leaves it "
+        "as it was.  Without --rows or --time the new rows are those after the last row the model has read "
+        "from STORE (recorded by 'fit' and 'update'); with them, rows the model has already read are refused "
+        "(they would be counted twice).  The model keeps its outlier cutoff; a change of regime is not "
+        "followed (it warns): refit then.",
+    )
+    update.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file holding the new rows")
+    update.add_argument("--model", "-m", required=True, metavar="PATH", help="model file (path or URL) to update")
+    update.add_argument(
+        "--output", "-o", metavar="PATH", help="write the updated model here (default: replace --model)"
+    )
+    update.add_argument("--dataset", metavar="NAME", help="array inside the store")
+    update.add_argument("--no-progress", action="store_true", help="do not draw a progress line")
+    data_options(update)
+    scheduler_options(update)
+    update.set_defaults(func=_cmd_update)
 
     score = sub.add_parser("score", help="write per-row scores, weights and outlier flags to a new Zarr store")
     score.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file")
@@ -255,6 +309,25 @@ def _build_parser() -> argparse.ArgumentParser:
     score.add_argument("--output", "-o", required=True, metavar="PATH", help="new Zarr store (path or URL) to create")
     score.add_argument("--dataset", metavar="NAME", help="array inside the store")
     score.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    score.add_argument(
+        "--append", action="store_true",
+        help="score only the rows after those already in --output and add them (the store is put in place whole "
+        "again; created when missing); --output must have been scored from the same STORE with the same model "
+        "file, and takes no --rows or --time",
+    )
+    score.add_argument(
+        "--outputs", type=_output_names, metavar="NAMES",
+        help="what to write: 'all' (default: scores, weight, outlier, d2, contributions, n_observed), "
+        "'monitoring' (d2, outlier, top_channel), or names separated by commas from "
+        f"{', '.join(SCORE_ARRAYS)}; all are computed from one read of each block.  Bytes per row, "
+        "float64: scores 8 k, weight, d2 8, outlier 1, contributions 8 p, n_observed, top_channel 2 "
+        "(k components, p channels); --dtype float32 halves the floats' share",
+    )
+    score.add_argument(
+        "--dtype", choices=("float64", "float32"), metavar="{float64,float32}",
+        help="of the float outputs (default float64); float32 keeps 7 significant digits, enough to rank "
+        "and threshold rows (the outlier flag is decided in float64 either way)",
+    )
     score.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     data_options(score)
     scheduler_options(score)
@@ -274,6 +347,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "--max-gap", type=_non_negative_int, default=0, metavar="ROWS",
         help="flagged runs at most this many rows apart are one event (default 0)",
     )
+    report.add_argument(
+        "--window", metavar="W",
+        help="drift windows: a duration of the time coordinate (1D, 6h) or a row count; writes windows.csv",
+    )
+    report.add_argument("--windows", metavar="PATH", help="windows CSV (default: the PNG's name with _windows.csv)")
     report.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     data_options(report)
     scheduler_options(report)
@@ -411,7 +489,11 @@ def _refuse_inside_input(output: str, store: str, what: str) -> None:
 
 def _check_output_location(output: str, *, is_file: bool) -> None:
     """Refuse, before any work, an output that could not be written (read-only, not a folder)."""
-    if is_url(output):  # the object store says so when it is written
+    if is_url(output):  # the object store says so when it is written, except for a key it cannot hold
+        key = output.split("://", 1)[1].rstrip("/")
+        if "" in key.split("/"):
+            raise _UsageError(f"--output {output!r} has an empty path segment ('//'), which an object store "
+                              "cannot hold; write each '/' once")
         return
     path = os.path.abspath(output)
     if is_file and os.path.isdir(path):
@@ -448,14 +530,16 @@ def _open(args, **options):
             **options,
         )
     except SelectionError as err:
-        named = " with ".join(f"--{o} {_slice_text(getattr(args, o))}" for o in err.options)
+        named = " with ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in err.options)
         reason = _one_line(ValueError(err.reason))
         raise _UsageError(f"{named} {reason}" if reason.startswith("select") else f"{named}: {reason}") from None
 
 
-def _slice_text(s: slice) -> str:
-    """``slice(5, 2)`` as the user wrote it: ``5:2``."""
-    return f"{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
+def _slice_text(s: slice, option: str = "rows") -> str:
+    """``slice(5, 2)`` as the user wrote it: ``5:2`` (times holding colons as ``START/STOP``)."""
+    start, stop = ("" if v is None else str(v) for v in (s.start, s.stop))
+    sep = "/" if option == "time" and ":" in start + stop else ":"
+    return f"{start}{sep}{stop}"
 
 
 def _fmt_seconds(s: float) -> str:
@@ -488,6 +572,8 @@ def summary_table(model) -> str:
 def _cmd_fit(args, out) -> int:
     _refuse_inside_input(args.output, args.store, "--output")
     _check_output_location(args.output, is_file=True)
+    if not args.overwrite and _exists(args.output, _storage_options(args.storage_options)):
+        raise _UsageError(f"--output {args.output!r} exists; pass --overwrite to replace it")
     model = MCPCA(
         args.n_components,
         solver=args.solver,
@@ -501,6 +587,7 @@ def _cmd_fit(args, out) -> int:
     started = time.perf_counter()
     model.fit(X)
     elapsed = time.perf_counter() - started
+    _record_span(model, _archive_span(args, X))
     model.save(args.output, storage_options=_storage_options(args.storage_options))
     used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
     print(f"\nMCPCA(solver={args.solver!r}, center={args.center!r}): robust explained variance", file=out)
@@ -514,42 +601,145 @@ def _cmd_fit(args, out) -> int:
     return 0
 
 
+def _archive_span(args, X) -> tuple[int, int] | None:
+    """``[start, stop)``: the positions in the whole archive of the rows ``X`` selected by ``--rows``
+    and ``--time``; None when they are not one run of rows (``--time`` on a row coordinate with
+    repeated labels)."""
+    n = X.shape[0]
+    if args.rows is None and args.time is None:
+        return 0, n
+    whole = _open(argparse.Namespace(**{**vars(args), "rows": None, "time": None}), row_index=args.time is not None)
+    if args.time is None:
+        start, stop, _ = args.rows.indices(whole.shape[0])
+        return (start, stop) if stop - start == n else None
+    row = X.dims[0]
+    index = whole.indexes[row]
+    try:
+        start = index.get_loc(X.indexes[row][0])
+        stop = index.get_loc(X.indexes[row][-1])
+    except KeyError:
+        return None
+    if not (isinstance(start, int) and isinstance(stop, int)) or stop + 1 - start != n:
+        return None  # a repeated label (get_loc gives a slice or a mask): positions are not known
+    return start, stop + 1
+
+
+def _record_span(model, span: tuple[int, int] | None) -> None:
+    """Record in ``model`` the archive rows it has read (``archive_rows_``; see :class:`MCPCA`)."""
+    if span is not None:
+        model.archive_rows_ = np.array(span, dtype=np.int64)
+
+
+def _model_span(model, model_path: str) -> tuple[int, int] | None:
+    """The ``archive_rows_`` a model file records, checked; None when it records none."""
+    span = getattr(model, "archive_rows_", None)
+    if span is None:
+        return None
+    if not (isinstance(span, np.ndarray) and span.shape == (2,) and span.dtype.kind in "iu"
+            and 0 <= span[0] < span[1]):
+        raise _UsageError(f"--model {model_path!r}: archive_rows_ must be two whole numbers 0 <= start < stop, "
+                          f"got {span!r}")
+    return int(span[0]), int(span[1])
+
+
+def _cmd_update(args, out) -> int:
+    options = _storage_options(args.storage_options)
+    output = args.output or args.model
+    _refuse_inside_input(output, args.store, "--output" if args.output else "--model")
+    _check_output_location(output, is_file=True)
+    model = load(args.model, storage_options=options)
+    model.set_params(progress=not args.no_progress)
+    seen = _model_span(model, args.model)
+    if args.rows is None and args.time is None:
+        if seen is None:
+            raise _UsageError(
+                f"--model {args.model!r} does not record which rows of the archive it has read (it was not "
+                "written by 'dask-mcpca fit' or 'update'); name the new rows with --rows START:STOP or "
+                "--time START:STOP"
+            )
+        n_all = _open(args, row_index=False).shape[0]
+        if n_all < seen[1]:
+            raise _UsageError(
+                f"{args.store!r} has {n_all:,} rows, fewer than the {seen[1]:,} the model has read "
+                f"(rows {seen[0]:,}:{seen[1]:,}): is it the archive the model was fitted on? Name the new rows "
+                "with --rows"
+            )
+        if n_all == seen[1]:
+            print(f"no new rows: the model has read rows {seen[0]:,}:{seen[1]:,} of the {n_all:,} in {args.store}; "
+                  f"{args.model} left as it is", file=out)
+            return 0
+        args.rows = slice(seen[1], None)
+    X = _open(args, row_index=args.time is not None)
+    span = _archive_span(args, X)
+    if seen is not None and span is not None and span[0] < seen[1] and seen[0] < span[1]:
+        chosen = " with ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in ("rows", "time")
+                               if getattr(args, o) is not None)
+        raise _UsageError(
+            f"{chosen} selects rows {span[0]:,}:{span[1]:,}, which overlap rows {seen[0]:,}:{seen[1]:,} the model "
+            "has already read (they would be counted twice); select rows it has not read"
+        )
+    where = f"rows {span[0]:,}:{span[1]:,}" if span is not None else "the rows selected"
+    print(f"updating {args.model} with {where} of {args.store}: {_describe(X)}", file=out, flush=True)
+    started = time.perf_counter()
+    model.partial_fit(X)
+    elapsed = time.perf_counter() - started
+    if span is not None:
+        _record_span(model, span if seen is None else (min(seen[0], span[0]), max(seen[1], span[1])))
+    model.save(output, storage_options=options)
+    recorded = getattr(model, "archive_rows_", None)
+    print(
+        f"read {model.n_samples_:,} new rows in {model.n_passes_} pass ({_fmt_seconds(elapsed)}); the model's sums "
+        f"now hold {model.n_samples_seen_:,} rows"
+        + (f", archive rows {recorded[0]:,}:{recorded[1]:,}" if recorded is not None else "")
+        + f"\nmodel written to {output}",
+        file=out,
+    )
+    return 0
+
+
 def _cmd_score(args, out) -> int:
     import dask.array as da
     import zarr
 
+    from . import _append
 
     _refuse_inside_input(args.output, args.store, "--output")
     if _overlaps(args.model, args.output):
         raise _UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
+    _check_output_location(args.output, is_file=False)
     options = _storage_options(args.storage_options)
+    if args.append:
+        if args.overwrite:
+            raise _UsageError("--append adds rows to --output and --overwrite replaces it; pass one of them")
+        for option in ("rows", "time"):
+            if getattr(args, option) is not None:
+                raise _UsageError(f"--append scores the rows after those in --output; it takes no --{option}")
+        if _exists(args.output, options):
+            return _score_append(args, out, options)
     if _exists(args.output, options):
         if not args.overwrite:
             raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
         _refuse_replacing_other_data(args.output, options)
-    _check_output_location(args.output, is_file=False)
     model = load(args.model, storage_options=options)
     X = _open(args)
     started = time.perf_counter()
-    outputs = {
-        "scores": model.transform(X),
-        "weight": model.score_samples(X),
-        "outlier": model.is_outlier(X),
-        "d2": model.mahalanobis(X),
-        "contributions": model.channel_contributions(X),
-        "n_observed": model.n_observed(X),
-    }
+    names, dtype = args.outputs or OUTPUT_SETS["all"], args.dtype or "float64"
+    outputs = _score_outputs(model, X, names, dtype)
+    span = _archive_span(args, X)
     attrs = {
-        "source": args.store if "://" in args.store else os.path.abspath(_store_root(args.store)),
-        "dataset": args.dataset,
-        "variables": args.variables,
         "model": args.model if is_url(args.model) else os.path.abspath(args.model),
         "created_by": f"{PROG} score",
-        "arrays": SCORE_ARRAYS,
+        "arrays": {name: SCORE_ARRAYS[name] for name in names},
+        "outputs": list(names),
+        "dtype": dtype,
     }
+    if span is not None:  # what --append checks and goes on from
+        attrs.update(_append.provenance(**_score_source(args, model, options), rows=span))
+    else:
+        attrs.update({k: v for k, v in _score_source(args, model, options).items() if k != "digest"})
     with _output_store(args.output, options, overwrite=args.overwrite) as tmp:
         so = {"storage_options": with_timeouts(tmp, options)} if is_url(tmp) else {}
-        if isinstance(outputs["scores"], da.Array):
+        if isinstance(next(iter(outputs.values())), da.Array):
             root = zarr.open_group(tmp, mode="w", **so)
             root.attrs.update(attrs)
             writes = [da.to_zarr(a, tmp, component=name, compute=False, **so) for name, a in outputs.items()]
@@ -557,17 +747,129 @@ def _cmd_score(args, out) -> int:
             import xarray as xr
 
             ds = xr.Dataset(outputs, attrs={k: v for k, v in attrs.items() if v is not None})
-            for name, text in SCORE_ARRAYS.items():
-                ds[name].attrs["description"] = text
+            for name in names:
+                ds[name].attrs["description"] = SCORE_ARRAYS[name]
             writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, **so)]
         _compute_settled(*writes, progress=not args.no_progress)
-        n_out = int(da.from_zarr(tmp, component="outlier", **so).sum().compute())
+        n_out = int(da.from_zarr(tmp, component="outlier", **so).sum().compute()) if "outlier" in names else None
     elapsed = time.perf_counter() - started
     n = X.shape[0]
+    shapes = {"scores": f" ({n:,} x {model.n_components_})", "contributions": f" ({n:,} x {model.n_features_in_})"}
+    flagged = f": {n_out:,} outliers ({n_out / n:.2%})" if n_out is not None else ""
     print(
-        f"scored {n:,} rows in {_fmt_seconds(elapsed)}: {n_out:,} outliers ({n_out / n:.2%})\n"
-        f"written to {args.output}: scores ({n:,} x {model.n_components_}), weight, outlier, d2 ({n:,}), "
-        f"contributions ({n:,} x {model.n_features_in_}), n_observed ({n:,})",
+        f"scored {n:,} rows in {_fmt_seconds(elapsed)}{flagged}\n"
+        f"written to {args.output}: " + ", ".join(f"{name}{shapes.get(name, f' ({n:,})')}" for name in names)
+        + (" in float32" if dtype == "float32" else ""),
+        file=out,
+    )
+    return 0
+
+
+def _score_outputs(model, X, names: tuple[str, ...], dtype: str) -> dict:
+    """The lazy per-row outputs ``names`` that ``score`` writes (see :data:`SCORE_ARRAYS`), float ones in ``dtype``:
+    one function per row block makes them all (:meth:`MCPCA.score_rows`)."""
+    outputs = model.score_rows(X, outputs=names)
+    if dtype != "float64":
+        outputs = {n: a.astype(dtype) if a.dtype.kind == "f" else a for n, a in outputs.items()}
+    return outputs
+
+
+def _score_source(args, model, options) -> dict:
+    """What a score store is scored from (its input and model), as :func:`._append.provenance` takes it."""
+    from . import _append
+
+    return {
+        "source": args.store if "://" in args.store else os.path.abspath(_store_root(args.store)),
+        "dataset": args.dataset,
+        "variables": args.variables,
+        "n_features": model.n_features_in_,
+        "digest": _append.model_digest(args.model, options),
+    }
+
+
+def _score_append(args, out, options) -> int:
+    """``score --append`` to an existing ``--output``: the rows after those it holds, in a new version of it."""
+    import dask.array as da
+    import zarr
+
+    from . import _append
+    from ._atomic import atomic_path
+
+    output = local_path(args.output)
+    if output is None:
+        raise _UsageError(f"--append needs --output on a local disk (or a file:// URL), not {args.output!r}: an "
+                          "object store cannot put a new version of a store in place without copying it whole")
+    if not is_zarr_store(output):
+        raise _UsageError(f"--output {args.output!r} exists and is not a Zarr store; --append adds rows only to "
+                          "a store written by score")
+    model = load(args.model, storage_options=options)
+    source = _score_source(args, model, options)
+    attrs = dict(zarr.open_group(output, mode="r").attrs)
+    try:
+        start, stop = _append.check_appendable(attrs, _append.provenance(**source, rows=(0, 0)), args.output)
+    except _append.AppendError as err:
+        raise _UsageError(str(err)) from None
+    whole = _open(args)
+    n_all = whole.shape[0]
+    if n_all < stop:
+        raise _UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the {stop:,} already scored in --output "
+                          f"{args.output!r} (rows {start:,}:{stop:,}): is it the archive they were scored from?")
+    if n_all == stop:
+        print(f"nothing to append: --output {args.output} holds rows {start:,}:{stop:,}, the last of the "
+              f"{n_all:,} in {args.store}", file=out)
+        return 0
+    X = whole[stop:] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop, None)})
+    n_old, n_new = stop - start, X.shape[0]
+    names, dtype = tuple(attrs.get("outputs", OUTPUT_SETS["all"])), attrs.get("dtype", "float64")
+    if args.outputs is not None and tuple(args.outputs) != names:
+        raise _UsageError(f"--outputs differs from what --output {args.output!r} holds ({','.join(names)}); "
+                          "leave it out with --append")
+    if args.dtype is not None and args.dtype != dtype:
+        raise _UsageError(f"--dtype {args.dtype} differs from what --output {args.output!r} holds ({dtype}); "
+                          "leave it out with --append")
+    old = zarr.open_group(output, mode="r")
+    if not set(names) <= set(SCORE_ARRAYS) or not set(names) <= set(old.array_keys()):
+        raise _UsageError(f"--output {args.output!r} does not hold the arrays its attributes name "
+                          f"({', '.join(map(str, names))}); score it again with --overwrite")
+    started = time.perf_counter()
+    outputs = _score_outputs(model, X, names, dtype)
+    labelled = not isinstance(next(iter(outputs.values())), da.Array)
+    row_dim = next(iter(outputs.values())).dims[0] if labelled else None
+    row_arrays = [name for name, arr in old.arrays() if arr.shape and arr.shape[0] == n_old and (
+        not labelled or (getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
+                         or [None])[0] == row_dim)]
+    with atomic_path(output, replace=is_zarr_store) as tmp:
+        _append.clone_for_append(output, tmp, n_old, row_arrays)
+        if labelled:
+            import xarray as xr
+
+            chunk = old[names[0]].chunks[0]
+            ds = xr.Dataset(outputs, attrs=attrs)  # the group's attributes are rewritten by an append
+            for name in names:
+                ds[name].attrs["description"] = SCORE_ARRAYS[name]
+            ds = ds.chunk({row_dim: _append.aligned_chunks(n_old, n_new, chunk)})
+            writes = [ds.to_zarr(tmp, append_dim=row_dim, compute=False, consolidated=True)]
+        else:
+            writes = []
+            for name, arr in outputs.items():
+                z = zarr.open_array(tmp, path=name, mode="r+")
+                z.resize((n_old + n_new, *z.shape[1:]))
+                arr = arr.rechunk({0: _append.aligned_chunks(n_old, n_new, z.chunks[0])})
+                region = (slice(n_old, n_old + n_new),) + (slice(None),) * (arr.ndim - 1)
+                writes.append(arr.store(z, regions=[region], lock=False, compute=False))
+        flags = outputs.get("outlier")
+        counted = [(flags.data if labelled else flags).sum()] if flags is not None else []  # the blocks written
+        results = _compute_settled(*writes, *counted, progress=not args.no_progress)
+        n_out = int(results[-1]) if counted else None
+        group = zarr.open_group(tmp, mode="r+")
+        group.attrs.update({_append.ROWS_ATTR: [start, n_all], "complete": True})
+        if labelled:
+            zarr.consolidate_metadata(tmp)
+    elapsed = time.perf_counter() - started
+    flagged = f": {n_out:,} outliers ({n_out / n_new:.2%})" if n_out is not None else ""
+    print(
+        f"scored {n_new:,} new rows ({stop:,}:{n_all:,}) in {_fmt_seconds(elapsed)}{flagged}\n"
+        f"appended to {args.output}, which now holds rows {start:,}:{n_all:,}",
         file=out,
     )
     return 0
@@ -590,6 +892,7 @@ def _compute_settled(*collections, progress: bool):
     import dask
     import dask.threaded
 
+    from ._passes import single_threaded_blas
     from ._progress import _active_client, compute_with_progress
 
     if _active_client() is not None:
@@ -597,7 +900,8 @@ def _compute_settled(*collections, progress: bool):
     executor = getattr(dask.threaded, "ContextAwareThreadPoolExecutor", ThreadPoolExecutor)  # dask's own kind
     pool = executor(int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
     try:
-        with dask.config.set(pool=pool):
+        # one task per core already: nested BLAS threads slow each block's products (see single_threaded_blas)
+        with dask.config.set(pool=pool), single_threaded_blas():
             return compute_with_progress(*collections, enabled=progress)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -676,7 +980,20 @@ def _cmd_report(args, out) -> int:
         raise _UsageError(
             f"--output {args.output!r} and the events file {events!r} are one file; name the events with --events"
         )
-    for path, what in ((args.output, "--output"), (events, "--events")):
+    outputs = [(args.output, "--output"), (events, "--events")]
+    window = None
+    if args.window is not None:
+        try:
+            window = _report.parse_window(args.window)
+        except ValueError as err:
+            raise _UsageError(str(err)) from None
+        windows = args.windows or os.path.splitext(args.output)[0] + "_windows.csv"
+        if any(_overlaps(windows, path) for path, _ in outputs):
+            raise _UsageError(f"--windows {windows!r} is the PNG or the events file; name another")
+        outputs.append((windows, "--windows"))
+    elif args.windows is not None:
+        raise _UsageError("--windows needs --window (the drift windows to write)")
+    for path, what in outputs:
         _refuse_inside_input(path, args.store, what)
         if _overlaps(path, args.model):
             raise _UsageError(f"{what} {path!r} would overwrite the model {args.model!r} being read")
@@ -689,17 +1006,28 @@ def _cmd_report(args, out) -> int:
     print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()
     with atomic_open(events, "w", storage_options=options, newline="") as f:  # written as the pass goes
-        summary = _report.summarize(model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f)
+        summary = _report.summarize(
+            model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f, window=window
+        )
+    if window is not None:
+        with atomic_open(windows, "w", storage_options=options, newline="") as f:
+            _report.write_windows(summary.windows, f)
     title = args.store.rstrip("/").rpartition("/")[2] if is_url(args.store) else os.path.basename(
         os.path.normpath(_store_root(args.store))
     )
-    _report.plot(summary, args.output, title=title, storage_options=options)
+    from ._report_plot import plot  # matplotlib is imported only there
+
+    plot(summary, args.output, title=title, storage_options=options)
     share = summary.n_flagged / max(summary.n_scored, 1)
     print(
         f"{summary.n_rows:,} rows in {_fmt_seconds(time.perf_counter() - started)}: {summary.n_flagged:,} flagged "
         f"({share:.2%}) in {summary.n_events:,} events\nreport written to {args.output}, events to {events}",
         file=out,
     )
+    if window is not None:
+        n_drift = int(summary.windows["drift"].sum()) if len(summary.windows["drift"]) else 0
+        print(f"{len(summary.windows['drift']):,} windows of {args.window}, {n_drift:,} above the drift threshold: "
+              f"{windows}", file=out)
     return 0
 
 
@@ -757,7 +1085,12 @@ def _user_spelling(text: str) -> str:
         return f"{_OPTION_SPELLING[name]} {value}"
 
     text = _PARAMETER.sub(option, text)
+    text = _UNKNOWN_OPTION.sub(r"--storage-option \1=... is not an option of this store's file system", text)
     return text.replace("storage_options", "--storage-option")
+
+
+#: An fsspec file system refusing a storage option: ``TypeError: AioSession.__init__() got an unexpected ...``.
+_UNKNOWN_OPTION = re.compile(r"(?:TypeError: )?\S+\(\) got an unexpected keyword argument '([^']+)'")
 
 
 def _quiet_unraisable(unraisable) -> None:
@@ -769,18 +1102,24 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (0; 2 on error; 130 on Ctrl-C)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("fit", "demo", "report") and sys.stderr is None:
+    if args.command in ("fit", "update", "demo", "report") and sys.stderr is None:
         args.no_progress = True  # nowhere to draw it
     hook = sys.unraisablehook
     sys.unraisablehook = _quiet_unraisable
+    # After a failed read from an object store, zarr's abandoned reads are logged at exit as
+    # "Task was destroyed but it is pending!" (dozens of lines after the error line).
+    asyncio_logger = logging.getLogger("asyncio")
+    level = asyncio_logger.level
+    asyncio_logger.setLevel(logging.CRITICAL)
     try:
         return _run(args)
     finally:
-        if argv is not None:  # called from Python: give the hook back (a program keeps it until it exits)
+        if argv is not None:  # called from Python: give the hooks back (a program keeps them until it exits)
             import gc
 
             gc.collect()  # the abandoned coroutines are collected while they are still silenced
             sys.unraisablehook = hook
+            asyncio_logger.setLevel(level)
 
 
 def _run(args) -> int:

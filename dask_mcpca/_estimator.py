@@ -204,6 +204,35 @@ def _nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
     return wrapped
 
 
+#: What :meth:`MCPCA.score_rows` computes: name -> dtype.
+ROW_OUTPUTS = {
+    "scores": np.float64,
+    "weight": np.float64,
+    "outlier": np.bool_,
+    "d2": np.float64,
+    "contributions": np.float64,
+    "n_observed": np.int16,
+    "top_channel": np.int16,
+}
+
+
+def _top_channel(contributions: np.ndarray) -> np.ndarray:
+    """Index of each row's largest contribution (int16); -1 where they are all NaN."""
+    empty = np.isnan(contributions).all(axis=1)
+    top = np.argmax(np.where(np.isnan(contributions), -np.inf, contributions), axis=1).astype(np.int16)
+    top[empty] = -1
+    return top
+
+
+def _picker(name: str):
+    """A block function taking output ``name`` out of a block of :meth:`MCPCA.score_rows`'s dicts."""
+
+    def pick(parts):
+        return parts[name]
+
+    return pick
+
+
 def _observed_counts(block) -> np.ndarray:
     """Cells not NaN per row of an in-memory block (int16)."""
     return (~np.isnan(np.asarray(block, np.float64))).sum(axis=1).astype(np.int16)
@@ -419,13 +448,19 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Number of components kept: ``n_components``, or n_features if None.
     n_features_in_ : int
         Number of features (columns) seen during :meth:`fit`.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape ``(n_features_in_,)``
         Names of the features seen during :meth:`fit`: the columns of a
         pandas DataFrame, or the channel coordinate of an ``xarray.DataArray``
         (only when they are all strings).
     feature_dim_in_ : str
         Name of the channel dimension of an ``xarray.DataArray`` seen during
         :meth:`fit` (only for DataArray input).
+    archive_rows_ : ndarray of shape ``(2,)``, dtype int64
+        Set only by the command line (``dask-mcpca fit`` and ``update``):
+        the span ``[start, stop)`` of archive rows, by position, that the
+        model's sums were read from; ``dask-mcpca update`` reads the rows
+        from ``stop`` on by default.  Removed by :meth:`fit` and
+        :meth:`partial_fit`, which do not know where their rows come from.
 
     See Also
     --------
@@ -631,7 +666,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        X_new : ndarray, dask array or DataArray of shape (n_samples, n_components_)
+        X_new : ndarray, dask array or DataArray of shape ``(n_samples, n_components_)``
             As :meth:`transform` returns it.
 
         Examples
@@ -753,6 +788,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     def _update(self, X):
         """An update by new rows; see :meth:`partial_fit`."""
+        vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
         unit, k = int(self.update_unit_), self.n_components_
         state = self._update_state()
         sums = BlockStats(n_rows=int(self.n_samples_seen_), n_nonfinite=0, log_scale=self.update_log_weights_.copy(),
@@ -820,6 +856,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def _fit(self, X):
         """The fit proper, on full-row blocks; see :meth:`fit`."""
         self._forget_update_sums()
+        vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
         n, p = X.shape
         k = p if self.n_components is None else self.n_components
         if k > p:
@@ -1256,7 +1293,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        X_new : ndarray or dask array of shape (n_samples, n_components_)
+        X_new : ndarray or dask array of shape ``(n_samples, n_components_)``
             A dask array (computed lazily, block by block) for dask or store input,
             a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
             of dims ``(row, "component")`` with ``X``'s row coordinates (time),
@@ -1294,6 +1331,13 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         True
         """
         check_is_fitted(self, "components_")
+        comps = self.components_
+        columns = (_labels.COMPONENT_DIM, np.arange(len(comps)))
+        return self._map_rows(X, self._projector(), len(comps), columns=columns, storage_options=storage_options,
+                              frame_columns=self.get_feature_names_out() if _labels.is_dataframe(X) else None)
+
+    def _projector(self):
+        """The row-block function of :meth:`transform`."""
         comps, mean = self.components_, self.mean_
         cov = self.get_covariance() if self.nan_policy == "partial" else None
 
@@ -1303,21 +1347,19 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 Y = _missing.completed(Y, cov)
             return Y @ comps.T
 
-        columns = (_labels.COMPONENT_DIM, np.arange(len(comps)))
-        return self._map_rows(X, func, len(comps), columns=columns, storage_options=storage_options,
-                              frame_columns=self.get_feature_names_out() if _labels.is_dataframe(X) else None)
+        return func
 
     def inverse_transform(self, X: Any) -> np.ndarray | da.Array:
         """Map scores back to the data space: ``X @ components_ + mean_``.
 
         Parameters
         ----------
-        X : array-like or dask array of shape (n_samples, n_components_)
+        X : array-like or dask array of shape ``(n_samples, n_components_)``
             Scores, as returned by :meth:`transform`.
 
         Returns
         -------
-        X_original : ndarray or dask array of shape (n_samples, n_features_in_)
+        X_original : ndarray or dask array of shape ``(n_samples, n_features_in_)``
             The projection of the original rows on the components' affine
             subspace; a dask array for dask input; for an ``xarray.DataArray``
             of scores, a DataArray with its row coordinates and the channel
@@ -1394,7 +1436,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             d2[gaps] = part
         return d2
 
-    def _calibrated_d2(self, block) -> np.ndarray:
+    def _calibrated_d2(self, block, d2: np.ndarray | None = None) -> np.ndarray:
         """The distance the outlier rule judges, mapped for rows with missing cells to the
         n_features-channel distance with the same chi-square upper-tail probability
         (:func:`._missing.equivalent_d2`), so that one cutoff, ``outlier_cutoff_``, serves every row
@@ -1408,7 +1450,7 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         channels bound by an exact relation such as one-hot columns, moving each value alone can
         lead away from the bulk).
         """
-        d2 = self._d2(block)
+        d2 = self._d2(block) if d2 is None else d2  # ``d2``: this block's :meth:`_d2`, computed once by the caller
         steps = getattr(self, "quantization_steps_", None)
         if steps is not None and np.any(steps):
             d2 = np.fmin(d2, self._d2(self._nearest_in_cells(block)))
@@ -1811,6 +1853,18 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         True
         """
         check_is_fitted(self, "components_")
+        out = self._map_rows(
+            X, self._contributor(method), self.n_features_in_, columns=self._feature_columns(X),
+            storage_options=storage_options,
+        )
+        if _labels.is_dataframe(X):
+            import pandas as pd
+
+            return pd.DataFrame(np.asarray(out), index=X.index, columns=X.columns)
+        return out
+
+    def _contributor(self, method: str):
+        """The row-block function of :meth:`channel_contributions` by ``method``."""
         if method not in ("reconstruction", "whitened", "product", "residual"):
             raise ValueError(
                 f"method={method!r} is invalid; expected 'reconstruction', 'whitened', 'product' or 'residual'"
@@ -1833,14 +1887,138 @@ class MCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 Y = np.asarray(b, np.float64) - mean
                 return Y * (Y @ P)
 
-        out = self._map_rows(
-            X, func, self.n_features_in_, columns=self._feature_columns(X), storage_options=storage_options
-        )
-        if _labels.is_dataframe(X):
-            import pandas as pd
+        return func
 
-            return pd.DataFrame(np.asarray(out), index=X.index, columns=X.columns)
-        return out
+    def score_rows(
+        self, X: Any, *, outputs: tuple[str, ...] = tuple(ROW_OUTPUTS), storage_options: dict | None = None
+    ) -> dict:
+        """Several per-row outputs at once, each row block read and its distance computed once.
+
+        Each output equals the method it is named after; computed together,
+        one function per row block makes them all (the distance ``d^2`` once,
+        where :meth:`score_samples`, :meth:`is_outlier` and
+        :meth:`mahalanobis` called apart compute it once each).
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        outputs : tuple of str
+            Names from :data:`ROW_OUTPUTS`: ``"scores"`` (:meth:`transform`),
+            ``"weight"`` (:meth:`score_samples`), ``"outlier"``
+            (:meth:`is_outlier`), ``"d2"`` (:meth:`mahalanobis`),
+            ``"contributions"`` (:meth:`channel_contributions`),
+            ``"n_observed"`` (:meth:`n_observed`) and ``"top_channel"``: the
+            index of the channel with the largest contribution (int16; -1
+            where the contributions are all NaN).
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        dict
+            Name -> array, as the named method returns it (lazy for dask or
+            store input; DataArrays for an ``xarray.DataArray``; numpy
+            otherwise).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> X = np.random.default_rng(0).normal(size=(500, 3))
+        >>> model = MCPCA().fit(X)
+        >>> rows = model.score_rows(X, outputs=("d2", "outlier", "top_channel"))
+        >>> bool(np.array_equal(rows["d2"], model.mahalanobis(X))), rows["top_channel"].dtype
+        (True, dtype('int16'))
+        """
+        check_is_fitted(self, "components_")
+        unknown = [o for o in outputs if o not in ROW_OUTPUTS]
+        if unknown or not outputs:
+            raise ValueError(f"outputs={list(outputs)!r} is invalid; expected names from {list(ROW_OUTPUTS)}")
+        _labels.check_feature_names(self, X, reset=False)
+        blocks = as_row_blocks(X, storage_options=storage_options)
+        if blocks.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {blocks.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
+        fused = self._row_outputs(tuple(outputs))
+        if not isinstance(blocks, da.Array):
+            parts = fused(blocks)
+        else:
+            packed = blocks.map_blocks(fused, drop_axis=1, dtype=object, meta=np.empty((0,), object))
+        k, p = self.n_components_, self.n_features_in_
+        columns = {"scores": (_labels.COMPONENT_DIM, np.arange(k)), "contributions": self._feature_columns(X)}
+        result = {}
+        for name in outputs:
+            dtype, width = ROW_OUTPUTS[name], {"scores": k, "contributions": p}.get(name)
+            if isinstance(blocks, da.Array):
+                pick = _picker(name)
+                out = packed.map_blocks(pick, dtype=dtype, meta=np.empty((0,) * (1 + (width is not None)), dtype),
+                                        **({} if width is None else {"new_axis": 1, "chunks": (blocks.chunks[0],
+                                                                                               (width,))}))
+            else:
+                out = parts[name]
+            if _labels.is_dataframe(X) and name == "contributions":
+                import pandas as pd
+
+                result[name] = pd.DataFrame(np.asarray(out), index=X.index, columns=X.columns)
+                continue
+            frame = self.get_feature_names_out() if name == "scores" and _labels.is_dataframe(X) else None
+            result[name] = _labels.like_rows(out, X, columns=columns.get(name), frame_columns=frame)
+        return result
+
+    def _row_outputs(self, outputs: tuple[str, ...]):
+        """The row-block function of :meth:`score_rows`: a dict of the ``outputs`` of one block.
+
+        Rows holding NaN or inf are handled as each method's own block function handles them
+        (:func:`_nan_for_nonfinite_rows`; ``n_observed`` always under ``"partial"``).
+        """
+        project = self._projector() if "scores" in outputs else None
+        contribute = self._contributor("reconstruction") if {"contributions", "top_channel"} & set(outputs) else None
+        policy = self.nan_policy
+
+        def distances(block):
+            parts = {}
+            if {"weight", "outlier", "d2"} & set(outputs):
+                d2 = self._d2(block)
+                if "d2" in outputs:
+                    parts["d2"] = d2.copy()
+                if {"weight", "outlier"} & set(outputs):
+                    calibrated = self._calibrated_d2(block, d2)
+                    if "weight" in outputs:
+                        parts["weight"] = self._weight(calibrated)
+                    if "outlier" in outputs:
+                        parts["outlier"] = self._flags(np.asarray(block, np.float64), calibrated)
+            if project is not None:
+                parts["scores"] = project(block)
+            if contribute is not None:
+                c = contribute(block)
+                if "contributions" in outputs:
+                    parts["contributions"] = c
+                if "top_channel" in outputs:
+                    parts["top_channel"] = _top_channel(c)
+            return parts
+
+        def fused(block):
+            bad = ~np.isfinite(block).all(axis=1)
+            if bad.any() and policy == "partial":
+                bad &= ~_missing.partial_rows(np.asarray(block))
+            if bad.any() and policy == "raise":
+                raise NonFiniteRowsError(
+                    f"{int(bad.sum())} of {len(bad)} rows hold NaN or inf; clean them, or fit with "
+                    "nan_policy='omit' to get NaN for such rows"
+                )
+            parts = distances(np.where(bad[:, None], 0.0, block) if bad.any() else block)
+            for name, out in parts.items():
+                if bad.any():
+                    out[bad] = np.nan if out.dtype.kind == "f" else (-1 if name == "top_channel" else 0)
+            if "n_observed" in outputs:
+                parts["n_observed"] = _nan_for_nonfinite_rows(_observed_counts, "partial")(block)
+            return parts
+
+        return fused
 
     # ------------------------------------------------ outlier-detector API
     @property

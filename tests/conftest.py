@@ -138,3 +138,42 @@ class RecordingRows:
         return da.from_array(
             self, chunks=(rows_per_block, -1), asarray=True, lock=False, name=f"recording-{id(self)}"
         )
+
+
+class FileOpens:
+    """Record the files under ``folder`` opened by this process inside the block (a real store read
+    by a real command: Python's ``open`` audit event, no mock).
+
+    ``opened`` lists their paths relative to ``folder``, once per open, in order.  An audit hook
+    cannot be removed: it stays installed and records only while a block is active.
+    """
+
+    _active: list[FileOpens] = []
+    _installed = False
+
+    def __init__(self, folder):
+        self.folder = os.path.realpath(os.fspath(folder)) + os.sep
+        self.opened: list[str] = []
+
+    @classmethod
+    def _hook(cls, event, args):
+        if event != "open" or not cls._active or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
+            return
+        path = os.fsdecode(args[0])
+        for rec in cls._active:
+            full = os.path.realpath(path)
+            if full.startswith(rec.folder):
+                rec.opened.append(full[len(rec.folder):])
+
+    def __enter__(self):
+        import sys
+
+        if not FileOpens._installed:
+            sys.addaudithook(FileOpens._hook)
+            FileOpens._installed = True
+        FileOpens._active.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        FileOpens._active.remove(self)
+        return False
