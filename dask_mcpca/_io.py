@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from typing import Any
 
 import dask.array as da
@@ -605,7 +606,9 @@ def _channel_first(X, channel_dim: str = "channel") -> bool:
 
 def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel_dim: str):
     """The 2-D (row, channel) DataArray named by ``dataset`` or ``variables`` in Dataset ``ds``."""
-    names = [str(n) for n in ds.data_vars]  # as the store lists them (Zarr: alphabetical); --variables orders
+    # Sorted: a Zarr store without consolidated metadata lists its arrays in the file system's order,
+    # which can change between openings (and so would the channels); --variables gives the order.
+    names = sorted(str(n) for n in ds.data_vars)
     if dataset is not None and variables:
         raise ValueError("name either a dataset (a 2-D variable) or variables (1-D ones), not both")
     if dataset is not None:
@@ -628,7 +631,7 @@ def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel
                 f"{sorted({str(ds[n].dims) for n in names})}; name the channels with variables (--variables a,b,c) "
                 "or a 2-D variable with dataset (--dataset NAME)"
             )
-        variables = one_d
+        variables = one_d  # in sorted order
     missing = [v for v in variables if v not in ds.data_vars]
     if missing:
         raise KeyError(f"the archive has no variable(s) {missing}; it has {names}")
@@ -732,7 +735,10 @@ def open_archive(
     options = {"chunks": {}, "storage_options": with_timeouts(path, storage_options) if url else None}
     if not row_index and time is None and "create_default_indexes" in inspect.signature(xr.open_zarr).parameters:
         options["create_default_indexes"] = False  # xarray >= 2025.07; older ones always build the index
-    ds = xr.open_zarr(path if url else os.path.abspath(path), **options)
+    with warnings.catch_warnings():  # a store written with consolidated=False is as good as any
+        warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated metadata",
+                                category=RuntimeWarning)
+        ds = xr.open_zarr(path if url else os.path.abspath(path), **options)
     X = _data_variable(ds, dataset, variables, channel_dim)
     if _channel_first(X, channel_dim):  # stored (channel, time): the rows are the second dimension
         X = X.transpose()

@@ -236,3 +236,22 @@ def test_time_selection_on_a_numeric_coordinate_keeps_its_stop(tmp_path):
     assert open_archive(path, time=slice("10", "50")).sizes["tick"] == 5
     with pytest.raises(ValueError, match="not a label of the row coordinate 'tick'"):
         open_archive(path, time=slice("2024-01", None))
+
+
+def test_channels_of_an_unconsolidated_store_come_in_sorted_order(tmp_path):
+    """A Zarr store without consolidated metadata lists its arrays in the file system's order, which
+    may differ between openings; the channels (and so a model's columns) must not."""
+    from dask_mcpca import open_archive
+
+    # 40 channels: with a handful, zarr happened to list them sorted; with 40 it listed them in another
+    # unsorted order at each opening (5 openings, 5 orders, before the channels were sorted)
+    names = [f"plant{i % 4}_{kind}_{i}" for i, kind in enumerate(["flow", "temp", "vib", "press", "level"] * 8)]
+    rng = np.random.default_rng(0)
+    ds = xr.Dataset({n: ("time", rng.normal(size=50) + i) for i, n in enumerate(names)},
+                    coords={"time": pd.date_range("2026-01-01", periods=50, freq="h")})
+    path = tmp_path / "unconsolidated.zarr"
+    ds.to_zarr(path, consolidated=False)
+    for _ in range(3):
+        X = open_archive(str(path))
+        assert [str(c) for c in X.coords[X.dims[1]].values] == sorted(names)
+        np.testing.assert_array_equal(np.asarray(X[:, 0]), ds[sorted(names)[0]].values)
