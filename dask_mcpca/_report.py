@@ -74,7 +74,6 @@ __all__ = [
     "ArchiveSummary",
     "summarize",
     "summarize_block",
-    "plot",
     "event_columns",
     "N_BINS",
     "TOP_CHANNELS",
@@ -783,4 +782,3 @@ def _bins_with_rows(n: int) -> np.ndarray:
     return np.bincount(np.arange(n) * N_BINS // max(n, 1), minlength=N_BINS)
 
 
-from ._report_plot import plot  # noqa: E402  (the drawing, apart: matplotlib is imported only there)

@@ -25,6 +25,7 @@ import zarr
 from dask_mcpca import MCPCA
 from dask_mcpca import _report as report
 from dask_mcpca._cli import main
+from dask_mcpca._report_plot import plot
 
 P, N_ROWS, CHUNK = 5, 24_000, 2_000
 START = pd.Timestamp("2025-03-01")  # midnight: hourly windows start at multiples of 3,600 rows
@@ -164,7 +165,7 @@ def test_the_plot_leaves_the_matplotlib_backend_alone(archive, tmp_path):
     matplotlib.use("svg")
     try:
         s = report.summarize(archive["model"], archive["X"][:4_000], window="1000")
-        report.plot(s, tmp_path / "r.png")
+        plot(s, tmp_path / "r.png")
         assert matplotlib.get_backend() == "svg"
     finally:
         matplotlib.use(before)
