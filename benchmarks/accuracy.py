@@ -41,9 +41,8 @@ import scipy.linalg
 from scipy import stats
 
 sys.path.insert(0, os.path.dirname(__file__))
-from scenarios import SCENARIOS, make_scenario
-
 from dask_mcpca import MCPCA
+from dask_mcpca.testing import SCENARIOS, make_scenario
 
 TOP = 3
 

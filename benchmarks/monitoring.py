@@ -1,6 +1,6 @@
 """Monitoring a growing archive: ``MCPCA.partial_fit`` against ``fit`` on all the rows (issue 22).
 
-Writes ``benchmarks/MONITORING.md``.  Each archive (``scenarios.py``: Gaussian
+Writes ``benchmarks/MONITORING.md``.  Each archive (``dask_mcpca.testing``: Gaussian
 inliers with eigenvalues ``10 * 0.7**i``, p = 10, contamination at random
 rows, so nothing changes over time) is a dask array of 50,000-row blocks.  A
 model is fitted on the first half and updated by ``partial_fit`` with the
@@ -35,11 +35,7 @@ import dask.array as da
 import numpy as np
 
 from dask_mcpca import MCPCA
-
-try:
-    from scenarios import make_scenario, true_basis
-except ImportError:  # run as a module from the repository root
-    from benchmarks.scenarios import make_scenario, true_basis
+from dask_mcpca.testing import make_scenario, true_basis
 
 OUT = Path(__file__).with_name("MONITORING.md")
 SCENARIOS = ("clean", "paper5", "orthogonal10", "cluster10", "t3")

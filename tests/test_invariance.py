@@ -21,8 +21,6 @@ of the invariances, and is reported by ``converged_``.
 
 from __future__ import annotations
 
-import os
-import sys
 import tempfile
 
 import dask.array as da
@@ -36,9 +34,7 @@ from sklearn.decomposition import PCA
 
 from dask_mcpca import MCPCA
 from dask_mcpca._start import robust_start
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from scenarios import make_scenario
+from dask_mcpca.testing import make_scenario
 
 
 def _angle(est, true):

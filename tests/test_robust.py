@@ -14,9 +14,7 @@ import pytest
 from sklearn.decomposition import PCA
 
 from dask_mcpca import MCPCA
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from scenarios import make_scenario
+from dask_mcpca.testing import make_scenario
 
 CONTAMINATED = ["paper5", "paper20", "orthogonal10", "cluster10", "cluster25", "t3"]
 LABELLED = ["orthogonal10", "cluster10", "cluster25"]

@@ -7,8 +7,6 @@ outliers, injected spikes are, a cluster's rows are not part of the bulk.
 classic data sets with published outliers.
 """
 
-import os
-import sys
 import warnings
 
 import numpy as np
@@ -18,9 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dask_mcpca import MCPCA
 from dask_mcpca._schedule import OUTLIER_QUANTILE, calibrated_cutoff, hotelling_quantile
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from robustness import cluster_cell
+from dask_mcpca.testing import cluster_cell
 
 
 def _regimes(seed, n=8000, p=6, scales=(0.3, 0.6, 1.0, 2.0)):

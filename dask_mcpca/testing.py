@@ -1,4 +1,7 @@
-"""Generated data with known truth for the accuracy benchmark and the tests.
+"""Generated data with known truth, for the tests and the benchmarks (as ``numpy.testing``).
+
+Importable by both (``from dask_mcpca.testing import make_scenario``), so the
+tests do not reach into ``benchmarks/``.
 
 Inliers are Gaussian with eigenvalues ``10 * 0.7**i`` along a random
 orthonormal basis, centred away from the origin.  Each scenario replaces a
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SCENARIOS", "Sample", "make_scenario", "true_basis"]
+__all__ = ["SCENARIOS", "Sample", "make_scenario", "true_basis", "cluster_cell"]
 
 SCENARIOS = ("clean", "paper5", "paper20", "orthogonal10", "cluster10", "cluster25", "t3", "gaps5")
 
@@ -79,3 +82,15 @@ def make_scenario(name: str, *, n: int = 20_000, p: int = 10, seed: int = 0) -> 
         rows = rng.choice(n, n // 20, replace=False)
         X[rows, rng.integers(0, p, size=len(rows))] = np.nan
     return Sample(X=X, components=V, eigenvalues=lam, center=center, outliers=bad)
+
+
+def cluster_cell(eps: float, D: float, seed: int, n: int = 4000, p: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """Gaussian rows (:func:`true_basis`) whose first ``eps * n`` rows are a tight cluster at
+    distance ``D`` (in the spreads of components 3 and 4) in their plane; returns (X, basis rows)."""
+    lam, V = true_basis(p, seed)
+    rng = np.random.default_rng(seed)
+    X = (rng.normal(size=(n, p)) * np.sqrt(lam)) @ V
+    k = int(eps * n)
+    where = D * (np.sqrt(lam[2]) * V[2] + np.sqrt(lam[3]) * V[3]) / np.sqrt(2)
+    X[:k] = where + 0.05 * np.sqrt(lam[-1]) * rng.normal(size=(k, p))
+    return X, V
