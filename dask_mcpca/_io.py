@@ -323,6 +323,15 @@ def _reopen_absolute(arr):
     return zarr.open_array(os.path.abspath(os.fspath(root)), path=arr.path or None, mode="r")
 
 
+def _store_name(store) -> str:
+    """A store as the user named it: ``s3://bucket/archive.zarr`` for an fsspec store (not its repr)."""
+    fs, path = getattr(store, "fs", None), getattr(store, "path", None)
+    if fs is None or path is None:
+        return str(store)
+    protocol = fs.protocol[0] if isinstance(fs.protocol, tuple | list) else fs.protocol
+    return f"{protocol}://{str(path).lstrip('/')}"
+
+
 class _ZarrRows:
     """A Zarr array whose reads fail loudly and name the store, the array and the rows.
 
@@ -340,7 +349,8 @@ class _ZarrRows:
         _refuse_packed(arr.attrs, f"Zarr array {arr.path or '/'!r} of {arr.store}")
         self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
         self.root = _local_root(arr)
-        self.where = f"Zarr store {self.root or str(arr.store)!r}" + (f", array {arr.path!r}" if arr.path else "")
+        name = self.root or _store_name(arr.store)
+        self.where = f"Zarr store {name!r}" + (f", array {arr.path!r}" if arr.path else "")
         listed = None if self.root is not None else self._listed_keys()
         missing = self._missing_units(0, self.shape[0], None if listed is None else listed.__contains__)
         if missing:

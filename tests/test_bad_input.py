@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import uuid
 from collections import Counter
 
 import dask.array as da
@@ -353,6 +354,18 @@ def test_corrupt_zarr_chunk_names_the_store(tmp_path):
         MCPCA().fit(store)
     assert store in str(err.value)
     assert "cannot read rows" in str(err.value)
+
+
+def test_a_store_behind_fsspec_is_named_by_its_url_not_its_repr():
+    """An fsspec-backed store (s3://, memory://) was named '<FsspecStore(S3FileSystem, bkt/plain.zarr)>'."""
+    import zarr
+
+    url = f"memory://bad-input/{uuid.uuid4().hex}/gappy.zarr"
+    z = zarr.open_array(url, mode="w", shape=(400, 3), chunks=(100, 3), dtype="f8")
+    z[:200] = _data(n=200)  # rows 200: never written: no chunk files
+    with pytest.raises(ValueError) as err:
+        MCPCA().fit(zarr.open_array(url, mode="r"))
+    assert repr(url) in str(err.value) and "FsspecStore" not in str(err.value)
 
 
 def test_corrupt_hdf5_chunk_names_the_file(tmp_path):
