@@ -100,14 +100,15 @@ def _panel_scores(ax, result: DemoResult, sample) -> None:
 def plot(path, result: DemoResult, pca_components, model, sample, seed) -> None:
     """The PNG report: loadings, explained variance, rows flagged, scores over time."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
     from matplotlib.gridspec import GridSpec
 
     style = {"font.size": 10, "axes.titlesize": 11, "axes.spines.top": False, "axes.spines.right": False}
-    with plt.rc_context(style):
-        fig = plt.figure(figsize=(15, 11.5), dpi=110)
+    # A Figure on its own Agg canvas: the caller's backend and pyplot state are left alone.
+    with matplotlib.rc_context(style):
+        fig = Figure(figsize=(15, 11.5), dpi=110)
+        FigureCanvasAgg(fig)
         gs = GridSpec(3, 6, figure=fig, height_ratios=[1.0, 1.0, 1.15], hspace=0.5, wspace=0.9, top=0.9, bottom=0.05)
         faulty = result.counts[0, 1:, 1].sum() / result.n_rows
         fig.suptitle(
@@ -123,7 +124,6 @@ def plot(path, result: DemoResult, pca_components, model, sample, seed) -> None:
         _panel_scores(fig.add_subplot(gs[2, :]), result, sample)
         with atomic_open(path, "wb") as f:  # whole or not at all, and never through a symlink named as it
             fig.savefig(f, format="png", bbox_inches="tight")
-        plt.close(fig)
 
 
 def table(result: DemoResult) -> str:
