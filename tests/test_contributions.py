@@ -126,7 +126,7 @@ def test_the_default_method_of_the_estimator():
     rows = X[:40].copy()
     rows[:, 1] += 5.0
     default = model.channel_contributions(rows)
-    expected = reconstruction_contributions(rows - model.mean_, model._precision(1.0))
+    expected = reconstruction_contributions(rows - model.mean_, model.get_precision())
     np.testing.assert_allclose(default, expected, rtol=1e-12)
     np.testing.assert_array_equal(model.channel_contributions(rows, method="reconstruction"), default)
     np.testing.assert_array_equal(model.channel_contributions(rows, method="residual"), default)  # former name

@@ -58,3 +58,20 @@ def test_no_import_cycle_between_modules():
 
 def test_persistence_is_a_codec_that_does_not_know_the_estimator():
     assert "dask_mcpca._estimator" not in _imports(PACKAGE / "_persist.py")
+
+
+def test_only_the_estimator_uses_its_private_methods():
+    """The report, the command line and the demo use public methods and :mod:`dask_mcpca._model`'s functions."""
+    from dask_mcpca._base import _BaseMCPCA
+    from dask_mcpca._estimator import MCPCA
+
+    private = {name for cls in (MCPCA, _BaseMCPCA) for name in vars(cls)
+               if name.startswith("_") and not name.startswith("__")} | {"_robust_state", "_robust_unit"}
+    owners = {PACKAGE / "_estimator.py", PACKAGE / "_base.py"}
+    used = {
+        (str(path.relative_to(PACKAGE)), node.attr)
+        for path in PACKAGE.rglob("*.py") if path not in owners
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in private
+    }
+    assert not used, sorted(used)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from dask_mcpca import MCPCA
+from dask_mcpca._model import repeated
 from dask_mcpca._repeated import find_repeated, repeated_rows, repeated_values
 
 
@@ -77,7 +78,7 @@ def test_one_hot_columns_repeat_no_faults(seed):
     X = _one_hot(seed)
     values, rows = find_repeated(X)
     assert len(values) == 0 and len(rows) == 0
-    assert not MCPCA().fit(X)._repeated(X).any()
+    assert not repeated(MCPCA().fit(X), X).any()
 
 
 def test_levels_of_a_quantized_channel_with_values_swapped_in_are_no_stuck_values():
@@ -93,7 +94,7 @@ def test_levels_of_a_quantized_channel_with_values_swapped_in_are_no_stuck_value
     model = MCPCA().fit(Xf)
     clean = np.ones(len(X), bool)
     clean[swapped] = False
-    assert not model._repeated(Xf).any()
+    assert not repeated(model, Xf).any()
     assert np.mean(np.asarray(model.is_outlier(Xf))[clean]) <= 0.05
 
 

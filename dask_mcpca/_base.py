@@ -1,0 +1,801 @@
+"""What a fitted :class:`~dask_mcpca.MCPCA` computes for rows: ``_BaseMCPCA``, the per-row public methods.
+
+As scikit-learn's ``_BasePCA`` (``decomposition/_base.py``) holds
+``transform``, ``inverse_transform``, ``get_covariance`` and
+``get_precision`` apart from how a PCA is fitted, ``_BaseMCPCA`` holds the
+public methods of a fitted model: projections, the covariance and
+precision, distances, weights, flags, labels, contributions and
+:meth:`~MCPCA.score_rows`.  Each maps a row-block function of
+:mod:`._model` over the rows (eagerly for in-memory input, lazily for dask
+and stores) and labels the result like the input (:mod:`._labels`).
+:class:`~dask_mcpca.MCPCA` (:mod:`._estimator`) adds the parameters and
+how a model is fitted.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Literal
+
+import dask.array as da
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from . import _labels, _missing, _model
+from ._io import as_row_blocks
+from ._model import ROW_OUTPUTS
+
+__all__ = ["_BaseMCPCA"]
+
+
+def _picker(name: str):
+    """A block function taking output ``name`` out of a block of :meth:`MCPCA.score_rows`'s dicts."""
+
+    def pick(parts):
+        return parts[name]
+
+    return pick
+
+
+def _frame_like(out: Any, X: Any) -> Any:
+    """``out`` (n_samples x n_features) as a DataFrame with ``X``'s index and columns when ``X`` is one."""
+    if _labels.is_dataframe(X):
+        import pandas as pd
+
+        return pd.DataFrame(np.asarray(out), index=X.index, columns=X.columns)
+    return out
+
+
+class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """The per-row methods of a fitted model; :class:`~dask_mcpca.MCPCA` fits it.
+
+    Not to be used directly: the fitted attributes these methods read
+    (``components_``, ``mean_``, ``explained_variance_``, ...) are set by
+    :meth:`MCPCA.fit`, :meth:`MCPCA.partial_fit` or :func:`dask_mcpca.load`.
+    """
+
+    @property
+    def _n_features_out(self) -> int:
+        """Columns of :meth:`transform` (for ``get_feature_names_out``: ``mcpca0``, ``mcpca1``, ...)."""
+        return self.n_components_
+
+    @property
+    def loadings_(self):
+        """The components as an ``xarray.DataArray`` of dims ``("component", channel)``.
+
+        The channel dimension and its coordinate are those of the fit's input
+        (``feature_dim_in_``, ``feature_names_in_``); ``"feature"`` and no
+        coordinate when it had none.  Needs xarray (``pip install dask-mcpca[xarray]``).
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr
+        >>> from dask_mcpca import MCPCA
+        >>> X = xr.DataArray(np.random.default_rng(0).normal(size=(500, 3)) * [3.0, 1.0, 0.3],
+        ...                  dims=("time", "channel"), coords={"channel": ["T1", "P1", "V1"]})
+        >>> L = MCPCA(n_components=2).fit(X).loadings_
+        >>> L.dims, list(L.channel.values)
+        (('component', 'channel'), ['T1', 'P1', 'V1'])
+        >>> str(abs(L.sel(component=0)).idxmax().item())
+        'T1'
+        """
+        check_is_fitted(self, "components_")
+        import xarray as xr
+
+        dim = getattr(self, "feature_dim_in_", _labels.DEFAULT_FEATURE_DIM)
+        coords = {_labels.COMPONENT_DIM: np.arange(self.n_components_)}
+        names = getattr(self, "feature_names_in_", None)
+        if names is not None:
+            coords[dim] = names
+        return xr.DataArray(self.components_, dims=(_labels.COMPONENT_DIM, dim), coords=coords, name="loadings")
+
+    def _feature_columns(self, X: Any) -> tuple[str, Any]:
+        """The channel dimension of per-channel outputs: its name and coordinate (None: none).
+
+        Those of a DataArray ``X``; otherwise those of the fit's input.
+        """
+        if _labels.is_dataarray(X):
+            dim = X.dims[1]
+            return dim, (X.coords[dim].values if dim in X.coords else None)
+        dim = getattr(self, "feature_dim_in_", _labels.DEFAULT_FEATURE_DIM)
+        return dim, getattr(self, "feature_names_in_", None)
+
+    # ---------------------------------------------------------- transforms
+    def _map_rows(
+        self, X, func, n_out: int | None, dtype=np.float64, *, columns=None, storage_options=None, nan_policy=None,
+        frame_columns=None,
+    ):
+        """Apply ``func`` to row blocks: lazily for dask input, eagerly otherwise.
+
+        A DataArray ``X`` gives a DataArray with its row coordinate (and
+        ``columns``, the name and coordinate of a second dimension); a pandas
+        DataFrame gives a Series or a DataFrame with its index (columns:
+        ``frame_columns``, or ``X``'s for a per-channel result).
+        ``nan_policy`` overrides the estimator's for this call.
+        """
+        check_is_fitted(self, "components_")
+        _labels.check_feature_names(self, X, reset=False)
+        out = self._map_row_blocks(X, func, n_out, dtype, storage_options, nan_policy=nan_policy)
+        return _labels.like_rows(out, X, columns=columns, frame_columns=frame_columns)
+
+    def _map_row_blocks(self, X, func, n_out: int | None, dtype, storage_options=None, *, nan_policy=None):
+        X = as_row_blocks(X, storage_options=storage_options)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
+        func = _model.nan_for_nonfinite_rows(func, nan_policy or self.nan_policy)
+        if isinstance(X, da.Array):
+            if n_out is None:
+                return X.map_blocks(func, drop_axis=1, dtype=dtype)
+            return X.map_blocks(func, chunks=(X.chunks[0], (n_out,)), dtype=dtype)
+        return func(X)
+
+    def transform(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """Project ``X`` on the components: ``(X - mean_) @ components_.T``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        X_new : ndarray or dask array of shape ``(n_samples, n_components_)``
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
+            of dims ``(row, "component")`` with ``X``'s row coordinates (time),
+            lazy if ``X`` is.  For a pandas DataFrame ``X`` (or with
+            ``set_output(transform="pandas")``), a DataFrame with ``X``'s index
+            and columns ``get_feature_names_out()``.
+            Rows with NaN or inf give NaN under ``nan_policy="omit"``; under
+            ``"partial"``, a row with some NaN cells gives the scores of the
+            row completed by :meth:`impute` (the conditional expectation of
+            its missing cells given the observed ones).
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"`` (for dask input,
+            when the result is computed).
+
+        See Also
+        --------
+        inverse_transform : Back from scores to the data space.
+        impute : The missing cells' conditional expectation.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> model.transform(X).shape
+        (1000, 2)
+        >>> import dask.array as da
+        >>> Z = model.transform(da.from_array(X, chunks=(250, 3)))   # lazy
+        >>> bool(np.allclose(Z.compute(), model.transform(X)))
+        True
+        """
+        check_is_fitted(self, "components_")
+        comps = self.components_
+        columns = (_labels.COMPONENT_DIM, np.arange(len(comps)))
+        return self._map_rows(X, _model.projector(self, self.nan_policy), len(comps), columns=columns,
+                              storage_options=storage_options,
+                              frame_columns=self.get_feature_names_out() if _labels.is_dataframe(X) else None)
+
+    def inverse_transform(self, X: Any) -> np.ndarray | da.Array:
+        """Map scores back to the data space: ``X @ components_ + mean_``.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape ``(n_samples, n_components_)``
+            Scores, as returned by :meth:`transform`.
+
+        Returns
+        -------
+        X_original : ndarray or dask array of shape ``(n_samples, n_features_in_)``
+            The projection of the original rows on the components' affine
+            subspace; a dask array for dask input; for an ``xarray.DataArray``
+            of scores, a DataArray with its row coordinates and the channel
+            dimension and names of the fit.
+
+        See Also
+        --------
+        transform : From the data space to scores.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> X_back = model.inverse_transform(model.transform(X))
+        >>> X_back.shape
+        (1000, 3)
+        >>> bool(np.abs(X_back - X)[:, 2].max() < 2.0)  # only the third, smallest axis is lost
+        True
+        """
+        check_is_fitted(self, "components_")
+        width = X.shape[-1] if getattr(X, "ndim", np.ndim(X)) == 2 else None
+        if width != self.n_components_:
+            shape = getattr(X, "shape", np.shape(X))
+            raise ValueError(
+                f"inverse_transform takes scores of shape (n_samples, {self.n_components_}) "
+                f"(n_components_={self.n_components_}); got shape {tuple(shape)}"
+            )
+        if _labels.is_dataarray(X):
+            return _labels.like_rows(X.data @ self.components_ + self.mean_, X, columns=self._feature_columns(None))
+        if isinstance(X, da.Array):
+            return X @ self.components_ + self.mean_
+        return np.asarray(X) @ self.components_ + self.mean_
+
+    def n_observed(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """Number of observed (not NaN) cells in each row: the channels a row is judged on.
+
+        Under ``nan_policy="partial"`` a row's distance, score and flag use
+        these cells only; a row holding inf counts 0 (it is not used).
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features); input kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        counts : ndarray or dask array of int16, shape (n_samples,)
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> model = MCPCA().fit(np.random.default_rng(0).normal(size=(500, 3)))
+        >>> model.n_observed(np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]]))
+        array([2, 0], dtype=int16)
+        """
+        return self._map_rows(X, _model.observed_counts, None, dtype=np.int16, storage_options=storage_options,
+                              nan_policy="partial")
+
+    def get_covariance(self) -> np.ndarray:
+        """The fitted robust covariance: ``components_.T @ diag(explained_variance_) @ components_``
+        plus ``noise_variance_`` in the discarded directions (floored at the fit's round-off level).
+
+        Its inverse, :meth:`get_precision`, gives :meth:`mahalanobis`'s ``d^2 = y^T P y``.
+
+        Returns
+        -------
+        cov : ndarray of shape (n_features, n_features)
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(5000, 2)) * [2.0, 0.5]
+        >>> bool(np.allclose(MCPCA().fit(X).get_covariance(), [[4.0, 0.0], [0.0, 0.25]], atol=0.2))
+        True
+        """
+        check_is_fitted(self, "components_")
+        return _model.precision_power(self, -1.0)
+
+    def get_precision(self) -> np.ndarray:
+        """The inverse of :meth:`get_covariance`, whose quadratic form is :meth:`mahalanobis`'s ``d^2``.
+
+        Returns
+        -------
+        precision : ndarray of shape (n_features, n_features)
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> model = MCPCA().fit(rng.normal(size=(2000, 3)))
+        >>> bool(np.allclose(model.get_precision() @ model.get_covariance(), np.eye(3)))
+        True
+        """
+        check_is_fitted(self, "components_")
+        return _model.precision_power(self, 1.0)
+
+    def impute(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """``X`` with each missing (NaN) cell replaced by its conditional expectation under the fitted model.
+
+        For a row with observed cells ``O`` and missing cells ``M``:
+        ``x_M = mean_M + S_MO S_OO^-1 (x_O - mean_O)``, with ``S`` =
+        :meth:`get_covariance` (the best linear reconstruction from the
+        observed channels; Tipping and Bishop 1999).  Observed cells are
+        returned unchanged; rows with every cell missing stay NaN.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features); input kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        X_filled : ndarray or dask array of shape (n_samples, n_features)
+            Lazy for dask or store input; a DataArray or DataFrame (index
+            kept) for such input.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> t = rng.normal(size=(4000, 1))
+        >>> X = np.hstack([t, 2 * t, -t]) + 0.01 * rng.normal(size=(4000, 3))
+        >>> model = MCPCA(nan_policy="partial").fit(X)
+        >>> np.round(model.impute(np.array([[1.0, np.nan, np.nan]])), 1)
+        array([[ 1.,  2., -1.]])
+        """
+        check_is_fitted(self, "components_")
+        mean, cov = self.mean_, self.get_covariance()
+
+        def func(b):
+            b = np.asarray(b, np.float64)
+            if not np.isnan(b).any():
+                return b.copy()
+            return _missing.completed(b - mean, cov) + mean
+
+        out = self._map_rows(
+            X, func, self.n_features_in_, columns=self._feature_columns(X), storage_options=storage_options,
+            nan_policy="partial",
+        )
+        return _frame_like(out, X)
+
+    def mahalanobis(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """Squared robust Mahalanobis distance of each row under the fitted model.
+
+        ``d^2 = sum_j z_j^2 / explained_variance_[j]`` over the components,
+        plus the squared residual over ``noise_variance_`` when components were
+        discarded.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        d2 : ndarray or dask array of shape (n_samples,)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
+            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is;
+            for a pandas DataFrame, a Series with its index.
+            NaN for rows with NaN or inf under ``nan_policy="omit"``; under ``"partial"``,
+            a row with some NaN cells gets its distance on the observed cells
+            (chi-square with as many degrees of freedom as observed cells for a
+            Gaussian row; NaN when none is observed).
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+
+        See Also
+        --------
+        score_samples : The correntropy weight ``exp(-d^2 / (2 c^2))``.
+        is_outlier : ``d^2`` above ``outlier_cutoff_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> d2 = model.mahalanobis(X)
+        >>> bool(abs(np.median(d2) / 2.37 - 1) < 0.2)   # about chi-square(3)'s median
+        True
+        """
+        return self._map_rows(X, partial(_model.mahalanobis_d2, self), None, storage_options=storage_options)
+
+    def score_samples(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """Correntropy weight of each row, in [0, 1]: ``exp(-d^2 / (2 c^2))``.
+
+        ``d^2`` is the squared robust Mahalanobis distance under the fitted
+        components and variances (the discarded directions share
+        ``noise_variance_``) and ``c = kernel_scale_``.  Low scores are
+        outlying rows.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        scores : ndarray or dask array of shape (n_samples,)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
+            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is;
+            for a pandas DataFrame, a Series with its index.
+            NaN for rows with NaN or inf under ``nan_policy="omit"``; under ``"partial"``,
+            a row with some NaN cells is scored by its observed cells, its
+            distance first mapped to n_features channels at the same
+            chi-square probability (so scores of rows with and without gaps
+            compare).
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+
+        See Also
+        --------
+        mahalanobis : The ``d^2`` these weights come from.
+        is_outlier : Scores below ``outlier_threshold_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> w = model.score_samples(np.vstack([X[:5], [[50.0, 50.0, 50.0]]]))
+        >>> bool(((w[:5] > 0.01) & (w[:5] <= 1)).all()), bool(w[5] < 1e-10)
+        (True, True)
+        """
+        check_is_fitted(self, "components_")
+        return self._map_rows(X, lambda b: _model.weight(self, _model.calibrated_d2(self, b)), None,
+                              storage_options=storage_options)
+
+    def is_outlier(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``, or that hold a repeated value or row.
+
+        Equivalently ``score_samples(X) < outlier_threshold_``, or the row
+        holds one of ``repeated_values_`` (a stuck sensor's value) or equals
+        one of ``repeated_rows_`` (a frozen logger's record), which the fit
+        gave no weight.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        flags : ndarray or dask array of bool, shape (n_samples,)
+            A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
+            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is;
+            for a pandas DataFrame, a Series with its index.
+            False for rows with NaN or inf under ``nan_policy="omit"``; under
+            ``"partial"``, a row with k < n_features observed cells is flagged
+            when its distance on them exceeds the chi-square(k) quantile at
+            the probability of ``outlier_cutoff_`` under chi-square(n_features):
+            the same false-alarm rate for a Gaussian row, whatever k.
+
+        Raises
+        ------
+        NonFiniteRowsError
+            Rows hold NaN or inf and ``nan_policy="raise"``.
+
+        See Also
+        --------
+        score_samples : The weight compared with ``outlier_threshold_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA(n_components=2).fit(X)
+        >>> model.is_outlier([[0.0, 0.0, 0.0], [0.0, 0.0, 30.0]])
+        array([False,  True])
+        """
+        check_is_fitted(self, "components_")
+
+        def flags(block):
+            block = np.asarray(block, np.float64)
+            return _model.outlier_flags(self, block, _model.calibrated_d2(self, block))
+
+        return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options)
+
+    def channel_contributions(
+        self,
+        X: Any,
+        *,
+        method: Literal["reconstruction", "whitened", "product", "residual"] = "reconstruction",
+        storage_options: dict | None = None,
+    ) -> np.ndarray | da.Array:
+        """Each channel's part in each row's robust distance: which channel makes a row an outlier.
+
+        With ``y = x - mean_`` and P the fitted precision (the inverse of the
+        robust covariance in the metric of :meth:`mahalanobis`, so that
+        ``d^2 = y^T P y``):
+
+        - ``"reconstruction"`` (default): ``c_j = (P y)_j^2 / P_jj``, the
+          reconstruction-based contribution (Alcala and Qin 2009): how much
+          ``d^2`` drops when channel j alone is replaced by its conditional
+          expectation given all the others
+          (:func:`dask_mcpca._contributions.reconstruction_contributions`).
+          They are >= 0 and do not depend on the channels' units; a large
+          enough fault on one channel is always named that channel (unless
+          another channel is an exact copy of it that nothing else predicts);
+          they do not sum to ``d^2``.  ``"residual"`` is the same method
+          under its former name.
+        - ``"whitened"`` (the default in 0.1.0): ``c_j = (P^(1/2) y)_j^2``,
+          the squared coordinates of the row whitened by the symmetric root
+          of P; >= 0 and summing to ``d^2``, but they depend on the channels'
+          units and spread a fault over correlated channels.
+        - ``"product"``: ``c_j = y_j (P y)_j``; they sum to ``d^2`` but may be
+          negative (a channel that pulls the row back towards the bulk) and
+          depend on the units too.
+
+        Single-channel faults (spike, stuck, drift, bias; 8 channels with
+        random loadings, near-collinear sensor pairs, or units 1e6 apart):
+        ``"reconstruction"`` names the faulty channel in 96-100 % of the
+        flagged rows (85 % for a stuck sensor of a near-duplicate pair, which
+        only the other channels can tell apart), ``"whitened"`` in 55-100 %
+        (benchmarks/ATTRIBUTION.md).
+        Faults of two channels at once (the demo's swapped channels) are
+        not what it is built for: the two largest are the swapped channels
+        for about 65 % of the flagged swapped rows, against 96 % with
+        ``"whitened"`` (``benchmarks/archives.py``).
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit.
+        method : {"reconstruction", "whitened", "product", "residual"}, default="reconstruction"
+            The decomposition, as above.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        contributions : ndarray or dask array of shape (n_samples, n_features)
+            A dask array (lazy) for dask or store input, numpy otherwise; for
+            an ``xarray.DataArray`` ``X``, a DataArray with ``X``'s dims and
+            coordinates; for a pandas DataFrame, a DataFrame with its index
+            and columns.  NaN for rows with NaN or inf under ``nan_policy="omit"``;
+            under ``"partial"``, a row with some NaN cells gets, by
+            ``"reconstruction"``, its observed channels' contributions under
+            their marginal model and NaN for each missing cell (the other
+            methods give NaN for such rows).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(2000, 4)) @ rng.normal(size=(4, 4))
+        >>> model = MCPCA().fit(X)
+        >>> row = X[:1].copy()
+        >>> row[0, 2] += 40.0                                    # channel 2 goes wrong
+        >>> c = model.channel_contributions(row)
+        >>> int(c.argmax()), bool(c.max() <= model.mahalanobis(row)[0])
+        (2, True)
+        >>> w = model.channel_contributions(row, method="whitened")  # sums to d^2
+        >>> bool(np.isclose(w.sum(), model.mahalanobis(row)[0]))
+        True
+        """
+        check_is_fitted(self, "components_")
+        out = self._map_rows(
+            X, _model.contributor(self, method), self.n_features_in_, columns=self._feature_columns(X),
+            storage_options=storage_options,
+        )
+        if _labels.is_dataframe(X):
+            import pandas as pd
+
+            return pd.DataFrame(np.asarray(out), index=X.index, columns=X.columns)
+        return out
+
+    def score_rows(
+        self, X: Any, *, outputs: tuple[str, ...] = tuple(ROW_OUTPUTS), storage_options: dict | None = None
+    ) -> dict:
+        """Several per-row outputs at once, each row block read and its distance computed once.
+
+        Each output equals the method it is named after; computed together,
+        one function per row block makes them all (the distance ``d^2`` once,
+        where :meth:`score_samples`, :meth:`is_outlier` and
+        :meth:`mahalanobis` called apart compute it once each).
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        outputs : tuple of str
+            Names from :data:`ROW_OUTPUTS`: ``"scores"`` (:meth:`transform`),
+            ``"weight"`` (:meth:`score_samples`), ``"outlier"``
+            (:meth:`is_outlier`), ``"d2"`` (:meth:`mahalanobis`),
+            ``"contributions"`` (:meth:`channel_contributions`),
+            ``"n_observed"`` (:meth:`n_observed`) and ``"top_channel"``: the
+            index of the channel with the largest contribution (int16; -1
+            where the contributions are all NaN).
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        dict
+            Name -> array, as the named method returns it (lazy for dask or
+            store input; DataArrays for an ``xarray.DataArray``; numpy
+            otherwise).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> X = np.random.default_rng(0).normal(size=(500, 3))
+        >>> model = MCPCA().fit(X)
+        >>> rows = model.score_rows(X, outputs=("d2", "outlier", "top_channel"))
+        >>> bool(np.array_equal(rows["d2"], model.mahalanobis(X))), rows["top_channel"].dtype
+        (True, dtype('int16'))
+        """
+        check_is_fitted(self, "components_")
+        unknown = [o for o in outputs if o not in ROW_OUTPUTS]
+        if unknown or not outputs:
+            raise ValueError(f"outputs={list(outputs)!r} is invalid; expected names from {list(ROW_OUTPUTS)}")
+        _labels.check_feature_names(self, X, reset=False)
+        blocks = as_row_blocks(X, storage_options=storage_options)
+        if blocks.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {blocks.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
+        fused = _model.row_outputs(self, tuple(outputs), self.nan_policy)
+        if not isinstance(blocks, da.Array):
+            parts = fused(blocks)
+        else:
+            packed = blocks.map_blocks(fused, drop_axis=1, dtype=object, meta=np.empty((0,), object))
+        k, p = self.n_components_, self.n_features_in_
+        columns = {"scores": (_labels.COMPONENT_DIM, np.arange(k)), "contributions": self._feature_columns(X)}
+        result = {}
+        for name in outputs:
+            dtype, width = ROW_OUTPUTS[name], {"scores": k, "contributions": p}.get(name)
+            if isinstance(blocks, da.Array):
+                pick = _picker(name)
+                out = packed.map_blocks(pick, dtype=dtype, meta=np.empty((0,) * (1 + (width is not None)), dtype),
+                                        **({} if width is None else {"new_axis": 1, "chunks": (blocks.chunks[0],
+                                                                                               (width,))}))
+            else:
+                out = parts[name]
+            if _labels.is_dataframe(X) and name == "contributions":
+                import pandas as pd
+
+                result[name] = pd.DataFrame(np.asarray(out), index=X.index, columns=X.columns)
+                continue
+            frame = self.get_feature_names_out() if name == "scores" and _labels.is_dataframe(X) else None
+            result[name] = _labels.like_rows(out, X, columns=columns.get(name), frame_columns=frame)
+        return result
+
+    # ------------------------------------------------ outlier-detector API
+    @property
+    def offset_(self) -> float:
+        """scikit-learn's name for ``outlier_threshold_``: ``decision_function = score_samples - offset_``."""
+        check_is_fitted(self, "outlier_threshold_")
+        return self.outlier_threshold_
+
+    @property
+    def threshold_(self) -> float:
+        """PyOD's name for ``outlier_cutoff_``: the calibrated ``d^2`` above which a row is an outlier."""
+        check_is_fitted(self, "outlier_cutoff_")
+        return self.outlier_cutoff_
+
+    def predict(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """+1 for inliers, -1 for outliers (scikit-learn's outlier detectors' convention).
+
+        ``-1`` exactly where :meth:`is_outlier` is True (``d^2`` above
+        ``outlier_cutoff_``, set by ``contamination``, or a repeated value or
+        row), where :meth:`decision_function` is negative.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        labels : ndarray or dask array of int64, shape (n_samples,)
+            Lazy for dask or store input; a DataArray (row coordinates kept)
+            for a DataArray, a Series (index kept) for a DataFrame.  0 for
+            rows with NaN or inf under ``nan_policy="omit"`` (no verdict).
+
+        See Also
+        --------
+        is_outlier : The same verdict as booleans.
+        decision_function : The margin from the cutoff.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> model = MCPCA().fit(rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3])
+        >>> model.predict([[0.0, 0.0, 0.0], [0.0, 0.0, 30.0]])
+        array([ 1, -1])
+        """
+        check_is_fitted(self, "components_")
+
+        def labels(block):
+            block = np.asarray(block, np.float64)
+            flags = _model.outlier_flags(self, block, _model.calibrated_d2(self, block))
+            return np.where(flags, -1, 1).astype(np.int64)
+
+        return self._map_rows(X, labels, None, dtype=np.int64, storage_options=storage_options)
+
+    def decision_function(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """``score_samples(X) - offset_``: negative exactly for the rows :meth:`is_outlier` flags.
+
+        As scikit-learn's ``EllipticEnvelope``: ``offset_`` is
+        ``outlier_threshold_``, the score at ``outlier_cutoff_``, so rows
+        with ``d^2`` above the cutoff get a negative value, rows within it
+        one >= 0.  A row flagged because it holds a repeated value or equals
+        a repeated row, which the fit gave no weight, gets ``-offset_`` (the
+        value of a score of 0) where its distance alone would give a value
+        >= 0.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        decision : ndarray or dask array of shape (n_samples,)
+            In ``[-offset_, 1 - offset_]``; lazy for dask or store input; a
+            DataArray or Series for such input.  NaN for rows with NaN or inf
+            under ``nan_policy="omit"``.
+
+        See Also
+        --------
+        predict : -1 where this is negative.
+        score_samples : The score this is shifted from.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
+        >>> model = MCPCA().fit(X)
+        >>> d = model.decision_function(X)
+        >>> bool(np.array_equal(d < 0, model.is_outlier(X)))
+        True
+        >>> bool(np.allclose(d, model.score_samples(X) - model.offset_))
+        True
+        """
+        check_is_fitted(self, "components_")
+        offset = self.outlier_threshold_
+
+        def margin(block):
+            block = np.asarray(block, np.float64)
+            d2 = _model.calibrated_d2(self, block)
+            out = _model.weight(self, d2) - offset
+            flags = _model.outlier_flags(self, block, d2)
+            out[flags & ~(out < 0) & _model.repeated(self, block)] = -offset  # a score of 0: the fit gave it no weight
+            out[flags & ~(out < 0)] = -np.finfo(np.float64).tiny  # d2 above the cutoff, its score rounded to it
+            return out
+
+        return self._map_rows(X, margin, None, storage_options=storage_options)

@@ -1,0 +1,635 @@
+"""How :class:`~dask_mcpca.MCPCA` is fitted: from full-row blocks to a typed :class:`FitResult`.
+
+:func:`fit_rows` makes the first read (moments, a row sample and the NaN
+check) and hands over to one solver: :func:`._paper.fit_paper` (Algorithms
+1-3 as published) or :func:`._robust.fit_robust` (the default), or refits
+warm from the previous fit's robust state; data with fewer rows than
+``n_features + 2`` are fitted in the span of the rows.  :func:`update_rows`
+is :meth:`MCPCA.partial_fit`'s update by new rows in one pass.  Both read
+only the estimator's constructor parameters (and, for an update, its public
+fitted attributes) and return a :class:`FitResult`, which the estimator
+copies onto itself; the model's algebra they need while the result is
+built (distances, the repeated rows, the outlier cutoff) is
+:mod:`._model`'s.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, fields
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+
+from . import _checkpoint
+from ._block import BlockStats, PassPlan
+from ._io import as_row_blocks
+from ._model import calibrated_d2, contamination_cutoff, mahalanobis_d2, repeated
+from ._paper import fit_paper
+from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, spread_blocks
+from ._power import descending_eigh, orient_rows
+from ._robust import (
+    FAR_ROW,
+    RobustState,
+    fit_robust,
+    outlyingness,
+    quantization_steps,
+    update_robust,
+    warm_step,
+    working_exponent,
+)
+from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
+
+__all__ = ["FitResult", "UPDATE_ATTRIBUTES", "fingerprint_params", "fit_rows", "update_rows"]
+
+#: Fitted attributes that hold what :meth:`MCPCA.partial_fit` updates from (see its docstring).
+UPDATE_ATTRIBUTES = ("update_log_weights_", "update_means_", "update_covariances_", "update_location_",
+                     "update_scatter_", "update_radii_", "update_unit_", "n_samples_seen_")
+
+#: ``partial_fit`` warns when the new rows' weighted share under the final kernel is below this:
+#: most of them lie beyond it, where they are flagged and barely move the model (a new regime).
+UPDATE_WARN_SHARE = 0.5
+
+DEFAULT_TOL = {"paper": 1e-6, "auto": 1e-3}
+DEFAULT_MAX_ITER = {"paper": 100, "auto": 3}
+
+#: Below this ``kernel_factor`` a fit rests on a few rows and ``fit`` warns.
+#: The default solver's flat top then holds less than the half of the rows
+#: its coverage guarantee keeps (the radius scales with ``kernel_factor**2``)
+#: and its variances are biased: on Gaussian data (n = 20000, p = 3) 0.3 gave
+#: the second variance 16 % too high and 0.1 the first 45 % too low, while
+#: 0.5 was within 3 %.  The paper's solver (n = 2000, p = 3) flagged 53 % of
+#: the clean rows at 0.01 and 98 % at 0.001, with ``converged_`` True.
+MIN_KERNEL_FACTOR = 0.5
+
+#: Accepted chance that the row sample of the robust start is too small.
+SAMPLE_SHORT_PROB = 1e-9
+
+
+@dataclass
+class FitResult:
+    """What a fit or an update sets on the estimator: its fitted attributes, under their names.
+
+    A field left None was not set by this fit (an update keeps
+    ``quantization_steps_`` and ``converged_``; the paper's solver sets no
+    ``support_`` and no ``update_*`` sums).  While the fit runs, the result
+    is the model that :mod:`._model`'s algebra reads (the outlier cutoff is
+    calibrated on distances under the fitted components).  ``robust_state``
+    and ``robust_unit`` are what a ``warm_start`` refit continues from (the
+    default solver's state, in the working unit ``2**robust_unit``; None for
+    the state when there is none, None for the unit when it is unchanged);
+    ``unconverged`` is the ``ConvergenceWarning`` message of a fit that
+    stopped before converging, for the estimator to warn once its
+    attributes are set.
+    """
+
+    n_features_in_: int | None = None
+    components_: np.ndarray | None = None
+    mean_: np.ndarray | None = None
+    explained_variance_: np.ndarray | None = None
+    explained_variance_ratio_: np.ndarray | None = None
+    noise_variance_: float | None = None
+    n_components_: int | None = None
+    kernel_scale_: float | None = None
+    sigmas_: np.ndarray | None = None
+    covariance_: np.ndarray | None = None
+    repeated_values_: np.ndarray | None = None
+    repeated_rows_: np.ndarray | None = None
+    outlier_cutoff_: float | None = None
+    outlier_threshold_: float | None = None
+    quantization_steps_: np.ndarray | None = None
+    support_: float | None = None
+    n_samples_: int | None = None
+    n_iter_: int | None = None
+    converged_: bool | None = None
+    n_passes_: int | None = None
+    n_partial_reads_: int | None = None
+    n_blocks_read_: int | None = None
+    update_log_weights_: np.ndarray | None = None
+    update_means_: np.ndarray | None = None
+    update_covariances_: np.ndarray | None = None
+    update_location_: np.ndarray | None = None
+    update_scatter_: np.ndarray | None = None
+    update_radii_: np.ndarray | None = None
+    update_unit_: int | None = None
+    n_samples_seen_: int | None = None
+    robust_state: RobustState | None = None
+    robust_unit: int | None = None
+    unconverged: str | None = None
+
+    def fitted_attributes(self) -> dict[str, Any]:
+        """The fitted attributes this result sets: name -> value (names ending in ``_``, not None)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name.endswith("_") and getattr(self, f.name) is not None}
+
+
+# ------------------------------------------------------------------ helpers
+def _least_sample_size(needed: int) -> int:
+    """Smallest ``sample_size`` whose row sample holds ``needed`` rows but with ``SAMPLE_SHORT_PROB``.
+
+    Each row is kept with probability ``sample_size / n``, so the sample's
+    size is binomial, with a lower tail below that of Poisson(``sample_size``);
+    checking the Poisson tail makes whether a fit can start independent of
+    the seed (a ``sample_size`` just above ``needed`` failed on some seeds).
+    """
+    from scipy.stats import poisson
+
+    lo, hi = needed, 2 * needed + 64
+    while poisson.cdf(needed - 1, hi) > SAMPLE_SHORT_PROB:
+        hi *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if poisson.cdf(needed - 1, mid) <= SAMPLE_SHORT_PROB else (mid + 1, hi)
+    return lo
+
+
+def _variances_in_data_units(lam_w: np.ndarray, unit: int) -> np.ndarray:
+    """Variances from working units ``2**unit`` to the data's units, or a named error.
+
+    The largest variance must be a normal float64; the smaller ones may
+    underflow, as they would beside it in any float64 eigendecomposition.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        lam = np.ldexp(lam_w, 2 * unit)
+    top = lam.max(initial=0.0)
+    if lam_w.max(initial=0.0) > 0 and not (np.isfinite(top) and top >= np.finfo(np.float64).tiny):
+        where = "above the largest" if not np.isfinite(top) else "below the smallest normal"
+        power = -100 if not np.isfinite(top) else 100
+        exponent = float(np.log10(lam_w.max())) + 2 * unit * float(np.log10(2.0))
+        raise NumericalRangeError(
+            f"the robust variances of these data (the largest about 1e{exponent:.0f}) are {where} float64 "
+            f"number and cannot be reported; multiply the data by a power of two such as 2**{power} "
+            "before fitting: the components do not change and the variances scale by its square"
+        )
+    return lam
+
+
+def _in_working_units(rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """In-memory rows (wide data) in the fit's working units ``2**unit``, or a named error.
+
+    As for a fit by passes (:func:`._robust.working_exponent`); here every
+    row enters the SVD, so a row beyond ``FAR_ROW`` spreads cannot be left
+    out of the arithmetic and is refused instead.
+    """
+    unit = working_exponent(rows, np.zeros(0), np.zeros(0))
+    with np.errstate(over="ignore"):
+        scaled = np.ldexp(rows, -unit)
+    if not np.all(np.abs(scaled) <= FAR_ROW):
+        raise NumericalRangeError(
+            "wide data (fewer rows than n_features + 2): some rows lie more than ~1e120 spreads from the "
+            "others, too far for float64 to hold their distances in one fit; remove them"
+        )
+    return scaled, unit
+
+
+def fingerprint_params(est) -> dict:
+    """The parameters that make a fit's state: those a checkpoint must have been written with."""
+    params = est.get_params()
+    params.pop("checkpoint"), params.pop("progress"), params.pop("contamination")  # no effect on the fit's state
+    return params
+
+
+# ---------------------------------------------------------------------- fit
+def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResult:
+    """The fit proper, on full-row blocks; see :meth:`MCPCA.fit`.
+
+    Parameters
+    ----------
+    X : ndarray or dask array of shape (n_samples, n_features)
+        Full-row blocks (:func:`._io.as_row_blocks`), at least 2 rows.
+    est : MCPCA
+        The estimator; only its constructor parameters are read.
+    warm : (RobustState, int), optional
+        The previous fit's robust state and its working unit, for
+        ``warm_start``; used when the width and ``center`` allow.
+
+    Returns
+    -------
+    FitResult
+    """
+    n, p = X.shape
+    k = p if est.n_components is None else est.n_components
+    if k > p:
+        raise ValueError(f"MCPCA: parameter n_components={k} is invalid; X has only {p} features")
+    needed = p + 2 if (est.solver == "auto" or est.center == "robust") else 2
+    if n < needed and est.solver == "auto" and k <= n - 2:
+        return _fit_in_span(X, est, k)
+    if n < needed:
+        raise ValueError(
+            f"X has {n} rows and {p} features; solver={est.solver!r} with center={est.center!r} "
+            f"needs at least {needed} rows (or, with solver='auto', n_components <= {n - 2} to fit "
+            "in the span of the rows)"
+        )
+    least = needed if n <= est.sample_size else _least_sample_size(needed)
+    if n > est.sample_size < least:
+        raise ValueError(
+            f"MCPCA: parameter sample_size={est.sample_size} is invalid; the robust start "
+            f"needs a row sample of at least {needed} rows (n_features + 2); the sample's size "
+            f"varies with the seed, so sample_size must be at least {least}"
+        )
+    solver = est.solver
+    if est.kernel_factor < MIN_KERNEL_FACTOR:
+        warnings.warn(
+            f"MCPCA: kernel_factor={est.kernel_factor} < {MIN_KERNEL_FACTOR} shrinks the kernels until the "
+            "fit rests on a few rows: its variances are biased and many clean rows may be flagged; "
+            f"use kernel_factor >= {MIN_KERNEL_FACTOR}",
+            UserWarning,
+            stacklevel=3,
+        )
+    tol = est.tol if est.tol is not None else DEFAULT_TOL[solver]
+    max_iter = est.max_iter if est.max_iter is not None else DEFAULT_MAX_ITER[solver]
+    runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress)
+    ckpt = _checkpoint.Checkpoint.open(
+        est.checkpoint, params=fingerprint_params(est), shape=(n, p), dtype=X.dtype
+    )
+
+    res = FitResult()
+    seed = 0 if est.random_state is None else est.random_state
+    res.n_features_in_ = p
+    warm = _warm_state(est, warm, p) if solver == "auto" else None
+    refit = None if warm is None else _warm_refit(est, res, runner, *warm, seed=seed, max_iter=max_iter)
+    if refit is not None:
+        robust, moments, unit = refit
+        work = moments
+    else:
+        moments, work, unit, robust = _cold_fit(est, res, runner, ckpt, seed=seed, max_iter=max_iter)
+    fixed = {"mean": work.mean[0], False: np.zeros(p)}.get(est.center)
+    center = robust.location if robust is not None else fixed
+    sample = moments.sample if moments.sample is not None else np.empty((0, p))
+    res.quantization_steps_ = quantization_steps(sample)  # before the cutoff, which is calibrated on cells
+    if solver == "auto":
+        _set_from_robust(res, robust, k, moments, unit, kernel_factor=est.kernel_factor)
+        res.n_iter_, res.converged_ = robust.n_iter, robust.converged
+    else:
+        scatter0 = work.covariance(about=center)
+        if not np.all(np.isfinite(scatter0)):
+            raise NumericalRangeError(
+                "solver='paper': the unweighted scatter of the data about the centre (Algorithm 3, line 1, "
+                "where its kernel sizes start) overflows float64: rows far beyond the bulk, near the "
+                "float64 limit, dominate it; use solver='auto', or remove those rows"
+            )
+        state = fit_paper(
+            runner,
+            center=center,
+            scatter0=scatter0,
+            n_components=k,
+            eta=est.eta,
+            n_decay=est.n_decay,
+            kernel_factor=est.kernel_factor,
+            tol=tol,
+            max_iter=max_iter,
+            state=ckpt.load("paper"),
+            on_step=lambda s: ckpt.save("paper", s),
+        )
+        _set_from_paper(res, state, center, scatter0, k, unit)
+        res.n_iter_ = state.n_iter
+        res.converged_ = state.converged and (robust is None or robust.converged)
+    res.n_passes_ = runner.n_passes
+    res.n_partial_reads_, res.n_blocks_read_ = runner.n_partial_reads, runner.n_blocks_read
+    if est.contamination != "auto":
+        _set_cutoff(res, contamination_cutoff(res, sample, est.contamination))
+    if solver == "auto" and getattr(runner, "last_sums", None) is not None:
+        _keep_update_sums(res, robust, runner.last_sums, unit)
+    res.robust_state = robust if solver == "auto" else None
+    res.robust_unit = unit  # the working unit the robust state is in (for warm_start)
+    if not res.converged_:
+        res.unconverged = (
+            f"MCPCA(solver={solver!r}) stopped before converging (tol={tol}, max_iter={max_iter}, "
+            f"{res.n_passes_} passes); raise max_iter or tol"
+        )
+    return res
+
+
+def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
+    """The first read (moments, the row sample, the NaN check), then the robust stage.
+
+    The first read is a full pass, except for the default solver with
+    ``center`` robust or False on a store of many row blocks: it then
+    reads a spread of the blocks (:func:`._passes.spread_blocks`), and
+    the robust stage's passes count the rows and check them for NaN.
+    The working unit is chosen from the first read's row sample, full or
+    partial alike, and the sample is mapped to it.
+
+    Returns the first read's moments (as stored), the same in working
+    units (``work``, with the mapped sample), the unit and the robust state.
+    """
+    n, p = runner.n_rows, runner.n_features
+    solver = est.solver
+    blocks = spread_blocks(runner.n_blocks) if solver == "auto" and est.center != "mean" else None
+    rows_read = n if blocks is None else int(runner.block_rows()[blocks].sum())
+    rate = min(1.0, est.sample_size / rows_read)
+    plan = PassPlan(center=np.zeros(p), sample_rate=rate, seed=seed, sample_partial=est.nan_policy == "partial")
+    moments = runner.run(plan, label="moments" if blocks is None else "row sample", blocks=blocks)
+    gaps = np.isnan(moments.sample).any(axis=1)
+    partial_sample = moments.sample[gaps]  # rows with missing cells ("partial"): the EM part of the sample stage
+    moments.sample = moments.sample[~gaps]
+    ckpt.check_data(moments.in_units(0))
+    if moments.n_rows < 2:
+        raise ValueError(f"only {moments.n_rows} usable row(s); at least 2 are needed")
+    if blocks is not None:  # the share of usable rows in the blocks read, until a full pass counts them
+        moments.n_rows = round(moments.n_rows * n / rows_read)
+
+    # Working units (see _block): every later pass and the in-memory work
+    # see X * 2**-unit, whose bulk has a spread near 1; results are mapped
+    # back at the end.  A power of two, so the scaling is exact and c * X
+    # for c a power of two gives bit for bit the same fit, scaled.
+    unit = working_exponent(moments.sample, moments.col_min, moments.col_max)
+    runner.unit_exp = unit
+    work = moments.in_units(unit)
+    with np.errstate(over="ignore"):  # far rows overflow to inf; fit_robust leaves them out
+        work.sample = np.ldexp(moments.sample, -unit) if moments.sample is not None else None
+    fixed = {"mean": work.mean[0], False: np.zeros(p)}.get(est.center)
+    if fixed is not None and not np.all(np.isfinite(fixed)):
+        raise NumericalRangeError(
+            "center='mean': the mean of these data lies beyond float64's range in the units of their "
+            "bulk (rows near the float64 limit dominate it); use center='robust'"
+        )
+    robust = None
+    if solver == "auto" or est.center == "robust":
+        with np.errstate(over="ignore"):
+            partial_sample = np.ldexp(partial_sample, -unit)
+        robust = fit_robust(
+            runner,
+            moments=work,
+            partial_sample=partial_sample,
+            fixed_center=fixed,
+            kernel_factor=est.kernel_factor,
+            tol=None if solver == "paper" else est.tol,
+            max_passes=DEFAULT_MAX_ITER["auto"] if solver == "paper" else max_iter,
+            state=ckpt.load("robust"),
+            on_step=lambda s: ckpt.save("robust", s),
+            seed=seed,
+            final_step=solver == "auto",
+        )
+    if runner.n_usable_rows is not None:
+        moments.n_rows = work.n_rows = runner.n_usable_rows
+    res.n_samples_ = int(moments.n_rows)
+    return moments, work, unit, robust
+
+
+def _warm_state(est, warm, p: int):
+    """The previous fit's robust state and its working unit, if ``warm_start`` and one of the same width exists."""
+    state = None if warm is None else warm[0]
+    if not est.warm_start or est.center == "mean" or state is None or len(state.location) != p:
+        return None
+    return warm  # the unit is set with every robust state
+
+
+def _warm_refit(est, res: FitResult, runner, state, unit: int, *, seed: int, max_iter: int):
+    """A warm start: the previous fit's state goes straight into the full-data passes.
+
+    Units: the previous state is in the previous fit's working unit, so the
+    warm step runs in that unit; :func:`._robust.warm_step` then chooses
+    the unit from the new data's row sample, as a cold fit would, and maps
+    the state to it (exactly: powers of two) if it changed, so a warm
+    refit works in the unit a cold fit of the same data would.  Where the
+    mapped state is not representable (the data's scale changed by
+    ~1e150 or more) the warm start is refused: None, and the caller makes
+    a cold fit (the warm step's pass then counts as one more pass).
+    """
+    n, p = runner.n_rows, runner.n_features
+    fixed = {False: np.zeros(p)}.get(est.center)
+    rate = min(1.0, est.sample_size / n)
+    runner.unit_exp = unit
+    moments, state = warm_step(runner, state, fixed_center=fixed, sample_rate=rate, seed=seed)
+    if state is None:
+        return None
+    robust = fit_robust(
+        runner,
+        moments=moments,
+        fixed_center=fixed,
+        kernel_factor=est.kernel_factor,
+        tol=est.tol,
+        max_passes=max_iter,
+        state=state,
+        seed=seed,
+    )
+    res.n_samples_ = int(moments.n_rows)
+    return robust, moments, runner.unit_exp
+
+
+def _fit_in_span(X, est, k: int) -> FitResult:
+    """Wide data (fewer than ``n_features + 2`` rows): a robust fit in k dimensions of the rows' span.
+
+    As ROBPCA does: the rows, centred at their coordinatewise median,
+    span at most n - 1 dimensions; their outlyingness in that span picks
+    the least outlying half, whose principal axes give k robust
+    directions; the default solver then fits the rows' coordinates along
+    them (k <= n - 2, so it has the rows it needs), and the result is
+    mapped back.  Distances (and flags) are measured within the k
+    directions, plus the distance from them in units of
+    ``noise_variance_``, the half's median squared residual per discarded
+    direction; the cutoff is calibrated on the rows' distances.  The rows
+    are read into memory (they are fewer than the features).
+    """
+    rows = np.asarray(X.compute() if isinstance(X, da.Array) else X, dtype=np.float64)
+    finite = np.isfinite(rows).all(axis=1)
+    if not finite.all():
+        if est.nan_policy == "raise":
+            raise NonFiniteRowsError(
+                f"{int((~finite).sum())} of {len(rows)} rows hold NaN or inf; "
+                "clean them, or pass nan_policy='omit' to leave such rows out of the fit"
+            )
+        rows = rows[finite]
+    n, p = rows.shape
+    if k > n - 2:
+        raise ValueError(f"only {n} usable rows for n_components={k}: fitting in their span needs k <= n - 2")
+    seed = 0 if est.random_state is None else est.random_state
+    data_rows, rows, unit = rows, *_in_working_units(rows)
+    origin = np.zeros(p) if est.center is False else np.median(rows, axis=0)
+    _, sv, Vt = np.linalg.svd(rows - origin, full_matrices=False)
+    span = Vt[: int(np.sum(sv > sv[0] * max(n, p) * np.finfo(float).eps))].T if sv[0] > 0 else Vt[:1].T
+    scores = (rows - origin) @ span
+    h = min(n, max(int(np.ceil(n / 2)), k + 2))
+    half = np.argsort(outlyingness(scores, seed=seed), kind="stable")[:h]
+    _, W = descending_eigh(np.atleast_2d(np.cov(scores[half], rowvar=False)))
+    basis = span @ W[:, :k]  # p x k, orthonormal columns
+    inner_est = clone(est).set_params(n_components=None, checkpoint=None)
+    inner = fit_rows(as_row_blocks((rows - origin) @ basis), inner_est)
+    if inner.unconverged:
+        warnings.warn(inner.unconverged, ConvergenceWarning, stacklevel=4)
+    res = FitResult()
+    res.components_ = orient_rows(inner.components_ @ basis.T)
+    res.n_features_in_ = p
+    centred = rows[half] - origin
+    residual2 = np.einsum("ij,ij->i", centred, centred) - np.sum((centred @ basis) ** 2, axis=1)
+    noise = np.full(p - k, max(float(np.median(residual2)), 0.0) / (p - k)) if p > k else np.empty(0)
+    lam = _variances_in_data_units(np.concatenate([inner.explained_variance_, noise]), unit)
+    lam, noise = lam[:k], lam[k:]
+    location = np.ldexp(origin + inner.mean_ @ basis.T, unit)
+    _set_variances(res, lam, noise, lam.sum() + noise.sum(), location, inner.kernel_scale_)
+    res.support_ = inner.support_
+    res.quantization_steps_ = np.zeros(p)  # too few rows to tell a lattice
+    d2 = mahalanobis_d2(res, data_rows)
+    _set_cutoff(res, calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n, law="fitted"))
+    if est.contamination != "auto":
+        _set_cutoff(res, contamination_cutoff(res, data_rows, est.contamination))
+    res.n_samples_, res.n_iter_, res.converged_ = n, inner.n_iter_, inner.converged_
+    res.n_passes_, res.n_partial_reads_, res.n_blocks_read_ = 1, 0, 0
+    res.robust_state = None
+    return res
+
+
+# ------------------------------------------------------- fitted attributes
+def _set_from_robust(res: FitResult, robust, k, moments, unit, *, kernel_factor: float) -> None:
+    """Components and variances from the final, inclusive step of the last pass.
+
+    Without a full-data step (a fit resumed from a checkpoint that had
+    converged) the core fixed point gives them.  The robust state is in
+    working units ``2**unit``; it is mapped back to the data's units here.
+    The outlier cutoff is then calibrated on the sample's distances under
+    the fitted model (:func:`._schedule.calibrated_cutoff`), at the
+    effective number of rows.
+    """
+    final = robust.final_scatter is not None
+    scatter = robust.final_scatter if final else robust.scatter
+    location = robust.final_location if final else robust.location
+    support = robust.support if final else robust.core_support
+    lam, V = descending_eigh(scatter)
+    lam = _variances_in_data_units(np.maximum(lam, 0.0), unit)
+    res.components_ = orient_rows(V[:, :k].T)
+    kernel_scale = np.sqrt(robust_kernel_size2(len(lam))) * kernel_factor
+    _set_variances(res, lam[:k], lam[k:], lam.sum(), np.ldexp(location, unit), kernel_scale)
+    res.support_ = float(support)
+    repeated_values = np.empty((0, 2)) if robust.repeated is None else robust.repeated.copy()
+    repeated_values[:, 1] = np.ldexp(repeated_values[:, 1], unit)  # exact: a power of two
+    res.repeated_values_ = repeated_values
+    if robust.repeated_rows is not None:
+        res.repeated_rows_ = np.ldexp(robust.repeated_rows, unit)
+    rank = int(np.sum(lam > 0))
+    free = moments.sample[~repeated(res, moments.sample)]  # both in data units
+    n_effective = support * moments.n_rows
+    cutoff = calibrated_cutoff(calibrated_d2(res, free), OUTLIER_QUANTILE, p=max(rank, 1),
+                               n_effective=n_effective, law="fitted")
+    if not np.isfinite(cutoff):  # too few rows to calibrate on (n <= p + 1): the Gaussian quantile
+        cutoff = outlier_cutoff_d2(max(rank, 1))
+    _set_cutoff(res, cutoff)
+
+
+def _set_from_paper(res: FitResult, state, center, scatter0, k, unit) -> None:
+    # The power iteration stops within tol of K's eigenvector, so rows are
+    # orthogonal only to ~tol; Gram-Schmidt in order makes them exactly so.
+    q, r = np.linalg.qr(np.array(state.components).T)
+    res.components_ = orient_rows((q * np.sign(np.diag(r))).T)
+    variances = np.maximum(np.array(state.variances), 0.0)
+    total = max(float(np.trace(scatter0)), float(variances.sum()))
+    rest = total - variances.sum()
+    rest_lam = np.full(len(center) - k, rest / (len(center) - k)) if k < len(center) else np.empty(0)
+    lam = _variances_in_data_units(np.concatenate([variances, rest_lam]), unit)
+    kernel_scale = np.sqrt(robust_kernel_size2(len(center)))
+    _set_variances(res, lam[:k], lam[k:], np.ldexp(total, 2 * unit), np.ldexp(center, unit), kernel_scale)
+    res.sigmas_ = np.ldexp(np.array(state.sigmas), unit)
+
+
+def _set_variances(res: FitResult, lam, rest, total, center, kernel_scale) -> None:
+    """The centre, variances, covariance and kernel scale (``res.components_`` set before)."""
+    p = len(center)
+    res.mean_ = np.asarray(center, dtype=np.float64)
+    res.explained_variance_ = lam
+    res.explained_variance_ratio_ = lam / total if total > 0 else np.zeros_like(lam)
+    res.noise_variance_ = float(rest.mean()) if len(rest) else 0.0
+    res.n_components_ = len(lam)
+    res.kernel_scale_ = float(kernel_scale)
+    res.sigmas_ = kernel_scale * np.sqrt(lam)
+    with np.errstate(over="ignore"):
+        C = (res.components_.T * lam) @ res.components_
+        if len(rest):
+            C += res.noise_variance_ * (np.eye(p) - res.components_.T @ res.components_)
+    if not (np.all(np.isfinite(C)) and np.isfinite(total)):
+        raise NumericalRangeError(
+            "the robust covariance of these data overflows float64 (total variance "
+            f"{total:.3g}); multiply the data by a power of two such as 2**-100 before fitting: "
+            "the components do not change and the variances scale by its square"
+        )
+    res.covariance_ = C
+    res.repeated_values_ = np.empty((0, 2))
+    res.repeated_rows_ = np.empty((0, p))
+    _set_cutoff(res, outlier_cutoff_d2(p))
+
+
+def _set_cutoff(res: FitResult, cutoff: float) -> None:
+    res.outlier_cutoff_ = float(cutoff)
+    res.outlier_threshold_ = float(np.exp(-cutoff / (2 * res.kernel_scale_**2)))
+
+
+def _keep_update_sums(res: FitResult, state, sums: BlockStats, unit: int) -> None:
+    """Keep the core and final kernels' sums of every row seen, and the state that weighs new rows."""
+    with np.errstate(divide="ignore"):
+        res.update_log_weights_ = np.log(np.asarray(sums.weight, np.float64)) + sums.log_scale
+    res.update_means_ = np.array(sums.mean, np.float64)
+    res.update_covariances_ = np.stack([sums.covariance(j) for j in range(2)])
+    res.update_location_ = np.array(state.location, np.float64)
+    res.update_scatter_ = np.array(state.scatter, np.float64)
+    res.update_radii_ = np.array([state.kernel_size2, state.cutoff, state.final_cutoff], np.float64)
+    res.update_unit_ = int(unit)
+    res.n_samples_seen_ = int(sums.n_rows)
+
+
+# ------------------------------------------------------------------- update
+def _update_state(model) -> RobustState:
+    """The robust state kept for :meth:`MCPCA.partial_fit`, in the working unit ``2**update_unit_``."""
+    unit = int(model.update_unit_)
+    repeated_values = model.repeated_values_.copy()
+    repeated_values[:, 1] = np.ldexp(repeated_values[:, 1], -unit)  # exact: a power of two
+    steps = np.ldexp(model.quantization_steps_, -unit)
+    c2, cutoff, final_cutoff = (float(v) for v in model.update_radii_)
+    return RobustState(
+        location=model.update_location_.copy(), scatter=model.update_scatter_.copy(), kernel_size2=c2,
+        cutoff=cutoff, final_cutoff=final_cutoff, repeated=repeated_values if len(repeated_values) else None,
+        repeated_rows=np.ldexp(model.repeated_rows_, -unit) if len(model.repeated_rows_) else None,
+        resolution=steps**2 / 12, converged=True,
+    )
+
+
+def update_rows(X, model) -> FitResult:
+    """An update of the fitted ``model`` by the new rows ``X``, in one pass; see :meth:`MCPCA.partial_fit`.
+
+    Parameters
+    ----------
+    X : ndarray or dask array of shape (n_samples, n_features_in_)
+        The new rows, as full-row blocks.
+    model : MCPCA
+        A fitted estimator that keeps the ``update_*`` sums; its parameters
+        and public fitted attributes are read, never written.
+
+    Returns
+    -------
+    FitResult
+        The attributes the update changes (``quantization_steps_``,
+        ``converged_`` and ``n_features_in_`` stay as they are).
+    """
+    unit, k = int(model.update_unit_), model.n_components_
+    state = _update_state(model)
+    sums = BlockStats(n_rows=int(model.n_samples_seen_), n_nonfinite=0, log_scale=model.update_log_weights_.copy(),
+                      weight=np.ones(2), mean=model.update_means_.copy(), scatter=model.update_covariances_.copy())
+    runner = PassRunner(X, nan_policy=model.nan_policy, progress=model.progress)
+    runner.unit_exp = unit
+    fixed = None if model.center == "robust" else state.location
+    state, merged, new = update_robust(runner, state, sums, fixed_center=fixed)
+    share = float(new.weight[1] * np.exp(new.log_scale[1]) / max(new.n_rows, 1))
+    if share < UPDATE_WARN_SHARE:
+        warnings.warn(
+            f"MCPCA.partial_fit: most of the {new.n_rows} new rows lie beyond the model's final kernel "
+            f"(their weighted share is {share:.1%}): they are flagged as outliers and barely move the "
+            "model, which does not follow a change of regime; if the process changed, refit "
+            "(fit on the new regime's rows, or warm_start=True and fit on the whole archive)",
+            UserWarning,
+            stacklevel=3,
+        )
+    cutoff, repeated_values, repeated_rows = model.outlier_cutoff_, model.repeated_values_, model.repeated_rows_
+    lam, V = descending_eigh(state.final_scatter)
+    lam = _variances_in_data_units(np.maximum(lam, 0.0), unit)
+    res = FitResult()
+    res.components_ = orient_rows(V[:, :k].T)
+    _set_variances(res, lam[:k], lam[k:], lam.sum(), np.ldexp(state.final_location, unit), model.kernel_scale_)
+    res.repeated_values_, res.repeated_rows_ = repeated_values, repeated_rows
+    _set_cutoff(res, cutoff)
+    res.support_ = state.support
+    _keep_update_sums(res, state, merged, unit)
+    res.n_samples_, res.n_passes_ = int(new.n_rows), runner.n_passes
+    res.n_partial_reads_, res.n_blocks_read_, res.n_iter_ = 0, 0, 1
+    res.robust_state, res.robust_unit = state, unit  # a warm_start refit continues from the update
+    return res

@@ -1,0 +1,438 @@
+"""The model's algebra: what a fitted model computes for rows, as functions of its attributes.
+
+As scikit-learn's ``decomposition/_base.py`` holds what a fitted PCA computes
+apart from how it is fitted, this module holds the rules of a fitted
+:class:`~dask_mcpca.MCPCA`: the floored variances, the precision and its
+powers, the squared Mahalanobis distance ``d^2 = y^T P y``, the distance the
+outlier rule judges (calibrated for rows with gaps and for quantization
+cells), the correntropy weight, the outlier flags, the repeated values and
+rows, the channel contributions, and the row-block functions of the per-row
+methods.  Every function takes ``model``: anything with the fitted attributes
+it reads (``components_``, ``explained_variance_``, ``noise_variance_``,
+``mean_``, ``n_components_``, ``n_features_in_``, ``kernel_scale_``,
+``outlier_cutoff_``, ``quantization_steps_``, ``repeated_values_``,
+``repeated_rows_``): a fitted estimator, or the fit's own result while it is
+being built (:class:`._fit.FitResult`).  The report (:mod:`._report`) and the
+estimator's methods (:mod:`._base`) use them; no one reaches into the
+estimator's private methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _missing
+from ._contributions import contributions_with_gaps
+from ._passes import NonFiniteRowsError
+from ._power import variance_floor
+from ._repeated import held_out
+
+__all__ = [
+    "CONTRIBUTION_METHODS",
+    "ROW_OUTPUTS",
+    "calibrated_d2",
+    "contamination_cutoff",
+    "contributor",
+    "floored_variances",
+    "mahalanobis_d2",
+    "nan_for_nonfinite_rows",
+    "nearest_in_cells",
+    "observed_counts",
+    "outlier_flags",
+    "precision_power",
+    "projector",
+    "repeated",
+    "row_outputs",
+    "top_channel",
+    "weight",
+]
+
+#: What :meth:`MCPCA.score_rows` computes: name -> dtype.
+ROW_OUTPUTS = {
+    "scores": np.float64,
+    "weight": np.float64,
+    "outlier": np.bool_,
+    "d2": np.float64,
+    "contributions": np.float64,
+    "n_observed": np.int16,
+    "top_channel": np.int16,
+}
+
+#: The methods of :meth:`MCPCA.channel_contributions` (``"residual"``: ``"reconstruction"``'s former name).
+CONTRIBUTION_METHODS = ("reconstruction", "whitened", "product", "residual")
+
+
+# ----------------------------------------------------------- variances, precision
+def floored_variances(model: Any) -> tuple[np.ndarray, float]:
+    """The fitted variances and noise variance, floored at the fit's round-off level.
+
+    The floor is :func:`._power.variance_floor` of the largest variance:
+    a direction in which the data never varied counts a row's deviation
+    along it, consistently, as a huge distance when it is beyond round-off
+    and as nothing when it is round-off.
+
+    Parameters
+    ----------
+    model : MCPCA or FitResult
+        Reads ``explained_variance_``, ``noise_variance_``, ``n_features_in_``.
+
+    Returns
+    -------
+    lam : ndarray of shape (n_components_,)
+    noise : float
+    """
+    lam = model.explained_variance_
+    top = max(float(lam.max(initial=0.0)), model.noise_variance_)
+    floor = variance_floor(top, model.n_features_in_) if top > 0 else np.finfo(float).tiny
+    return np.maximum(lam, floor), max(model.noise_variance_, floor)
+
+
+def precision_power(model: Any, power: float) -> np.ndarray:
+    """``P^power`` of the precision P whose quadratic form is the model's ``d^2``.
+
+    ``power=1`` is :meth:`MCPCA.get_precision`, ``-1`` :meth:`MCPCA.get_covariance`,
+    ``0.5`` the symmetric root that whitens a row.
+
+    Parameters
+    ----------
+    model : MCPCA or FitResult
+        A fitted model.
+    power : float
+        The power of the precision.
+
+    Returns
+    -------
+    ndarray of shape (n_features_in_, n_features_in_)
+    """
+    lam, noise = floored_variances(model)
+    C = model.components_
+    P = (C.T * lam**-power) @ C
+    if model.n_components_ < model.n_features_in_:
+        P += noise**-power * (np.eye(model.n_features_in_) - C.T @ C)
+    return P
+
+
+# ------------------------------------------------------------------ distances
+def mahalanobis_d2(model: Any, block) -> np.ndarray:
+    """Squared Mahalanobis distance ``y^T P y`` of each row under the fitted model.
+
+    Computed in units of the fitted spread (a power of two: exact), so
+    squares overflow only for rows ~1e150 spreads away; their distance,
+    inf or NaN after an overflow, is inf.  Rows with NaN cells get the
+    distance on their observed cells (:func:`._missing.observed_d2`), NaN
+    if none is observed.
+
+    Parameters
+    ----------
+    model : MCPCA or FitResult
+        A fitted model.
+    block : array-like of shape (n_rows, n_features_in_)
+        Rows in the data's units.
+
+    Returns
+    -------
+    d2 : ndarray of shape (n_rows,)
+    """
+    lam, noise = floored_variances(model)
+    unit = int(np.frexp(np.sqrt(lam.max(initial=noise)))[1])
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        Y = np.ldexp(np.asarray(block, np.float64) - model.mean_, -unit)
+        Z = Y @ model.components_.T
+        d2 = (Z**2) @ (1.0 / np.ldexp(lam, -2 * unit))
+        if model.n_components_ < model.n_features_in_:
+            resid = np.einsum("ij,ij->i", Y, Y) - np.einsum("ij,ij->i", Z, Z)
+            d2 += np.maximum(resid, 0.0) / np.ldexp(noise, -2 * unit)
+    gaps = np.isnan(Y).any(axis=1)
+    d2[np.isnan(d2)] = np.inf
+    if gaps.any():
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            part, _ = _missing.observed_d2(Y[gaps], np.ldexp(precision_power(model, -1.0), -2 * unit))
+        part[np.isnan(part) & (~np.isnan(Y[gaps])).any(axis=1)] = np.inf
+        d2[gaps] = part
+    return d2
+
+
+def nearest_in_cells(model: Any, block) -> np.ndarray:
+    """Each value of a quantized channel moved towards ``mean_`` by up to half a quantization step.
+
+    A reading of a channel with step ``s`` says only that the value lies in
+    ``[x - s/2, x + s/2]``; the point of that cell nearest the centre is
+    ``mean + sign(y) max(|y| - s/2, 0)`` for ``y = x - mean``.  Continuous
+    channels (step 0) and NaN cells are unchanged.
+
+    Parameters
+    ----------
+    model : MCPCA or FitResult
+        Reads ``quantization_steps_`` (none: the rows unchanged) and ``mean_``.
+    block : array-like of shape (n_rows, n_features_in_)
+        Rows in the data's units.
+
+    Returns
+    -------
+    ndarray of shape (n_rows, n_features_in_), float64
+    """
+    steps = getattr(model, "quantization_steps_", None)
+    block = np.asarray(block, np.float64)
+    if steps is None or not np.any(steps):
+        return block
+    Y = block - model.mean_
+    with np.errstate(invalid="ignore"):
+        return model.mean_ + np.sign(Y) * np.maximum(np.abs(Y) - steps / 2, 0.0)
+
+
+def calibrated_d2(model: Any, block, d2: np.ndarray | None = None) -> np.ndarray:
+    """The distance the outlier rule judges: ``d^2`` calibrated for gaps and quantization cells.
+
+    For rows with missing cells, ``d^2`` on the observed cells mapped to the
+    n_features-channel distance with the same chi-square upper-tail
+    probability (:func:`._missing.equivalent_d2`), so that one cutoff,
+    ``outlier_cutoff_``, serves every row at the same false-alarm rate.
+
+    With quantized channels (``quantization_steps_``), the distance of the
+    row's quantization cells: a reading says only that the value lies within
+    half a step of it, so the row is judged by the nearer to the centre of
+    two points of its cells, the reading itself and the reading with each
+    quantized value moved towards ``mean_`` by up to half a step
+    (:func:`nearest_in_cells`; the nearer of the two, since with correlated
+    channels, or channels bound by an exact relation such as one-hot
+    columns, moving each value alone can lead away from the bulk).
+
+    Parameters
+    ----------
+    model : MCPCA or FitResult
+        A fitted model.
+    block : array-like of shape (n_rows, n_features_in_)
+        Rows in the data's units; NaN cells are gaps.
+    d2 : ndarray of shape (n_rows,), optional
+        :func:`mahalanobis_d2` of ``block``, when the caller has it already.
+
+    Returns
+    -------
+    d2 : ndarray of shape (n_rows,)
+        What :meth:`MCPCA.is_outlier` compares with ``outlier_cutoff_`` and
+        :meth:`MCPCA.score_samples` turns into a weight.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_mcpca import MCPCA
+    >>> from dask_mcpca._model import calibrated_d2, outlier_flags
+    >>> model = MCPCA().fit(np.random.default_rng(0).normal(size=(1000, 3)))
+    >>> rows = np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 30.0]])
+    >>> d2 = calibrated_d2(model, rows)
+    >>> outlier_flags(model, rows, d2)
+    array([False,  True])
+    """
+    d2 = mahalanobis_d2(model, block) if d2 is None else d2
+    steps = getattr(model, "quantization_steps_", None)
+    if steps is not None and np.any(steps):
+        d2 = np.fmin(d2, mahalanobis_d2(model, nearest_in_cells(model, block)))
+    counts = observed_counts(block)
+    if np.all(counts == model.n_features_in_):
+        return d2
+    return _missing.equivalent_d2(d2, counts, model.n_features_in_)
+
+
+# ------------------------------------------------------ weights and flags
+def weight(model: Any, d2):
+    """The correntropy weight ``exp(-d^2 / (2 c^2))`` of distances ``d2``, ``c = kernel_scale_``.
+
+    Any array type; NaN stays NaN.
+    """
+    return np.exp(-d2 / (2 * model.kernel_scale_**2))
+
+
+def repeated(model: Any, rows: np.ndarray) -> np.ndarray:
+    """True for the rows (float64, data units) holding a repeated value or equal to a repeated row.
+
+    Parameters
+    ----------
+    model : MCPCA or FitResult
+        Reads ``repeated_values_`` and ``repeated_rows_`` (absent: none).
+    rows : ndarray of shape (n_rows, n_features_in_)
+
+    Returns
+    -------
+    ndarray of bool, shape (n_rows,)
+    """
+    return held_out(rows, getattr(model, "repeated_values_", None), getattr(model, "repeated_rows_", None))
+
+
+def outlier_flags(model: Any, rows: np.ndarray, d2: np.ndarray) -> np.ndarray:
+    """The outlier rule of :meth:`MCPCA.is_outlier`: ``d2`` above ``outlier_cutoff_``, or a repeated value or row.
+
+    Parameters
+    ----------
+    model : MCPCA or FitResult
+        A fitted model.
+    rows : ndarray of shape (n_rows, n_features_in_)
+        Rows in float64, data units.
+    d2 : ndarray of shape (n_rows,)
+        Their :func:`calibrated_d2`.
+
+    Returns
+    -------
+    flags : ndarray of bool, shape (n_rows,)
+    """
+    return (d2 > model.outlier_cutoff_) | repeated(model, rows)
+
+
+def contamination_cutoff(model: Any, rows: np.ndarray, contamination: float) -> float:
+    """The ``1 - contamination`` quantile of the calibrated distances of ``rows`` (data units).
+
+    Rows flagged as repeated count as infinitely far, so that a share
+    ``contamination`` of ``rows`` is flagged; with no finite row, the
+    model's ``outlier_cutoff_``.
+    """
+    rows = np.asarray(rows, np.float64)
+    rows = rows[np.isfinite(rows).all(axis=1)]
+    if not len(rows):
+        return model.outlier_cutoff_
+    d2 = calibrated_d2(model, rows)
+    d2[repeated(model, rows)] = np.inf
+    with np.errstate(invalid="ignore"):
+        cutoff = float(np.quantile(d2, 1.0 - contamination))
+    if np.isnan(cutoff):  # between a finite distance and inf: past every finite one
+        cutoff = float(np.max(d2[np.isfinite(d2)], initial=np.inf))
+    return max(cutoff, np.finfo(np.float64).tiny)
+
+
+# ------------------------------------------------------ row-block functions
+def observed_counts(block) -> np.ndarray:
+    """Cells not NaN per row of an in-memory block (int16)."""
+    return (~np.isnan(np.asarray(block, np.float64))).sum(axis=1).astype(np.int16)
+
+
+def top_channel(contributions: np.ndarray) -> np.ndarray:
+    """Index of each row's largest contribution (int16); -1 where they are all NaN."""
+    empty = np.isnan(contributions).all(axis=1)
+    top = np.argmax(np.where(np.isnan(contributions), -np.inf, contributions), axis=1).astype(np.int16)
+    top[empty] = -1
+    return top
+
+
+def nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
+    """Wrap a row-block function: rows holding NaN or inf give NaN (False for flags).
+
+    Under ``nan_policy="raise"`` such rows raise :class:`NonFiniteRowsError`
+    instead (for dask input, when the block is computed).  Under
+    ``"partial"``, rows with some cells NaN (none inf) reach ``func`` as
+    they are, which handles them by their observed cells; rows with every
+    cell NaN, or an inf, give NaN.
+    """
+
+    def wrapped(block):
+        bad = ~np.isfinite(block).all(axis=1)
+        if bad.any() and nan_policy == "partial":
+            bad &= ~_missing.partial_rows(np.asarray(block))
+        if not bad.any():
+            return func(block)
+        if nan_policy == "raise":
+            raise NonFiniteRowsError(
+                f"{int(bad.sum())} of {len(bad)} rows hold NaN or inf; clean them, or fit with "
+                "nan_policy='omit' to get NaN for such rows"
+            )
+        out = func(np.where(bad[:, None], 0.0, block))
+        out[bad] = np.nan if out.dtype.kind == "f" else 0
+        return out
+
+    return wrapped
+
+
+def projector(model: Any, nan_policy: str):
+    """The row-block function of :meth:`MCPCA.transform`.
+
+    Under ``nan_policy="partial"`` a row with gaps is first completed by
+    its missing cells' conditional expectation (:func:`._missing.completed`).
+    """
+    comps, mean = model.components_, model.mean_
+    cov = precision_power(model, -1.0) if nan_policy == "partial" else None
+
+    def func(b):
+        Y = np.asarray(b, np.float64) - mean
+        if cov is not None and np.isnan(Y).any():
+            Y = _missing.completed(Y, cov)
+        return Y @ comps.T
+
+    return func
+
+
+def contributor(model: Any, method: str):
+    """The row-block function of :meth:`MCPCA.channel_contributions` by ``method``."""
+    if method not in CONTRIBUTION_METHODS:
+        raise ValueError(
+            f"method={method!r} is invalid; expected 'reconstruction', 'whitened', 'product' or 'residual'"
+        )
+    mean = model.mean_
+    if method in ("reconstruction", "residual"):
+        P, cov = precision_power(model, 1.0), precision_power(model, -1.0)
+
+        def func(b):  # a row with gaps ("partial"): on its observed channels, NaN for a missing cell
+            return contributions_with_gaps(np.asarray(b, np.float64) - mean, P, cov)
+    elif method == "whitened":
+        root = precision_power(model, 0.5)
+
+        def func(b):
+            return ((np.asarray(b, np.float64) - mean) @ root) ** 2
+    else:
+        P = precision_power(model, 1.0)
+
+        def func(b):
+            Y = np.asarray(b, np.float64) - mean
+            return Y * (Y @ P)
+
+    return func
+
+
+def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
+    """The row-block function of :meth:`MCPCA.score_rows`: a dict of the ``outputs`` of one block.
+
+    Rows holding NaN or inf are handled as each method's own block function handles them
+    (:func:`nan_for_nonfinite_rows`; ``n_observed`` always under ``"partial"``).
+    """
+    project = projector(model, nan_policy) if "scores" in outputs else None
+    contribute = contributor(model, "reconstruction") if {"contributions", "top_channel"} & set(outputs) else None
+    policy = nan_policy
+
+    def distances(block):
+        parts = {}
+        if {"weight", "outlier", "d2"} & set(outputs):
+            d2 = mahalanobis_d2(model, block)
+            if "d2" in outputs:
+                parts["d2"] = d2.copy()
+            if {"weight", "outlier"} & set(outputs):
+                calibrated = calibrated_d2(model, block, d2)
+                if "weight" in outputs:
+                    parts["weight"] = weight(model, calibrated)
+                if "outlier" in outputs:
+                    parts["outlier"] = outlier_flags(model, np.asarray(block, np.float64), calibrated)
+        if project is not None:
+            parts["scores"] = project(block)
+        if contribute is not None:
+            c = contribute(block)
+            if "contributions" in outputs:
+                parts["contributions"] = c
+            if "top_channel" in outputs:
+                parts["top_channel"] = top_channel(c)
+        return parts
+
+    def fused(block):
+        bad = ~np.isfinite(block).all(axis=1)
+        if bad.any() and policy == "partial":
+            bad &= ~_missing.partial_rows(np.asarray(block))
+        if bad.any() and policy == "raise":
+            raise NonFiniteRowsError(
+                f"{int(bad.sum())} of {len(bad)} rows hold NaN or inf; clean them, or fit with "
+                "nan_policy='omit' to get NaN for such rows"
+            )
+        parts = distances(np.where(bad[:, None], 0.0, block) if bad.any() else block)
+        for name, out in parts.items():
+            if bad.any():
+                out[bad] = np.nan if out.dtype.kind == "f" else (-1 if name == "top_channel" else 0)
+        if "n_observed" in outputs:
+            parts["n_observed"] = nan_for_nonfinite_rows(observed_counts, "partial")(block)
+        return parts
+
+    return fused
