@@ -15,7 +15,10 @@ Where things live:
 - ``_checkpoint``, ``_persist``: resumable fits, the saved-model codec
 - ``_labels``: names in, names out (feature names, DataArray rows and coordinates)
 - ``_report``: ``dask-mcpca report``, one streaming pass summarised as a PNG and events
-- ``_cli``: the ``dask-mcpca`` command line
+- ``_cli``: the ``dask-mcpca`` command line starts here (the parser, ``main``); its commands
+  in ``_cli_fit`` (fit, update), ``_cli_score`` and ``_cli_report`` (report, demo); what they
+  share in ``_cli_common`` (the archive named, one-line errors), ``_cli_scheduler``
+  (``--scheduler``) and ``_cli_outputs`` (output locations and stores)
 """
 
 from ._checkpoint import CheckpointMismatchError

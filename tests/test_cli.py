@@ -622,7 +622,7 @@ def test_overlap_rule_compares_paths_and_urls_both_ways(tmp_path, monkeypatch):
     """One rule for every output check: inside or holding, local paths, file:// URLs and remote URLs,
     a scheme under any of its fsspec names (s3a://, local://); a URL is never split at its scheme's
     colon, even when a local ./s3 exists (it used to be, and then no URL overlapped anything)."""
-    from dask_mcpca._cli import _overlaps, _refuse_inside_input
+    from dask_mcpca._cli_outputs import _overlaps, _refuse_inside_input
     from dask_mcpca._io import split_store_path
 
     monkeypatch.chdir(tmp_path)

@@ -143,7 +143,7 @@ def test_score_overwrite_replaces_only_a_zarr_store(tmp_path, plant, model_file,
 
 def test_a_folder_put_where_the_store_goes_during_the_write_is_kept(tmp_path):
     """What is checked before the work is checked again at the rename: a folder that appears meanwhile stays."""
-    from dask_mcpca._cli import _output_store
+    from dask_mcpca._cli_outputs import _output_store
 
     out = tmp_path / "scores.zarr"
     with pytest.raises(FileExistsError, match="scores.zarr"):

@@ -1,0 +1,115 @@
+"""What the commands share: the archive a command names, its storage options, and the one-line error.
+
+``STORE`` with ``--dataset``, ``--variables``, ``--rows`` and ``--time`` is opened
+here (:func:`._io.open_archive`); a usage error is an :class:`_UsageError`,
+which :func:`._cli.main` reports as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ._io import split_store_path
+
+__all__ = [
+    "PROG", "_UsageError", "_one_line", "_storage_options", "_store_root", "_open", "_slice_text", "_archive_span",
+    "_fmt_seconds", "_describe",
+]
+
+PROG = "dask-mcpca"
+
+
+class _UsageError(Exception):
+    """A command-line usage error, reported in one line."""
+
+
+def _one_line(err: BaseException) -> str:
+    text = err.args[0] if isinstance(err, KeyError) and len(err.args) == 1 else str(err)
+    text = " ".join(str(text).split())
+    return text or type(err).__name__
+
+
+def _storage_options(pairs: list[tuple[str, object]]) -> dict | None:
+    """``[("a.b", 1)]`` -> ``{"a": {"b": 1}}`` (dotted keys nest, as ``client_kwargs.region_name``)."""
+    options: dict = {}
+    for key, value in pairs:
+        *parents, last = (part.strip() for part in key.split("."))
+        node = options
+        for i, part in enumerate(parents):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise _UsageError(f"--storage-option {key}=...: {'.'.join(parents[: i + 1])} was given a value "
+                                  "of its own; it cannot also hold keys")
+        if isinstance(node.get(last), dict):
+            raise _UsageError(f"--storage-option {key}=...: {key} holds keys given by other --storage-option")
+        node[last] = value
+    return options or None
+
+
+def _store_root(store: str) -> str:
+    """The file or directory of ``STORE`` (``file.h5:/data`` -> ``file.h5``)."""
+    return split_store_path(store)[0]
+
+
+def _open(args, **options):
+    """The archive named on the command line: a DataArray for an xarray store, else a dask array.
+
+    ``options`` go to :func:`open_archive` (``block_values``, ``row_index``).
+    """
+    from ._io import SelectionError, open_archive
+
+    try:
+        return open_archive(
+            args.store,
+            dataset=args.dataset,
+            variables=args.variables,
+            rows=args.rows,
+            time=args.time,
+            storage_options=_storage_options(args.storage_options),
+            **options,
+        )
+    except SelectionError as err:
+        named = " with ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in err.options)
+        reason = _one_line(ValueError(err.reason))
+        raise _UsageError(f"{named} {reason}" if reason.startswith("select") else f"{named}: {reason}") from None
+
+
+def _slice_text(s: slice, option: str = "rows") -> str:
+    """``slice(5, 2)`` as the user wrote it: ``5:2`` (times holding colons as ``START/STOP``)."""
+    start, stop = ("" if v is None else str(v) for v in (s.start, s.stop))
+    sep = "/" if option == "time" and ":" in start + stop else ":"
+    return f"{start}{sep}{stop}"
+
+
+def _archive_span(args, X) -> tuple[int, int] | None:
+    """``[start, stop)``: the positions in the whole archive of the rows ``X`` selected by ``--rows``
+    and ``--time``; None when they are not one run of rows (``--time`` on a row coordinate with
+    repeated labels)."""
+    n = X.shape[0]
+    if args.rows is None and args.time is None:
+        return 0, n
+    whole = _open(argparse.Namespace(**{**vars(args), "rows": None, "time": None}), row_index=args.time is not None)
+    if args.time is None:
+        start, stop, _ = args.rows.indices(whole.shape[0])
+        return (start, stop) if stop - start == n else None
+    row = X.dims[0]
+    index = whole.indexes[row]
+    try:
+        start = index.get_loc(X.indexes[row][0])
+        stop = index.get_loc(X.indexes[row][-1])
+    except KeyError:
+        return None
+    if not (isinstance(start, int) and isinstance(stop, int)) or stop + 1 - start != n:
+        return None  # a repeated label (get_loc gives a slice or a mask): positions are not known
+    return start, stop + 1
+
+
+def _fmt_seconds(s: float) -> str:
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def _describe(X) -> str:
+    n, p = X.shape
+    blocks = len(X.chunks[0]) if hasattr(X, "chunks") and X.chunks else 1
+    return f"{n:,} rows x {p} features, {X.dtype}, {blocks} block{'s' * (blocks != 1)}"
+

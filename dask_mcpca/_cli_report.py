@@ -1,0 +1,93 @@
+"""``dask-mcpca report`` (the PNG, events and drift windows of a fitted archive) and ``dask-mcpca demo``."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ._atomic import atomic_open, is_url
+from ._atomic import overlaps as _overlaps
+from ._cli_common import _describe, _fmt_seconds, _open, _storage_options, _store_root, _UsageError
+from ._cli_outputs import _check_output_location, _refuse_inside_input
+from ._estimator import load
+
+__all__ = ["_cmd_report", "_cmd_demo"]
+
+
+def _cmd_report(args, out) -> int:
+    from . import _report
+
+    events = args.events or os.path.splitext(args.output)[0] + ".csv"
+    if _overlaps(args.output, events):
+        raise _UsageError(
+            f"--output {args.output!r} and the events file {events!r} are one file; name the events with --events"
+        )
+    outputs = [(args.output, "--output"), (events, "--events")]
+    window = None
+    if args.window is not None:
+        try:
+            window = _report.parse_window(args.window)
+        except ValueError as err:
+            raise _UsageError(str(err)) from None
+        windows = args.windows or os.path.splitext(args.output)[0] + "_windows.csv"
+        if any(_overlaps(windows, path) for path, _ in outputs):
+            raise _UsageError(f"--windows {windows!r} is the PNG or the events file; name another")
+        outputs.append((windows, "--windows"))
+    elif args.windows is not None:
+        raise _UsageError("--windows needs --window (the drift windows to write)")
+    for path, what in outputs:
+        _refuse_inside_input(path, args.store, what)
+        if _overlaps(path, args.model):
+            raise _UsageError(f"{what} {path!r} would overwrite the model {args.model!r} being read")
+        _check_output_location(path, is_file=True)
+    options = _storage_options(args.storage_options)
+    _report.return_large_frees_to_os()  # memory flat in the rows: see its docstring
+    model = load(args.model, storage_options=options)
+    # blocks of about _report.BLOCK_VALUES values, and the time coordinate read with its rows (no index in memory)
+    X = _open(args, block_values=_report.BLOCK_VALUES, row_index=False)
+    print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)
+    started = time.perf_counter()
+    with atomic_open(events, "w", storage_options=options, newline="") as f:  # written as the pass goes
+        summary = _report.summarize(
+            model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f, window=window
+        )
+    if window is not None:
+        with atomic_open(windows, "w", storage_options=options, newline="") as f:
+            _report.write_windows(summary.windows, f)
+    title = args.store.rstrip("/").rpartition("/")[2] if is_url(args.store) else os.path.basename(
+        os.path.normpath(_store_root(args.store))
+    )
+    from ._report_plot import plot  # matplotlib is imported only there
+
+    plot(summary, args.output, title=title, storage_options=options)
+    share = summary.n_flagged / max(summary.n_scored, 1)
+    print(
+        f"{summary.n_rows:,} rows in {_fmt_seconds(time.perf_counter() - started)}: {summary.n_flagged:,} flagged "
+        f"({share:.2%}) in {summary.n_events:,} events\nreport written to {args.output}, events to {events}",
+        file=out,
+    )
+    if window is not None:
+        n_drift = int(summary.windows["drift"].sum()) if len(summary.windows["drift"]) else 0
+        print(f"{len(summary.windows['drift']):,} windows of {args.window}, {n_drift:,} above the drift threshold: "
+              f"{windows}", file=out)
+    return 0
+
+
+def _cmd_demo(args, out) -> int:
+    from .demo import run_demo
+    from .demo.run import MARKER
+
+    # The demo writes only into a folder it makes: a new or empty one, or one it marked before.
+    if os.path.lexists(args.out):
+        if not os.path.isdir(args.out):
+            raise _UsageError(f"--out {args.out!r} exists and is not a folder; name a new or empty folder")
+        entries = sorted(os.listdir(args.out))
+        if entries and not os.path.isfile(os.path.join(args.out, MARKER)):
+            shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+            raise _UsageError(
+                f"--out {args.out!r} is a folder the demo did not make: it holds {shown}, which the demo did not "
+                "write; name a new or empty folder"
+            )
+    run_demo(rows=args.rows, out=args.out, seed=args.seed, progress=not args.no_progress, stream=out)
+    return 0
+

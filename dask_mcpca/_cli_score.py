@@ -1,0 +1,216 @@
+"""``dask-mcpca score``: per-row outputs of a model written to a new Zarr store, or appended (``--append``)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ._atomic import is_url, is_zarr_store, local_path, with_timeouts
+from ._atomic import overlaps as _overlaps
+from ._cli_common import PROG, _archive_span, _fmt_seconds, _open, _storage_options, _store_root, _UsageError
+from ._cli_outputs import (
+    _check_output_location,
+    _compute_settled,
+    _exists,
+    _output_store,
+    _refuse_inside_input,
+    _refuse_replacing_other_data,
+)
+from ._estimator import load
+
+__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "_cmd_score"]
+
+#: The arrays ``score`` writes, and what each holds (also in the output's attributes).
+SCORE_ARRAYS = {
+    "scores": "projections (X - mean_) @ components_.T",
+    "weight": "score_samples: correntropy weight in (0, 1]",
+    "outlier": "is_outlier: d^2 above outlier_cutoff_, a repeated value (stuck sensor) or row (frozen logger)",
+    "d2": "mahalanobis: squared robust distance (on the observed cells of a row with gaps)",
+    "contributions": "channel_contributions: drop in d2 when the channel is reconstructed from the others",
+    "n_observed": "n_observed: cells not NaN in the row (what d2 and the flag were judged on)",
+    "top_channel": "index of the channel with the largest contribution (-1: none observed)",
+}
+#: ``score --outputs`` by a name: ``all`` (the default) and ``monitoring`` (what an alarm needs).
+OUTPUT_SETS = {
+    "all": ("scores", "weight", "outlier", "d2", "contributions", "n_observed"),
+    "monitoring": ("d2", "outlier", "top_channel"),
+}
+
+
+def _cmd_score(args, out) -> int:
+    import dask.array as da
+    import zarr
+
+    from . import _append
+
+    _refuse_inside_input(args.output, args.store, "--output")
+    if _overlaps(args.model, args.output):
+        raise _UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
+    _check_output_location(args.output, is_file=False)
+    options = _storage_options(args.storage_options)
+    if args.append:
+        if args.overwrite:
+            raise _UsageError("--append adds rows to --output and --overwrite replaces it; pass one of them")
+        for option in ("rows", "time"):
+            if getattr(args, option) is not None:
+                raise _UsageError(f"--append scores the rows after those in --output; it takes no --{option}")
+        if _exists(args.output, options):
+            return _score_append(args, out, options)
+    if _exists(args.output, options):
+        if not args.overwrite:
+            raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
+        _refuse_replacing_other_data(args.output, options)
+    model = load(args.model, storage_options=options)
+    X = _open(args)
+    started = time.perf_counter()
+    names, dtype = args.outputs or OUTPUT_SETS["all"], args.dtype or "float64"
+    outputs = _score_outputs(model, X, names, dtype)
+    span = _archive_span(args, X)
+    attrs = {
+        "model": args.model if is_url(args.model) else os.path.abspath(args.model),
+        "created_by": f"{PROG} score",
+        "arrays": {name: SCORE_ARRAYS[name] for name in names},
+        "outputs": list(names),
+        "dtype": dtype,
+    }
+    if span is not None:  # what --append checks and goes on from
+        attrs.update(_append.provenance(**_score_source(args, model, options), rows=span))
+    else:
+        attrs.update({k: v for k, v in _score_source(args, model, options).items() if k != "digest"})
+    with _output_store(args.output, options, overwrite=args.overwrite) as tmp:
+        so = {"storage_options": with_timeouts(tmp, options)} if is_url(tmp) else {}
+        if isinstance(next(iter(outputs.values())), da.Array):
+            root = zarr.open_group(tmp, mode="w", **so)
+            root.attrs.update(attrs)
+            writes = [da.to_zarr(a, tmp, component=name, compute=False, **so) for name, a in outputs.items()]
+        else:  # DataArrays: written by xarray, with their dims and coordinates
+            import xarray as xr
+
+            ds = xr.Dataset(outputs, attrs={k: v for k, v in attrs.items() if v is not None})
+            for name in names:
+                ds[name].attrs["description"] = SCORE_ARRAYS[name]
+            writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, **so)]
+        _compute_settled(*writes, progress=not args.no_progress)
+        n_out = int(da.from_zarr(tmp, component="outlier", **so).sum().compute()) if "outlier" in names else None
+    elapsed = time.perf_counter() - started
+    n = X.shape[0]
+    shapes = {"scores": f" ({n:,} x {model.n_components_})", "contributions": f" ({n:,} x {model.n_features_in_})"}
+    flagged = f": {n_out:,} outliers ({n_out / n:.2%})" if n_out is not None else ""
+    print(
+        f"scored {n:,} rows in {_fmt_seconds(elapsed)}{flagged}\n"
+        f"written to {args.output}: " + ", ".join(f"{name}{shapes.get(name, f' ({n:,})')}" for name in names)
+        + (" in float32" if dtype == "float32" else ""),
+        file=out,
+    )
+    return 0
+
+
+def _score_outputs(model, X, names: tuple[str, ...], dtype: str) -> dict:
+    """The lazy per-row outputs ``names`` that ``score`` writes (see :data:`SCORE_ARRAYS`), float ones in ``dtype``:
+    one function per row block makes them all (:meth:`MCPCA.score_rows`)."""
+    outputs = model.score_rows(X, outputs=names)
+    if dtype != "float64":
+        outputs = {n: a.astype(dtype) if a.dtype.kind == "f" else a for n, a in outputs.items()}
+    return outputs
+
+
+def _score_source(args, model, options) -> dict:
+    """What a score store is scored from (its input and model), as :func:`._append.provenance` takes it."""
+    from . import _append
+
+    return {
+        "source": args.store if "://" in args.store else os.path.abspath(_store_root(args.store)),
+        "dataset": args.dataset,
+        "variables": args.variables,
+        "n_features": model.n_features_in_,
+        "digest": _append.model_digest(args.model, options),
+    }
+
+
+def _score_append(args, out, options) -> int:
+    """``score --append`` to an existing ``--output``: the rows after those it holds, in a new version of it."""
+    import dask.array as da
+    import zarr
+
+    from . import _append
+    from ._atomic import atomic_path
+
+    output = local_path(args.output)
+    if output is None:
+        raise _UsageError(f"--append needs --output on a local disk (or a file:// URL), not {args.output!r}: an "
+                          "object store cannot put a new version of a store in place without copying it whole")
+    if not is_zarr_store(output):
+        raise _UsageError(f"--output {args.output!r} exists and is not a Zarr store; --append adds rows only to "
+                          "a store written by score")
+    model = load(args.model, storage_options=options)
+    source = _score_source(args, model, options)
+    attrs = dict(zarr.open_group(output, mode="r").attrs)
+    try:
+        start, stop = _append.check_appendable(attrs, _append.provenance(**source, rows=(0, 0)), args.output)
+    except _append.AppendError as err:
+        raise _UsageError(str(err)) from None
+    whole = _open(args)
+    n_all = whole.shape[0]
+    if n_all < stop:
+        raise _UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the {stop:,} already scored in --output "
+                          f"{args.output!r} (rows {start:,}:{stop:,}): is it the archive they were scored from?")
+    if n_all == stop:
+        print(f"nothing to append: --output {args.output} holds rows {start:,}:{stop:,}, the last of the "
+              f"{n_all:,} in {args.store}", file=out)
+        return 0
+    X = whole[stop:] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop, None)})
+    n_old, n_new = stop - start, X.shape[0]
+    names, dtype = tuple(attrs.get("outputs", OUTPUT_SETS["all"])), attrs.get("dtype", "float64")
+    if args.outputs is not None and tuple(args.outputs) != names:
+        raise _UsageError(f"--outputs differs from what --output {args.output!r} holds ({','.join(names)}); "
+                          "leave it out with --append")
+    if args.dtype is not None and args.dtype != dtype:
+        raise _UsageError(f"--dtype {args.dtype} differs from what --output {args.output!r} holds ({dtype}); "
+                          "leave it out with --append")
+    old = zarr.open_group(output, mode="r")
+    if not set(names) <= set(SCORE_ARRAYS) or not set(names) <= set(old.array_keys()):
+        raise _UsageError(f"--output {args.output!r} does not hold the arrays its attributes name "
+                          f"({', '.join(map(str, names))}); score it again with --overwrite")
+    started = time.perf_counter()
+    outputs = _score_outputs(model, X, names, dtype)
+    labelled = not isinstance(next(iter(outputs.values())), da.Array)
+    row_dim = next(iter(outputs.values())).dims[0] if labelled else None
+    row_arrays = [name for name, arr in old.arrays() if arr.shape and arr.shape[0] == n_old and (
+        not labelled or (getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
+                         or [None])[0] == row_dim)]
+    with atomic_path(output, replace=is_zarr_store) as tmp:
+        _append.clone_for_append(output, tmp, n_old, row_arrays)
+        if labelled:
+            import xarray as xr
+
+            chunk = old[names[0]].chunks[0]
+            ds = xr.Dataset(outputs, attrs=attrs)  # the group's attributes are rewritten by an append
+            for name in names:
+                ds[name].attrs["description"] = SCORE_ARRAYS[name]
+            ds = ds.chunk({row_dim: _append.aligned_chunks(n_old, n_new, chunk)})
+            writes = [ds.to_zarr(tmp, append_dim=row_dim, compute=False, consolidated=True)]
+        else:
+            writes = []
+            for name, arr in outputs.items():
+                z = zarr.open_array(tmp, path=name, mode="r+")
+                z.resize((n_old + n_new, *z.shape[1:]))
+                arr = arr.rechunk({0: _append.aligned_chunks(n_old, n_new, z.chunks[0])})
+                region = (slice(n_old, n_old + n_new),) + (slice(None),) * (arr.ndim - 1)
+                writes.append(arr.store(z, regions=[region], lock=False, compute=False))
+        flags = outputs.get("outlier")
+        counted = [(flags.data if labelled else flags).sum()] if flags is not None else []  # the blocks written
+        results = _compute_settled(*writes, *counted, progress=not args.no_progress)
+        n_out = int(results[-1]) if counted else None
+        group = zarr.open_group(tmp, mode="r+")
+        group.attrs.update({_append.ROWS_ATTR: [start, n_all], "complete": True})
+        if labelled:
+            zarr.consolidate_metadata(tmp)
+    elapsed = time.perf_counter() - started
+    flagged = f": {n_out:,} outliers ({n_out / n_new:.2%})" if n_out is not None else ""
+    print(
+        f"scored {n_new:,} new rows ({stop:,}:{n_all:,}) in {_fmt_seconds(elapsed)}{flagged}\n"
+        f"appended to {args.output}, which now holds rows {start:,}:{n_all:,}",
+        file=out,
+    )
+    return 0
+
