@@ -121,7 +121,7 @@ class MCPCA(_BaseMCPCA):
         range while the fit has long been ordinary PCA or rests on a handful
         of rows); below 0.5 ``fit`` warns (``UserWarning``) that the fit
         rests on few rows, with biased variances and many clean rows
-        flagged (measured: see ``MIN_KERNEL_FACTOR`` in the source).
+        flagged (measured: see ``MIN_KERNEL_FACTOR`` in ``dask_mcpca/_fit.py``).
     tol : float or None, default=None
         Convergence tolerance.  ``"paper"``: on ``||v_new - v||`` of the
         inner and outer loops (default 1e-6).  ``"auto"``: on the estimated
