@@ -21,6 +21,11 @@ _NUMBA_CACHE = tempfile.mkdtemp(prefix="dask-mcpca-tests-numba-")
 os.environ["NUMBA_CACHE_DIR"] = _NUMBA_CACHE
 atexit.register(shutil.rmtree, _NUMBA_CACHE, True)
 
+# scikit-learn's array-API checks (tests/test_sklearn_checks.py: with array-API dispatch on, numpy
+# input must give the same results) run only when scipy sees SCIPY_ARRAY_API=1 at its import, and
+# skip otherwise: set before anything imports scipy.
+os.environ.setdefault("SCIPY_ARRAY_API", "1")
+
 import dask.array as da  # noqa: E402 - after NUMBA_CACHE_DIR
 import numpy as np  # noqa: E402
 
