@@ -11,7 +11,13 @@ Where things live:
 - ``_schedule``: kernel sizes (the paper's decay, the default's rule)
 - ``_paper`` / ``_robust``: the two solvers; ``_start`` (the robust start) and
   ``_repeated`` (stuck sensors, frozen records, quantized channels) serve ``_robust``
-- ``_estimator``: the scikit-learn estimator ``MCPCA``
+- ``_estimator``: the scikit-learn estimator ``MCPCA`` (parameters, their check, the fit
+  entry points, save/load); ``_fit``: how it is fitted (a typed ``FitResult``); ``_model``:
+  the fitted model's algebra (distances, weights, flags, contributions); ``_base``: its
+  per-row public methods (as scikit-learn's ``_BasePCA``)
+- ``_drift``: the drift windows of ``report --window``; ``_report_plot``: the report's PNG;
+  ``_append``: ``score --append``
+- ``testing``: generated data with known truth, for the tests and the benchmarks
 - ``_checkpoint``, ``_persist``: resumable fits, the saved-model codec
 - ``_labels``: names in, names out (feature names, DataArray rows and coordinates)
 - ``_report``: ``dask-mcpca report``, one streaming pass summarised as a PNG and events
