@@ -47,6 +47,32 @@ def _frame_like(out: Any, X: Any) -> Any:
     return out
 
 
+
+#: The per-row methods' shared docstring parts, filled in by :func:`_fill_docstrings`
+#: (``{rows_in}``: the X and storage_options parameters; ``{rows_out}``: what comes back).
+_ROWS_IN = """X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Shape (n_samples, n_features), the features of the fit; input
+            kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`."""
+_ROWS_OUT = """A dask array (computed lazily, block by block) for dask or store input,
+            a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
+            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is;
+            for a pandas DataFrame, a Series with its index."""
+
+
+def _fill_docstrings(cls: type) -> type:
+    """Put the shared parts into the docstrings of ``cls``'s methods (text, not ``str.format``:
+    the docstrings hold other braces)."""
+    for member in vars(cls).values():
+        func = member.fget if isinstance(member, property) else member
+        doc = getattr(func, "__doc__", None)
+        if doc and "{rows_" in doc:
+            func.__doc__ = doc.replace("{rows_in}", _ROWS_IN).replace("{rows_out}", _ROWS_OUT)
+    return cls
+
+
+@_fill_docstrings
 class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """The per-row methods of a fitted model; :class:`~dask_mcpca.MCPCA` fits it.
 
@@ -138,11 +164,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         Parameters
         ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            Shape (n_samples, n_features), the features of the fit; input
-            kinds as for :meth:`fit`.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+        {rows_in}
 
         Returns
         -------
@@ -245,10 +267,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         Parameters
         ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            Shape (n_samples, n_features); input kinds as for :meth:`fit`.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+        {rows_in}
 
         Returns
         -------
@@ -317,10 +336,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         Parameters
         ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            Shape (n_samples, n_features); input kinds as for :meth:`fit`.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+        {rows_in}
 
         Returns
         -------
@@ -363,19 +379,12 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         Parameters
         ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            Shape (n_samples, n_features), the features of the fit; input
-            kinds as for :meth:`fit`.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+        {rows_in}
 
         Returns
         -------
         d2 : ndarray or dask array of shape (n_samples,)
-            A dask array (computed lazily, block by block) for dask or store input,
-            a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
-            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is;
-            for a pandas DataFrame, a Series with its index.
+            {rows_out}
             NaN for rows with NaN or inf under ``nan_policy="omit"``; under ``"partial"``,
             a row with some NaN cells gets its distance on the observed cells
             (chi-square with as many degrees of freedom as observed cells for a
@@ -414,19 +423,12 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         Parameters
         ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            Shape (n_samples, n_features), the features of the fit; input
-            kinds as for :meth:`fit`.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+        {rows_in}
 
         Returns
         -------
         scores : ndarray or dask array of shape (n_samples,)
-            A dask array (computed lazily, block by block) for dask or store input,
-            a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
-            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is;
-            for a pandas DataFrame, a Series with its index.
+            {rows_out}
             NaN for rows with NaN or inf under ``nan_policy="omit"``; under ``"partial"``,
             a row with some NaN cells is scored by its observed cells, its
             distance first mapped to n_features channels at the same
@@ -468,19 +470,12 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         Parameters
         ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            Shape (n_samples, n_features), the features of the fit; input
-            kinds as for :meth:`fit`.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+        {rows_in}
 
         Returns
         -------
         flags : ndarray or dask array of bool, shape (n_samples,)
-            A dask array (computed lazily, block by block) for dask or store input,
-            a numpy array otherwise; for an ``xarray.DataArray`` ``X``, a DataArray
-            with ``X``'s row dimension and coordinates (time), lazy if ``X`` is;
-            for a pandas DataFrame, a Series with its index.
+            {rows_out}
             False for rows with NaN or inf under ``nan_policy="omit"``; under
             ``"partial"``, a row with k < n_features observed cells is flagged
             when its distance on them exceeds the chi-square(k) quantile at
@@ -706,11 +701,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         Parameters
         ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            Shape (n_samples, n_features), the features of the fit; input
-            kinds as for :meth:`fit`.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+        {rows_in}
 
         Returns
         -------
@@ -755,11 +746,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         Parameters
         ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            Shape (n_samples, n_features), the features of the fit; input
-            kinds as for :meth:`fit`.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+        {rows_in}
 
         Returns
         -------
