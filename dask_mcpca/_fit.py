@@ -31,6 +31,7 @@ from ._model import calibrated_d2, contamination_cutoff, mahalanobis_d2, repeate
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, spread_blocks
 from ._power import descending_eigh, orient_rows
+from ._robust import DEFAULT_TOL as _robust_tol
 from ._robust import (
     FAR_ROW,
     RobustState,
@@ -53,7 +54,9 @@ UPDATE_ATTRIBUTES = ("update_log_weights_", "update_means_", "update_covariances
 #: most of them lie beyond it, where they are flagged and barely move the model (a new regime).
 UPDATE_WARN_SHARE = 0.5
 
-DEFAULT_TOL = {"paper": 1e-6, "auto": 1e-3}
+#: ``tol=None``: the paper solver's power-iteration tolerance; the default solver's is its own
+#: (:data:`._robust.DEFAULT_TOL`, one home for it).
+DEFAULT_TOL = {"paper": 1e-6, "auto": _robust_tol}
 DEFAULT_MAX_ITER = {"paper": 100, "auto": 3}
 
 #: Below this ``kernel_factor`` a fit rests on a few rows and ``fit`` warns.
