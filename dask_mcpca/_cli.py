@@ -55,11 +55,13 @@ error), :mod:`._cli_scheduler` and :mod:`._cli_outputs`.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import asyncio
 import logging
 import re
 import sys
+import threading
 
 from ._cli_common import PROG, _one_line, _UsageError
 from ._cli_fit import _CENTERS, _cmd_fit, _cmd_update
@@ -365,7 +367,18 @@ _UNKNOWN_OPTION = re.compile(r"(?:TypeError: )?\S+\(\) got an unexpected keyword
 
 def _quiet_unraisable(unraisable) -> None:
     """Drop what the interpreter would print as "Exception ignored in ...": s3fs's and zarr's abandoned
-    requests (a closed port, an endpoint missing) print dozens of lines of tracebacks after the error line."""
+    requests (a closed port, an endpoint missing) print dozens of lines of tracebacks after the error line.
+
+    A Ctrl-C whose KeyboardInterrupt was raised inside a finalizer (garbage collection runs them
+    between any two bytecodes) lands here too: it is delivered again to the main thread, so the
+    command still stops with 130 instead of running on."""
+    if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+        # From another thread, a moment later: called here (or at once), the interrupt would be
+        # raised inside this hook and ignored again; should it land in another finalizer, it
+        # comes back here.
+        timer = threading.Timer(0.05, _thread.interrupt_main)
+        timer.daemon = True
+        timer.start()
 
 
 def main(argv: list[str] | None = None) -> int:
