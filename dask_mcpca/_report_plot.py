@@ -237,23 +237,17 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
         ax.set_title("robust loadings of the leading components", loc="left")
         fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
 
-        row = 0
-        time_axes = [fig.add_subplot(gs[row, :])]
-        _plot_distance(time_axes[0], summary, xs)
-        row += 1
-        time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
-        _plot_share(time_axes[-1], summary, xs, heads)
+        # The panels over time, top to bottom, on one shared time axis.
+        panels = [lambda ax: _plot_distance(ax, summary, xs), lambda ax: _plot_share(ax, summary, xs, heads)]
         if drift:
-            row += 1
-            time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
-            _plot_drift(time_axes[-1], summary)
-        row += 1
-        time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
-        _plot_contributions(time_axes[-1], summary, xs, heads)
+            panels.append(lambda ax: _plot_drift(ax, summary))
+        panels.append(lambda ax: _plot_contributions(ax, summary, xs, heads))
         if gaps:
-            row += 1
-            time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0]))
-            _plot_outages(time_axes[-1], summary, xs, heads)
+            panels.append(lambda ax: _plot_outages(ax, summary, xs, heads))
+        time_axes = []
+        for row, draw in enumerate(panels):
+            time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0] if time_axes else None))
+            draw(time_axes[-1])
         for ax in time_axes[:-1]:
             ax.tick_params(labelbottom=False)
         time_axes[-1].set_xlabel(summary.row_label)
