@@ -38,6 +38,7 @@ __all__ = [
     "floored_variances",
     "mahalanobis_d2",
     "nan_for_nonfinite_rows",
+    "unusable_rows",
     "nearest_in_cells",
     "observed_counts",
     "outlier_flags",
@@ -313,6 +314,21 @@ def top_channel(contributions: np.ndarray) -> np.ndarray:
     return top
 
 
+def unusable_rows(block, nan_policy: str) -> np.ndarray:
+    """Mask of the rows of ``block`` a per-row method cannot use: holding NaN or inf, except,
+    under ``"partial"``, rows with some cells NaN (none inf).  Under ``"raise"`` such rows raise
+    :class:`NonFiniteRowsError` instead."""
+    bad = ~np.isfinite(block).all(axis=1)
+    if bad.any() and nan_policy == "partial":
+        bad &= ~_missing.partial_rows(np.asarray(block))
+    if bad.any() and nan_policy == "raise":
+        raise NonFiniteRowsError(
+            f"{int(bad.sum())} of {len(bad)} rows hold NaN or inf; clean them, or fit with "
+            "nan_policy='omit' to get NaN for such rows"
+        )
+    return bad
+
+
 def nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
     """Wrap a row-block function: rows holding NaN or inf give NaN (False for flags).
 
@@ -324,16 +340,9 @@ def nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
     """
 
     def wrapped(block):
-        bad = ~np.isfinite(block).all(axis=1)
-        if bad.any() and nan_policy == "partial":
-            bad &= ~_missing.partial_rows(np.asarray(block))
+        bad = unusable_rows(block, nan_policy)
         if not bad.any():
             return func(block)
-        if nan_policy == "raise":
-            raise NonFiniteRowsError(
-                f"{int(bad.sum())} of {len(bad)} rows hold NaN or inf; clean them, or fit with "
-                "nan_policy='omit' to get NaN for such rows"
-            )
         out = func(np.where(bad[:, None], 0.0, block))
         out[bad] = np.nan if out.dtype.kind == "f" else 0
         return out
@@ -419,14 +428,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
         return parts
 
     def fused(block):
-        bad = ~np.isfinite(block).all(axis=1)
-        if bad.any() and policy == "partial":
-            bad &= ~_missing.partial_rows(np.asarray(block))
-        if bad.any() and policy == "raise":
-            raise NonFiniteRowsError(
-                f"{int(bad.sum())} of {len(bad)} rows hold NaN or inf; clean them, or fit with "
-                "nan_policy='omit' to get NaN for such rows"
-            )
+        bad = unusable_rows(block, policy)
         parts = distances(np.where(bad[:, None], 0.0, block) if bad.any() else block)
         for name, out in parts.items():
             if bad.any():
