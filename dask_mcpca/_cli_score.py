@@ -90,8 +90,12 @@ def _cmd_score(args, out) -> int:
             for name in names:
                 ds[name].attrs["description"] = SCORE_ARRAYS[name]
             writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, **so)]
-        _compute_settled(*writes, progress=not args.no_progress)
-        n_out = int(da.from_zarr(tmp, component="outlier", **so).sum().compute()) if "outlier" in names else None
+        flags = outputs.get("outlier")
+        # counted in the same computation as the writes (the blocks are made once), as --append does,
+        # not by reading the written store back
+        counted = [flags.sum() if isinstance(flags, da.Array) else flags.data.sum()] if flags is not None else []
+        results = _compute_settled(*writes, *counted, progress=not args.no_progress)
+        n_out = int(results[-1]) if counted else None
     elapsed = time.perf_counter() - started
     n = X.shape[0]
     shapes = {"scores": f" ({n:,} x {model.n_components_})", "contributions": f" ({n:,} x {model.n_features_in_})"}
