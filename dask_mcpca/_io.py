@@ -223,11 +223,17 @@ def _refuse_special(path: str) -> None:
 def _open_url(url: str, dataset: str | None, storage_options: dict | None):
     """A Zarr store at a URL that fsspec understands (``s3://``, ``gs://``, ``https://``, ``file://``);
     an ``s3://`` one with :data:`._atomic.S3_TIMEOUTS` unless ``storage_options`` set them."""
+    return _array_in(_url_node(url, storage_options), url, dataset)
+
+
+def _url_node(url: str, storage_options: dict | None):
+    """The Zarr group or array at ``url``, or the error that names the URL (read once: on an endpoint
+    that never answers, each open costs the whole documented timeout)."""
     import zarr
 
     storage_options = with_timeouts(url, storage_options)
     try:
-        node = zarr.open(url, mode="r", storage_options=storage_options or None)
+        return zarr.open(url, mode="r", storage_options=storage_options or None)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"no Zarr store at {url!r} ({err})") from None
     except ImportError as err:
@@ -236,7 +242,6 @@ def _open_url(url: str, dataset: str | None, storage_options: dict | None):
         raise ImportError(missing_backend(url, err)) from None
     except Exception as err:
         raise ValueError(f"cannot open {url!r} as a Zarr store: {type(err).__name__}: {err}") from None
-    return _array_in(node, url, dataset)
 
 
 def _array_in(node, path: str, dataset: str | None):
@@ -563,12 +568,13 @@ def is_xarray_store(path: str, *, storage_options: dict | None = None) -> bool:
     """
     import zarr
 
-    try:
-        node = zarr.open(path, mode="r", storage_options=with_timeouts(path, storage_options)) if is_url(
-            path
-        ) else zarr.open(path, mode="r")
-    except Exception:
-        return False
+    if is_url(path):  # what cannot be opened here cannot be read as a plain store either: said now, once
+        node = _url_node(path, storage_options)
+    else:
+        try:
+            node = zarr.open(path, mode="r")
+        except Exception:
+            return False
     if isinstance(node, zarr.Array):
         return False
     for _, arr in node.arrays():

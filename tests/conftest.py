@@ -39,8 +39,20 @@ def pytest_addoption(parser):
                      help="also run the tests marked slow (the CI tier; see tests/conftest.py)")
 
 
+#: The longest test files of the full tier, longest first (``--durations``, 2 cores): CI runs the files
+#: on two processes, whole (``--dist loadfile``: their module fixtures, S3 servers and clusters, are
+#: made once), handed out in collection order.  Started first, the long files run beside the many
+#: short ones; collected in name order, ``test_writes_and_hangs`` ran alone for its last two minutes.
+LONGEST_FIRST = (
+    "test_writes_and_hangs.py", "test_mcpca.py", "test_distributed.py", "test_object_store.py",
+    "test_same_everywhere.py", "test_recipes.py", "test_report.py", "test_score_append.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--full"):
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files keep their order
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:

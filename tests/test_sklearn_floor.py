@@ -5,7 +5,9 @@
 private: their behaviour is only promised by the versions that were run.  So
 the floor in ``pyproject.toml`` is the oldest version this test installs
 (into a folder put first on ``PYTHONPATH``, shadowing the installed one) and
-runs scikit-learn's estimator checks and the estimator's own tests under.
+runs scikit-learn's estimator checks under, with the tests of what the private helpers
+serve: parameter validation, feature names, pandas in and out (``test_labels``,
+``test_monitoring``, ``test_mcpca.py::test_sklearn_conventions``).
 The newest release is what a fresh ``pip install`` brings, which the rest of
 the suite runs under.
 """
@@ -63,7 +65,8 @@ def test_checks_pass_on_the_declared_floor(tmp_path):
     assert seen.stdout.strip() == version
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-         "tests/test_sklearn_checks.py", "tests/test_mcpca.py"],
+         "tests/test_sklearn_checks.py", "tests/test_labels.py", "tests/test_monitoring.py",
+         "tests/test_mcpca.py::test_sklearn_conventions"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
