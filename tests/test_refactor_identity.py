@@ -1,7 +1,7 @@
-"""A refactor changes no output bit: fits compared with digests recorded on a named commit.
+"""A refactor changes no output: fits compared with golden values recorded on a named commit.
 
 This is a refactor-identity test, the one place in the suite where the
-expected values come from the code itself, on purpose: the digests in
+expected values come from the code itself, on purpose: the values in
 ``refactor_identity.json`` were recorded by this file's ``--record`` mode.
 They are not a truth about robust PCA (the other tests check that against
 independent answers); they say that a change meant to be a pure refactor
@@ -56,22 +56,24 @@ under ``nan_policy="omit"``, a checkpointed fit interrupted and resumed), and
 the content of the checkpoint files a fit writes (its on-disk form must not
 change silently).
 
-Bit-identity is asserted only in the environment the digests were recorded
-in (numpy's version, the machine, the OS, numpy's SIMD targets, the BLAS
-library and its kernel architecture, numba's version and the CPU it compiles
-for): the same code gives other bits with
-another BLAS kernel or another numpy SIMD path (an FMA, a different
-summation order), and the fits' iterations can turn such round-off into a
-different stopping step.  Elsewhere the recorded values are compared with a
-tolerance per stored dtype (``FALLBACK_RTOL``) and ``n_passes_`` is not
-compared.  The tolerances were measured on the recording machine by forcing
+The values are compared with a tolerance per stored dtype (``RTOL``), on
+every machine: no bit digest, so the test depends on no core count, numba
+cache state, BLAS kernel or numpy SIMD path (the same code gives other last
+bits with another BLAS kernel or SIMD path: an FMA, a different summation
+order).  The record still names the environment it was made in
+(``environment``) and each output's sha256, for the one who records again.
+``n_passes_`` is compared exactly for the default solver (2-4 passes, which
+no round-off moves) and to within one pass for the paper solver's hundreds
+(its iterations can turn round-off into a different stopping step).  The
+tolerances were measured on the recording machine by forcing
 other kernels (``OPENBLAS_CORETYPE=Haswell`` or ``Sandybridge`` with numpy's
 AVX-512, or AVX2 too, disabled): float64 fits moved by at most 1.1e-13 of an
 output's largest magnitude (the calibrated outlier cutoff; the components by
 5e-15), float32 fits by up to 2.6e-7 (their products are float32 within a
 GEMM, whose blocking is the kernel's), and one float32 paper fit took one
-pass more.  So 1e-12, as for a refactor on one machine, would be too tight
-elsewhere for a test that no refactor failed.
+pass more.  So 1e-12 would be too tight on other machines; the tolerances
+still catch any change of the estimator (one more or less row in a fit's
+sample moves its outputs by far more than 1e-11).
 
 Record again (only on purpose, for a change that is meant to change outputs)
 with ``python tests/test_refactor_identity.py --record "why"`` on a commit,
@@ -108,10 +110,9 @@ RECORDED_ON = "0d50908"
 
 #: Fitted attributes compared.
 OUTPUTS = ("components_", "explained_variance_", "mean_", "covariance_", "outlier_cutoff_", "n_passes_")
-#: Tolerance in another environment, by the stores' dtype (see the module
-#: docstring), in units of each output's largest magnitude (at least 1):
-#: about 100 and 40 times the deviations measured with other kernels.
-FALLBACK_RTOL = {"f64": 1e-11, "f32": 1e-5}
+#: Tolerance by the stores' dtype (see the module docstring), in units of each output's largest
+#: magnitude (at least 1): about 100 and 40 times the deviations measured with other kernels.
+RTOL = {"f64": 1e-11, "f32": 1e-5}
 
 N_ROWS, N_FEATURES, CHUNK_ROWS = 3000, 4, 200  # 15 row blocks (the robust start reads them all)
 N_ROWS_WIDE = 4000  # 20 blocks: the default solver's row sample reads a spread of them
@@ -247,42 +248,41 @@ def stores(tmp_path_factory) -> dict:
     return _stores(tmp_path_factory.mktemp("stores"))
 
 
-@pytest.fixture(scope="module")
-def same_environment(recorded) -> bool:
-    return recorded["environment"] == environment()
-
-
-def _assert_unchanged(got: dict, want: dict, same_environment: bool, what: str, *, store: str = "f64") -> None:
-    """Each output in ``want``: the same digest here; elsewhere the same dtype and shape and close values."""
-    rtol = FALLBACK_RTOL[store[:3]]
+def _assert_unchanged(got: dict, want: dict, what: str, *, store: str = "f64", paper: bool = False) -> None:
+    """Each output in ``want``: the same dtype and shape, values within ``RTOL``, the passes as the
+    module docstring says."""
+    rtol = RTOL[store[:3]]
     for name, entry in want.items():
-        if same_environment:
-            assert got[name]["sha256"] == entry["sha256"], f"{what}: {name} changed: {got[name]} != {entry}"
-            continue
         assert got[name]["dtype"] == entry["dtype"] and got[name]["shape"] == entry["shape"], f"{what}: {name}"
-        if name == "n_passes_":  # round-off elsewhere may stop an iteration one step earlier or later
-            continue
         a, b = np.asarray(got[name]["values"], dtype=float), np.asarray(entry["values"], dtype=float)
+        if name == "n_passes_":
+            assert abs(float(a.item() - b.item())) <= (1 if paper else 0), f"{what}: {a} passes, {b} recorded"
+            continue
         scale = max(1.0, float(np.abs(b).max(initial=0.0)))
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * scale, err_msg=f"{what}: {name}")
 
 
+def _is_paper(kw: dict) -> bool:
+    return kw.get("solver") == "paper"
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_fit_is_unchanged(case, stores, recorded, same_environment):
+def test_fit_is_unchanged(case, stores, recorded):
     store, kw = CASES[case]
     got = _outputs(_fit(stores[store], kw))
-    _assert_unchanged(got, recorded["fits"][case], same_environment, case, store=store)
+    _assert_unchanged(got, recorded["fits"][case], case, store=store, paper=_is_paper(kw))
 
 
 @pytest.mark.parametrize("case", RESUMED)
-def test_resumed_fit_is_unchanged(case, stores, recorded, same_environment, tmp_path):
+def test_resumed_fit_is_unchanged(case, stores, recorded, tmp_path):
     got = _outputs(_resumed(stores, case, tmp_path))
-    _assert_unchanged(got, recorded["fits"][case], same_environment, case, store=RESUMED[case][0])
+    store, kw, _ = RESUMED[case]
+    _assert_unchanged(got, recorded["fits"][case], case, store=store, paper=_is_paper(kw))
 
 
 @pytest.mark.parametrize("case", ["auto-f64", "paper-f64"])
-def test_checkpoint_file_is_unchanged(case, stores, recorded, same_environment, tmp_path):
-    """The file a fit writes: the same header layout, array names, dtypes and shapes; bit for bit here."""
+def test_checkpoint_file_is_unchanged(case, stores, recorded, tmp_path):
+    """The file a fit writes: the same header layout, array names, dtypes and shapes, close values."""
     store, kw = CASES[case]
     path = tmp_path / "fit.ckpt.npz"
     _fit(stores[store], kw, checkpoint=path)
@@ -292,12 +292,16 @@ def test_checkpoint_file_is_unchanged(case, stores, recorded, same_environment, 
         assert got["states"][kind].keys() == meta.keys(), kind
         for field, m in meta.items():
             assert got["states"][kind][field].keys() == m.keys(), (kind, field)
-            if "value" not in m or same_environment:  # scalars (n_iter, radii) only in the same environment
-                assert got["states"][kind][field] == m, (kind, field)
+            g = got["states"][kind][field]
+            if "value" not in m or not isinstance(m["value"], (int, float)) or isinstance(m["value"], bool):
+                assert g == m, (kind, field)
+            elif isinstance(m["value"], float):  # a radius, a scale: within the tolerance (NaN: NaN)
+                np.testing.assert_allclose(g["value"], m["value"], rtol=0, atol=RTOL["f64"] * max(1.0, abs(m["value"])),
+                                           err_msg=f"{kind}.{field}")
+            else:  # a count: the paper solver's may move by one, as its passes
+                assert abs(g["value"] - m["value"]) <= (1 if _is_paper(kw) else 0), (kind, field)
     assert got["arrays"].keys() == want["arrays"].keys()
-    _assert_unchanged(got["arrays"], want["arrays"], same_environment, f"{case} checkpoint")
-    if same_environment:
-        assert got["header"]["sha256"] == want["header"]["sha256"]
+    _assert_unchanged(got["arrays"], want["arrays"], f"{case} checkpoint")
 
 
 def test_checkpoint_written_by_b0a069c_is_refused_by_name(stores, tmp_path):
@@ -330,7 +334,7 @@ def _record(reason: str) -> None:
         record = {
             "comment": (
                 f"Recorded on commit {commit} by `python tests/test_refactor_identity.py --record REASON`: "
-                f"{reason} A pure refactor must reproduce these outputs bit for bit in this environment."
+                f"{reason} A pure refactor must reproduce these outputs within the test's tolerances on any machine."
             ),
             "commit": commit,
             "environment": environment(),
