@@ -122,10 +122,10 @@ def contributions_with_gaps(Y: np.ndarray, P: np.ndarray, covariance: np.ndarray
     array([[nan, 16.,  0.]])
     """
     Y = np.asarray(Y, dtype=np.float64)
+    if not len(_missing.nonfinite_rows(Y, nan_only=True)):
+        return reconstruction_contributions(Y, P)
     gaps = np.isnan(Y)
     whole = ~gaps.any(axis=1)
-    if whole.all():
-        return reconstruction_contributions(Y, P)
     out = np.full(Y.shape, np.nan)
     out[whole] = reconstruction_contributions(Y[whole], P)
     part = np.flatnonzero(~whole)

@@ -41,6 +41,7 @@ from scipy.special import gammaln
 
 __all__ = [
     "partial_rows",
+    "nonfinite_rows",
     "pattern_codes",
     "patterns",
     "ConditionalModel",
@@ -81,6 +82,28 @@ def pattern_codes(observed: np.ndarray) -> np.ndarray | None:
     if p <= 52:
         return (observed.astype(np.float64) @ np.ldexp(1.0, np.arange(p))).astype(np.int64)
     return observed.astype(np.int64) @ (np.int64(1) << np.arange(p, dtype=np.int64))
+
+
+def nonfinite_rows(block, *, nan_only: bool = False) -> np.ndarray:
+    """Positions of the rows of a 2-D block holding NaN or inf (``nan_only``: NaN).
+
+    Found as a row block's sums are (one product with a vector of ones,
+    which NaN and inf reach), then checked cell by cell on the rows whose
+    sum is not finite only: a sum can also overflow, or meet ``inf - inf``.
+    The same rows as ``~np.isfinite(block).all(axis=1)`` for a fraction of
+    its cost: on complete rows, a quarter of a sweep over the cells instead
+    of a mask as large as the block and a reduction of it.
+    """
+    block = np.asarray(block)
+    if block.dtype.kind != "f":
+        block = block.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = block @ np.ones(block.shape[1], block.dtype)
+    rows = np.flatnonzero(~np.isfinite(sums))
+    if not len(rows):
+        return rows
+    cells = block[rows]
+    return rows[np.isnan(cells).any(axis=1) if nan_only else ~np.isfinite(cells).all(axis=1)]
 
 
 def partial_rows(X: np.ndarray, observed: np.ndarray | None = None, codes: np.ndarray | None = None) -> np.ndarray:

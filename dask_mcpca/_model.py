@@ -145,8 +145,10 @@ def mahalanobis_d2(model: Any, block) -> np.ndarray:
         if model.n_components_ < model.n_features_in_:
             resid = np.einsum("ij,ij->i", Y, Y) - np.einsum("ij,ij->i", Z, Z)
             d2 += np.maximum(resid, 0.0) / np.ldexp(noise, -2 * unit)
-    gaps = np.isnan(Y).any(axis=1)
-    d2[np.isnan(d2)] = np.inf
+    nan = np.flatnonzero(np.isnan(d2))  # NaN cells make NaN distances (so does an overflow: inf - inf)
+    gaps = np.zeros(len(d2), bool)
+    gaps[nan[np.isnan(Y[nan]).any(axis=1)]] = True
+    d2[nan] = np.inf
     if gaps.any():
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             part, _ = _missing.observed_d2(Y[gaps], np.ldexp(precision_power(model, -1.0), -2 * unit))
@@ -303,14 +305,21 @@ def contamination_cutoff(model: Any, rows: np.ndarray, contamination: float) -> 
 # ------------------------------------------------------ row-block functions
 def observed_counts(block) -> np.ndarray:
     """Cells not NaN per row of an in-memory block (int16)."""
-    return (~np.isnan(np.asarray(block, np.float64))).sum(axis=1).astype(np.int16)
+    block = np.asarray(block, np.float64)
+    counts = np.full(len(block), block.shape[1], np.int16)
+    gaps = _missing.nonfinite_rows(block, nan_only=True)
+    counts[gaps] = (~np.isnan(block[gaps])).sum(axis=1)
+    return counts
 
 
 def top_channel(contributions: np.ndarray) -> np.ndarray:
     """Index of each row's largest contribution (int16); -1 where they are all NaN."""
-    empty = np.isnan(contributions).all(axis=1)
-    top = np.argmax(np.where(np.isnan(contributions), -np.inf, contributions), axis=1).astype(np.int16)
-    top[empty] = -1
+    top = np.argmax(contributions, axis=1).astype(np.int16)  # a NaN would be taken as the largest
+    gaps = _missing.nonfinite_rows(contributions, nan_only=True)
+    if len(gaps):
+        c = contributions[gaps]
+        top[gaps] = np.argmax(np.where(np.isnan(c), -np.inf, c), axis=1)
+        top[gaps[np.isnan(c).all(axis=1)]] = -1
     return top
 
 
@@ -318,7 +327,8 @@ def unusable_rows(block, nan_policy: str) -> np.ndarray:
     """Mask of the rows of ``block`` a per-row method cannot use: holding NaN or inf, except,
     under ``"partial"``, rows with some cells NaN (none inf).  Under ``"raise"`` such rows raise
     :class:`NonFiniteRowsError` instead."""
-    bad = ~np.isfinite(block).all(axis=1)
+    bad = np.zeros(len(block), bool)
+    bad[_missing.nonfinite_rows(block)] = True
     if bad.any() and nan_policy == "partial":
         bad &= ~_missing.partial_rows(np.asarray(block))
     if bad.any() and nan_policy == "raise":
@@ -428,6 +438,11 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
         return parts
 
     def fused(block):
+        if not len(_missing.nonfinite_rows(block)):  # complete rows, as most blocks hold: no masks to make
+            parts = distances(block)
+            if "n_observed" in outputs:
+                parts["n_observed"] = np.full(len(block), np.shape(block)[1], np.int16)
+            return parts
         bad = unusable_rows(block, policy)
         parts = distances(np.where(bad[:, None], 0.0, block) if bad.any() else block)
         for name, out in parts.items():

@@ -81,11 +81,12 @@ def test_score_writes_the_chosen_outputs(data, tmp_path, capsys):
     model = MCPCA().fit(data)
     model.save(tmp_path / "m.json")
     out = tmp_path / "s.zarr"
-    assert main(["score", store, "-m", str(tmp_path / "m.json"), "-o", str(out), "--outputs", "monitoring",
-                 "--dtype", "float32", "--no-progress"]) == 0
-    assert "d2 (4,000), outlier (4,000), top_channel (4,000) in float32" in capsys.readouterr().out
+    # the defaults: the 'monitoring' outputs in float32
+    assert main(["score", store, "-m", str(tmp_path / "m.json"), "-o", str(out), "--no-progress"]) == 0
+    assert "d2 (4,000), outlier (4,000), top_channel (4,000), n_observed (4,000) in float32" in capsys.readouterr().out
     g = zarr.open_group(str(out), mode="r")
-    assert sorted(g.array_keys()) == ["d2", "outlier", "top_channel"]
+    assert sorted(g.array_keys()) == ["d2", "n_observed", "outlier", "top_channel"]
+    assert g.attrs["outputs"] == ["d2", "outlier", "top_channel", "n_observed"] and g.attrs["dtype"] == "float32"
     assert g["d2"].dtype == np.float32 and g["top_channel"].dtype == np.int16
     np.testing.assert_array_equal(g["d2"][:], model.mahalanobis(X).astype(np.float32))
     np.testing.assert_array_equal(g["outlier"][:], model.is_outlier(X))
@@ -101,3 +102,24 @@ def test_an_unknown_output_is_one_line(data, tmp_path, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown output(s) top" in err[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_nonfinite_rows_are_the_rows_a_cell_check_finds(dtype):
+    """The rows found by their sums are those ``~isfinite(block).all(axis=1)`` finds, also where a sum of
+    finite cells overflows or meets ``inf - inf``."""
+    from dask_mcpca._missing import nonfinite_rows
+
+    big = np.finfo(dtype).max
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(1000, 5)).astype(dtype)
+    X[10] = [big, big, 0, 0, 0]  # finite, its sum overflows
+    X[11, 2] = np.nan
+    X[12, [0, 4]] = [np.inf, -np.inf]  # the sum is NaN, not a NaN cell
+    X[13, 1] = -np.inf
+    X[14] = [big, -big, big, -big, 1.0]  # finite, a sum that may overflow on the way
+    X[15] = np.nan
+    cells = ~np.isfinite(X)
+    np.testing.assert_array_equal(nonfinite_rows(X), np.flatnonzero(cells.any(axis=1)))
+    np.testing.assert_array_equal(nonfinite_rows(X, nan_only=True), np.flatnonzero(np.isnan(X).any(axis=1)))
+    assert nonfinite_rows(X[:10]).size == 0
