@@ -272,16 +272,16 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument(
         "--outputs", type=_output_names, metavar="NAMES",
-        help="what to write: 'all' (default: scores, weight, outlier, d2, contributions, n_observed), "
-        "'monitoring' (d2, outlier, top_channel), or names separated by commas from "
+        help="what to write: 'monitoring' (default: d2, outlier, top_channel, n_observed), 'all' (scores, weight, "
+        "outlier, d2, contributions, n_observed), or names separated by commas from "
         f"{', '.join(SCORE_ARRAYS)}; all are computed from one read of each block.  Bytes per row, "
         "float64: scores 8 k, weight, d2 8, outlier 1, contributions 8 p, n_observed, top_channel 2 "
         "(k components, p channels); --dtype float32 halves the floats' share",
     )
     score.add_argument(
         "--dtype", choices=("float64", "float32"), metavar="{float64,float32}",
-        help="of the float outputs (default float64); float32 keeps 7 significant digits, enough to rank "
-        "and threshold rows (the outlier flag is decided in float64 either way)",
+        help="of the float outputs (default float32: 7 significant digits, enough to rank and threshold rows; "
+        "the outlier flag is decided in float64 either way); float64 gives the API's values bit for bit",
     )
     score.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     data_options(score)

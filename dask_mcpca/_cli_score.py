@@ -18,7 +18,7 @@ from ._cli_outputs import (
 )
 from ._estimator import load
 
-__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "_cmd_score"]
+__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "_cmd_score"]
 
 #: The arrays ``score`` writes, and what each holds (also in the output's attributes).
 SCORE_ARRAYS = {
@@ -30,11 +30,16 @@ SCORE_ARRAYS = {
     "n_observed": "n_observed: cells not NaN in the row (what d2 and the flag were judged on)",
     "top_channel": "index of the channel with the largest contribution (-1: none observed)",
 }
-#: ``score --outputs`` by a name: ``all`` (the default) and ``monitoring`` (what an alarm needs).
+#: ``score --outputs`` by a name: ``monitoring`` (the default: what an alarm needs, the distance,
+#: the flag, the channel to look at and how many channels the row was judged on) and ``all``.
 OUTPUT_SETS = {
+    "monitoring": ("d2", "outlier", "top_channel", "n_observed"),
     "all": ("scores", "weight", "outlier", "d2", "contributions", "n_observed"),
-    "monitoring": ("d2", "outlier", "top_channel"),
 }
+#: ``score``'s defaults: 9 bytes a row (float32 d2, the flag, two int16 counts), against 8 (k + p + 2) + 3
+#: for ``--outputs all --dtype float64``.  A store written before the defaults changed says what it holds
+#: (its ``outputs`` and ``dtype`` attributes), or holds ``all`` in float64: ``--append`` goes on with that.
+DEFAULT_OUTPUTS, DEFAULT_DTYPE = "monitoring", "float32"
 
 
 def _cmd_score(args, out) -> int:
@@ -63,7 +68,7 @@ def _cmd_score(args, out) -> int:
     model = load(args.model, storage_options=options)
     X = _open(args)
     started = time.perf_counter()
-    names, dtype = args.outputs or OUTPUT_SETS["all"], args.dtype or "float64"
+    names, dtype = args.outputs or OUTPUT_SETS[DEFAULT_OUTPUTS], args.dtype or DEFAULT_DTYPE
     outputs = _score_outputs(model, X, names, dtype)
     span = _archive_span(args, X)
     attrs = {

@@ -17,17 +17,21 @@ import threading
 # processes the tests start, so that a session never writes the user's cache
 # (dask_mcpca._compiled.CACHE_DIR).  Compiled or loaded, the loops give the same bits (their
 # helpers are inlined; tests/test_same_everywhere.py checks it), so this is isolation only.
-_NUMBA_CACHE = tempfile.mkdtemp(prefix="dask-mcpca-tests-numba-")
-os.environ["NUMBA_CACHE_DIR"] = _NUMBA_CACHE
-atexit.register(shutil.rmtree, _NUMBA_CACHE, True)
+# One folder for the whole session: pytest-xdist's worker processes inherit it from the process
+# that starts them (made by the first to import this file, removed by it), so the loops are
+# compiled once per session, not once per worker.
+if "DASK_MCPCA_TESTS_NUMBA_CACHE" not in os.environ:
+    os.environ["DASK_MCPCA_TESTS_NUMBA_CACHE"] = tempfile.mkdtemp(prefix="dask-mcpca-tests-numba-")
+    atexit.register(shutil.rmtree, os.environ["DASK_MCPCA_TESTS_NUMBA_CACHE"], True)
+os.environ["NUMBA_CACHE_DIR"] = os.environ["DASK_MCPCA_TESTS_NUMBA_CACHE"]
 
 # scikit-learn's array-API checks (tests/test_sklearn_checks.py: with array-API dispatch on, numpy
 # input must give the same results) run only when scipy sees SCIPY_ARRAY_API=1 at its import, and
 # skip otherwise: set before anything imports scipy.
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
-import dask.array as da  # noqa: E402 - after NUMBA_CACHE_DIR
-import numpy as np  # noqa: E402
+import dask.array as da  # after NUMBA_CACHE_DIR
+import numpy as np
 
 
 #: Two tiers.  ``python -m pytest`` is the development tier: every module, none of the tests

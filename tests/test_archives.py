@@ -107,7 +107,8 @@ def test_variables_need_an_xarray_archive(tmp_path, capsys):
 
 def test_score_writes_named_time_indexed_variables(archive, model_file, tmp_path):
     out = tmp_path / "scores.zarr"
-    assert _run("score", archive[0], "--model", model_file, "--output", out) == 0
+    assert _run("score", archive[0], "--model", model_file, "--output", out, "--outputs", "all",
+                "--dtype", "float64") == 0
     ds = xr.open_zarr(out)
     model = load(model_file)
     k, p = model.n_components_, model.n_features_in_

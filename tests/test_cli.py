@@ -347,28 +347,34 @@ def test_score_writes_a_new_store_lazily_and_atomically(stores, model_file, tmp_
     model = load(model_file)
     X = zarr.open_array(stores["single"], mode="r")[:]
     g = zarr.open_group(str(out_path), mode="r")
-    assert sorted(g.array_keys()) == ["contributions", "d2", "n_observed", "outlier", "scores", "weight"]
-    np.testing.assert_allclose(g["d2"][:], model.mahalanobis(X), rtol=1e-12)
-    np.testing.assert_allclose(g["contributions"][:], model.channel_contributions(X), rtol=1e-12)
-    assert g["scores"].shape == (N_ROWS, model.n_components_)
-    assert np.array_equal(g["scores"][:], model.transform(X))
-    assert np.array_equal(g["weight"][:], model.score_samples(X))
-    assert g["outlier"].dtype == bool
+    # the default outputs: what monitoring needs, floats in float32
+    assert sorted(g.array_keys()) == ["d2", "n_observed", "outlier", "top_channel"]
+    assert g["d2"].dtype == np.float32 and g["outlier"].dtype == bool and g["top_channel"].dtype == np.int16
+    assert np.all(g["n_observed"][:] == X.shape[1])
+    np.testing.assert_allclose(g["d2"][:], model.mahalanobis(X), rtol=1e-6)
     assert np.array_equal(g["outlier"][:], model.is_outlier(X))
+    assert np.array_equal(g["top_channel"][:], np.argmax(model.channel_contributions(X), axis=1))
     assert g.attrs["source"] == os.path.abspath(stores["single"])
     n_out = int(model.is_outlier(X).sum())
     assert 100 <= n_out <= 400  # 150 rows were made outlying
     assert f"{n_out:,} outliers" in out
     assert "100% Completed" in err and "Completed" not in out  # dask's bar, on stderr
 
-    # Refused without --overwrite (test_errors_are_one_line...), replaced with it.
+    # Refused without --overwrite (test_errors_are_one_line...), replaced with it; every output in
+    # float64 gives the API's values
     (out_path / "stale.txt").write_text("from an earlier run")
-    rc, _, err = _run(
-        "score", stores["single"], "--model", model_file, "--output", str(out_path), "--overwrite", "--no-progress"
-    )
+    rc, _, err = _run("score", stores["single"], "--model", model_file, "--output", str(out_path), "--overwrite",
+                      "--no-progress", "--outputs", "all", "--dtype", "float64")
     assert rc == 0, err
     assert "Completed" not in err
-    assert np.array_equal(zarr.open_group(str(out_path), mode="r")["outlier"][:], model.is_outlier(X))
+    g = zarr.open_group(str(out_path), mode="r")
+    assert sorted(g.array_keys()) == ["contributions", "d2", "n_observed", "outlier", "scores", "weight"]
+    np.testing.assert_allclose(g["d2"][:], model.mahalanobis(X), rtol=1e-12)
+    np.testing.assert_allclose(g["contributions"][:], model.channel_contributions(X), rtol=1e-12)
+    assert g["scores"].shape == (N_ROWS, model.n_components_)
+    assert np.array_equal(g["scores"][:], model.transform(X))
+    assert np.array_equal(g["weight"][:], model.score_samples(X))
+    assert np.array_equal(g["outlier"][:], model.is_outlier(X))
     assert not (out_path / "stale.txt").exists()  # replaced, not merged
     assert sorted(os.listdir(tmp_path)) == ["scores.zarr"]
     assert _snapshot(stores["single"]) == before

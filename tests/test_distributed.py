@@ -225,7 +225,7 @@ def test_cli_score_on_the_cluster_draws_progress(client, cluster, data, stores, 
     with get_task_stream(client) as stream:
         done = subprocess.run(
             [sys.executable, "-m", "dask_mcpca", "score", stores["zarr"], "--model", str(tmp_path / "model.json"),
-             "--output", str(out), "--scheduler", cluster.address],
+             "--output", str(out), "--scheduler", cluster.address, "--outputs", "all", "--dtype", "float64"],
             env=subprocess_env(), capture_output=True, text=True, timeout=120,
         )
     assert done.returncode == 0, done.stderr

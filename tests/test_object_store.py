@@ -134,7 +134,8 @@ def test_cli_fit_score_report_on_s3_with_a_cluster(stores, cluster, tmp_path):
     assert sorted(model.feature_names_in_) == sorted(CHANNELS)
 
     scores = f"s3://{BUCKET}/scores.zarr"
-    assert _run("score", stores["labelled"], "--model", model_path, "--output", scores, *on_cluster) == 0
+    assert _run("score", stores["labelled"], "--model", model_path, "--output", scores, "--outputs", "all",
+                *on_cluster) == 0
     ds = xr.open_zarr(scores, storage_options=stores["options"])
     assert ds.attrs["complete"] is True
     assert ds["contributions"].dims == ("time", "channel") and ds["outlier"].dims == ("time",)
@@ -305,8 +306,8 @@ def test_a_failed_score_leaves_the_old_output_and_no_temporary(stores, data, fit
     assert _run("score", stores["plain"], "--model", model_url, "--output", out, *endpoint) == 0
     old = zarr.open_group(out, mode="r", storage_options=stores["options"])
     assert old.attrs["complete"] is True
-    weight = old["weight"][:]
-    np.testing.assert_allclose(weight, fitted.score_samples(data), rtol=1e-12)
+    d2 = old["d2"][:]  # the default outputs, in float32
+    np.testing.assert_allclose(d2, fitted.mahalanobis(data), rtol=1e-6)
     gappy = data.copy()
     gappy[N_ROWS - 10] = np.nan  # the model refuses NaN rows (nan_policy="raise"): the last blocks fail
     gappy_url = f"s3://{BUCKET}/gappy.zarr"
@@ -316,7 +317,7 @@ def test_a_failed_score_leaves_the_old_output_and_no_temporary(stores, data, fit
     rc = _run("score", gappy_url, "--model", model_url, "--output", out, "--overwrite", *endpoint)
     assert rc == 2
     kept = zarr.open_group(out, mode="r", storage_options=stores["options"])
-    np.testing.assert_array_equal(kept["weight"][:], weight)
+    np.testing.assert_array_equal(kept["d2"][:], d2)
     assert _temporaries(_fs(stores), "kept-scores.zarr") == []
 
 
@@ -328,7 +329,7 @@ def test_score_killed_mid_write_on_s3_keeps_the_old_output(stores, data, fitted,
     endpoint = ["--storage-option", f"endpoint_url={options['endpoint_url']}"]
     out = f"s3://{BUCKET}/killed-scores.zarr"
     assert _run("score", stores["plain"], "--model", model_url, "--output", out, *endpoint) == 0
-    weight = zarr.open_group(out, mode="r", storage_options=options)["weight"][:]
+    d2 = zarr.open_group(out, mode="r", storage_options=options)["d2"][:]
     big = np.random.default_rng(5).normal(size=(400_000, len(CHANNELS)))
     big_url = f"s3://{BUCKET}/big.zarr"
     zarr.create_array(big_url, shape=big.shape, chunks=(4_000, len(CHANNELS)), dtype="f8",
@@ -351,11 +352,11 @@ def test_score_killed_mid_write_on_s3_keeps_the_old_output(stores, data, fitted,
     assert _temporaries(fs, "killed-scores.zarr")  # left by the kill
     old = zarr.open_group(out, mode="r", storage_options=options)  # the old output, whole
     assert old.attrs["complete"] is True
-    np.testing.assert_array_equal(old["weight"][:], weight)
+    np.testing.assert_array_equal(old["d2"][:], d2)
     assert _run("score", big_url, "--model", model_url, "--output", out, "--overwrite", *endpoint) == 0
     assert _temporaries(fs, "killed-scores.zarr") == []
     np.testing.assert_allclose(
-        zarr.open_group(out, mode="r", storage_options=options)["weight"][:], fitted.score_samples(big), rtol=1e-12
+        zarr.open_group(out, mode="r", storage_options=options)["d2"][:], fitted.mahalanobis(big), rtol=1e-6
     )
 
 
@@ -366,7 +367,7 @@ def test_overwrite_repairs_an_output_left_without_root_metadata(stores, data, fi
     endpoint = ["--storage-option", f"endpoint_url={options['endpoint_url']}"]
     out = f"s3://{BUCKET}/half-scores.zarr"
     fs = _fs(stores)
-    fs.pipe(f"{BUCKET}/half-scores.zarr/weight/c/0", b"chunk bytes of an interrupted publication")
+    fs.pipe(f"{BUCKET}/half-scores.zarr/d2/c/0", b"chunk bytes of an interrupted publication")
     from dask_mcpca._atomic import PUBLISHING_MARKER  # written first by a publication, deleted last
 
     fs.pipe(f"{BUCKET}/half-scores.zarr/{PUBLISHING_MARKER}", b"publishing")
@@ -375,4 +376,4 @@ def test_overwrite_repairs_an_output_left_without_root_metadata(stores, data, fi
     assert _run("score", stores["plain"], "--model", model_url, "--output", out, "--overwrite", *endpoint) == 0
     fs.invalidate_cache()
     g = zarr.open_group(out, mode="r", storage_options=options)
-    np.testing.assert_allclose(g["weight"][:], fitted.score_samples(data), rtol=1e-12)
+    np.testing.assert_allclose(g["d2"][:], fitted.mahalanobis(data), rtol=1e-6)
