@@ -28,6 +28,10 @@ float64 values per instruction with AVX-512).
   ranges and finiteness, then its rows in the sub-block's unit;
 * :func:`sampled_rows`: the rows a pass draws into its row sample (the hash
   of the global row index that numpy's ``_block._row_uniforms`` spells).
+* :func:`row_distances`: per complete row, the fitted model's squared
+  distance and the channel of its largest contribution, in one sweep (the
+  per-row methods and ``score``; :func:`._model.distances_and_top`): numpy's
+  spelling made about ten sweeps over a block for them.
 
 Every weighted sum runs over ``TILE`` rows in the rows' dtype, and the runs
 add in float64, as the numpy spelling's GEMMs of ``GEMM_ROWS`` rows do
@@ -92,6 +96,7 @@ __all__ = [
     "CACHE_DIR",
     "column_ranges",
     "flat_top_sums",
+    "row_distances",
     "sampled_rows",
     "transposed_quadratic_form",
     "transposed_rows",
@@ -444,3 +449,59 @@ def transposed_weighted_sums(Yt, G, weight, wsum, scatter):  # pragma: no cover 
     w = np.empty((G.shape[0], TILE), Yt.dtype)
     for t0 in range(0, n, TILE):
         _sums_run(Yt, G, w, t0, min(TILE, n - t0), weight, wsum, scatter)
+
+
+@_compiled
+def row_distances(X, center, scale, components, inv_var, inv_noise, top_matrix, d2, top):  # pragma: no cover
+    """Per row of ``X`` (n x p, complete): its squared distance under a fitted model into
+    ``d2`` (n,), and, when ``top`` has n entries, the channel whose reconstruction-based
+    contribution is largest into ``top``.
+
+    A row is shifted by ``center`` and scaled by ``scale`` (a power of two: exact), in
+    float64, as :func:`._model.mahalanobis_d2` spells it in numpy: ``z = components y``,
+    ``d2 = sum_a z_a^2 inv_var_a + max(|y|^2 - |z|^2, 0) inv_noise`` (``inv_noise`` 0: no
+    residual term, as when every component is kept).  The contributions are
+    ``(y top_matrix)_a^2`` up to one positive factor per row (``top_matrix`` is the
+    unit-diagonal precision of :func:`._contributions.reconstruction_contributions` with
+    its scaling folded in), so the first largest is the channel
+    :meth:`MCPCA.channel_contributions` ranks first.  A row whose distance or a
+    contribution is not finite (an overflow) gets ``d2`` NaN: the caller computes it again
+    with the numpy spelling, which says what such a row's distance is.
+    """
+    n, p = X.shape
+    k = components.shape[0]
+    with_top = top.shape[0] == n
+    y = np.empty(p)
+    for i in range(n):
+        yy = 0.0
+        for j in range(p):
+            y[j] = (X[i, j] - center[j]) * scale
+            yy += y[j] * y[j]
+        s = 0.0
+        zz = 0.0
+        for a in range(k):
+            z = 0.0
+            for j in range(p):
+                z += components[a, j] * y[j]
+            s += z * z * inv_var[a]
+            zz += z * z
+        if inv_noise > 0.0:
+            r = yy - zz
+            if r > 0.0:
+                s += r * inv_noise
+            elif r != r:
+                s = np.nan
+        if with_top:
+            best, at, total = -1.0, 0, 0.0
+            for a in range(p):
+                v = 0.0
+                for j in range(p):
+                    v += y[j] * top_matrix[j, a]
+                v = v * v
+                total += v  # not finite if a contribution is not (or if their sum overflows)
+                if v > best:
+                    best, at = v, a
+            top[i] = at
+            if not total < np.inf:
+                s = np.nan
+        d2[i] = s if s < np.inf else np.nan

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _missing
+from . import _compiled, _missing
 from ._contributions import contributions_with_gaps
 from ._passes import NonFiniteRowsError
 from ._power import variance_floor
@@ -136,6 +136,69 @@ def mahalanobis_d2(model: Any, block) -> np.ndarray:
     -------
     d2 : ndarray of shape (n_rows,)
     """
+    return distances_and_top(model, block)[0]
+
+
+def distances_and_top(model: Any, block, *, top: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`mahalanobis_d2` of each row, and (``top``) the index of its largest reconstruction-based
+    contribution (int16, as :func:`top_channel` of :meth:`MCPCA.channel_contributions`; -1 where no
+    cell is observed), in one sweep over the rows.
+
+    Complete rows go through the compiled loop (:func:`._compiled.row_distances`) where numba
+    runs; rows with NaN or inf cells, rows whose distance overflows, and every row where numba
+    does not run (``NUMBA_DISABLE_JIT=1``) through the numpy spelling.  Which spelling serves a
+    row depends on the row alone, never on its block, so every method and every chunking gives
+    a row the same bits.
+    """
+    block = np.asarray(block)
+    if block.dtype not in (np.float32, np.float64):
+        block = block.astype(np.float64)
+    n = len(block)
+    d2, tops = np.empty(n), np.empty(n if top else 0, np.int16)
+    numpy_rows = np.arange(n)
+    if _compiled.AVAILABLE and n and block.ndim == 2:
+        lam, noise = floored_variances(model)
+        unit = int(np.frexp(np.sqrt(lam.max(initial=noise)))[1])
+        bad = _missing.nonfinite_rows(block)
+        rows = np.ones(n, bool)
+        rows[bad] = False
+        complete = np.ascontiguousarray(block if not len(bad) else block[rows])
+        part_d2, part_top = np.empty(len(complete)), np.empty(len(complete) if top else 0, np.int16)
+        inv_noise = 1.0 / np.ldexp(noise, -2 * unit) if model.n_components_ < model.n_features_in_ else 0.0
+        with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+            _compiled.row_distances(complete, np.asarray(model.mean_, np.float64), np.ldexp(1.0, -unit),
+                                    np.ascontiguousarray(model.components_, np.float64),
+                                    1.0 / np.ldexp(lam, -2 * unit), float(inv_noise), _top_matrix(model),
+                                    part_d2, part_top)
+        where = np.flatnonzero(rows) if len(bad) else np.arange(n)
+        d2[where] = part_d2
+        if top:
+            tops[where] = part_top
+        numpy_rows = np.sort(np.concatenate([bad, where[np.isnan(part_d2)]]))
+    if len(numpy_rows):
+        rows = block[numpy_rows]
+        d2[numpy_rows] = _numpy_d2(model, rows)
+        if top:
+            tops[numpy_rows] = top_channel(contributor(model, "reconstruction")(rows))
+    return d2, (tops if top else None)
+
+
+def _top_matrix(model: Any) -> np.ndarray:
+    """The unit-diagonal precision of :func:`._contributions.reconstruction_contributions`, its rows
+    scaled back (``(y M)_a^2`` is channel a's contribution up to one factor per row)."""
+    P = precision_power(model, 1.0)
+    diag = np.diag(P).copy()
+    seen = np.isfinite(diag) & (diag > 0)
+    root = np.sqrt(np.where(seen, diag, 1.0))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        M = P / root[None, :]
+    M[~seen, :] = 0.0
+    M[:, ~seen] = 0.0
+    return np.ascontiguousarray(M)
+
+
+def _numpy_d2(model: Any, block) -> np.ndarray:
+    """:func:`mahalanobis_d2` spelled in numpy: the reference, and the rows the compiled loop leaves."""
     lam, noise = floored_variances(model)
     unit = int(np.frexp(np.sqrt(lam.max(initial=noise)))[1])
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
@@ -412,13 +475,16 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
     (:func:`nan_for_nonfinite_rows`; ``n_observed`` always under ``"partial"``).
     """
     project = projector(model, nan_policy) if "scores" in outputs else None
-    contribute = contributor(model, "reconstruction") if {"contributions", "top_channel"} & set(outputs) else None
+    contribute = contributor(model, "reconstruction") if "contributions" in outputs else None
+    top_with_d2 = "top_channel" in outputs and contribute is None  # from the distances' sweep
     policy = nan_policy
 
     def distances(block):
         parts = {}
-        if {"weight", "outlier", "d2"} & set(outputs):
-            d2 = mahalanobis_d2(model, block)
+        if {"weight", "outlier", "d2"} & set(outputs) or top_with_d2:
+            d2, top = distances_and_top(model, block, top=top_with_d2)
+            if top_with_d2:
+                parts["top_channel"] = top
             if "d2" in outputs:
                 parts["d2"] = d2.copy()
             if {"weight", "outlier"} & set(outputs):
@@ -431,8 +497,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
             parts["scores"] = project(block)
         if contribute is not None:
             c = contribute(block)
-            if "contributions" in outputs:
-                parts["contributions"] = c
+            parts["contributions"] = c
             if "top_channel" in outputs:
                 parts["top_channel"] = top_channel(c)
         return parts
