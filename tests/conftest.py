@@ -12,18 +12,21 @@ import shutil
 import tempfile
 import threading
 
-# numba compiles the package's loops in each test session, into a cache folder of its own: set
-# before anything imports numba (importing dask.array does), and inherited by the worker
-# processes the tests start, so that a session never writes the user's cache
-# (dask_mcpca._compiled.CACHE_DIR).  Compiled or loaded, the loops give the same bits (their
-# helpers are inlined; tests/test_same_everywhere.py checks it), so this is isolation only.
-# One folder for the whole session: pytest-xdist's worker processes inherit it from the process
-# that starts them (made by the first to import this file, removed by it), so the loops are
-# compiled once per session, not once per worker.
-if "DASK_MCPCA_TESTS_NUMBA_CACHE" not in os.environ:
-    os.environ["DASK_MCPCA_TESTS_NUMBA_CACHE"] = tempfile.mkdtemp(prefix="dask-mcpca-tests-numba-")
-    atexit.register(shutil.rmtree, os.environ["DASK_MCPCA_TESTS_NUMBA_CACHE"], True)
-os.environ["NUMBA_CACHE_DIR"] = os.environ["DASK_MCPCA_TESTS_NUMBA_CACHE"]
+# numba caches the package's compiled loops for the tests in the checkout's ``.numba-cache``
+# (ignored by git), never in the user's cache (dask_mcpca._compiled.CACHE_DIR): set before
+# anything imports numba (importing dask.array does), and inherited by pytest-xdist's workers and
+# by the processes the tests start.  A fresh clone (CI) compiles them once, later sessions load
+# them.  Compiled or loaded, the loops give the same bits (their helpers are inlined;
+# tests/test_same_everywhere.py checks it with folders of its own, one compiling, the others
+# loading), and no test compares bits with a record (tests/test_refactor_identity.py has
+# tolerances).  DASK_MCPCA_TESTS_NUMBA_CACHE names another folder; empty: a temporary one per session.
+_NUMBA_CACHE = os.environ.get("DASK_MCPCA_TESTS_NUMBA_CACHE")
+if _NUMBA_CACHE is None:
+    _NUMBA_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".numba-cache")
+elif not _NUMBA_CACHE:
+    _NUMBA_CACHE = tempfile.mkdtemp(prefix="dask-mcpca-tests-numba-")
+    atexit.register(shutil.rmtree, _NUMBA_CACHE, True)
+os.environ["DASK_MCPCA_TESTS_NUMBA_CACHE"] = os.environ["NUMBA_CACHE_DIR"] = _NUMBA_CACHE
 
 # scikit-learn's array-API checks (tests/test_sklearn_checks.py: with array-API dispatch on, numpy
 # input must give the same results) run only when scipy sees SCIPY_ARRAY_API=1 at its import, and

@@ -205,6 +205,7 @@ def test_partial_needs_the_default_solver():
         MCPCA(solver="paper", nan_policy="partial").fit(np.random.default_rng(0).normal(size=(100, 3)))
 
 
+@pytest.mark.slow  # two processes started as a user starts them
 def test_command_line_partial_fit_and_score_write_observed_counts(tmp_path):
     _, Xg, _ = _archive(20_000)
     store = str(tmp_path / "g.zarr")
