@@ -163,13 +163,15 @@ def distances_and_top(model: Any, block, *, top: bool = False) -> tuple[np.ndarr
         rows = np.ones(n, bool)
         rows[bad] = False
         complete = np.ascontiguousarray(block if not len(bad) else block[rows])
+        if not complete.flags.writeable:  # one compiled specialization per dtype: C order, writable
+            complete = complete.copy()
         part_d2, part_top = np.empty(len(complete)), np.empty(len(complete) if top else 0, np.int16)
         inv_noise = 1.0 / np.ldexp(noise, -2 * unit) if model.n_components_ < model.n_features_in_ else 0.0
         with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
-            _compiled.row_distances(complete, np.asarray(model.mean_, np.float64), np.ldexp(1.0, -unit),
-                                    np.ascontiguousarray(model.components_, np.float64),
-                                    1.0 / np.ldexp(lam, -2 * unit), float(inv_noise), _top_matrix(model),
-                                    part_d2, part_top)
+            _compiled.row_distances(complete, np.array(model.mean_, np.float64, order="C"),
+                                    float(np.ldexp(1.0, -unit)), np.array(model.components_, np.float64, order="C"),
+                                    np.array(1.0 / np.ldexp(lam, -2 * unit), np.float64, order="C"),
+                                    float(inv_noise), _top_matrix(model), part_d2, part_top)
         where = np.flatnonzero(rows) if len(bad) else np.arange(n)
         d2[where] = part_d2
         if top:
