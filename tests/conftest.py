@@ -33,8 +33,8 @@ os.environ["DASK_MCPCA_TESTS_NUMBA_CACHE"] = os.environ["NUMBA_CACHE_DIR"] = _NU
 # skip otherwise: set before anything imports scipy.
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
-import dask.array as da  # after NUMBA_CACHE_DIR
-import numpy as np
+import dask.array as da  # noqa: E402 - after NUMBA_CACHE_DIR
+import numpy as np  # noqa: E402
 
 
 #: Two tiers.  ``python -m pytest`` is the development tier: every module, none of the tests
