@@ -89,18 +89,24 @@ def reconstruction_contributions(Y: np.ndarray, P: np.ndarray) -> np.ndarray:
         raise ValueError(f"P must be a square matrix; got shape {P.shape}")
     if Y.shape[-1] != P.shape[0]:
         raise ValueError(f"Y has {Y.shape[-1]} channels but P describes {P.shape[0]}")
-    diag = np.diag(P).copy()
-    seen = np.isfinite(diag) & (diag > 0)
+    root, seen = channel_scales(P)
     # The symmetric scaling D^-1/2 P D^-1/2 (unit diagonal) applied to D^1/2 y:
     # the same numbers as (P y)_j^2 / P_jj, but each factor stays within the
     # range of the data even when channels' units differ by many decades.
-    root = np.sqrt(np.where(seen, diag, 1.0))
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         R = P / root[:, None] / root[None, :]
         R[~seen, :] = 0.0
         R[:, ~seen] = 0.0
         out = ((Y * root) @ R) ** 2
     return out
+
+
+def channel_scales(P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(root, seen)`` of a precision ``P``: which channels the distance sees (``P_jj`` finite and
+    > 0) and ``sqrt(P_jj)`` for them (1 for the others, whose contribution is 0)."""
+    diag = np.diag(P).copy()
+    seen = np.isfinite(diag) & (diag > 0)
+    return np.sqrt(np.where(seen, diag, 1.0)), seen
 
 
 def contributions_with_gaps(Y: np.ndarray, P: np.ndarray, covariance: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import _compiled, _missing
-from ._contributions import contributions_with_gaps
+from ._contributions import channel_scales, contributions_with_gaps
 from ._passes import NonFiniteRowsError
 from ._power import variance_floor
 from ._repeated import held_out
@@ -157,12 +157,10 @@ def distances_and_top(model: Any, block, *, top: bool = False) -> tuple[np.ndarr
     d2, tops = np.empty(n), np.empty(n if top else 0, np.int16)
     numpy_rows = np.arange(n)
     if _compiled.AVAILABLE and n and block.ndim == 2:
-        lam, noise = floored_variances(model)
-        unit = int(np.frexp(np.sqrt(lam.max(initial=noise)))[1])
+        lam, noise, unit = _working_unit(model)
         bad = _missing.nonfinite_rows(block)
-        rows = np.ones(n, bool)
-        rows[bad] = False
-        complete = np.ascontiguousarray(block if not len(bad) else block[rows])
+        good = np.delete(numpy_rows, bad)
+        complete = np.ascontiguousarray(block[good] if len(bad) else block)
         if not complete.flags.writeable:  # one compiled specialization per dtype: C order, writable
             complete = complete.copy()
         part_d2, part_top = np.empty(len(complete)), np.empty(len(complete) if top else 0, np.int16)
@@ -171,12 +169,12 @@ def distances_and_top(model: Any, block, *, top: bool = False) -> tuple[np.ndarr
             _compiled.row_distances(complete, np.array(model.mean_, np.float64, order="C"),
                                     float(np.ldexp(1.0, -unit)), np.array(model.components_, np.float64, order="C"),
                                     np.array(1.0 / np.ldexp(lam, -2 * unit), np.float64, order="C"),
-                                    float(inv_noise), _top_matrix(model), part_d2, part_top)
-        where = np.flatnonzero(rows) if len(bad) else np.arange(n)
-        d2[where] = part_d2
+                                    float(inv_noise), _top_matrix(model) if top else np.empty((0, 0)),
+                                    part_d2, part_top)
+        d2[good] = part_d2
         if top:
-            tops[where] = part_top
-        numpy_rows = np.sort(np.concatenate([bad, where[np.isnan(part_d2)]]))
+            tops[good] = part_top
+        numpy_rows = np.sort(np.concatenate([bad, good[np.isnan(part_d2)]]))
     if len(numpy_rows):
         rows = block[numpy_rows]
         d2[numpy_rows] = _numpy_d2(model, rows)
@@ -189,9 +187,7 @@ def _top_matrix(model: Any) -> np.ndarray:
     """The unit-diagonal precision of :func:`._contributions.reconstruction_contributions`, its rows
     scaled back (``(y M)_a^2`` is channel a's contribution up to one factor per row)."""
     P = precision_power(model, 1.0)
-    diag = np.diag(P).copy()
-    seen = np.isfinite(diag) & (diag > 0)
-    root = np.sqrt(np.where(seen, diag, 1.0))
+    root, seen = channel_scales(P)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         M = P / root[None, :]
     M[~seen, :] = 0.0
@@ -199,10 +195,16 @@ def _top_matrix(model: Any) -> np.ndarray:
     return np.ascontiguousarray(M)
 
 
+def _working_unit(model: Any) -> tuple[np.ndarray, float, int]:
+    """The floored variances, the noise variance and the power of two the distances are computed in
+    (the exponent of the largest spread: scaling by it is exact, and squares stay far from overflow)."""
+    lam, noise = floored_variances(model)
+    return lam, noise, int(np.frexp(np.sqrt(lam.max(initial=noise)))[1])
+
+
 def _numpy_d2(model: Any, block) -> np.ndarray:
     """:func:`mahalanobis_d2` spelled in numpy: the reference, and the rows the compiled loop leaves."""
-    lam, noise = floored_variances(model)
-    unit = int(np.frexp(np.sqrt(lam.max(initial=noise)))[1])
+    lam, noise, unit = _working_unit(model)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         Y = np.ldexp(np.asarray(block, np.float64) - model.mean_, -unit)
         Z = Y @ model.components_.T
