@@ -44,6 +44,11 @@ def blas_info() -> str:
     )
 
 
+def cpu_line() -> str:
+    """The CPU model and the logical core count, as the first line of :func:`machine_info` gives them."""
+    return f"{_cpu_model()}, {os.cpu_count()} logical cores"
+
+
 def machine_info() -> str:
     """A Markdown list describing the machine and the library versions."""
     import dask
@@ -62,7 +67,7 @@ def machine_info() -> str:
 
     env = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
     lines = [
-        f"- CPU: {_cpu_model()}, {os.cpu_count()} logical cores",
+        f"- CPU: {cpu_line()}",
         f"- RAM: {psutil.virtual_memory().total / 2**30:.1f} GiB",
         f"- OS: {platform.platform()}",
         f"- Python {platform.python_version()}; numpy {numpy.__version__}; dask {dask.__version__}; "

@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _results import fmt_bytes, machine_info, update_section  # noqa: E402
+from _results import cpu_line, fmt_bytes, update_section  # noqa: E402
 from make_store import make_store  # noqa: E402
 
 
@@ -96,8 +96,7 @@ def report(info, chunk_rows: int, results: list[dict]) -> str:
     lines += ["", f"Tasks by kind ({kinds['workers']} workers): "
               + ", ".join(f"`{k}` {v} ({fmt_bytes(kinds['result_bytes'].get(k, 0))} of results)"
                           for k, v in sorted(kinds["tasks"].items(), key=lambda kv: -kv[1])) + ".",
-              "", f"Machine: {next((x for x in machine_info().splitlines() if x.startswith('- CPU')), '- CPU: ?')[7:]};"
-              f" load average {os.getloadavg()[0]:.1f} at the end."]
+              "", f"Machine: {cpu_line()}; load average {os.getloadavg()[0]:.1f} at the end."]
     return "\n".join(lines)
 
 

@@ -62,7 +62,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _results import blas_info, fmt_bytes, machine_info, update_section
+from _results import blas_info, cpu_line, fmt_bytes, machine_info, update_section
 from make_store import StoreInfo, make_store
 
 __all__ = ["run_speed", "principal_angle", "subspace_angle"]
@@ -459,7 +459,7 @@ def run_score_floor(*, rows: int, cols: int, dtype: str, chunk_rows: int, repeat
             print(f"round {r}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    cpu = next((line for line in machine_info().splitlines() if line.startswith("- CPU")), "- CPU: ?")[7:]
+    cpu = cpu_line()
     return {"machine": cpu, "load": os.getloadavg()[0],
             "rows": rows, "cols": cols, "dtype": dtype, "chunk_rows": chunk_rows, "repeats": repeats,
             "input_bytes": _dir_bytes(store), "times": times, "written": written,
@@ -488,8 +488,8 @@ def report_score_floor(res: dict) -> tuple[str, str]:
                      f"{fmt_bytes(res['written'][name])} | {m[name] / m['copy']:.2f} | {m[name] / m['xtx']:.2f} |")
     lines += ["", f"Targets (issue 25): `score` with the default outputs <= 1.3x the copy: "
               f"{m['score_default'] / m['copy']:.2f}x; <= 3 X^T X passes: {m['score_default'] / m['xtx']:.2f}.", "",
-              f"Machine: {res['machine']}; load average {res['load']:.1f} at the end of the run (above the core "
-              "count, other work shared the cores: `score` computes, the copy mostly waits on I/O)."]
+              f"Machine: {res['machine']}; load average {res['load']:.1f} at the end of the run (other jobs shared "
+              "the machine when above the core count: `score` computes, the copy mostly waits on I/O)."]
     return key, "\n".join(lines)
 
 
