@@ -8,8 +8,8 @@ dtype and layout and the pass's plan, never from its values:
 
 ``"whole_block"``
     The default solver's kernels (one matrix, every kernel with a flat top)
-    over a block stored contiguous in its working dtype: one compiled sweep
-    over the whole block (:func:`._kernels.one_sweep`).
+    over a block stored contiguous, float64 or float32: one compiled sweep
+    over the whole block as stored (:func:`._kernels.one_sweep`).
 ``"one_sweep"``
     The same sweep, one sub-block of ``SUB_BLOCK_ROWS`` rows at a time.
 ``"two_sweeps"``
@@ -49,7 +49,6 @@ from ._kernels import (
     one_sweep,
     partial_stats,
     two_sweeps,
-    work_dtype,
 )
 from ._stats import BlockStats, PartialPlan, PassPlan, combine, empty
 
@@ -79,6 +78,10 @@ COMPILED = _compiled.AVAILABLE
 #: at 50, 1.06 at 100, 1.84 at 300).
 COMPILED_MAX_FEATURES = 32
 
+#: Blocks the compiled sweep reads as stored, whole (native byte order); others are widened to
+#: float64 a sub-block at a time first.
+WHOLE_BLOCK_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
 #: The kernels a block can take (see the module docstring).
 Route = Literal["whole_block", "one_sweep", "two_sweeps", "compiled_moments", "numpy"]
 ROUTES: tuple[Route, ...] = typing.get_args(Route)
@@ -88,14 +91,12 @@ ROUTES: tuple[Route, ...] = typing.get_args(Route)
 class Routing:
     """The routes a block tries, in order (the last is always ``"numpy"``), and why.
 
-    ``work`` is the dtype of the block's working rows and ``kernel`` the
-    upper-triangle form of the pass's one kernel matrix that the compiled
+    ``kernel`` is the upper-triangle form of the pass's one kernel matrix that the compiled
     kernel passes take (None when none of them is a route).
     """
 
     routes: tuple[Route, ...]
     reason: str
-    work: type = np.float64
     kernel: np.ndarray | None = None
 
 
@@ -119,16 +120,15 @@ def choose_route(X: np.ndarray, plan: PassPlan, *, route: Route | None = None) -
     if route is not None and route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES} or None; got {route!r}")
     X = np.asarray(X)
-    work = work_dtype(X.dtype, plan)
-    usual, reason, kernel = _usual_routes(X, plan, work)
+    usual, reason, kernel = _usual_routes(X, plan)
     if route is None:
-        return Routing(usual, reason, work, kernel)
+        return Routing(usual, reason, kernel)
     if route in usual:
-        return Routing((route, "numpy") if route != "numpy" else ("numpy",), f"{route!r} asked for", work, kernel)
-    return Routing(("numpy",), f"{route!r} asked for, which cannot serve this block ({reason})", work, None)
+        return Routing((route, "numpy") if route != "numpy" else ("numpy",), f"{route!r} asked for", kernel)
+    return Routing(("numpy",), f"{route!r} asked for, which cannot serve this block ({reason})", None)
 
 
-def _usual_routes(X: np.ndarray, plan: PassPlan, work: type) -> tuple[tuple[Route, ...], str, np.ndarray | None]:
+def _usual_routes(X: np.ndarray, plan: PassPlan) -> tuple[tuple[Route, ...], str, np.ndarray | None]:
     """:func:`choose_route`'s usual choice: the routes, why, and the compiled kernel passes' matrix."""
     p = X.shape[1]
     if not COMPILED:
@@ -137,18 +137,18 @@ def _usual_routes(X: np.ndarray, plan: PassPlan, work: type) -> tuple[tuple[Rout
         return ("numpy",), f"{p} columns, beyond COMPILED_MAX_FEATURES: BLAS's products are faster", None
     if plan.kernels is None:
         return ("compiled_moments", "numpy"), "a moments pass: the compiled moments loops", None
-    if abs(plan.unit_exp) >= np.finfo(work).maxexp - 1:
-        return ("numpy",), f"the working unit 2**{plan.unit_exp} is not a normal number of {work.__name__}", None
+    if abs(plan.unit_exp) >= np.finfo(np.float64).maxexp - 1:
+        return ("numpy",), f"the working unit 2**{plan.unit_exp} is not a normal float64", None
     A = plan.kernels[0]
     if not all(np.array_equal(B, A) for B in plan.kernels[1:]):
         return ("numpy",), "kernels of more than one matrix", None
-    kernel = _compiled.upper_doubled(A, work)
+    kernel = _compiled.upper_doubled(A, np.float64)
     if not _flat_tops(plan):
         return ("two_sweeps", "numpy"), "kernels of one matrix, not all with a flat top: two compiled sweeps", kernel
-    if X.dtype != work or not X.flags.c_contiguous or not len(X):
-        why = "flat-top kernels of one matrix, the block not contiguous in its working dtype: one sweep per sub-block"
+    if X.dtype not in WHOLE_BLOCK_DTYPES or not X.flags.c_contiguous or not len(X):
+        why = "flat-top kernels of one matrix, the block not contiguous float64 or float32: one sweep per sub-block"
         return ("one_sweep", "two_sweeps", "numpy"), why, kernel
-    why = "flat-top kernels of one matrix (the default solver's), the block contiguous in its working dtype"
+    why = "flat-top kernels of one matrix (the default solver's), the block contiguous float64 or float32"
     return ("whole_block", "one_sweep", "two_sweeps", "numpy"), why, kernel
 
 
@@ -164,9 +164,9 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0, *, route: Ro
     ----------
     X : ndarray of shape (n_block, p)
         One row block, any float dtype; it is read once and shifted one
-        sub-block at a time into float32 (float32 data) or float64 (any
-        other) working rows; the sums are float64 (the caller's array is
-        never modified).
+        sub-block at a time into float64 working rows (the whole block at
+        once by the compiled sweep, which widens float32 rows in registers);
+        the sums are float64 (the caller's array is never modified).
     plan : PassPlan
         The kernels and options of this pass.
     row_offset : int
@@ -187,7 +187,7 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0, *, route: Ro
     X = np.asarray(X)
     p = X.shape[1]
     routing = choose_route(X, plan, route=route)
-    routes, work, U = routing.routes, routing.work, routing.kernel
+    routes, U = routing.routes, routing.kernel
     by_loops = COMPILED and route != "numpy"
     if routes[0] == "whole_block":
         with np.errstate(over="ignore", invalid="ignore"):
@@ -201,10 +201,10 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0, *, route: Ro
         routes = routes[1:]
     result = empty(plan, p)
     samples = []
-    ws = Workspace(work)
+    ws = Workspace(np.float64)
     for start in range(0, X.shape[0], SUB_BLOCK_ROWS):
         sub = X[start : start + SUB_BLOCK_ROWS]
-        Xs = np.asarray(sub, dtype=work)  # as stored: float32 stays float32, any other dtype is cast to float64
+        Xs = np.asarray(sub, dtype=np.float64)  # float32 values are exact in float64
         with np.errstate(over="ignore", invalid="ignore"):  # far rows; the runner checks the result
             for taken in routes:
                 done = _sub_block(taken, Xs, plan, U, ws)

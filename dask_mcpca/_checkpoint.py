@@ -41,9 +41,9 @@ __all__ = ["Checkpoint", "CheckpointMismatchError"]
 FORMAT = "dask_mcpca-checkpoint-7"
 #: Fingerprint entries (all from the first pass).
 _FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max")
-#: Relative tolerance of the fingerprint's mean and scatter, for float64 and for float32 data
-#: (whose products are float32: the order of the sums moves them by about 1e-7).
-FINGERPRINT_RTOL = {False: 1e-9, True: 1e-5}
+#: Relative tolerance of the fingerprint's mean and scatter: sums in another order (float64 for
+#: float32 data too) move them by far less.
+FINGERPRINT_RTOL = 1e-9
 #: Shapes of the state arrays, in terms of the number of features p.
 _STATE_SHAPES = {"location": 1, "scatter": 2, "final_location": 1, "final_scatter": 2, "v": 1, "P": 2, "Q": 2,
                  "components": 1, "S": 2, "resolution": 1}
@@ -167,24 +167,21 @@ class _NoCheckpoint:
 class Checkpoint:
     """Checkpoint file of one fit; use :meth:`open`."""
 
-    def __init__(self, path, params: dict, shape, dtype=np.float64):
+    def __init__(self, path, params: dict, shape):
         local = local_path(path)
         if local is None:  # it used to be written as a local path named like the URL ("./s3:/bucket/...")
             raise ValueError(f"checkpoint={path!r} is a URL; a checkpoint is a local file: name a local path")
         self.path = local
         self.params = json.loads(json.dumps(params, default=_plain))
         self.shape = list(shape)
-        # float32 moments carry float32 products: their last digits depend on the order of the
-        # sums (numba's runs or numpy's GEMMs, the machine's BLAS), about 1e-7 of their size
-        self.rtol = FINGERPRINT_RTOL[np.dtype(dtype).newbyteorder("=") == np.float32]
         self.fingerprint = None
         self.states: dict = {}
         self._loaded: dict = {}
 
     @classmethod
-    def open(cls, path, *, params: dict, shape, dtype=np.float64):
-        """A checkpoint at ``path``, or a no-op object when ``path`` is None (``dtype``: the data's)."""
-        return _NoCheckpoint() if path is None else cls(path, params, shape, dtype)
+    def open(cls, path, *, params: dict, shape):
+        """A checkpoint at ``path``, or a no-op object when ``path`` is None."""
+        return _NoCheckpoint() if path is None else cls(path, params, shape)
 
     def check_data(self, moments) -> None:
         """Fingerprint the data from the first pass; load a matching checkpoint."""
@@ -226,7 +223,7 @@ class Checkpoint:
             and old["n_rows"] == self.fingerprint["n_rows"]
             and all(
                 np.shape(old[k]) == np.shape(self.fingerprint[k])
-                and np.allclose(old[k], self.fingerprint[k], rtol=self.rtol, atol=1e-12)
+                and np.allclose(old[k], self.fingerprint[k], rtol=FINGERPRINT_RTOL, atol=1e-12)
                 for k in _FINGERPRINT[1:]
             )
         )

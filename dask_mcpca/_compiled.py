@@ -10,8 +10,8 @@ that work showed: a float32 robust-step pass cost 1.7 times a plain
 
 Here the rows are laid out column by column once (``Yt``, p x n, the working
 rows transposed), and every later loop runs along a row of ``Yt``: a
-contiguous loop over rows that the compiler vectorises (16 float32 or 8
-float64 values per instruction with AVX-512).
+contiguous loop over rows that the compiler vectorises (8 float64 values per
+instruction with AVX-512).
 
 * :func:`flat_top_sums` does a whole block of the default solver's passes
   (kernels of one quadratic form, each with a flat top) in one sweep: per
@@ -33,9 +33,11 @@ float64 values per instruction with AVX-512).
   per-row methods and ``score``; :func:`._model.distances_and_top`): numpy's
   spelling made about ten sweeps over a block for them.
 
-Every weighted sum runs over ``TILE`` rows in the rows' dtype, and the runs
-add in float64, as the numpy spelling's GEMMs of ``GEMM_ROWS`` rows do
-(:mod:`._kernels`).  What the loops do not handle (a row that is not finite
+Every working row, quadratic form, weight and sum is float64, float32 rows
+included (:func:`flat_top_sums` reads them as stored and widens them as it
+shifts them; the other loops are given float64 rows), as in the numpy
+spelling (:mod:`._kernels`, "Precision"): the two then differ only in the
+order of float64 sums.  What the loops do not handle (a row that is not finite
 in working units, a kernel that is not one quadratic form, a unit beyond
 the dtype's normal powers of two) is done by the numpy spelling in
 :mod:`._kernels`, which remains the reference (the router,
@@ -67,7 +69,7 @@ into their callers by numba (``inline="always"``).  Compiled as functions of
 their own, the process that compiled the loops called the helpers' separate
 machine code, whose reassociated (vectorised) sums add in another order than
 the copy optimised into the caller that numba writes to its cache, so that
-process's float32 sums differed from every later process's in the last bits
+process's float32 sums (then computed in float32) differed from every later process's in the last bits
 (measured: up to 3e-8 degrees in a fit's components).  Inlined, the code that
 runs is the code that is cached.
 
@@ -144,9 +146,7 @@ def _cache_dir() -> str | None:
 #: process compiles them.  Read once, when the package is imported.
 CACHE_DIR = _cache_dir() if AVAILABLE else None
 
-#: Rows per run: a run's values of ``Yt`` (p x ``TILE``) stay in L1 cache, and
-#: float32 products are summed in float32 within a run only (bounding their
-#: round-off), then added in float64.
+#: Rows per run: a run's values of ``Yt`` (p x ``TILE``) stay in L1 cache.
 TILE = 256
 
 #: Rows read side by side by :func:`column_ranges`.
@@ -237,7 +237,7 @@ def _quadratic_run(Yt, U, q, col, m):  # pragma: no cover - compiled
 def _sums_run(Yt, G, w, col, m, weight, wsum, scatter):  # pragma: no cover - compiled
     """Add one run's ``sum_k G_jk``, ``sum_k G_jk y_k`` and upper ``sum_k G_jk y_k y_k^T``
     (the ``m`` columns of ``Yt`` and ``G`` from ``col``; ``w``, J x ``TILE``, is scratch),
-    summed in the rows' dtype, to the float64 ``weight``, ``wsum`` and ``scatter``.
+    to the float64 ``weight``, ``wsum`` and ``scatter``.
 
     A weight of 0 multiplies the row before its other value does, so a far row (finite, its
     products beyond the dtype's range) adds exactly 0 once its values are zeroed.
@@ -294,8 +294,8 @@ def transposed_rows(X, center, scale, Yt):  # pragma: no cover - compiled
 def transposed_quadratic_form(X, center, scale, U, Yt, q):  # pragma: no cover - compiled
     """``Yt = ((X - center) * scale)^T`` and ``q_k = sum_{a<=b} U_ab y_ka y_kb``.
 
-    ``X`` (n x p, C order), ``center`` (p,), ``scale`` and ``U`` share one
-    float dtype, as do the outputs ``Yt`` (p x n) and ``q`` (n,).  The shift
+    ``X`` (n x p, C order), ``center`` (p,), ``scale`` and ``U`` are float64,
+    as are the outputs ``Yt`` (p x n) and ``q`` (n,).  The shift
     is one rounding and the scale a power of two, as in numpy's
     ``_working_rows``.
     """
@@ -309,9 +309,10 @@ def transposed_quadratic_form(X, center, scale, U, Yt, q):  # pragma: no cover -
 
 @_compiled
 def flat_top_sums(X, center, scale, U, offsets, log_tiny, excluded, weight, wsum, scatter, top):  # pragma: no cover
-    """A kernel pass over sub-block ``X`` in one sweep, for kernels that share the quadratic form
-    ``U`` and each have a flat top (``offsets`` > 0): per run of ``TILE`` rows, the working rows,
-    their quadratic forms, the weights and the weighted sums, all in L1 cache.
+    """A kernel pass over sub-block ``X`` (float64 or float32, as stored) in one sweep, for
+    kernels that share the quadratic form ``U`` and each have a flat top (``offsets`` > 0): per
+    run of ``TILE`` rows, the working rows (float64), their quadratic forms, the weights and the
+    weighted sums, all in L1 cache.
 
     Adds, per kernel ``j``, ``sum_k g_jk``, ``sum_k g_jk y_k`` and the upper triangle of
     ``sum_k g_jk y_k y_k^T`` to ``weight``, ``wsum`` and ``scatter`` (float64), with the weights
@@ -331,14 +332,13 @@ def flat_top_sums(X, center, scale, U, offsets, log_tiny, excluded, weight, wsum
     n, p = X.shape
     J = offsets.shape[0]
     x = X.reshape(n * p)
-    dt = X.dtype.type
-    zero, half = dt(0), dt(0.5)
-    tiny = dt(log_tiny)
-    Yt = np.empty((p, TILE), X.dtype)
-    q = np.empty(TILE, X.dtype)
-    G = np.empty((J, TILE), X.dtype)
-    w = np.empty((J, TILE), X.dtype)
-    off = np.empty(J, X.dtype)
+    zero, half = 0.0, 0.5
+    tiny = np.float64(log_tiny)
+    Yt = np.empty((p, TILE), np.float64)  # float32 rows are widened as they are shifted
+    q = np.empty(TILE, np.float64)
+    G = np.empty((J, TILE), np.float64)
+    w = np.empty((J, TILE), np.float64)
+    off = np.empty(J, np.float64)
     for j in range(J):
         off[j] = offsets[j]
         top[j] = -np.inf

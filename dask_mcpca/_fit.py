@@ -245,9 +245,7 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
     tol = est.tol if est.tol is not None else DEFAULT_TOL[solver]
     max_iter = est.max_iter if est.max_iter is not None else DEFAULT_MAX_ITER[solver]
     runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress)
-    ckpt = _checkpoint.Checkpoint.open(
-        est.checkpoint, params=fingerprint_params(est), shape=(n, p), dtype=X.dtype
-    )
+    ckpt = _checkpoint.Checkpoint.open(est.checkpoint, params=fingerprint_params(est), shape=(n, p))
 
     res = FitResult()
     seed = 0 if est.random_state is None else est.random_state

@@ -23,18 +23,18 @@ give the same quantities; their sums differ in order only.
 
 Precision
 ---------
-float32 rows are shifted, weighted and multiplied in float32 (twice the
-arithmetic rate and half the bytes of float64), in runs of rows (256 in the
-compiled loops, ``GEMM_ROWS`` in the numpy spelling) whose results are added
-in float64, as are all sums across runs, sub-blocks and blocks: a float32 fit
-gives the float64 fit of the same values to float32 round-off
-(``tests/test_mcpca.py``).  The float32 rows are in
-working units too (the centre, rounded to float32 in the data's units, is
-subtracted, then the power of two applied); finiteness is still judged on
-the values as stored.  A sub-block whose float32 working rows would overflow
-where float64 ones do not (a finite row becoming inf), or a kernel beyond
-float32's range, is done in float64, so ``n_far`` and the weights are those
-of the float64 pass.
+Every row is shifted, weighted and multiplied in float64, float32 rows
+included (read as stored, widened when they are shifted: the compiled loops
+widen them in registers, the numpy spelling a sub-block at a time), and all
+sums are float64.  float32 arithmetic would be faster (18.0 against 29.9 ms
+per million rows of a robust step in memory), but its round-off depends on
+the order of the sums, which differs between the two spellings and between
+machines whose vector units differ in width: the noise components of a
+float32 fit moved by up to 0.014 degrees between them (issue 23).  In
+float64 the spellings agree to 1e-6 degrees, so a float32 store gives the
+same model wherever it is fitted.  The cost, on a 20M x 10 float32 store
+whose passes are bound by decompression, is measured in
+``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -52,24 +52,15 @@ __all__ = [
     "compiled_moments",
     "numpy_part",
     "partial_stats",
-    "work_dtype",
     "Workspace",
     "GEMM_ROWS",
 ]
 
-#: Exponents below which a weight is set to 0 (exp would be subnormal).
-_LOG_TINY = {np.float32: -80.0, np.float64: -700.0}
+#: Exponent below which a weight is set to 0 (exp would be subnormal).
+_LOG_TINY = -700.0
 
-#: Rows per GEMM of the weighted sums: float32 products accumulate in float32
-#: within one GEMM, so a short GEMM bounds their round-off (at worst about
-#: ``GEMM_ROWS * 2^-24`` relative, typically its square root of that); the
-#: GEMMs' results add in float64.  It also keeps a GEMM's operands in cache.
+#: Rows per GEMM of the weighted sums: it keeps a GEMM's operands in cache.
 GEMM_ROWS = 4096
-
-
-#: Largest kernel entry (working units) multiplied in float32; beyond it the
-#: pass works in float64 (a quadratic form could overflow float32 for near rows).
-_F32_KERNEL_MAX = 2.0**60
 
 
 #: Rows side by side in :func:`_column_reduce`.
@@ -114,8 +105,7 @@ def _sub_block_stats(
     The scatter is formed as ``sum g y y^T - w m m^T`` (no centred copy of
     the rows): ``y`` is measured from a point near the weighted mean.
 
-    ``Y`` is float32 for float32 data: the products are then float32 and
-    their sums float64 (:func:`_weighted_sums`).  Equal kernels share one
+    ``Y`` is float64 (:func:`_weighted_sums`).  Equal kernels share one
     quadratic form, and all kernels one weighted GEMM.  This is the numpy
     spelling; :func:`two_sweeps` does the usual case faster.
     """
@@ -168,7 +158,7 @@ def _weights(E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         E[live] -= log_scale[live].astype(E.dtype)[:, None]
     # Weights below exp(LOG_TINY) would be subnormal, which slows the products
     # many times over; they are far below the round-off of the sums.
-    E[E < _LOG_TINY[E.dtype.type]] = -np.inf
+    E[E < _LOG_TINY] = -np.inf
     return np.exp(E, out=E), log_scale
 
 
@@ -178,20 +168,18 @@ def two_sweeps(
     """A kernel pass's statistics of sub-block ``Xs`` (as stored, in the working dtype) by the
     compiled loops (:mod:`._compiled`) in two sweeps (the quadratic forms, then the weighted
     sums), counts included, and the mask of the rows finite as stored (None: all are).  Declines
-    (None) when a row finite as stored is not finite in working units (a far row, a float32
-    overflow), which the numpy spelling handles.
+    (None) when a row finite as stored is not finite in working units (a far row), which the
+    numpy spelling handles.
 
     The same quantities as :func:`_working_rows` then :func:`_sub_block_stats`: the rows are
-    shifted by the centre rounded to the dtype, then scaled by the power of two; rows holding
+    shifted by the centre, then scaled by the power of two; rows holding
     NaN or inf (as stored) and the plan's excluded rows get weight 0, and the former are counted
     in ``n_nonfinite``.  Sums differ from numpy's in their order only.  Kernels that all have a
     flat top (the default solver's) usually take one sweep instead (:func:`one_sweep`).
     """
     n, p = Xs.shape
     X = np.ascontiguousarray(Xs)
-    dtype = Xs.dtype.type
-    center, shift = _rounded_center(plan, dtype)
-    scale = dtype(2.0**-plan.unit_exp)
+    center, scale = _shift_and_scale(plan)
     Yt, quad = ws.take("Yt", (p, n)), ws.take("quad", (n,))
     _compiled.transposed_quadratic_form(X, center, scale, U, Yt, quad)
     finite = None
@@ -219,7 +207,7 @@ def two_sweeps(
     if plan.excluded or plan.excluded_rows:
         E[:, _excluded_rows(Xs, plan)] = -np.inf
     G, log_scale = _weights(E)
-    part = from_sums(n, log_scale, *_compiled_sums(Yt, G), shift)
+    part = from_sums(n, log_scale, *_compiled_sums(Yt, G), plan.center)
     part.n_nonfinite = 0 if finite is None else int(n - finite.sum())
     part.n_rows = n - part.n_nonfinite
     return part, finite
@@ -242,10 +230,8 @@ def one_sweep(
     the round-off of the sums.
     """
     n, p = X.shape
-    dtype = X.dtype.type
-    J, tiny = plan.n_kernels, _LOG_TINY[dtype]
-    center, shift = _rounded_center(plan, dtype)
-    scale = dtype(2.0**-plan.unit_exp)
+    J, tiny = plan.n_kernels, _LOG_TINY
+    center, scale = _shift_and_scale(plan)
     excluded = _NO_ROWS
     if plan.excluded or plan.excluded_rows:  # by sub-blocks: a narrow store's block has millions of rows
         starts = range(0, n, sub_block_rows)
@@ -259,7 +245,7 @@ def one_sweep(
         weight *= rescale
         wsum *= rescale[:, None]
         scatter *= rescale[:, None, None]
-    part = from_sums(n, top, weight, wsum, _mirrored(scatter), shift)
+    part = from_sums(n, top, weight, wsum, _mirrored(scatter), plan.center)
     part.n_nonfinite = n_bad
     part.n_rows = n - n_bad
     # The mask of finite rows serves the row sample only: a robust step's block with gaps
@@ -327,10 +313,8 @@ def _weighted_sums(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per kernel j: ``sum_k G_jk``, ``sum_k G_jk y_k`` and ``sum_k G_jk y_k y_k^T`` in float64.
 
-    Runs of ``GEMM_ROWS`` rows (float32 products accumulate in float32 within
-    one product, and a short run keeps its operands in cache); the runs'
-    results add in float64.  One kernel (the usual robust step) is a SYRK per
-    run, ``(sqrt(g) y)^T (sqrt(g) y)``; several kernels are one GEMM per run,
+    Runs of ``GEMM_ROWS`` rows (a short run keeps its operands in cache).  One kernel (the
+    usual robust step) is a SYRK per run, ``(sqrt(g) y)^T (sqrt(g) y)``; several kernels are one GEMM per run,
     the rows weighted by each kernel side by side (n x Jp) times the rows.
     ``G=None``: unit weights, one kernel (a moments pass).
 
@@ -380,16 +364,6 @@ def _weighted_sums(
             wsum[j] += er @ yr
             scatter[j] += (yr * er[:, None]).T @ yr
     return weight, wsum, scatter
-
-
-def work_dtype(dtype: np.dtype, plan: PassPlan) -> type:
-    """float32 for float32 rows of either byte order (the products then run at float32
-    speed; sums are float64), unless a kernel is beyond float32's comfortable range."""
-    if np.dtype(dtype).newbyteorder("=") != np.float32:  # a big-endian float32 store is float32 too
-        return np.float64
-    if plan.kernels is not None and not np.all(np.abs(plan.kernels) <= _F32_KERNEL_MAX):
-        return np.float64
-    return np.float32
 
 
 def _finite_rows(Y: np.ndarray) -> np.ndarray | None:
@@ -458,26 +432,18 @@ def _working_rows(X: np.ndarray, plan: PassPlan, out: np.ndarray | None = None):
     finite there (None: all do), and the centre as subtracted (working units,
     float64).
 
-    ``X`` is as stored, float64 or float32; float32 rows stay float32 (the
-    centre is rounded to float32 in the data's units, and that rounded centre
-    is the returned shift, so the moments' bookkeeping is exact).  NaN and inf
-    survive the shift: rows that stay finite were finite as stored.
+    ``X`` is as stored, float64 or float32; the working rows are float64.
+    NaN and inf survive the shift: rows that stay finite were finite as stored.
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        center, shift = _rounded_center(plan, X.dtype)
-        Y = _scaled(_shifted(X, center, out), -plan.unit_exp)  # float32 rows stay float32: one rounding
-        return Y, _finite_rows(Y), shift
+        Y = _scaled(_shifted(X, np.ldexp(plan.center, plan.unit_exp), out), -plan.unit_exp)  # one rounding
+        return Y, _finite_rows(Y), plan.center
 
 
-def _rounded_center(plan: PassPlan, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """The kernels' centre as a kernel pass subtracts it: in the data's units (within the data's
-    range), rounded to float32 for float32 rows, and that centre in working units (float64), the
-    point the sub-block's moments are measured from."""
-    center = np.ldexp(plan.center, plan.unit_exp)
-    if dtype == np.float32:
-        c32 = center.astype(np.float32)
-        return c32, np.ldexp(c32.astype(np.float64), -plan.unit_exp)
-    return center, plan.center
+def _shift_and_scale(plan: PassPlan) -> tuple[np.ndarray, float]:
+    """What the compiled loops subtract from a row as stored (the kernels' centre in the data's
+    units) and the power of two they then multiply by (the working unit)."""
+    return np.ldexp(plan.center, plan.unit_exp), 2.0**-plan.unit_exp
 
 
 def _shifted(X: np.ndarray, center: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -510,9 +476,7 @@ def _kernel_rows(Xs: np.ndarray, Y: np.ndarray, near, shift, finite, plan: PassP
 
     Rows not finite as stored (``finite``; None: all are) and the plan's
     excluded rows are left out, then rows that overflow in working units
-    (far: weight 0) are counted and left out.  If a finite float32 row
-    overflows in float32 working units, the kept rows are redone in float64,
-    where only rows ~1e150 spreads away are far.
+    (far: weight 0) are counted and left out.
     """
     keep = finite
     if plan.excluded or plan.excluded_rows:
@@ -522,8 +486,6 @@ def _kernel_rows(Xs: np.ndarray, Y: np.ndarray, near, shift, finite, plan: PassP
         Y, near = Y[keep], None if near is None else near[keep]
     if near is not None and near.all():
         near = None  # the overflowing rows were the non-finite ones
-    if near is not None and Y.dtype == np.float32:
-        Y, near, shift = _working_rows((Xs if keep is None else Xs[keep]).astype(np.float64), plan)
     if near is None:
         return Y, shift, 0
     return Y[near], shift, int(len(near) - near.sum())
