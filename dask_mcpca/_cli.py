@@ -10,7 +10,7 @@ Subcommands::
     dask-mcpca score STORE --model model.json --output scores.zarr [--dataset NAME]
                      [--overwrite | --append] [--scheduler ADDRESS] [--no-progress]
     dask-mcpca report STORE --model model.json --output report.png [--events events.csv] [--window 1D]
-                     [--max-gap ROWS] [--scheduler ADDRESS] [--no-progress]
+                     [--max-gap ROWS] [--max-events N] [--scheduler ADDRESS] [--no-progress]
     dask-mcpca demo  [--rows N] [--out DIR] [--seed S] [--no-progress]
 
 ``fit``, ``update``, ``score`` and ``report`` also take ``--variables a,b,c`` (1-D
@@ -69,6 +69,7 @@ from ._cli_report import _cmd_demo, _cmd_report
 from ._cli_scheduler import DEFAULT_CONNECT_TIMEOUT, MAX_CONNECT_TIMEOUT, _scheduler, _SchedulerLost
 from ._cli_score import OUTPUT_SETS, SCORE_ARRAYS, _cmd_score
 from ._estimator import NAN_POLICIES, SOLVERS
+from ._report import MAX_EVENTS
 from ._version import __version__
 
 __all__ = ["main"]
@@ -301,6 +302,11 @@ def _build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--max-gap", type=_non_negative_int, default=0, metavar="ROWS",
         help="flagged runs at most this many rows apart are one event (default 0)",
+    )
+    report.add_argument(
+        "--max-events", type=_non_negative_int, default=MAX_EVENTS, metavar="N",
+        help="the events CSV lists the N most severe events, worst first (default %(default)s); "
+        "0: every event, in row order",
     )
     report.add_argument(
         "--window", metavar="W",

@@ -47,9 +47,10 @@ def _cmd_report(args, out) -> int:
     X = _open(args, block_values=_report.BLOCK_VALUES, row_index=False)
     print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()
-    with atomic_open(events, "w", storage_options=options, newline="") as f:  # written as the pass goes
+    with atomic_open(events, "w", storage_options=options, newline="") as f:  # published whole after the pass
         summary = _report.summarize(
-            model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f, window=window
+            model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f, window=window,
+            max_events=args.max_events,
         )
     if window is not None:
         with atomic_open(windows, "w", storage_options=options, newline="") as f:
@@ -63,7 +64,8 @@ def _cmd_report(args, out) -> int:
     share = summary.n_flagged / max(summary.n_scored, 1)
     print(
         f"{summary.n_rows:,} rows in {_fmt_seconds(time.perf_counter() - started)}: {summary.n_flagged:,} flagged "
-        f"({share:.2%}) in {summary.n_events:,} events\nreport written to {args.output}, events to {events}",
+        f"({share:.2%}) in {summary.n_events:,} events\nreport written to {args.output}, events to {events}"
+        + (f" (the {args.max_events:,} most severe)" if 0 < args.max_events < summary.n_events else ""),
         file=out,
     )
     if window is not None:

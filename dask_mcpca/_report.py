@@ -17,12 +17,14 @@ read with the rows they label, never all at once.
 The client takes the summaries in row order, with at most ``WINDOW_PER_THREAD``
 blocks per scheduler thread in flight, and folds each one in before the next:
 runs at most ``max_gap`` rows apart become one event (also across block
-borders); an event is written to the CSV as soon as a later run, or the end,
-closes it, and forgotten except when it is one of the ``EVENTS_SHOWN``
-most severe (the PNG lists those); a drift window is closed as soon as the
-pass is past it.  Memory is flat in the number of rows: a block
-holds at most about ``BLOCK_VALUES`` values of the archive (whole store chunks, one
-chunk at least), the client holds one open event, the open drift windows
+borders); an event is kept only while it is one of the ``MAX_EVENTS`` most
+severe (the CSV lists those, the worst first, and the PNG the first
+``EVENTS_SHOWN``; with ``max_events=0`` the CSV lists every event in row
+order, each written as soon as a later run, or the end, closes it); a drift
+window is closed as soon as the pass is past it.  Memory is flat in the
+number of rows: a block holds at most about ``BLOCK_VALUES`` values of the
+archive (whole store chunks, one chunk at least), the client holds one open
+event, at most twice ``MAX_EVENTS`` kept ones, the open drift windows
 (p x p each), ``N_BINS``-sized arrays, a p x p sum and a few numbers per
 block and per window.  (The runs of one block are kept until
 it is folded in: at most one per two rows of the block, all rows flagged
@@ -35,7 +37,6 @@ calls :func:`summarize` with the CSV open and then :func:`plot`.
 from __future__ import annotations
 
 import csv
-import heapq
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -95,6 +96,11 @@ BLOCK_VALUES = 8 * 2**20
 WINDOW_PER_THREAD = 2
 #: Events listed in the PNG.
 EVENTS_SHOWN = 8
+#: Events listed in the CSV by default: the most severe, worst first (``report --max-events``;
+#: 0 lists every event in row order).  An archive whose outliers are many and isolated has
+#: about one event per flagged row (4.8 million in 100M rows at 5 %), whose formatting cost
+#: the client 2.6 times a ``score`` of the archive; the per-row flags are ``score``'s output.
+MAX_EVENTS = 10_000
 #: Events formatted at once for the CSV (a column at a time: Python's per-value work, not numpy's per-item access).
 WRITE_ROWS = 4096
 #: Allocations from this size up go back to the OS when freed (:func:`return_large_frees_to_os`).
@@ -392,19 +398,23 @@ def event_columns(row_label: str | None) -> list[str]:
 
 
 class _Events:
-    """Runs folded into events in row order; each closed event is written at once, then forgotten.
+    """Runs folded into events in row order, the most severe kept, the CSV written.
 
     The runs of one block are grouped with numpy (a gap above ``max_gap``
     starts a new group); the first group may extend the event left open by
     the blocks before, and the last group stays open for the blocks after.
-    Only the ``EVENTS_SHOWN`` longest events are kept (a heap).
+    With ``max_events`` > 0 the CSV lists the ``max_events`` most severe
+    events, worst first, written at :meth:`finish`; with 0 it lists every
+    event in row order, each written as soon as it is closed.  Either way
+    only the most severe events are kept (:class:`_MostSevere`), never all.
     """
 
-    def __init__(self, channels: list[str], max_gap: int, writer, labelled: bool):
+    def __init__(self, channels: list[str], max_gap: int, writer, labelled: bool, max_events: int = 0):
         self.channels, self.max_gap, self.writer, self.labelled = channels, max_gap, writer, labelled
+        self.max_events = max_events
         self.open: dict | None = None  # the last event, which the next run may extend
         self.count = 0
-        self._largest: list[tuple[int, int, int, Event]] = []  # (length, -start, count, event), a min-heap
+        self._kept = _MostSevere(max(max_events, EVENTS_SHOWN))
 
     def add(self, s: BlockSummary) -> None:
         if not len(s.runs):
@@ -446,10 +456,18 @@ class _Events:
         if self.open is not None:
             self._emit(self.open)
             self.open = None
+        if self.writer is not None and self.max_events > 0:
+            self._write(self._kept.ranked(self.max_events))
 
     def worst(self) -> list[Event]:
         """The ``EVENTS_SHOWN`` most severe events, the worst first (ties: more flagged rows, then the earlier)."""
-        return [e for *_, e in sorted(self._largest, reverse=True)]
+        g = self._kept.ranked(EVENTS_SHOWN)
+        return [
+            Event(int(g["start"][i]), int(g["stop"][i]), int(g["n_flagged"][i]), float(g["peak"][i]),
+                  g["shares"][i].copy(), float(g["severity"][i]), g["first"][i] if self.labelled else None,
+                  g["last"][i] if self.labelled else None)
+            for i in range(len(g["start"]))
+        ]
 
     def _emit(self, g: dict) -> None:
         m = len(g["start"])
@@ -458,24 +476,15 @@ class _Events:
         total = g["contrib"].sum(axis=1, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
             shares = np.where(total > 0, g["contrib"] / np.where(total > 0, total, 1.0), g["contrib"])
-        length = g["stop"] - g["start"]
-        if self.writer is not None:
-            self._write(g, shares, length)
-        # the batch's EVENTS_SHOWN most severe (ties: more flagged rows, then the earlier) compete with those kept
-        for i in np.lexsort((g["start"], -g["n_flagged"], -g["severity"]))[:EVENTS_SHOWN]:
-            event = Event(  # shares copied: a view would keep the whole batch's array alive
-                int(g["start"][i]), int(g["stop"][i]), int(g["n_flagged"][i]), float(g["peak"][i]), shares[i].copy(),
-                float(g["severity"][i]), g["first"][i] if self.labelled else None,
-                g["last"][i] if self.labelled else None,
-            )
-            item = (event.severity, event.n_flagged, -event.start, -(self.count + int(i)), event)
-            if len(self._largest) < EVENTS_SHOWN:
-                heapq.heappush(self._largest, item)
-            elif item[:4] > self._largest[0][:4]:
-                heapq.heapreplace(self._largest, item)
+        g = {k: v for k, v in g.items() if k != "contrib"}
+        g["shares"], g["number"] = shares, np.arange(self.count + 1, self.count + m + 1)
+        if self.writer is not None and self.max_events == 0:
+            self._write(g)
+        self._kept.add(g)
         self.count += m
 
-    def _write(self, g: dict, shares: np.ndarray, length: np.ndarray) -> None:
+    def _write(self, g: dict) -> None:
+        shares, length = g["shares"], g["stop"] - g["start"]
         k = min(TOP_CHANNELS, shares.shape[1])
         top = np.argsort(-shares, axis=1, kind="stable")[:, :k]
         top_shares = np.take_along_axis(shares, top, axis=1)
@@ -484,7 +493,7 @@ class _Events:
         for a in range(0, n, WRITE_ROWS):  # column by column, WRITE_ROWS events at a time (never a block's all)
             b = min(a + WRITE_ROWS, n)
             pad = [[""] * (b - a)] * (TOP_CHANNELS - k)
-            columns = [range(self.count + a + 1, self.count + b + 1), g["start"][a:b].tolist(),
+            columns = [g["number"][a:b].tolist(), g["start"][a:b].tolist(),
                        g["stop"][a:b].tolist(), length[a:b].tolist(), g["n_flagged"][a:b].tolist(),
                        [f"{v:.6g}" for v in g["peak"][a:b].tolist()], [f"{v:.6g}" for v in g["severity"][a:b].tolist()]]
             if self.labelled:
@@ -492,6 +501,41 @@ class _Events:
             columns += [names[a:b, j].tolist() for j in range(k)] + pad
             columns += [[f"{s:.4f}" for s in top_shares[a:b, j].tolist()] for j in range(k)] + pad
             self.writer.writerows(zip(*columns, strict=True))
+
+
+class _MostSevere:
+    """The ``size`` most severe events seen (ties: more flagged rows, then the earlier), as arrays.
+
+    Events arrive in batches of arrays (start, stop, n_flagged, peak, severity, shares, number,
+    first and last labels or None).  Once ``size`` are kept, a batch's events below the least
+    severe kept are dropped at once; the others are appended, and the arrays cut back to the
+    ``size`` most severe when they reach twice that.  Memory: at most ``2 * size`` events.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self.g: dict | None = None
+        self.floor = -np.inf  # the least severity kept once size are held: less cannot enter
+
+    def add(self, g: dict) -> None:
+        keep = g["severity"] >= self.floor
+        if not keep.all():
+            g = {k: None if v is None else v[keep] for k, v in g.items()}
+        if not len(g["start"]):
+            return
+        self.g = g if self.g is None else {
+            k: None if v is None else np.concatenate([v, g[k]]) for k, v in self.g.items()
+        }
+        if len(self.g["start"]) >= 2 * self.size:
+            self.g = self.ranked(self.size)
+            self.floor = self.g["severity"][-1]
+
+    def ranked(self, k: int) -> dict:
+        """The ``k`` most severe kept, the worst first (empty arrays when none was seen)."""
+        if self.g is None:
+            return {"start": np.zeros(0, np.int64)}
+        order = np.lexsort((self.g["start"], -self.g["n_flagged"], -self.g["severity"]))[:k]
+        return {key: None if v is None else v[order] for key, v in self.g.items()}
 
 
 def _channel_names(model, X) -> list[str]:
@@ -598,6 +642,7 @@ def summarize(
     max_gap: int = 0,
     progress: bool = False,
     events: TextIO | None = None,
+    max_events: int = MAX_EVENTS,
     storage_options: dict | None = None,
     window: str | Window | None = None,
 ) -> ArchiveSummary:
@@ -617,8 +662,13 @@ def summarize(
     progress : bool, default=False
         Draw a progress line on stderr.
     events : text file, optional
-        Where to write the events as CSV (:func:`event_columns`), each as
-        soon as it is closed, so that they are never all in memory.
+        Where to write the events as CSV (:func:`event_columns`).
+    max_events : int, default=MAX_EVENTS
+        The CSV lists the ``max_events`` most severe events, the worst
+        first (ties: more flagged rows, then the earlier), written at the
+        end of the pass; 0 lists every event in row order, each written as
+        soon as it is closed.  Either way the events are never all in
+        memory, and ``n_events`` counts them all.
     storage_options : dict, optional
         fsspec options when ``X`` is a URL.
     window : str or Window, optional
@@ -658,7 +708,9 @@ def summarize(
     if events is not None:
         writer = csv.writer(events)
         writer.writerow(event_columns(row_label if coordinate is not None else None))
-    fold = _Events(channels, max_gap, writer, coordinate is not None)
+    if max_events < 0:
+        raise ValueError(f"max_events must be 0 (every event) or positive; got {max_events}")
+    fold = _Events(channels, max_gap, writer, coordinate is not None, max_events)
     if isinstance(window, str):
         window = parse_window(window)
     if window is not None and window.nanoseconds is not None:

@@ -122,11 +122,25 @@ def _read_csv(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def assert_events(csv_path, expected, *, names=None, time=False):
+def assert_events(csv_path, expected, *, names=None, time=False, max_events=report.MAX_EVENTS):
+    """The CSV lists the ``max_events`` most severe of ``expected`` (row order), worst first, or with
+    0 every one in row order; each row matches its expected event, numbered in row order."""
     got = _read_csv(csv_path)
-    assert len(got) == len(expected)
-    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
-        assert int(g["event"]) == i + 1
+    number = {e["start_row"]: i + 1 for i, e in enumerate(expected)}
+    by_start = {e["start_row"]: e for e in expected}
+    listed = [int(g["start_row"]) for g in got]
+    if max_events == 0:
+        assert listed == [e["start_row"] for e in expected]
+    else:
+        assert len(got) == min(max_events, len(expected)) and len(set(listed)) == len(listed)
+        severity = [float(g["severity"]) for g in got]
+        assert severity == sorted(severity, reverse=True)  # the worst first
+        left_out = [e["severity"] for e in expected if e["start_row"] not in set(listed)]
+        if left_out:  # none left out is more severe than one listed
+            assert max(left_out) <= min(severity) * (1 + 1e-5)
+    for g in got:
+        e = by_start[int(g["start_row"])]
+        assert int(g["event"]) == number[e["start_row"]]
         assert (int(g["start_row"]), int(g["stop_row"]), int(g["flagged_rows"])) == (
             e["start_row"], e["stop_row"], e["flagged_rows"]
         )
@@ -152,6 +166,17 @@ def test_events_match_the_rows_flagged_by_is_outlier(kind, max_gap, stores, data
     assert _report_cli(stores[kind], model_path, tmp_path / "r.png", "--max-gap", max_gap) == 0
     names = NAMES if kind == "xarray" else None  # the archive's variables name the channels
     assert_events(tmp_path / "r.csv", expected_events(m, data[1], max_gap), names=names, time=kind == "xarray")
+
+
+@pytest.mark.parametrize("max_events", [0, 10])
+def test_every_event_in_row_order_or_the_most_severe(max_events, stores, data, model, small_blocks, tmp_path):
+    """``--max-events 0``: every event, in row order, as each closes; ``--max-events 10``: the 10
+    most severe of the 60-odd, worst first, the others counted in the summary line."""
+    m, model_path = model
+    assert _report_cli(stores["zarr"], model_path, tmp_path / "r.png", "--max-events", max_events) == 0
+    expected = expected_events(m, data[1], 0)
+    assert len(expected) > 20
+    assert_events(tmp_path / "r.csv", expected, max_events=max_events)
 
 
 def test_a_run_across_a_block_border_is_one_event(stores, model, small_blocks, tmp_path):
@@ -209,8 +234,9 @@ def test_memory_of_the_pass_does_not_grow_with_the_rows(model, tmp_path, monkeyp
     """Python's own count of allocated bytes (numpy included): the same peak for 4x the rows.
 
     5 % of the rows are far outliers, most of them alone: 5,000 events per
-    100,000 rows, which the report writes as it goes and does not keep (kept,
-    15,000 more events would add about 4 MB).  Blocks are one 20,000-row
+    100,000 rows, of which the report keeps the 100 most severe it lists
+    (``max_events``; at most twice that at once), not all (kept, 15,000 more
+    events would add about 4 MB).  Blocks are one 20,000-row
     chunk (640 kB) at both sizes, read one at a time; the peak moves by up to
     two chunks' read buffers from run to run (Zarr frees them a little
     later or sooner), hence the allowance of four chunks.
@@ -229,7 +255,7 @@ def test_memory_of_the_pass_does_not_grow_with_the_rows(model, tmp_path, monkeyp
         with dask.config.set(scheduler="sync"), open(tmp_path / f"e{n}.csv", "w", newline="") as f:
             tracemalloc.start()
             try:
-                s = report.summarize(m, str(path), events=f)
+                s = report.summarize(m, str(path), events=f, max_events=100)
                 peaks[n] = tracemalloc.get_traced_memory()[1]
             finally:
                 tracemalloc.stop()
