@@ -226,8 +226,11 @@ def summarize_block(
     cutoff = float(model.outlier_cutoff_)
     for a in range(0, n, SLICE_ROWS):
         X = np.asarray(block[a : a + SLICE_ROWS], np.float64)
-        complete = np.isfinite(X).all(axis=1)
-        ok = complete | (_missing.partial_rows(X) if model.nan_policy == "partial" else False)
+        bad = _missing.nonfinite_rows(X)
+        complete = np.ones(len(X), bool)
+        complete[bad] = False
+        whole = not len(bad)  # the usual slice: every row complete, no masked copies below
+        ok = complete if whole or model.nan_policy != "partial" else complete | _missing.partial_rows(X)
         if model.nan_policy == "raise" and not complete.all():
             first = start + a + int(np.flatnonzero(~complete)[0])
             raise NonFiniteRowsError(
@@ -235,13 +238,13 @@ def summarize_block(
                 "refit with nan_policy='partial' (rows judged on their observed cells) or nan_policy='omit' (such rows "
                 "not scored), or clean the rows"
             )
-        Xs = np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf) are scored as the centre
+        Xs = X if whole else np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf): the centre
         d = calibrated_d2(model, Xs)  # rows with gaps: on their observed cells, as is_outlier judges them
         flags = ok & outlier_flags(model, Xs, d)
-        Xc = X[complete]
+        Xc = X if whole else X[complete]
         m_c = len(Xc)
         if m_c:  # Chan et al.'s merge of (count, mean, scatter): exact at any offset of the data
-            slice_mean = Xc.mean(axis=0)
+            slice_mean = np.ones(m_c) @ Xc / m_c  # a product, not Xc.mean(axis=0)'s slow narrow reduction
             D = Xc - slice_mean
             delta = slice_mean - mean
             total = n_complete + m_c
@@ -251,10 +254,11 @@ def summarize_block(
         n_complete += m_c
         n_flagged += int(flags.sum())
 
-        Y = np.where(complete[:, None], X - centre, 0.0)
-        PY = Y @ P
-        contrib = PY**2 / diag_P  # reconstruction-based contributions (rows with gaps below)
-        if not complete.all():
+        Y = X - centre if whole else np.where(complete[:, None], X - centre, 0.0)
+        contrib = Y @ P
+        np.square(contrib, out=contrib)
+        contrib /= diag_P  # reconstruction-based contributions (rows with gaps below)
+        if not whole:
             gaps = ok & ~complete
             contrib[~ok] = 0.0
             if gaps.any():
@@ -270,7 +274,7 @@ def summarize_block(
         bin_flagged[at] += np.add.reduceat(flags.astype(np.int64), first)
         bin_quiet_sum[at] += np.add.reduceat(np.where(ok & ~flags, d, 0.0), first)
         bin_contrib[at] += np.add.reduceat(contrib, first, axis=0)
-        if not complete.all():
+        if not whole:
             bin_missing[at] += np.add.reduceat(np.isnan(X).astype(np.int64), first, axis=0)
         lab = None if labels is None else np.asarray(labels[a : a + len(X)])
         if lab is not None:
