@@ -425,18 +425,26 @@ class _Events:
             return
         runs = s.runs
         breaks = np.flatnonzero(runs[1:, 0] - runs[:-1, 1] > self.max_gap) + 1
-        heads = np.concatenate([[0], breaks])
-        tails = np.concatenate([breaks - 1, [len(runs) - 1]])
-        groups = {
-            "start": runs[heads, 0],
-            "stop": runs[tails, 1],
-            "n_flagged": np.add.reduceat(runs[:, 1] - runs[:, 0], heads),
-            "peak": np.maximum.reduceat(s.run_peak, heads),
-            "contrib": np.add.reduceat(s.run_contrib, heads, axis=0),
-            "severity": np.add.reduceat(s.run_severity, heads),
-            "first": s.run_labels[heads, 0] if self.labelled else None,
-            "last": s.run_labels[tails, 1] if self.labelled else None,
-        }
+        if len(breaks) == len(runs) - 1:  # every run an event of its own (isolated flags): nothing to add up
+            groups = {
+                "start": runs[:, 0], "stop": runs[:, 1], "n_flagged": runs[:, 1] - runs[:, 0],
+                "peak": s.run_peak, "contrib": s.run_contrib, "severity": s.run_severity,
+                "first": s.run_labels[:, 0] if self.labelled else None,
+                "last": s.run_labels[:, 1] if self.labelled else None,
+            }
+        else:
+            heads = np.concatenate([[0], breaks])
+            tails = np.concatenate([breaks - 1, [len(runs) - 1]])
+            groups = {
+                "start": runs[heads, 0],
+                "stop": runs[tails, 1],
+                "n_flagged": np.add.reduceat(runs[:, 1] - runs[:, 0], heads),
+                "peak": np.maximum.reduceat(s.run_peak, heads),
+                "contrib": np.add.reduceat(s.run_contrib, heads, axis=0),
+                "severity": np.add.reduceat(s.run_severity, heads),
+                "first": s.run_labels[heads, 0] if self.labelled else None,
+                "last": s.run_labels[tails, 1] if self.labelled else None,
+            }
         closed = []
         if self.open is not None and groups["start"][0] - self.open["stop"][0] <= self.max_gap:
             o = self.open  # the first group extends the open event
@@ -461,11 +469,11 @@ class _Events:
             self._emit(self.open)
             self.open = None
         if self.writer is not None and self.max_events > 0:
-            self._write(self._kept.ranked(self.max_events))
+            self._write(_with_shares(self._kept.ranked(self.max_events)))
 
     def worst(self) -> list[Event]:
         """The ``EVENTS_SHOWN`` most severe events, the worst first (ties: more flagged rows, then the earlier)."""
-        g = self._kept.ranked(EVENTS_SHOWN)
+        g = _with_shares(self._kept.ranked(EVENTS_SHOWN))
         return [
             Event(int(g["start"][i]), int(g["stop"][i]), int(g["n_flagged"][i]), float(g["peak"][i]),
                   g["shares"][i].copy(), float(g["severity"][i]), g["first"][i] if self.labelled else None,
@@ -477,14 +485,10 @@ class _Events:
         m = len(g["start"])
         if not m:
             return
-        total = g["contrib"].sum(axis=1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            shares = np.where(total > 0, g["contrib"] / np.where(total > 0, total, 1.0), g["contrib"])
-        g = {k: v for k, v in g.items() if k != "contrib"}
-        g["shares"], g["number"] = shares, np.arange(self.count + 1, self.count + m + 1)
+        g = dict(g, number=np.arange(self.count + 1, self.count + m + 1))
         if self.writer is not None and self.max_events == 0:
-            self._write(g)
-        self._kept.add(g)
+            self._write(_with_shares(g))
+        self._kept.add(g)  # the shares of the few kept only, when they are listed
         self.count += m
 
     def _write(self, g: dict) -> None:
@@ -507,10 +511,20 @@ class _Events:
             self.writer.writerows(zip(*columns, strict=True))
 
 
+def _with_shares(g: dict) -> dict:
+    """Events ``g`` with each channel's share of their summed contributions (``shares``) in place of
+    the sums (``contrib``); an event whose contributions are all 0 keeps its zeros."""
+    contrib = g["contrib"]
+    total = contrib.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shares = np.where(total > 0, contrib / np.where(total > 0, total, 1.0), contrib)
+    return dict({k: v for k, v in g.items() if k != "contrib"}, shares=shares)
+
+
 class _MostSevere:
     """The ``size`` most severe events seen (ties: more flagged rows, then the earlier), as arrays.
 
-    Events arrive in batches of arrays (start, stop, n_flagged, peak, severity, shares, number,
+    Events arrive in batches of arrays (start, stop, n_flagged, peak, severity, contrib, number,
     first and last labels or None).  Once ``size`` are kept, a batch's events below the least
     severe kept are dropped at once; the others are appended, and the arrays cut back to the
     ``size`` most severe when they reach twice that.  Memory: at most ``2 * size`` events.
@@ -537,7 +551,7 @@ class _MostSevere:
     def ranked(self, k: int) -> dict:
         """The ``k`` most severe kept, the worst first (empty arrays when none was seen)."""
         if self.g is None:
-            return {"start": np.zeros(0, np.int64)}
+            return {"start": np.zeros(0, np.int64), "contrib": np.zeros((0, 0))}
         order = np.lexsort((self.g["start"], -self.g["n_flagged"], -self.g["severity"]))[:k]
         return {key: None if v is None else v[order] for key, v in self.g.items()}
 
