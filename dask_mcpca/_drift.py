@@ -105,7 +105,10 @@ class WindowSums:
 
 def add_windows(win: dict, ids, rows, labels, Y, d2, ok, complete, flags, two_c2: float) -> None:
     """Add one slice's rows to the per-window sums ``win`` (see :class:`WindowSums`)."""
-    w = np.where(complete, np.exp(-np.where(complete, d2, np.inf) / two_c2), 0.0)
+    if complete.all():
+        w = np.exp(d2 * (-1.0 / two_c2))
+    else:
+        w = np.where(complete, np.exp(-np.where(complete, d2, np.inf) / two_c2), 0.0)
     heads = np.flatnonzero(np.diff(ids, prepend=ids[0] - 1))
     for h, t in zip(heads, np.append(heads[1:], len(ids)), strict=True):
         wid = int(ids[h])

@@ -221,7 +221,7 @@ def summarize_block(
     win: dict[int, list] = {}  # window id -> [first row, first label, rows, scored, flagged, sw, sw2, swy, swyy]
     centre = model.mean_
     P, cov = model.get_precision(), model.get_covariance()  # d^2 = y^T P y
-    diag_P = np.diag(P)
+    P_scaled = P / np.sqrt(np.diag(P))  # column j divided by sqrt(P_jj)
     two_c2 = 2 * float(model.kernel_scale_) ** 2
     cutoff = float(model.outlier_cutoff_)
     for a in range(0, n, SLICE_ROWS):
@@ -241,23 +241,22 @@ def summarize_block(
         Xs = X if whole else np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf): the centre
         d = calibrated_d2(model, Xs)  # rows with gaps: on their observed cells, as is_outlier judges them
         flags = ok & outlier_flags(model, Xs, d)
-        Xc = X if whole else X[complete]
-        m_c = len(Xc)
+        Y = X - centre if whole else np.where(complete[:, None], X - centre, 0.0)
+        Yc = Y if whole else Y[complete]
+        m_c = len(Yc)
         if m_c:  # Chan et al.'s merge of (count, mean, scatter): exact at any offset of the data
-            slice_mean = np.ones(m_c) @ Xc / m_c  # a product, not Xc.mean(axis=0)'s slow narrow reduction
-            D = Xc - slice_mean
-            delta = slice_mean - mean
+            mean_y = np.ones(m_c) @ Yc / m_c  # a product, not Yc.mean(axis=0)'s slow narrow reduction
+            slice_scatter = _centred_scatter(Yc, mean_y)
+            delta = centre + mean_y - mean
             total = n_complete + m_c
-            scatter += D.T @ D + np.outer(delta, delta) * (n_complete * m_c / total)
+            scatter += slice_scatter + np.outer(delta, delta) * (n_complete * m_c / total)
             mean += delta * (m_c / total)
         n_scored += int(ok.sum())
         n_complete += m_c
         n_flagged += int(flags.sum())
 
-        Y = X - centre if whole else np.where(complete[:, None], X - centre, 0.0)
-        contrib = Y @ P
-        np.square(contrib, out=contrib)
-        contrib /= diag_P  # reconstruction-based contributions (rows with gaps below)
+        contrib = Y @ P_scaled
+        np.square(contrib, out=contrib)  # (P y)_j^2 / P_jj: reconstruction-based contributions (gaps below)
         if not whole:
             gaps = ok & ~complete
             contrib[~ok] = 0.0
@@ -265,9 +264,8 @@ def summarize_block(
                 contrib[gaps] = np.nan_to_num(contributions_with_gaps(X[gaps] - centre, P, cov))
 
         rows = np.arange(start + a, start + a + len(X))
-        bins = rows * N_BINS // scale
-        first = np.flatnonzero(np.diff(bins, prepend=-1))  # bins are contiguous
-        at = bins[first] - first_bin
+        first, at = _bin_heads(start + a, len(X), scale)
+        at -= first_bin
         bin_max[at] = np.fmax(bin_max[at], np.maximum.reduceat(np.where(ok, d, -np.inf), first))
         bin_sum[at] += np.add.reduceat(np.where(ok, d, 0.0), first)
         bin_count[at] += np.add.reduceat(ok.astype(np.int64), first)
@@ -279,8 +277,8 @@ def summarize_block(
         lab = None if labels is None else np.asarray(labels[a : a + len(X)])
         if lab is not None:
             head = rows[first]  # the first row of a bin is the one whose predecessor is in another bin
-            own = (head == 0) | ((head - 1) * N_BINS // scale != bins[first])
-            labelled_bins.append(bins[first][own])
+            own = (head == 0) | ((head - 1) * N_BINS // scale != at + first_bin)
+            labelled_bins.append((at + first_bin)[own])
             bin_labels.append(lab[first[own]])
         if window is not None:
             add_windows(win, window.ids(rows, lab), rows, lab, Y, d, ok, complete, flags, two_c2)
@@ -323,6 +321,37 @@ def summarize_block(
         bin_missing=bin_missing,
         windows=None if window is None else window_sums(win, p, labels is not None),
     )
+
+
+#: A slice's scatter is formed as ``Y^T Y - m ybar ybar^T`` (no centred copy) when each column's
+#: mean squared lies within this share of its mean square: at most one bit of the centred sums is
+#: lost to cancellation.  Otherwise (the rows far from the model's centre) as ``D^T D``, ``D = Y - ybar``.
+_CANCEL_SHARE = 0.5
+
+
+def _centred_scatter(Y: np.ndarray, mean_y: np.ndarray) -> np.ndarray:
+    """``sum_k (y_k - ybar)(y_k - ybar)^T`` of the rows ``Y`` whose mean is ``mean_y`` (see ``_CANCEL_SHARE``)."""
+    m = len(Y)
+    S = Y.T @ Y  # numpy's product of an array with its own transpose: BLAS's SYRK
+    if np.all(m * mean_y**2 <= _CANCEL_SHARE * np.diag(S)):
+        return S - m * np.outer(mean_y, mean_y)
+    D = Y - mean_y
+    return D.T @ D
+
+
+def _bin_heads(first_row: int, n: int, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """For rows ``first_row .. first_row + n - 1`` of an archive of ``scale`` rows, binned by
+    ``row * N_BINS // scale``: the position of each bin's first row among them, and the bins."""
+    if n == 0:
+        return np.zeros(0, np.intp), np.zeros(0, np.int64)
+    b0, b1 = first_row * N_BINS // scale, (first_row + n - 1) * N_BINS // scale
+    if scale >= N_BINS:  # every bin holds a row: bin k starts at row ceil(k * scale / N_BINS)
+        bins = np.arange(b0, b1 + 1, dtype=np.int64)
+        heads = (bins[1:] * scale + N_BINS - 1) // N_BINS - first_row
+        return np.concatenate([[0], heads]).astype(np.intp), bins
+    bins = np.arange(first_row, first_row + n, dtype=np.int64) * N_BINS // scale
+    heads = np.flatnonzero(np.diff(bins, prepend=-1))  # fewer rows than bins: some bins hold none
+    return heads, bins[heads]
 
 
 def _summarize_task(block, start: int, n_total: int, model, labels=None, window=None) -> BlockSummary:
