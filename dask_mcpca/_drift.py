@@ -20,6 +20,8 @@ from typing import TextIO
 
 import numpy as np
 
+from . import _block, _kernels
+
 __all__ = [
     "Window",
     "WindowSums",
@@ -121,10 +123,21 @@ def add_windows(win: dict, ids, rows, labels, Y, d2, ok, complete, flags, two_c2
         sums[2] += t - h
         sums[3] += int(ok[h:t].sum())
         sums[4] += int(flags[h:t].sum())
-        sums[5] += float(ww.sum())
-        sums[6] += float((ww**2).sum())
-        sums[7] += ww @ Yw
-        sums[8] += (Yw * ww[:, None]).T @ Yw
+        sw, swy, swyy = _weighted_sums(Yw, ww)
+        sums[5] += sw
+        sums[6] += float(ww @ ww)
+        sums[7] += swy
+        sums[8] += swyy
+
+
+def _weighted_sums(Y: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """``sum w``, ``sum w y`` and ``sum w y y^T`` over the rows ``Y`` (float64): by the compiled
+    loops of a pass where they run (3-4 times faster than numpy's broadcast and product at p = 6),
+    else in numpy."""
+    if _block.COMPILED and Y.shape[1] <= _block.COMPILED_MAX_FEATURES:
+        weight, wsum, scatter = _kernels._compiled_sums(np.ascontiguousarray(Y.T), np.ascontiguousarray(w[None, :]))
+        return float(weight[0]), wsum[0], scatter[0]
+    return float(w.sum()), w @ Y, (Y * w[:, None]).T @ Y
 
 
 def window_sums(win: dict, p: int, labelled: bool) -> WindowSums:

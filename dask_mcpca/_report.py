@@ -60,6 +60,7 @@ from ._drift import (
     write_windows,
 )
 from ._io import as_row_blocks
+from ._kernels import _shifted
 from ._labels import is_dataarray
 from ._model import calibrated_d2, outlier_flags
 from ._passes import NonFiniteRowsError
@@ -241,7 +242,7 @@ def summarize_block(
         Xs = X if whole else np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf): the centre
         d = calibrated_d2(model, Xs)  # rows with gaps: on their observed cells, as is_outlier judges them
         flags = ok & outlier_flags(model, Xs, d)
-        Y = X - centre if whole else np.where(complete[:, None], X - centre, 0.0)
+        Y = _shifted(X, centre) if whole else np.where(complete[:, None], X - centre, 0.0)
         Yc = Y if whole else Y[complete]
         m_c = len(Yc)
         if m_c:  # Chan et al.'s merge of (count, mean, scatter): exact at any offset of the data

@@ -22,7 +22,7 @@ import scipy.linalg
 import xarray as xr
 import zarr
 
-from dask_mcpca import MCPCA
+from dask_mcpca import MCPCA, _block
 from dask_mcpca import _report as report
 from dask_mcpca._cli import main
 from dask_mcpca._report_plot import plot
@@ -76,11 +76,15 @@ def _read(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
 @pytest.mark.parametrize(("window", "size"), WINDOWS)
 @pytest.mark.parametrize("kind", ["zarr", "xarray"])
-def test_windows_csv_matches_a_plain_computation(archive, kind, window, size, tmp_path, monkeypatch):
+def test_windows_csv_matches_a_plain_computation(archive, kind, window, size, compiled, tmp_path, monkeypatch):
+    """The windows' weighted sums by the compiled loops, and in numpy where they do not run."""
     if kind == "zarr" and not window.isdigit():
         return  # a duration needs a time coordinate: test_a_duration_needs_a_time_coordinate
+    if not compiled:
+        monkeypatch.setattr(_block, "COMPILED", False)
     monkeypatch.setattr(report, "BLOCK_VALUES", 1)  # blocks of one chunk: windows cross block borders
     monkeypatch.setattr(report, "SLICE_ROWS", 700)  # and slice borders
     m = archive["model"]
