@@ -58,6 +58,16 @@ class Window:
             return rows // self.rows
         return np.asarray(labels).astype("datetime64[ns]").astype(np.int64) // self.nanoseconds
 
+    def segments(self, first_row: int, n: int, labels: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``first_row .. first_row + n - 1`` (``labels``: their times) cut where the window
+        changes: the position of each piece's first row, and its window (as :meth:`ids`)."""
+        if self.rows is not None:  # by arithmetic: window k starts at row k * rows
+            ids = np.arange(first_row // self.rows, (first_row + n - 1) // self.rows + 1, dtype=np.int64)
+            return np.concatenate([[0], ids[1:] * self.rows - first_row]).astype(np.intp), ids
+        ids = self.ids(np.arange(first_row, first_row + n), labels)
+        heads = np.flatnonzero(np.diff(ids, prepend=ids[0] - 1))
+        return heads, ids[heads]
+
     def start(self, window_id: int):
         """The first row number, or the time, at which window ``window_id`` starts."""
         if self.rows is not None:
@@ -105,21 +115,22 @@ class WindowSums:
     swyy: np.ndarray  # (m, p, p) sum of w y y^T
 
 
-def add_windows(win: dict, ids, rows, labels, Y, d2, ok, complete, flags, two_c2: float) -> None:
-    """Add one slice's rows to the per-window sums ``win`` (see :class:`WindowSums`)."""
+def add_windows(win: dict, window: Window, first_row: int, labels, Y, d2, ok, complete, flags,
+                two_c2: float) -> None:
+    """Add one slice's rows (from row ``first_row`` of the archive) to the per-window sums ``win``
+    (see :class:`WindowSums`)."""
     if complete.all():
         w = np.exp(d2 * (-1.0 / two_c2))
     else:
         w = np.where(complete, np.exp(-np.where(complete, d2, np.inf) / two_c2), 0.0)
-    heads = np.flatnonzero(np.diff(ids, prepend=ids[0] - 1))
-    for h, t in zip(heads, np.append(heads[1:], len(ids)), strict=True):
-        wid = int(ids[h])
+    heads, ids = window.segments(first_row, len(Y), labels)
+    for h, t, wid in zip(heads, np.append(heads[1:], len(Y)), ids.tolist(), strict=True):
         Yw, ww = Y[h:t], w[h:t]
         sums = win.get(wid)
         if sums is None:
             label = None if labels is None else labels[h]
             p = Y.shape[1]
-            sums = win[wid] = [int(rows[h]), label, 0, 0, 0, 0.0, 0.0, np.zeros(p), np.zeros((p, p))]
+            sums = win[wid] = [first_row + int(h), label, 0, 0, 0, 0.0, 0.0, np.zeros(p), np.zeros((p, p))]
         sums[2] += t - h
         sums[3] += int(ok[h:t].sum())
         sums[4] += int(flags[h:t].sum())

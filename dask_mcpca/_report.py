@@ -264,7 +264,6 @@ def summarize_block(
             if gaps.any():
                 contrib[gaps] = np.nan_to_num(contributions_with_gaps(X[gaps] - centre, P, cov))
 
-        rows = np.arange(start + a, start + a + len(X))
         first, at = _bin_heads(start + a, len(X), scale)
         at -= first_bin
         bin_max[at] = np.fmax(bin_max[at], np.maximum.reduceat(np.where(ok, d, -np.inf), first))
@@ -277,12 +276,12 @@ def summarize_block(
             bin_missing[at] += np.add.reduceat(np.isnan(X).astype(np.int64), first, axis=0)
         lab = None if labels is None else np.asarray(labels[a : a + len(X)])
         if lab is not None:
-            head = rows[first]  # the first row of a bin is the one whose predecessor is in another bin
+            head = start + a + first  # the first row of a bin is the one whose predecessor is in another bin
             own = (head == 0) | ((head - 1) * N_BINS // scale != at + first_bin)
             labelled_bins.append((at + first_bin)[own])
             bin_labels.append(lab[first[own]])
         if window is not None:
-            add_windows(win, window.ids(rows, lab), rows, lab, Y, d, ok, complete, flags, two_c2)
+            add_windows(win, window, start + a, lab, Y, d, ok, complete, flags, two_c2)
 
         r = _runs(flags)
         if len(r):
