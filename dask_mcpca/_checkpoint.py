@@ -38,7 +38,7 @@ __all__ = ["Checkpoint", "CheckpointMismatchError"]
 #: robust state holds each channel's rounding-error variance (the floor of a
 #: quantized channel's variance).  An older file cannot be checked or holds
 #: another estimator's state: refused.
-FORMAT = "dask_mcpca-checkpoint-7"
+FORMAT = "dask_mcpca-checkpoint-8"  # 8: float32 data worked in float64 (its sums and fingerprint changed)
 #: Fingerprint entries (all from the first pass).
 _FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max")
 #: Relative tolerance of the fingerprint's mean and scatter: sums in another order (float64 for

@@ -497,7 +497,7 @@ class _Events:
         if self.open is not None:
             self._emit(self.open)
             self.open = None
-        if self.writer is not None and self.max_events > 0:
+        if self.writer is not None and self.max_events > 0 and self._kept.g is not None:
             self._write(_with_shares(self._kept.ranked(self.max_events)))
 
     def worst(self) -> list[Event]:
@@ -580,7 +580,7 @@ class _MostSevere:
     def ranked(self, k: int) -> dict:
         """The ``k`` most severe kept, the worst first (empty arrays when none was seen)."""
         if self.g is None:
-            return {"start": np.zeros(0, np.int64), "contrib": np.zeros((0, 0))}
+            return {"start": np.zeros(0, np.int64), "contrib": np.zeros((0, 0))}  # no event: nothing else is read
         order = np.lexsort((self.g["start"], -self.g["n_flagged"], -self.g["severity"]))[:k]
         return {key: None if v is None else v[order] for key, v in self.g.items()}
 
@@ -751,12 +751,12 @@ def summarize(
     coordinate = _row_coordinate(X)
     row_label = str(X.dims[0]) if is_dataarray(X) else "row"
     channels = _channel_names(model, X)
+    if max_events < 0:
+        raise ValueError(f"max_events must be 0 (every event) or positive; got {max_events}")
     writer = None
     if events is not None:
         writer = csv.writer(events)
         writer.writerow(event_columns(row_label if coordinate is not None else None))
-    if max_events < 0:
-        raise ValueError(f"max_events must be 0 (every event) or positive; got {max_events}")
     fold = _Events(channels, max_gap, writer, coordinate is not None, max_events)
     if isinstance(window, str):
         window = parse_window(window)

@@ -168,6 +168,16 @@ def test_events_match_the_rows_flagged_by_is_outlier(kind, max_gap, stores, data
     assert_events(tmp_path / "r.csv", expected_events(m, data[1], max_gap), names=names, time=kind == "xarray")
 
 
+@pytest.mark.parametrize("max_events", [0, 10, report.MAX_EVENTS])
+def test_an_archive_without_flagged_rows_gives_an_empty_events_list(max_events, model, tmp_path):
+    """Rows at the centre flag nothing: the CSV is its header alone, whatever ``max_events``."""
+    m = model[0]
+    with open(tmp_path / "e.csv", "w", newline="") as f:
+        s = report.summarize(m, np.tile(m.mean_, (500, 1)), events=f, max_events=max_events)
+    assert (s.n_flagged, s.n_events, s.worst_events) == (0, 0, [])
+    assert _read_csv(tmp_path / "e.csv") == []
+
+
 @pytest.mark.parametrize("max_events", [0, 10])
 def test_every_event_in_row_order_or_the_most_severe(max_events, stores, data, model, small_blocks, tmp_path):
     """``--max-events 0``: every event, in row order, as each closes; ``--max-events 10``: the 10
