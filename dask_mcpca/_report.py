@@ -556,7 +556,8 @@ class _MostSevere:
     Events arrive in batches of arrays (start, stop, n_flagged, peak, severity, contrib, number,
     first and last labels or None).  Once ``size`` are kept, a batch's events below the least
     severe kept are dropped at once; the others are appended, and the arrays cut back to the
-    ``size`` most severe when they reach twice that.  Memory: at most ``2 * size`` events.
+    ``size`` most severe when they reach twice that.  Memory: at most ``2 * size`` events between
+    batches, and one block's batch more while it is added.
     """
 
     def __init__(self, size: int):
