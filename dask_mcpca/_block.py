@@ -142,7 +142,7 @@ def _usual_routes(X: np.ndarray, plan: PassPlan) -> tuple[tuple[Route, ...], str
     A = plan.kernels[0]
     if not all(np.array_equal(B, A) for B in plan.kernels[1:]):
         return ("numpy",), "kernels of more than one matrix", None
-    kernel = _compiled.upper_doubled(A, np.float64)
+    kernel = _compiled.upper_doubled(A)
     if not _flat_tops(plan):
         return ("two_sweeps", "numpy"), "kernels of one matrix, not all with a flat top: two compiled sweeps", kernel
     if X.dtype not in WHOLE_BLOCK_DTYPES or not X.flags.c_contiguous or not len(X):

@@ -182,9 +182,10 @@ def _compiled(fn=None, *, fastmath=True, inline=False):
         numba.config.CACHE_DIR = saved
 
 
-def upper_doubled(A: np.ndarray, dtype) -> np.ndarray:
-    """``A``'s upper triangle with the off-diagonal entries doubled: ``y^T A y = sum_{a<=b} U_ab y_a y_b``."""
-    A = np.asarray(A, dtype=dtype)
+def upper_doubled(A: np.ndarray) -> np.ndarray:
+    """``A``'s upper triangle with the off-diagonal entries doubled: ``y^T A y = sum_{a<=b} U_ab y_a y_b``
+    (float64, the loops' working dtype)."""
+    A = np.asarray(A, dtype=np.float64)
     return np.ascontiguousarray(np.triu(A + A.T) - np.diag(np.diag(A)))
 
 

@@ -165,7 +165,7 @@ def _weights(E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def two_sweeps(
     Xs: np.ndarray, plan: PassPlan, U: np.ndarray, ws: Workspace
 ) -> tuple[BlockStats, np.ndarray | None] | None:
-    """A kernel pass's statistics of sub-block ``Xs`` (as stored, in the working dtype) by the
+    """A kernel pass's statistics of sub-block ``Xs`` (its rows widened to float64) by the
     compiled loops (:mod:`._compiled`) in two sweeps (the quadratic forms, then the weighted
     sums), counts included, and the mask of the rows finite as stored (None: all are).  Declines
     (None) when a row finite as stored is not finite in working units (a far row), which the
@@ -269,7 +269,7 @@ def _compiled_sums(Yt: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def compiled_moments(Xs: np.ndarray, ws: Workspace) -> tuple[BlockStats, np.ndarray | None] | None:
-    """A moments pass's statistics of sub-block ``Xs`` (as stored, in the working dtype) by the
+    """A moments pass's statistics of sub-block ``Xs`` (its rows widened to float64) by the
     compiled loops, counts included, and the mask of its finite rows (None: all are); None when
     the sub-block's unit is not a normal power of two of the dtype, which the numpy spelling
     handles.

@@ -34,6 +34,7 @@ __all__ = [
     "ROW_OUTPUTS",
     "calibrated_d2",
     "contamination_cutoff",
+    "contribution_matrix",
     "contributor",
     "floored_variances",
     "mahalanobis_d2",
@@ -169,7 +170,7 @@ def distances_and_top(model: Any, block, *, top: bool = False) -> tuple[np.ndarr
             _compiled.row_distances(complete, np.array(model.mean_, np.float64, order="C"),
                                     float(np.ldexp(1.0, -unit)), np.array(model.components_, np.float64, order="C"),
                                     np.array(1.0 / np.ldexp(lam, -2 * unit), np.float64, order="C"),
-                                    float(inv_noise), _top_matrix(model) if top else np.empty((0, 0)),
+                                    float(inv_noise), contribution_matrix(model) if top else np.empty((0, 0)),
                                     part_d2, part_top)
         d2[good] = part_d2
         if top:
@@ -183,9 +184,10 @@ def distances_and_top(model: Any, block, *, top: bool = False) -> tuple[np.ndarr
     return d2, (tops if top else None)
 
 
-def _top_matrix(model: Any) -> np.ndarray:
-    """The unit-diagonal precision of :func:`._contributions.reconstruction_contributions`, its rows
-    scaled back (``(y M)_a^2`` is channel a's contribution up to one factor per row)."""
+def contribution_matrix(model: Any) -> np.ndarray:
+    """``M`` with ``(y M)_a^2 = (P y)_a^2 / P_aa``, channel a's reconstruction-based contribution of a
+    complete centred row ``y`` (:func:`._contributions.reconstruction_contributions`'s unit-diagonal
+    precision, its rows scaled back): ``P``'s columns divided by ``sqrt(P_aa)``, unseen channels 0."""
     P = precision_power(model, 1.0)
     root, seen = channel_scales(P)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):

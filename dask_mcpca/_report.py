@@ -62,7 +62,7 @@ from ._drift import (
 from ._io import as_row_blocks
 from ._kernels import _shifted
 from ._labels import is_dataarray
-from ._model import calibrated_d2, outlier_flags
+from ._model import calibrated_d2, contribution_matrix, outlier_flags
 from ._passes import NonFiniteRowsError
 
 __all__ = [
@@ -222,7 +222,7 @@ def summarize_block(
     win: dict[int, list] = {}  # window id -> [first row, first label, rows, scored, flagged, sw, sw2, swy, swyy]
     centre = model.mean_
     P, cov = model.get_precision(), model.get_covariance()  # d^2 = y^T P y
-    P_scaled = P / np.sqrt(np.diag(P))  # column j divided by sqrt(P_jj)
+    M = contribution_matrix(model)  # (y M)_j^2 = (P y)_j^2 / P_jj
     two_c2 = 2 * float(model.kernel_scale_) ** 2
     cutoff = float(model.outlier_cutoff_)
     for a in range(0, n, SLICE_ROWS):
@@ -256,7 +256,7 @@ def summarize_block(
         n_complete += m_c
         n_flagged += int(flags.sum())
 
-        contrib = Y @ P_scaled
+        contrib = Y @ M
         np.square(contrib, out=contrib)  # (P y)_j^2 / P_jj: reconstruction-based contributions (gaps below)
         if not whole:
             gaps = ok & ~complete

@@ -293,7 +293,7 @@ def test_upper_doubled_gives_the_quadratic_form():
     rng = np.random.default_rng(4)
     B = rng.normal(size=(5, 5))
     A, y = B @ B.T, rng.normal(size=5)
-    U = _compiled.upper_doubled(A, np.float64)
+    U = _compiled.upper_doubled(A)
     assert np.all(np.tril(U, -1) == 0)
     assert_allclose(sum(U[a, b] * y[a] * y[b] for a in range(5) for b in range(a, 5)), y @ A @ y, rtol=1e-13)
 
