@@ -341,9 +341,7 @@ def _centred_scatter(Y: np.ndarray, mean_y: np.ndarray) -> np.ndarray:
 
 def _bin_heads(first_row: int, n: int, scale: int) -> tuple[np.ndarray, np.ndarray]:
     """For rows ``first_row .. first_row + n - 1`` of an archive of ``scale`` rows, binned by
-    ``row * N_BINS // scale``: the position of each bin's first row among them, and the bins."""
-    if n == 0:
-        return np.zeros(0, np.intp), np.zeros(0, np.int64)
+    ``row * N_BINS // scale`` (``n`` >= 1): the position of each bin's first row among them, and the bins."""
     b0, b1 = first_row * N_BINS // scale, (first_row + n - 1) * N_BINS // scale
     if scale >= N_BINS:  # every bin holds a row: bin k starts at row ceil(k * scale / N_BINS)
         bins = np.arange(b0, b1 + 1, dtype=np.int64)
