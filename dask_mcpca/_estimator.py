@@ -330,7 +330,11 @@ class MCPCA(_BaseMCPCA):
     between two of those blocks may be missing from it; the full-data
     passes still weigh every row (a missing regime is down-weighted as
     outlying, not fitted), and the outlier cutoff is calibrated on the
-    sample.  Which blocks are read depends on the chunking, so two
+    sample.  The first full-data pass draws a second row sample, from the
+    whole archive, in which the repeated values and rows (stuck sensors,
+    frozen records) are found, as a full first pass finds them
+    (``benchmarks/spread.py`` compares the two with a full first pass on
+    time-clustered faults and regimes).  Which blocks are read depends on the chunking, so two
     chunkings of such a store draw different samples and give components
     that agree within the sampling noise of the radii (0.1 degree in the
     tests) rather than to round-off; stores of fewer blocks, and numpy

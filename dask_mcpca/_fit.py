@@ -364,6 +364,7 @@ def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
             on_step=lambda s: ckpt.save("robust", s),
             seed=seed,
             final_step=solver == "auto",
+            archive_sample_rate=0.0 if blocks is None else min(1.0, est.sample_size / n),
         )
     if runner.n_usable_rows is not None:
         moments.n_rows = work.n_rows = runner.n_usable_rows

@@ -547,6 +547,21 @@ def state_in_units(state: RobustState, d: int) -> RobustState | None:
     return mapped
 
 
+def _archive_repeats(state: RobustState, sample: np.ndarray, unit_exp: int) -> bool:
+    """Set ``state``'s repeated values and rows to those of ``sample`` (rows as stored, drawn from
+    the whole archive in a full-data step); True where they changed."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        sample = np.ldexp(sample, -unit_exp)
+        sample = sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
+    repeated, rows = find_repeated(sample)
+    before = (state.repeated, state.repeated_rows)
+    state.repeated, state.repeated_rows = repeated, rows
+    return not all(
+        (a is None or not len(a)) and not len(b) or a is not None and a.shape == b.shape and np.array_equal(a, b)
+        for a, b in zip(before, (repeated, rows), strict=True)
+    )
+
+
 def warm_step(
     runner: PassRunner,
     state: RobustState,
@@ -667,6 +682,7 @@ def fit_robust(
     seed: int = 0,
     final_step: bool = True,
     partial_sample: np.ndarray | None = None,
+    archive_sample_rate: float = 0.0,
 ) -> RobustState:
     """Robust location and scatter by the calibrated re-weighting fixed point.
 
@@ -705,6 +721,13 @@ def fit_robust(
         their observed cells (EM, :func:`._block.block_stats`'s
         ``partial``), so that the full-data passes start near the EM fixed
         point.
+    archive_sample_rate : float, default=0.0
+        Where ``moments``' sample comes from a spread of the row blocks
+        only (:func:`._passes.spread_blocks`): the first full-data step also
+        draws a row sample of the whole archive at this rate, and the
+        repeated values and rows (stuck sensors, frozen records) are found
+        anew in it (:func:`_archive_repeats`).  A stuck stretch outside the
+        spread's blocks is then found as a full first pass finds it.
     """
     p = runner.n_features
     sample = moments.sample
@@ -737,13 +760,17 @@ def fit_robust(
         if on_step is not None:
             on_step(state)
     while not state.converged and state.n_iter < max_passes:  # a resumed state continues its count
+        resample = archive_sample_rate > 0 and state.n_iter == 0
         res, change = _step(
-            runner, state, fixed_center=fixed_center, label=f"robust step {state.n_iter + 1}", final=final_step
+            runner, state, fixed_center=fixed_center, label=f"robust step {state.n_iter + 1}", final=final_step,
+            sample_rate=archive_sample_rate if resample else 0.0, seed=seed,
         )
         if np.isfinite(state.last_change) and state.last_change > 0:
             state.rate = change / state.last_change
         state.converged = _remaining(change, state.rate) < tol
         state.last_change = change
+        if resample and _archive_repeats(state, res.sample, runner.unit_exp):
+            state.converged = False  # the next step leaves out rows this one weighed
         if on_step is not None:
             on_step(state)
     return state

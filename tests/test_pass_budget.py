@@ -67,12 +67,29 @@ def test_chunkings_of_a_many_block_store_agree(chunk_rows):
 
 def test_nonfinite_rows_outside_the_spread_are_found():
     X = archive()
-    X[7_000, 2] = np.nan  # block 1 of 40, which the spread of 8 does not read
+    X[7_000, 2] = np.nan  # block 1 of 40, which the spread does not read
     assert 1 not in spread_blocks(40)
     with pytest.raises(NonFiniteRowsError, match="1 of"):
         MCPCA().fit(da.from_array(X, chunks=(5_000, -1)))
     model = MCPCA(nan_policy="omit").fit(da.from_array(X, chunks=(5_000, -1)))
     assert model.n_samples_ == len(X) - 1
+
+
+def test_a_stuck_stretch_outside_the_spread_is_found():
+    """A sensor stuck for 5 % of the archive, in a block the spread does not read: the first full
+    pass's sample of the whole archive finds the held value, as a full first pass does."""
+    X = archive(n=200_000, outliers=0.0)
+    stretch = slice(40_000, 50_000)  # block 4 of 20
+    assert 4 not in spread_blocks(20)
+    X[stretch, 1] = X[stretch.start, 1]  # the value it held when it stuck, inside the bulk
+    model = MCPCA().fit(da.from_array(X, chunks=(10_000, -1)))
+    assert model.n_partial_reads_ == 1
+    np.testing.assert_array_equal(model.repeated_values_, [[1, X[stretch.start, 1]]])
+    assert model.is_outlier(X[stretch]).mean() > 0.99
+    assert model.is_outlier(X[:40_000]).mean() < 0.01
+    full = MCPCA().fit(X)  # in memory: the sample from a full first pass
+    np.testing.assert_array_equal(full.repeated_values_, model.repeated_values_)
+    assert angles_deg(model.components_, full.components_).max() < SAMPLE_NOISE_DEG
 
 
 @pytest.mark.parametrize("center", ["robust", False])
