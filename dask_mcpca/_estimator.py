@@ -323,9 +323,9 @@ class MCPCA(_BaseMCPCA):
     The row sample of the robust start is drawn in a first full pass, except
     for ``solver="auto"`` (``center`` robust or False) on a store of at least
     16 row blocks: there it comes from a spread of the blocks (an eighth of
-    them, 8 to 32, evenly spaced; ``n_partial_reads_``), so a default fit
+    them, 4 to 32, evenly spaced; ``n_partial_reads_``), so a default fit
     reads the store fully 2-3 times instead of 3-4.  What this changes: the
-    sample, hence the start and the radii, sees the archive at 8-32 evenly
+    sample, hence the start and the radii, sees the archive at 4-32 evenly
     spaced times, so a regime or a run of faults shorter than the gap
     between two of those blocks may be missing from it; the full-data
     passes still weigh every row (a missing regime is down-weighted as
@@ -333,11 +333,11 @@ class MCPCA(_BaseMCPCA):
     sample.  The first full-data pass draws a second row sample, from the
     whole archive, in which the repeated values and rows (stuck sensors,
     frozen records) are found, as a full first pass finds them
-    (``benchmarks/spread.py`` compares the two with a full first pass on
-    time-clustered faults and regimes).  Which blocks are read depends on the chunking, so two
-    chunkings of such a store draw different samples and give components
-    that agree within the sampling noise of the radii (0.1 degree in the
-    tests) rather than to round-off; stores of fewer blocks, and numpy
+    (``benchmarks/spread.py`` compares spreads of 4 and 8 blocks with a
+    full first pass on time-clustered faults and regimes).  Which blocks are
+    read depends on the chunking, so two chunkings of such a store draw
+    different samples and give components that agree within the sampling
+    noise of the radii (0.1 degree in the tests) rather than to round-off; stores of fewer blocks, and numpy
     input, are unaffected.  The working unit is then chosen from that
     partial sample (a power of two near its spread, as from a full pass's).
 

@@ -36,7 +36,7 @@ def test_spread_blocks():
     assert spread_blocks(PARTIAL_MIN_BLOCKS - 1) is None
     for n_blocks in (PARTIAL_MIN_BLOCKS, 20, 100, 1000):
         chosen = spread_blocks(n_blocks)
-        assert 8 <= len(chosen) <= min(32, n_blocks // 2)
+        assert 4 <= len(chosen) <= min(32, n_blocks // 2)
         assert chosen[0] < n_blocks / len(chosen) and chosen[-1] >= n_blocks - n_blocks / len(chosen)
         assert np.all(np.diff(chosen) > 0)
 
@@ -45,10 +45,10 @@ def test_spread_blocks():
 def test_many_blocks_make_two_full_passes(dtype):
     X = archive().astype(dtype)
     few = MCPCA().fit(da.from_array(X, chunks=(50_000, -1)))  # 4 blocks: a full first pass
-    many = MCPCA().fit(da.from_array(X, chunks=(5_000, -1)))  # 40 blocks: a spread of 8
+    many = MCPCA().fit(da.from_array(X, chunks=(5_000, -1)))  # 40 blocks: a spread of 5 (an eighth)
     assert (few.n_partial_reads_, few.n_blocks_read_) == (0, 0)
     assert few.n_passes_ == 3
-    assert many.n_partial_reads_ == 1 and many.n_blocks_read_ == len(spread_blocks(40)) == 8
+    assert many.n_partial_reads_ == 1 and many.n_blocks_read_ == len(spread_blocks(40)) == 5
     assert many.n_passes_ == 2 and many.converged_
     assert many.n_samples_ == few.n_samples_ == len(X)
     assert angles_deg(many.components_, few.components_).max() < SAMPLE_NOISE_DEG
