@@ -38,6 +38,21 @@ def _picker(name: str):
     return pick
 
 
+def _last_row(block):
+    return np.array(block[-1:], copy=True)
+
+
+def _rows_before(blocks: da.Array) -> da.Array:
+    """For each row block of ``blocks``, the row before it (NaN before the first): one row per block.
+
+    Taken from each block as it is read for the outputs (the same task), so no block is read twice.
+    """
+    p = blocks.shape[1]
+    last = blocks.map_blocks(_last_row, chunks=((1,) * blocks.numblocks[0], (p,)), dtype=blocks.dtype)
+    head = da.full((1, p), np.nan, dtype=blocks.dtype, chunks=(1, p))
+    return da.concatenate([head, last[:-1]]) if blocks.numblocks[0] > 1 else head
+
+
 def _frame_like(out: Any, X: Any) -> Any:
     """``out`` (n_samples x n_features) as a DataFrame with ``X``'s index and columns when ``X`` is one."""
     if _labels.is_dataframe(X):
@@ -600,7 +615,11 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         return out
 
     def score_rows(
-        self, X: Any, *, outputs: tuple[str, ...] = tuple(ROW_OUTPUTS), storage_options: dict | None = None
+        self,
+        X: Any,
+        *,
+        outputs: tuple[str, ...] = tuple(ROW_OUTPUTS),
+        storage_options: dict | None = None,
     ) -> dict:
         """Several per-row outputs at once, each row block read and its distance computed once.
 
@@ -620,8 +639,14 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             (:meth:`is_outlier`), ``"d2"`` (:meth:`mahalanobis`),
             ``"contributions"`` (:meth:`channel_contributions`),
             ``"n_observed"`` (:meth:`n_observed`) and ``"top_channel"``: the
-            index of the channel with the largest contribution (int16; -1
-            where the contributions are all NaN).
+            channel at fault (int16; -1 where the contributions are all
+            NaN): the channel with the largest contribution, except in a
+            flagged row that holds a stuck value, learned by the fit
+            (``repeated_values_``) or equal to the row before on a channel
+            continuous at the fit, whose reconstruction alone explains the
+            flag: that channel (:func:`dask_mcpca._model.isolated_top`).
+            Rows are taken in order, as time; the first row has none before
+            it (``score --append`` scores from the row before the new ones).
         storage_options : dict, optional
             fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
@@ -656,6 +681,9 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         fused = _model.row_outputs(self, tuple(outputs), self.nan_policy)
         if not isinstance(blocks, da.Array):
             parts = fused(blocks)
+        elif "top_channel" in outputs:  # each block also gets the row before it (see _model.isolated_top)
+            packed = da.blockwise(fused, "i", blocks, "ij", _rows_before(blocks), "ij", align_arrays=False,
+                                  concatenate=True, dtype=object, meta=np.empty((0,), object))
         else:
             packed = blocks.map_blocks(fused, drop_axis=1, dtype=object, meta=np.empty((0,), object))
         k, p = self.n_components_, self.n_features_in_

@@ -167,8 +167,12 @@ def _score_append(args, out, options) -> int:
         print(f"nothing to append: --output {args.output} holds rows {start:,}:{stop:,}, the last of the "
               f"{n_all:,} in {args.store}", file=out)
         return 0
-    X = whole[stop:] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop, None)})
-    n_old, n_new = stop - start, X.shape[0]
+    # From the row before the new ones, whose output is left out: top_channel's held-cell rule looks one row
+    # back (_model.isolated_top), and that row is read with the first new ones (another chunk only where the
+    # new rows begin a chunk).
+    lead = 1 if stop > 0 else 0
+    X = whole[stop - lead :] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop - lead, None)})
+    n_old, n_new = stop - start, X.shape[0] - lead
     names, dtype = tuple(attrs.get("outputs", OUTPUT_SETS["all"])), attrs.get("dtype", "float64")
     if args.outputs is not None and tuple(args.outputs) != names:
         raise _UsageError(f"--outputs differs from what --output {args.output!r} holds ({','.join(names)}); "
@@ -183,6 +187,7 @@ def _score_append(args, out, options) -> int:
     started = time.perf_counter()
     outputs = _score_outputs(model, X, names, dtype)
     labelled = not isinstance(next(iter(outputs.values())), da.Array)
+    outputs = {n: a.isel({a.dims[0]: slice(lead, None)}) if labelled else a[lead:] for n, a in outputs.items()}
     row_dim = next(iter(outputs.values())).dims[0] if labelled else None
     row_arrays = [name for name, arr in old.arrays() if arr.shape and arr.shape[0] == n_old and (
         not labelled or (getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")

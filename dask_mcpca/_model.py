@@ -37,6 +37,8 @@ __all__ = [
     "contribution_matrix",
     "contributor",
     "floored_variances",
+    "held_cells",
+    "isolated_top",
     "mahalanobis_d2",
     "nan_for_nonfinite_rows",
     "unusable_rows",
@@ -392,6 +394,89 @@ def top_channel(contributions: np.ndarray) -> np.ndarray:
     return top
 
 
+#: Shortest decimal digits (round-trip, :func:`_digits`) of a value whose exact repeat from one row to the
+#: next is taken as a stuck sensor's, by the dtype the rows are stored in: near the dtype's full precision,
+#: which a measurement on a coarser grid (integers, a fixed number of decimals, an ADC's steps written in
+#: decimal) does not need, and which a continuous value repeats by chance about once in 1e12 (float64) or
+#: 1e6 (float32) rows.
+FULL_DIGITS = {np.dtype(np.float64): 13, np.dtype(np.float32): 7}
+
+
+def _digits(values: np.ndarray) -> np.ndarray:
+    """Significant decimal digits of each value's shortest round-trip spelling in its dtype (0 for 0)."""
+    out = np.zeros(values.shape, int)
+    for i, v in enumerate(values.ravel()):
+        if v != 0 and np.isfinite(v):
+            mantissa = np.format_float_scientific(v, unique=True, trim="-").split("e")[0]
+            out.flat[i] = len(mantissa.lstrip("-").replace(".", "").lstrip("0"))
+    return out
+
+
+def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Cells of ``rows`` (data units, as stored) that hold a stuck value: one of ``repeated_values_``,
+    or, on a channel continuous at the fit (``quantization_steps_`` 0), exactly the value of the row
+    before (``before``, the same shape; NaN where there is none), where that value needs near its
+    dtype's full precision (:data:`FULL_DIGITS`).
+
+    A continuous measurement repeats its exact value with probability near 0; a quantized channel,
+    or one written on a coarser grid (integers, rounded decimals, the values of a real recording
+    logged to 6 decimals), often, so there only the values the fit learned count.
+    """
+    steps = getattr(model, "quantization_steps_", None)
+    continuous = np.ones(rows.shape[1], bool) if steps is None else np.asarray(steps) == 0
+    held = (rows == before) & continuous
+    if held.any():
+        at = np.nonzero(held)
+        held[at] = _digits(rows[at]) >= FULL_DIGITS.get(rows.dtype, FULL_DIGITS[np.dtype(np.float64)])
+    rows = np.asarray(rows, np.float64)
+    learned = getattr(model, "repeated_values_", None)
+    for column, value in () if learned is None else learned:
+        held[:, int(column)] |= rows[:, int(column)] == value
+    return held
+
+
+def isolated_top(model: Any, block, before, d2, calibrated, flags, top, contributions=None) -> np.ndarray:
+    """The channel at fault of each row: ``top`` (its largest reconstruction-based contribution),
+    except in a flagged complete row holding a stuck cell (:func:`held_cells`) that explains the flag.
+
+    A cell explains the flag when reconstructing it alone brings the row's ``d2`` under
+    ``outlier_cutoff_`` (``d2`` minus its contribution, which is the row's ``d^2`` with that cell
+    at its best value), or when the row is flagged by a repeated value or row only (its
+    ``calibrated`` distance under the cutoff).  Of such cells, the one with the largest
+    contribution is named.  The contributions are a likelihood ratio per row; the held value
+    is evidence across rows: a sensor stuck beside a near-copy of itself is told from the copy
+    by its repeats, where a single row cannot tell them apart.
+
+    ``before``: the row before the block's first (NaN, or None: none); ``contributions``: the
+    block's, if already computed.  ``top`` is changed in place and returned.
+    """
+    idx = np.flatnonzero(flags)
+    if not len(idx):
+        return top
+    block = np.asarray(block)
+    if block.dtype not in FULL_DIGITS:
+        block = block.astype(np.float64)
+    rows = block[idx]
+    previous = np.full_like(rows, np.nan)
+    inner = idx > 0
+    previous[inner] = block[idx[inner] - 1]
+    if before is not None and not inner.all():
+        previous[~inner] = np.asarray(before, block.dtype).reshape(-1)
+    held = held_cells(model, rows, previous) & np.isfinite(rows).all(axis=1)[:, None]
+    rows = np.asarray(rows, np.float64)
+    some = np.flatnonzero(held.any(axis=1))
+    if not len(some):
+        return top
+    at = idx[some]
+    c = contributions[at] if contributions is not None else contributor(model, "reconstruction")(rows[some])
+    cutoff = model.outlier_cutoff_
+    with np.errstate(invalid="ignore"):
+        explains = held[some] & ((d2[at, None] - c <= cutoff) | (calibrated[at] <= cutoff)[:, None])
+    named = explains.any(axis=1)
+    top[at[named]] = np.argmax(np.where(explains[named], c[named], -np.inf), axis=1)
+    return top
+
+
 def unusable_rows(block, nan_policy: str) -> np.ndarray:
     """Mask of the rows of ``block`` a per-row method cannot use: holding NaN or inf, except,
     under ``"partial"``, rows with some cells NaN (none inf).  Under ``"raise"`` such rows raise
@@ -482,40 +567,46 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
     """
     project = projector(model, nan_policy) if "scores" in outputs else None
     contribute = contributor(model, "reconstruction") if "contributions" in outputs else None
-    top_with_d2 = "top_channel" in outputs and contribute is None  # from the distances' sweep
+    wanted = set(outputs)
+    top_with_d2 = "top_channel" in wanted and contribute is None  # from the distances' sweep
     policy = nan_policy
 
-    def distances(block):
+    def distances(block, before, original):
         parts = {}
-        if {"weight", "outlier", "d2"} & set(outputs) or top_with_d2:
+        top = d2 = calibrated = flags = None
+        if {"weight", "outlier", "d2", "top_channel"} & wanted:
             d2, top = distances_and_top(model, block, top=top_with_d2)
-            if top_with_d2:
-                parts["top_channel"] = top
-            if "d2" in outputs:
+            if "d2" in wanted:
                 parts["d2"] = d2.copy()
-            if {"weight", "outlier"} & set(outputs):
+            if {"weight", "outlier", "top_channel"} & wanted:
                 calibrated = calibrated_d2(model, block, d2)
-                if "weight" in outputs:
+                if "weight" in wanted:
                     parts["weight"] = weight(model, calibrated)
-                if "outlier" in outputs:
-                    parts["outlier"] = outlier_flags(model, np.asarray(block, np.float64), calibrated)
+                if {"outlier", "top_channel"} & wanted:
+                    flags = outlier_flags(model, np.asarray(block, np.float64), calibrated)
+                    if "outlier" in wanted:
+                        parts["outlier"] = flags
         if project is not None:
             parts["scores"] = project(block)
+        c = None
         if contribute is not None:
             c = contribute(block)
             parts["contributions"] = c
-            if "top_channel" in outputs:
-                parts["top_channel"] = top_channel(c)
+            if "top_channel" in wanted:
+                top = top_channel(c)
+        if "top_channel" in wanted:
+            parts["top_channel"] = isolated_top(model, original, before, d2, calibrated, flags, top, c)
         return parts
 
-    def fused(block):
+    def fused(block, before=None):
+        """The outputs of ``block``; ``before``: the row before it (shape (1, p)), or None."""
         if not len(_missing.nonfinite_rows(block)):  # complete rows, as most blocks hold: no masks to make
-            parts = distances(block)
+            parts = distances(block, before, block)
             if "n_observed" in outputs:
                 parts["n_observed"] = np.full(len(block), np.shape(block)[1], np.int16)
             return parts
         bad = unusable_rows(block, policy)
-        parts = distances(np.where(bad[:, None], 0.0, block) if bad.any() else block)
+        parts = distances(np.where(bad[:, None], 0.0, block) if bad.any() else block, before, block)
         for name, out in parts.items():
             if bad.any():
                 out[bad] = np.nan if out.dtype.kind == "f" else (-1 if name == "top_channel" else 0)

@@ -3,8 +3,9 @@
 Real Zarr stores on disk, grown in place as an archive grows; the command run
 in process through :func:`dask_mcpca._cli.main`.  The expected output of an
 append is a full ``score`` of the grown archive into another store, array for
-array (every output is a function of its row alone; floats to 1e-12, as BLAS
-may round another block's rows in the last bit), and the
+array (every output is a function of its row, and ``top_channel`` also of the
+row before; floats to 1e-12, as BLAS may round another block's rows in the
+last bit), and the
 expected reads are the input's chunks that hold new rows, computed here from
 the chunk size.
 """
@@ -269,3 +270,30 @@ def test_an_append_killed_mid_write_leaves_the_previous_output(model, tmp_path):
     assert subprocess.run([*command, "--append"], capture_output=True).returncode == 0
     assert os.listdir(out.parent) == ["scores.zarr"]
     assert zarr.open_group(str(out), mode="r").attrs["rows"] == [0, 1_200_000]
+
+
+def test_a_stuck_stretch_across_the_append_is_named_as_in_a_full_score(tmp_path, capsys):
+    """top_channel of the first new row looks at the last old one (a sensor stuck since before the
+    append, beside a near-copy of itself: the row alone names the copy)."""
+    rng = np.random.default_rng(4)
+    q = rng.normal(size=(N, 1)) + 0.3 * rng.normal(size=(N, 2))
+    clean = np.hstack([q[:, :1], q[:, :1], q[:, 1:]]) + 0.03 * rng.normal(size=(N, 3))  # channels 0 and 1: twins
+    path = tmp_path / "m.json"
+    fitted = MCPCA().fit(clean[:10_000])
+    fitted.save(path)
+    for start in range(FIRST - 200, FIRST):  # the first stretch whose row FIRST only the held rule names right
+        X = clean.copy()
+        X[start : FIRST + 50, 1] = X[start, 1]
+        row = X[FIRST : FIRST + 1]
+        if fitted.is_outlier(row)[0] and fitted.channel_contributions(row)[0].argmax() != 1:
+            break
+    else:
+        pytest.fail("no stretch start in range gives a flagged row FIRST whose contributions name the twin")
+    store, out, full = tmp_path / "archive.zarr", tmp_path / "scores.zarr", tmp_path / "full.zarr"
+    _grow(store, X[:FIRST])
+    assert _cli(capsys, "score", store, "-m", path, "-o", out)[0] == 0
+    _grow(store, X)
+    assert _cli(capsys, "score", store, "-m", path, "-o", out, "--append")[0] == 0
+    assert _cli(capsys, "score", store, "-m", path, "-o", full)[0] == 0
+    _assert_same_scores(out, full)
+    assert zarr.open_group(str(out), mode="r")["top_channel"][FIRST] == 1

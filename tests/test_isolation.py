@@ -1,0 +1,120 @@
+"""The channel at fault (``score_rows``' ``top_channel``): a stuck cell that explains the flag is named.
+
+Per row, the reconstruction-based contributions cannot tell a stuck sensor
+from a near-copy of itself: both reconstructions explain the row.  A stuck
+value repeats exactly, which a continuous channel never does, so
+``top_channel`` names the held cell where its reconstruction alone brings
+the row under the cutoff (:func:`dask_mcpca._model.isolated_top`).  The
+expected channels come from the generators (the channel made faulty); the
+rule must not fire on the ties of quantized channels or on a clipped
+channel that does not explain the flag.
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dask_mcpca import MCPCA
+
+P = 8
+SOURCE = np.array([0, 0, 1, 1, 2, 2, 3, 4])  # channels 0-1, 2-3 and 4-5: two sensors of one quantity each
+
+
+def twins(rng, n: int, W: np.ndarray) -> np.ndarray:
+    """Five quantities, three of them read by two sensors each (correlation above 0.99)."""
+    q = rng.normal(size=(n, 3)) @ W.T + 0.3 * rng.normal(size=(n, 5))
+    return q[:, SOURCE] + 0.03 * rng.normal(size=(n, P))
+
+
+@pytest.fixture(scope="module")
+def stuck_twins():
+    """A model of the twins, and a stream with each of the 8 sensors stuck in turn for 200 rows."""
+    rng = np.random.default_rng(5)
+    W = rng.normal(size=(5, 3))
+    model = MCPCA().fit(twins(rng, 20_000, W))
+    X = twins(rng, 4_000, W)
+    faulty = np.full(len(X), -1)
+    for j in range(P):
+        rows = slice(200 + 450 * j, 400 + 450 * j)
+        X[rows, j] = X[rows.start, j]
+        faulty[rows] = j
+    return model, X, faulty
+
+
+def test_a_stuck_sensor_is_told_from_its_twin(stuck_twins):
+    model, X, faulty = stuck_twins
+    out = model.score_rows(X, outputs=("outlier", "top_channel"))
+    hit = out["outlier"] & (faulty >= 0)
+    assert hit.sum() > 800  # most stuck rows are flagged: the twin disagrees
+    assert np.mean(out["top_channel"][hit] == faulty[hit]) >= 0.99
+    # per row, the largest contribution often names the twin instead
+    per_row = model.channel_contributions(X[hit]).argmax(axis=1)
+    assert np.mean(per_row == faulty[hit]) < 0.95
+    # where nothing is held, top_channel is the largest contribution
+    free = out["outlier"] & (faulty < 0)
+    np.testing.assert_array_equal(out["top_channel"][free], model.channel_contributions(X[free]).argmax(axis=1))
+
+
+@pytest.mark.parametrize("chunk_rows", [333, 450, 1_000])
+def test_the_rule_looks_across_row_blocks(stuck_twins, chunk_rows):
+    model, X, _ = stuck_twins
+    whole = model.score_rows(X, outputs=("outlier", "top_channel"))
+    blocks = model.score_rows(da.from_array(X, chunks=(chunk_rows, -1)), outputs=("outlier", "top_channel"))
+    np.testing.assert_array_equal(blocks["top_channel"].compute(), whole["top_channel"])
+    both = model.score_rows(da.from_array(X, chunks=(chunk_rows, -1)), outputs=("contributions", "top_channel"))
+    np.testing.assert_array_equal(both["top_channel"].compute(), whole["top_channel"])
+
+
+def test_ties_of_a_quantized_channel_name_nothing():
+    """An integer channel repeats its value from row to row; a spike elsewhere stays named."""
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(30_000, 1))
+    X = np.hstack([np.round(2 * z + 0.5 * rng.normal(size=(30_000, 1))), z + 0.3 * rng.normal(size=(30_000, 3))])
+    model = MCPCA().fit(X[:20_000])
+    assert model.quantization_steps_[0] == 1 and not model.quantization_steps_[1:].any()
+    Y = X[20_000:].copy()
+    spikes = np.arange(5, len(Y), 50)
+    Y[spikes, 2] += 8.0
+    out = model.score_rows(Y, outputs=("outlier", "top_channel"))
+    assert out["outlier"][spikes].all()
+    assert (Y[spikes, 0] == Y[spikes - 1, 0]).sum() > 20  # the integer channel held its value there
+    np.testing.assert_array_equal(out["top_channel"][spikes], 2)
+
+
+def test_a_clipped_channel_at_its_limit_does_not_take_a_fault_elsewhere():
+    """A continuous channel held at its range limit for stretches: held, but its reconstruction does
+    not explain a spike on another channel."""
+    rng = np.random.default_rng(2)
+    n = 30_000
+    z = np.cumsum(rng.normal(size=n)) * 0.05
+    z = (z - z.mean()) / z.std()  # a slow common factor
+    X = z[:, None] + 0.3 * rng.normal(size=(n, 4))
+    limit = np.quantile(X[:, 0], 0.95)
+    X[:, 0] = np.minimum(X[:, 0], limit)
+    model = MCPCA().fit(X[:20_000])
+    assert model.quantization_steps_[0] == 0 and not len(model.repeated_values_)
+    Y = X[20_000:].copy()
+    at_limit = np.flatnonzero((Y[1:, 0] == limit) & (Y[:-1, 0] == limit)) + 1
+    assert len(at_limit) > 50
+    spikes = at_limit[::5]
+    Y[spikes, 3] += 10.0
+    out = model.score_rows(Y, outputs=("outlier", "top_channel"))
+    assert out["outlier"][spikes].all()
+    np.testing.assert_array_equal(out["top_channel"][spikes], 3)
+
+
+def test_a_learned_stuck_value_names_its_channel():
+    """Rows flagged for holding a stuck value the fit learned name that channel, also where the
+    value lies in the bulk and the row's distance says nothing of any channel."""
+    rng = np.random.default_rng(3)
+    n = 20_000
+    X = rng.normal(size=(n, 3)) @ np.array([[1.0, 0.8, 0.6], [0.0, 0.6, 0.3], [0.0, 0.0, 0.5]])
+    stuck = X[1000, 1]
+    X[1000:1600, 1] = stuck  # 3 % of the rows
+    model = MCPCA().fit(X)
+    np.testing.assert_array_equal(model.repeated_values_, [[1, stuck]])
+    out = model.score_rows(X, outputs=("outlier", "top_channel"))
+    assert out["outlier"][1000:1600].all()
+    np.testing.assert_array_equal(out["top_channel"][1000:1600], 1)
