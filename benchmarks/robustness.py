@@ -427,8 +427,8 @@ def quantized_table(cache: Path, seeds: int) -> list[str]:
                  f"{np.median(recall):.2f}) | {np.median(untouched):.3f} ({max(untouched):.3f}) | "
                  f"{np.median(by_repeats):.3f} | — |")
     print("\n".join(lines[-2:]), flush=True)
-    ok = np.median(untouched) <= 0.05
-    TARGETS.append(f"- NYC weather with swapped channels: untouched rows flagged <= 5 % (median) -> "
+    ok = max(untouched) <= 0.05
+    TARGETS.append(f"- NYC weather with swapped channels: untouched rows flagged <= 5 % (every draw) -> "
                    f"{'ok' if ok else 'MISSED'}")
     return lines
 

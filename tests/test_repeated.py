@@ -98,6 +98,22 @@ def test_levels_of_a_quantized_channel_with_values_swapped_in_are_no_stuck_value
     assert np.mean(np.asarray(model.is_outlier(Xf))[clean]) <= 0.05
 
 
+def test_chance_repeats_between_the_levels_are_no_levels():
+    """Between a quantized channel's busy levels (300-800 rows each), values of another channel swapped in
+    that repeat by chance (2-3 rows each, five between each two levels, as NYC weather's humidity among its
+    temperature levels): the levels are compared with the levels around them, not with those values."""
+    rng = np.random.default_rng(7)
+    levels = np.round(np.arange(-2.0, 2.05, 0.1), 1)
+    counts = np.round(800 * np.exp(-(levels**2) / 2)).astype(int)  # 108-800 rows a level
+    between = [lo + 0.1 * (i + 1) / 6 for lo in levels[:-1] for i in range(5)]
+    column = np.concatenate([np.repeat(levels, counts), np.repeat(between, rng.integers(2, 4, len(between)))])
+    sample = np.column_stack([column, rng.normal(size=len(column))])
+    assert len(repeated_values(sample)) == 0
+    stuck = sample.copy()
+    stuck[rng.choice(len(stuck), 1500, replace=False), 0] = -1.9  # a tail level held by 10x its rows: stuck
+    assert repeated_values(stuck).tolist() == [[0.0, -1.9]]
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_stuck_sensor_and_frozen_logger_on_continuous_data_are_found(seed):
     rng = np.random.default_rng(seed)
