@@ -425,9 +425,11 @@ def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
     steps = getattr(model, "quantization_steps_", None)
     continuous = np.ones(rows.shape[1], bool) if steps is None else np.asarray(steps) == 0
     held = (rows == before) & continuous
-    if held.any():
+    if held.any():  # spelled once per distinct value: a stuck stretch holds one value in many rows
         at = np.nonzero(held)
-        held[at] = _digits(rows[at]) >= FULL_DIGITS.get(rows.dtype, FULL_DIGITS[np.dtype(np.float64)])
+        values, which = np.unique(rows[at], return_inverse=True)
+        full = _digits(values) >= FULL_DIGITS.get(rows.dtype, FULL_DIGITS[np.dtype(np.float64)])
+        held[at] = full[which]
     rows = np.asarray(rows, np.float64)
     learned = getattr(model, "repeated_values_", None)
     for column, value in () if learned is None else learned:
