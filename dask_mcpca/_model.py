@@ -459,12 +459,12 @@ def isolated_top(model: Any, block, before, d2, calibrated, flags, top, contribu
     if block.dtype not in FULL_DIGITS:
         block = block.astype(np.float64)
     rows = block[idx]
-    previous = np.full_like(rows, np.nan)
-    inner = idx > 0
-    previous[inner] = block[idx[inner] - 1]
-    if before is not None and not inner.all():
-        previous[~inner] = np.asarray(before, block.dtype).reshape(-1)
-    held = held_cells(model, rows, previous) & np.isfinite(rows).all(axis=1)[:, None]
+    previous = block[np.maximum(idx - 1, 0)]  # one gather; the block's first row has the row before it
+    if idx[0] == 0:
+        previous[0] = np.nan if before is None else np.asarray(before, block.dtype).reshape(-1)
+    held = held_cells(model, rows, previous)
+    if len(_missing.nonfinite_rows(rows)):  # a row with NaN or inf names no held cell
+        held &= np.isfinite(rows).all(axis=1)[:, None]
     rows = np.asarray(rows, np.float64)
     some = np.flatnonzero(held.any(axis=1))
     if not len(some):
