@@ -215,16 +215,35 @@ def _lattice(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
 #: 300-450); taken for levels, they made a busy level look like a spike among them (1.7 % of the clean
 #: rows flagged in 3 of 10 draws of ``benchmarks/robustness.py``).
 LEVEL_SHARE = 0.05
+#: ... between busy levels at most this many times their median gap apart (:func:`_levels`).
+BUSY_GAP = 3.0
 
 
 def _levels(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The points of :func:`_lattice` held by at least ``LEVEL_SHARE`` of a typical level's rows."""
+    """The points of :func:`_lattice`, less the sparse ones between busy levels the usual gap apart.
+
+    A busy level holds at least ``LEVEL_SHARE`` of a typical level's rows.  A sparse point between
+    two busy levels at most ``BUSY_GAP`` times the median gap between busy levels apart is a chance
+    repeat of values swapped in between the levels, not a level.  Where busy levels lie farther
+    apart (the tails, past a stuck value's lone spike), every lattice point stays: a column's sparse
+    tail levels are the neighbours against which a value stuck in the tail is a spike.
+    """
     on = _lattice(values, counts)
     if not (counts >= 2).any() or counts[counts >= 2].sum() < 0.5 * counts.sum():
         return on  # continuous: every distinct value
     held = np.sort(counts[on])
     typical = held[np.searchsorted(np.cumsum(held), held.sum() / 2)]  # the count of the median row's level
-    return on & (counts >= LEVEL_SHARE * typical)
+    busy = on & (counts >= LEVEL_SHARE * typical)
+    at = values[busy]
+    if len(at) < 3:
+        return on
+    gaps = np.diff(at)
+    usual = gaps <= BUSY_GAP * np.median(gaps)  # between busy levels i and i + 1
+    slot = np.searchsorted(at, values) - 1  # the busy level below each value (-1: none)
+    inside = (slot >= 0) & (slot < len(gaps))
+    chance = ~busy & inside
+    chance[inside] &= usual[slot[inside]]
+    return on & ~chance
 
 
 def quantization_steps(sample: np.ndarray) -> np.ndarray:

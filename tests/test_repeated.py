@@ -114,6 +114,17 @@ def test_chance_repeats_between_the_levels_are_no_levels():
     assert repeated_values(stuck).tolist() == [[0.0, -1.9]]
 
 
+@pytest.mark.parametrize("stuck_at", [3.5, -999.0])
+def test_a_value_stuck_in_the_sparse_tail_of_a_fine_lattice_is_found(stuck_at):
+    """400 of 100,000 rows at a value past the busy levels of a channel quantized to 0.1: compared with
+    the sparse tail levels around it (tens of rows), not with the busy levels of the bulk."""
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(100_000, 2))
+    column = np.round(z[:, 0] * 10) / 10
+    column[rng.choice(len(column), 400, replace=False)] = stuck_at
+    assert repeated_values(np.column_stack([column, z[:, 1]])).tolist() == [[0.0, stuck_at]]
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_stuck_sensor_and_frozen_logger_on_continuous_data_are_found(seed):
     rng = np.random.default_rng(seed)
