@@ -39,18 +39,29 @@ def _picker(name: str):
 
 
 def _last_row(block):
+    """A block's last row (NaN for a block of no rows), as a (1, p) array of its own."""
+    if not len(block):
+        return np.full((1, block.shape[1]), np.nan, block.dtype)
     return np.array(block[-1:], copy=True)
 
 
 def _rows_before(blocks: da.Array) -> da.Array:
-    """For each row block of ``blocks``, the row before it (NaN before the first): one row per block.
+    """For each row block of ``blocks``, the row before its first (NaN before the first row): one row per block.
 
-    Taken from each block as it is read for the outputs (the same task), so no block is read twice.
+    Taken from the blocks the outputs read (a small task on each block's read), so no block is read twice.
+    A block of no rows passes on the row before it.
     """
-    p = blocks.shape[1]
-    last = blocks.map_blocks(_last_row, chunks=((1,) * blocks.numblocks[0], (p,)), dtype=blocks.dtype)
+    p, n = blocks.shape[1], blocks.numblocks[0]
+    last = blocks.map_blocks(_last_row, chunks=((1,) * n, (p,)), dtype=blocks.dtype)
     head = da.full((1, p), np.nan, dtype=blocks.dtype, chunks=(1, p))
-    return da.concatenate([head, last[:-1]]) if blocks.numblocks[0] > 1 else head
+    if n == 1:
+        return head
+    empty = np.asarray(blocks.chunks[0], float) == 0  # unknown sizes (NaN) count as rows
+    if not empty.any():
+        return da.concatenate([head, last[:-1]])
+    latest = np.maximum.accumulate(np.where(empty, -1, np.arange(n)))  # the last block with rows, up to each
+    before = np.concatenate([[-1], latest[:-1]])
+    return da.concatenate([head, last])[before + 1].rechunk(((1,) * n, (p,)))
 
 
 def _frame_like(out: Any, X: Any) -> Any:

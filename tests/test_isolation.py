@@ -12,11 +12,14 @@ channel that does not explain the flag.
 
 from __future__ import annotations
 
+import copy
+
 import dask.array as da
 import numpy as np
 import pytest
+from scipy import signal
 
-from dask_mcpca import MCPCA
+from dask_mcpca import MCPCA, _model
 
 P = 8
 SOURCE = np.array([0, 0, 1, 1, 2, 2, 3, 4])  # channels 0-1, 2-3 and 4-5: two sensors of one quantity each
@@ -67,20 +70,66 @@ def test_the_rule_looks_across_row_blocks(stuck_twins, chunk_rows):
     np.testing.assert_array_equal(both["top_channel"].compute(), whole["top_channel"])
 
 
-def test_ties_of_a_quantized_channel_name_nothing():
-    """An integer channel repeats its value from row to row; a spike elsewhere stays named."""
+def test_ties_of_an_integer_channel_name_nothing(monkeypatch):
+    """An integer channel beside a near-copy of itself repeats its value from row to row (90 % of the rows
+    here): a spike on the copy stays with the contributions, by either guard of the rule alone (the
+    channel's quantization step, the value's few digits); without both, the integer channel would be named."""
     rng = np.random.default_rng(1)
-    z = rng.normal(size=(30_000, 1))
-    X = np.hstack([np.round(2 * z + 0.5 * rng.normal(size=(30_000, 1))), z + 0.3 * rng.normal(size=(30_000, 3))])
-    model = MCPCA().fit(X[:20_000])
+    n = 40_000
+    z = signal.lfilter([np.sqrt(1 - 0.999**2)], [1, -0.999], rng.normal(size=n))  # a slow factor
+    X = np.column_stack([np.round(3 * z), 3 * z + 0.1 * rng.normal(size=n), z + 0.3 * rng.normal(size=n),
+                         rng.normal(size=n)])
+    model = MCPCA().fit(X[:30_000])
     assert model.quantization_steps_[0] == 1 and not model.quantization_steps_[1:].any()
-    Y = X[20_000:].copy()
-    spikes = np.arange(5, len(Y), 50)
-    Y[spikes, 2] += 8.0
-    out = model.score_rows(Y, outputs=("outlier", "top_channel"))
-    assert out["outlier"][spikes].all()
-    assert (Y[spikes, 0] == Y[spikes - 1, 0]).sum() > 20  # the integer channel held its value there
-    np.testing.assert_array_equal(out["top_channel"][spikes], 2)
+    Y = X[30_000:].copy()
+    spikes = np.arange(5, len(Y), 20)
+    Y[spikes, 1] += 1.5
+    assert np.mean(Y[spikes, 0] == Y[spikes - 1, 0]) > 0.8
+    per_row = model.channel_contributions(Y[spikes]).argmax(axis=1)
+
+    def named(m):
+        out = m.score_rows(Y, outputs=("outlier", "top_channel"))
+        return out["outlier"][spikes], out["top_channel"][spikes]
+
+    flagged, top = named(model)
+    assert flagged.sum() > 200
+    np.testing.assert_array_equal(top, per_row)
+    continuous = copy.deepcopy(model)
+    continuous.quantization_steps_ = np.zeros(4)
+    np.testing.assert_array_equal(named(continuous)[1], per_row)  # the digits guard alone
+    monkeypatch.setattr(_model, "FULL_DIGITS", {np.dtype(np.float64): 0, np.dtype(np.float32): 0})
+    np.testing.assert_array_equal(named(model)[1], per_row)  # the quantization guard alone
+    unguarded = named(continuous)[1]
+    assert np.sum(flagged & (unguarded == 0) & (per_row != 0)) > 100
+
+
+def test_held_cells_by_value_dtype_and_channel():
+    """Held: an exact repeat at near full precision on a continuous channel, or a learned stuck value;
+    not: a repeat of a short decimal (in its own dtype) or on a quantized channel."""
+
+    class Model:
+        quantization_steps_ = np.array([0.0, 0.0, 0.0, 0.5])
+        repeated_values_ = np.array([[2.0, 7.25]])
+
+    full, short = 0.1234567890123, 12.3456
+    rows = np.array([[full, short, 7.25, full]])
+    held = _model.held_cells(Model(), rows, rows.copy())
+    np.testing.assert_array_equal(held, [[True, False, True, False]])
+    rows32 = np.array([[np.float32(full), np.float32(2.3), np.float32(7.25), np.float32(full)]], np.float32)
+    held = _model.held_cells(Model(), rows32, rows32.copy())
+    np.testing.assert_array_equal(held, [[True, False, True, False]])
+    other = rows.copy()
+    other[0, 0] = np.nextafter(full, 1.0)  # one ulp apart: no repeat
+    np.testing.assert_array_equal(_model.held_cells(Model(), rows, other), [[False, False, True, False]])
+
+
+@pytest.mark.parametrize("chunks", [(1_100, 0, 2_900), (0, 1_101, 0, 0, 2_899), (1_101, 0, 0, 2_899, 0)])
+def test_blocks_of_no_rows_pass_on_the_row_before(stuck_twins, chunks):
+    model, X, _ = stuck_twins
+    whole = model.score_rows(X, outputs=("outlier", "top_channel"))
+    blocks = da.from_array(X, chunks=(len(X), -1)).rechunk((chunks, (P,)))
+    got = model.score_rows(blocks, outputs=("outlier", "top_channel"))["top_channel"].compute()
+    np.testing.assert_array_equal(got, whole["top_channel"])
 
 
 def test_a_clipped_channel_at_its_limit_does_not_take_a_fault_elsewhere():

@@ -297,3 +297,19 @@ def test_a_stuck_stretch_across_the_append_is_named_as_in_a_full_score(tmp_path,
     assert _cli(capsys, "score", store, "-m", path, "-o", full)[0] == 0
     _assert_same_scores(out, full)
     assert zarr.open_group(str(out), mode="r")["top_channel"][FIRST] == 1
+
+
+def test_an_append_at_a_chunk_boundary_reads_only_the_new_chunks(data, model, tmp_path, capsys):
+    """New rows that begin a chunk (an archive grown by whole chunks): the chunk before is not read for
+    the row before them, and on data without repeats the append equals a full score."""
+    store, out, full = tmp_path / "archive.zarr", tmp_path / "scores.zarr", tmp_path / "full.zarr"
+    first = 10 * CHUNK
+    _grow(store, data[:first])
+    assert _cli(capsys, "score", store, "-m", model, "-o", out)[0] == 0
+    _grow(store, data)
+    with FileOpens(store) as reads:
+        assert _cli(capsys, "score", store, "-m", model, "-o", out, "--append")[0] == 0
+    chunks = sorted(int(name.split("/")[1]) for name in reads.opened if name.startswith("c/"))
+    assert chunks == list(range(first // CHUNK, -(-N // CHUNK)))
+    assert _cli(capsys, "score", store, "-m", model, "-o", full)[0] == 0
+    _assert_same_scores(out, full)
