@@ -47,7 +47,8 @@ PARTIAL_MIN_BLOCKS = 16
 
 #: The spread: this share of the blocks, at least ``SPREAD_MIN_BLOCKS`` and
 #: at most ``SPREAD_MAX_BLOCKS`` of them.  The minimum was 8 until 2026-11-27: on
-#: 16-63 blocks it cost 0.25-0.5 of a pass.  ``benchmarks/spread.py`` (20
+#: 16-32 blocks it cost 0.25-0.5 of a pass (now 4 blocks; 5-8 on 33-63, as
+#: an eighth gives).  ``benchmarks/spread.py`` (20
 #: blocks, 10 seeds) found 4 as good as 8 and as a full first pass for
 #: bias runs, stuck stretches and regimes clustered in time (the same
 #: angles; 0.03-0.08 points more false alarms on two cases).  Stuck values
