@@ -27,7 +27,7 @@ from . import _compiled, _missing
 from ._contributions import channel_scales, contributions_with_gaps
 from ._passes import NonFiniteRowsError
 from ._power import variance_floor
-from ._repeated import held_out
+from ._repeated import held_out, value_matches
 
 __all__ = [
     "CONTRIBUTION_METHODS",
@@ -433,7 +433,7 @@ def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, np.float64)
     learned = getattr(model, "repeated_values_", None)
     for column, value in () if learned is None else learned:
-        held[:, int(column)] |= rows[:, int(column)] == value
+        held[:, int(column)] |= value_matches(rows[:, int(column)], value)
     return held
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "repeated_values",
     "find_repeated",
     "in_repeated",
+    "value_matches",
     "in_repeated_rows",
     "held_out",
     "quantization_steps",
@@ -353,24 +354,42 @@ def repeated_values(sample: np.ndarray) -> np.ndarray:
     return np.array(found, dtype=np.float64).reshape(-1, 2)
 
 
+def as_float32(values: np.ndarray) -> np.ndarray:
+    """``values`` rounded to float32 and back (where float32 holds them; unchanged elsewhere).
+
+    A value learned from float64 rows is met in a float32 copy of the same recording as its
+    float32 rounding: :func:`in_repeated` and :func:`in_repeated_rows` match either.
+    """
+    values = np.asarray(values, np.float64)
+    with np.errstate(over="ignore"):
+        rounded = values.astype(np.float32).astype(np.float64)
+    return np.where(np.isfinite(rounded) | ~np.isfinite(values), rounded, values)
+
+
+def value_matches(column: np.ndarray, value: float) -> np.ndarray:
+    """``column == value``, or its float32 rounding (:func:`as_float32`)."""
+    return (column == value) | (column == as_float32(value))
+
+
 def in_repeated(rows: np.ndarray, repeated: np.ndarray | None) -> np.ndarray:
-    """True for the rows holding one of the ``(column, value)`` pairs of ``repeated``."""
+    """True for the rows holding one of the ``(column, value)`` pairs of ``repeated`` (or its float32 rounding)."""
     hit = np.zeros(len(rows), bool)
     for column, value in () if repeated is None else repeated:
-        hit |= rows[:, int(column)] == value
+        hit |= value_matches(rows[:, int(column)], value)
     return hit
 
 
 def in_repeated_rows(rows: np.ndarray, repeated_rows: np.ndarray | None) -> np.ndarray:
-    """True for the rows equal (exactly) to one of ``repeated_rows``.
+    """True for the rows equal (exactly) to one of ``repeated_rows``, or to its float32 rounding.
 
     The first column picks the rows that may match; only those are compared
     whole (as :func:`._block.block_stats` does in a pass).
     """
     hit = np.zeros(len(rows), bool)
     for row in () if repeated_rows is None else repeated_rows:
-        maybe = np.flatnonzero(rows[:, 0] == row[0])
-        hit[maybe[(rows[maybe] == row).all(axis=1)]] = True
+        row32 = as_float32(row)
+        maybe = np.flatnonzero(value_matches(rows[:, 0], row[0]))
+        hit[maybe[(rows[maybe] == row).all(axis=1) | (rows[maybe] == row32).all(axis=1)]] = True
     return hit
 
 

@@ -144,6 +144,25 @@ def test_stuck_sensor_and_frozen_logger_on_continuous_data_are_found(seed):
     assert flags[clean].mean() <= 0.01
 
 
+def test_a_float64_model_finds_its_stuck_value_and_frozen_record_in_a_float32_copy():
+    """The learned values are matched as stored in float32 too: the same recording in float32 gets the same
+    flags (a float64 model missed every stuck and frozen row of a float32 copy)."""
+    rng = np.random.default_rng(4)
+    X = _correlated(rng, 10_000, 6, 1.0)
+    order = rng.permutation(len(X))
+    stuck, frozen = order[:300], order[300:500]
+    X[stuck, 2] = np.quantile(X[:, 2], 0.7)
+    X[frozen] = X[order[600]]
+    model = MCPCA().fit(X)
+    assert len(model.repeated_values_) == 1 and len(model.repeated_rows_) == 1
+    X32 = X.astype(np.float32)
+    assert not np.any(X32[stuck, 2] == model.repeated_values_[0, 1])  # float32 holds it rounded
+    flags = np.asarray(model.is_outlier(X32))
+    assert flags[stuck].all() and flags[frozen].all()
+    np.testing.assert_array_equal(flags, np.asarray(model.is_outlier(X)))
+    np.testing.assert_array_equal(model.score_rows(X32, outputs=("top_channel",))["top_channel"][stuck], 2)
+
+
 def test_stuck_on_a_quantized_channel_and_stuck_at_the_extreme_are_found():
     """On integer counts a stuck level holds 3 % where the model predicts 0.3 %; a value stuck at the
     column's maximum holds 3 % where the model's tail beyond it holds about 0.01 %."""
