@@ -430,7 +430,6 @@ def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
         values, which = np.unique(rows[at], return_inverse=True)
         full = _digits(values) >= FULL_DIGITS.get(rows.dtype, FULL_DIGITS[np.dtype(np.float64)])
         held[at] = full[which]
-    rows = np.asarray(rows, np.float64)
     learned = getattr(model, "repeated_values_", None)
     for column, value in () if learned is None else learned:
         held[:, int(column)] |= value_matches(rows[:, int(column)], value)

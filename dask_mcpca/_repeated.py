@@ -203,10 +203,14 @@ def _lattice(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     off the grid) and is no level.  A continuous channel's lattice is every
     distinct value.
     """
-    repeated = counts >= 2
-    if counts[repeated].sum() >= 0.5 * counts.sum():
-        return repeated
+    if _quantized(counts):
+        return counts >= 2
     return np.ones(len(values), bool)
+
+
+def _quantized(counts: np.ndarray) -> bool:
+    """At least half of the rows hold values held by 2 rows or more (``counts``: per distinct value)."""
+    return counts[counts >= 2].sum() >= 0.5 * counts.sum()
 
 
 #: On a quantized column, the stuck-value rules (:func:`repeated_values`) compare a value with the
@@ -230,7 +234,7 @@ def _levels(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     tail levels are the neighbours against which a value stuck in the tail is a spike.
     """
     on = _lattice(values, counts)
-    if not (counts >= 2).any() or counts[counts >= 2].sum() < 0.5 * counts.sum():
+    if not _quantized(counts):
         return on  # continuous: every distinct value
     held = np.sort(counts[on])
     typical = held[np.searchsorted(np.cumsum(held), held.sum() / 2)]  # the count of the median row's level

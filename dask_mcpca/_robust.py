@@ -547,19 +547,22 @@ def state_in_units(state: RobustState, d: int) -> RobustState | None:
     return mapped
 
 
+def _sample_in_units(sample: np.ndarray, unit_exp: int) -> np.ndarray:
+    """A full-data step's row sample (as stored) in working units ``2**unit_exp``, far rows left out,
+    as the estimator maps a cold fit's first sample."""
+    with np.errstate(over="ignore"):
+        sample = np.ldexp(sample, -unit_exp)
+    with np.errstate(invalid="ignore"):
+        return sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
+
+
 def _archive_repeats(state: RobustState, sample: np.ndarray, unit_exp: int) -> bool:
     """Set ``state``'s repeated values and rows to those of ``sample`` (rows as stored, drawn from
     the whole archive in a full-data step); True where they changed."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        sample = np.ldexp(sample, -unit_exp)
-        sample = sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
-    repeated, rows = find_repeated(sample)
+    found = find_repeated(_sample_in_units(sample, unit_exp))
     before = (state.repeated, state.repeated_rows)
-    state.repeated, state.repeated_rows = repeated, rows
-    return not all(
-        (a is None or not len(a)) and not len(b) or a is not None and a.shape == b.shape and np.array_equal(a, b)
-        for a, b in zip(before, (repeated, rows), strict=True)
-    )
+    state.repeated, state.repeated_rows = found
+    return not all(np.array_equal(b[:0] if a is None else a, b) for a, b in zip(before, found, strict=True))
 
 
 def warm_step(
@@ -606,12 +609,7 @@ def warm_step(
         if state is None:
             return res, None
         runner.unit_exp = unit
-    # The pass's sample is as stored: mapped as the estimator maps a cold
-    # fit's, far rows left out.
-    with np.errstate(over="ignore"):
-        sample = np.ldexp(res.sample, -runner.unit_exp)
-    with np.errstate(invalid="ignore"):
-        sample = sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
+    sample = _sample_in_units(res.sample, runner.unit_exp)
     state.repeated, state.repeated_rows = find_repeated(sample)
     state.cutoff, state.final_cutoff = _cutoffs(state, sample, state.core_support * len(sample))
     return res, state
