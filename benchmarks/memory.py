@@ -20,7 +20,7 @@ then runs ``dask-mcpca report STORE --model ...`` in the fresh child, with
 ``matplotlib.pyplot`` and the command line imported before the baseline;
 its PNG and CSV go to a temporary folder.  ``--compare-malloc`` runs each
 size a second time with the command's glibc setting
-(``_report.return_large_frees_to_os``) turned off, to show what it saves.
+(``_malloc.return_large_frees_to_os``) turned off, to show what it saves.
 """
 
 from __future__ import annotations
@@ -83,12 +83,12 @@ def _child_report(path: str, model: str, out_dir: str, default_malloc: bool) -> 
     """Run ``dask-mcpca report`` on the store and print one JSON line (runs in the fresh process)."""
     import matplotlib.pyplot  # noqa: F401  (the report draws with it: imported before the baseline)
 
-    from dask_mcpca import _report
+    from dask_mcpca import _malloc, _report
     from dask_mcpca._cli import main
     from dask_mcpca._io import as_row_blocks
 
     if default_malloc:
-        _report.return_large_frees_to_os = lambda *a, **k: False
+        _malloc.return_large_frees_to_os = lambda *a, **k: False
     n_blocks = as_row_blocks(path, block_values=_report.BLOCK_VALUES).numblocks[0]
     base = _peak_rss()
     png, events = str(Path(out_dir) / "report.png"), str(Path(out_dir) / "report.csv")

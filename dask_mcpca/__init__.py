@@ -21,18 +21,32 @@ Where things live:
 - ``_checkpoint``, ``_persist``: resumable fits, the saved-model codec
 - ``_labels``: names in, names out (feature names, DataArray rows and coordinates)
 - ``_report``: ``dask-mcpca report``, one streaming pass summarised as a PNG and events
-- ``_cli``: the ``dask-mcpca`` command line starts here (the parser, ``main``); its commands
+- ``_console``: the console script (the process's malloc, see ``_malloc``), then
+  ``_cli``: the ``dask-mcpca`` command line starts here (the parser, ``main``); its commands
   in ``_cli_fit`` (fit, update), ``_cli_score`` and ``_cli_report`` (report, demo); what they
   share in ``_cli_common`` (the archive named, one-line errors), ``_cli_scheduler``
   (``--scheduler``) and ``_cli_outputs`` (output locations and stores)
 """
 
-from ._checkpoint import CheckpointMismatchError
-from ._estimator import MCPCA, check_params, load
-from ._io import open_archive
-from ._passes import NonFiniteRowsError, NumericalRangeError
-from ._persist import ModelFormatError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from ._version import __version__
+
+# The public names load on first use (SPEC 1's lazy loading): the console script
+# (``_console``) sets the process's malloc before dask, numpy and scikit-learn load.
+_HOMES = {
+    "MCPCA": "._estimator",
+    "load": "._estimator",
+    "check_params": "._estimator",
+    "open_archive": "._io",
+    "NonFiniteRowsError": "._passes",
+    "NumericalRangeError": "._passes",
+    "CheckpointMismatchError": "._checkpoint",
+    "ModelFormatError": "._persist",
+}
 
 __all__ = [
     "MCPCA",
@@ -45,3 +59,23 @@ __all__ = [
     "ModelFormatError",
     "__version__",
 ]
+
+if TYPE_CHECKING:  # what static tools see
+    from ._checkpoint import CheckpointMismatchError
+    from ._estimator import MCPCA, check_params, load
+    from ._io import open_archive
+    from ._passes import NonFiniteRowsError, NumericalRangeError
+    from ._persist import ModelFormatError
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

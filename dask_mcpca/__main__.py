@@ -1,5 +1,5 @@
 """``python -m dask_mcpca``: the ``dask-mcpca`` command line."""
 
-from ._cli import main
+from ._console import main
 
 raise SystemExit(main())

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 
+from . import _malloc
 from ._atomic import atomic_open, is_url
 from ._atomic import overlaps as _overlaps
 from ._cli_common import _describe, _fmt_seconds, _open, _storage_options, _store_root, _UsageError
@@ -52,7 +53,7 @@ def _cmd_report(args, out) -> int:
             raise _UsageError(f"{what} {path!r} would overwrite the model {args.model!r} being read")
         _check_output_location(path, is_file=True)
     options = _storage_options(args.storage_options)
-    _report.return_large_frees_to_os()  # memory flat in the rows: see its docstring
+    _malloc.return_large_frees_to_os()  # memory flat in the rows: see its docstring
     model = load(args.model, storage_options=options)
     # blocks of about _report.BLOCK_VALUES values, and the time coordinate read with its rows (no index in memory)
     X = _open(args, block_values=_report.BLOCK_VALUES, row_index=False)

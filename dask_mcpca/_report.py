@@ -81,7 +81,6 @@ __all__ = [
     "N_BINS",
     "TOP_CHANNELS",
     "BLOCK_VALUES",
-    "return_large_frees_to_os",
 ]
 
 #: Bins of the robust-distance curve over the row axis.
@@ -104,9 +103,6 @@ EVENTS_SHOWN = 8
 MAX_EVENTS = 10_000
 #: Events formatted at once for the CSV (a column at a time: Python's per-value work, not numpy's per-item access).
 WRITE_ROWS = 4096
-#: Allocations from this size up go back to the OS when freed (:func:`return_large_frees_to_os`).
-MMAP_THRESHOLD = 8 * 2**20
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 
 
 @dataclass
@@ -136,32 +132,6 @@ class BlockSummary:
     n_complete: int = 0  # rows without a missing cell (those in sum_x, sum_xx)
     bin_missing: np.ndarray | None = None  # (width, p) missing (NaN) cells per bin and channel
     windows: WindowSums | None = None  # the drift windows the block's rows fall in (``--window``)
-
-
-def return_large_frees_to_os(threshold: int = MMAP_THRESHOLD) -> bool:
-    """Have glibc's malloc give every block of ``threshold`` bytes or more back to the OS when freed.
-
-    glibc serves a large allocation from its own heap once a block of that
-    size has been freed (its mmap threshold rises with the frees, up to 32
-    MiB), and keeps the freed memory: each chunk a reader thread reads (the
-    compressed bytes, the decoded chunk, the block) lands in a different
-    place, so the resident size grows well past what is in use.  Pinning
-    the threshold makes such blocks mmap'd and unmapped on free.  Dask's
-    nanny does the same for its workers (``MALLOC_TRIM_THRESHOLD_``).  The
-    setting is global to the process, so the command line sets it for
-    ``dask-mcpca report``; a library call never does.  Returns whether it
-    was set (False off glibc).
-    """
-    import ctypes
-    import platform
-
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
-    except (OSError, AttributeError):
-        return False
 
 
 def _runs(flags: np.ndarray) -> np.ndarray:
