@@ -102,12 +102,24 @@ def _child_report(path: str, model: str, out_dir: str, default_malloc: bool) -> 
                       "n_events": n_events}))
 
 
-def measure(path: str | Path, *, child_args: list[str] | None = None) -> dict:
-    """Run the child on ``path`` in a fresh process (a fit, or ``child_args``); return its peak RSS and time."""
+#: Runs this file as a child after the console script's malloc setting, before any import
+#: (``dask_mcpca._console``: ``dask-mcpca fit`` sets it so).
+_CONSOLE_CHILD = (
+    "import runpy, sys; from dask_mcpca._malloc import reuse_large_blocks; reuse_large_blocks(); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def measure(path: str | Path, *, child_args: list[str] | None = None, console_malloc: bool = False) -> dict:
+    """Run the child on ``path`` in a fresh process (a fit, or ``child_args``); return its peak RSS and time.
+
+    ``console_malloc``: with the malloc setting of ``dask-mcpca fit`` (:mod:`dask_mcpca._malloc`).
+    """
     import psutil
 
     args = child_args if child_args is not None else ["--child", str(path)]
-    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+    launch = [sys.executable, "-c", _CONSOLE_CHILD] if console_malloc else [sys.executable]
+    proc = subprocess.Popen([*launch, __file__, *args], stdout=subprocess.PIPE, text=True)
     ps = psutil.Process(proc.pid)
     polled = 0
     while proc.poll() is None:
@@ -124,25 +136,33 @@ def measure(path: str | Path, *, child_args: list[str] | None = None) -> dict:
     return res
 
 
-def run_memory(rows: list[int], *, cols: int, chunk_rows: int) -> list[dict]:
+def run_memory(rows: list[int], *, cols: int, chunk_rows: int, dtype: str = "float64",
+               compare_malloc: bool = False) -> list[dict]:
+    """Fits of stores of ``rows`` rows, each in a fresh process (and with the console's malloc setting)."""
     results = []
     for n in rows:
-        info = make_store(n, cols, dtype="float64", chunk_rows=chunk_rows)
+        info = make_store(n, cols, dtype=dtype, chunk_rows=chunk_rows)
         res = measure(info.path)
         res.update(rows=n, nbytes=info.nbytes, store_bytes=info.store_bytes)
+        if compare_malloc:
+            res["console"] = measure(info.path, console_malloc=True)
         results.append(res)
+        console = f"; with the console's malloc {fmt_bytes(res['console']['peak'])}, " \
+            f"{res['console']['seconds']:.1f} s" if compare_malloc else ""
         print(
             f"{n:>12,} rows  store {fmt_bytes(info.store_bytes):>10}  peak RSS {fmt_bytes(res['peak']):>10} "
-            f"(after imports {fmt_bytes(res['baseline'])})  {res['seconds']:.1f} s  {res['n_passes']} passes",
+            f"(after imports {fmt_bytes(res['baseline'])})  {res['seconds']:.1f} s  {res['n_passes']} passes"
+            f"{console}",
             file=sys.stderr,
         )
     return results
 
 
-def report(results: list[dict], *, cols: int, chunk_rows: int) -> str:
+def report(results: list[dict], *, cols: int, chunk_rows: int, dtype: str = "float64") -> str:
     ref = results[0]
+    compare = "console" in ref
     lines = [
-        f"## Memory: peak RSS of `MCPCA().fit(store)`, float64 x {cols} columns",
+        f"## Memory: peak RSS of `MCPCA().fit(store)`, {dtype} x {cols} columns",
         "",
         f"Each fit in a fresh process; {chunk_rows:,}-row Zarr chunks; "
         "peak = `VmHWM` (kernel high-water mark) of the child "
@@ -151,8 +171,9 @@ def report(results: list[dict], *, cols: int, chunk_rows: int) -> str:
         "",
         "| rows | raw data | store on disk | dask blocks | peak RSS (polled) | after imports "
         "| fit only (peak - imports) "
-        f"| peak / {ref['rows'] / 1e6:g}M peak | fit s | n_passes_ |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| peak / {ref['rows'] / 1e6:g}M peak | fit s | n_passes_ |"
+        + (" with `dask-mcpca fit`'s malloc: peak RSS | / first | fit s |" if compare else ""),
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: | ---: | ---: |" * compare,
     ]
     for r in results:
         lines.append(
@@ -160,7 +181,12 @@ def report(results: list[dict], *, cols: int, chunk_rows: int) -> str:
             f"{fmt_bytes(r['peak'])} ({fmt_bytes(r['polled'])}) | {fmt_bytes(r['baseline'])} | "
             f"{fmt_bytes(r['peak'] - r['baseline'])} | {r['peak'] / ref['peak']:.2f} | {r['seconds']:.1f} | "
             f"{r['n_passes']} |"
+            + (f" {fmt_bytes(r['console']['peak'])} | {r['console']['peak'] / ref['console']['peak']:.2f} | "
+               f"{r['console']['seconds']:.1f} |" if compare else "")
         )
+    if compare:
+        lines += ["", "The last three columns: the same fit in a child that first sets glibc's malloc as "
+                  "`dask-mcpca fit` does (`dask_mcpca._malloc.reuse_large_blocks`: one arena, no mmap, no trim)."]
     return "\n".join(lines)
 
 
@@ -227,10 +253,11 @@ def main(argv=None) -> None:
     parser.add_argument("--command", choices=("fit", "report"), default="fit")
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 8_000_000])
     parser.add_argument("--cols", type=int, default=10)
-    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64", help="report only")
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--chunk-rows", type=int, default=1_000_000)
     parser.add_argument("--compare-malloc", action="store_true",
-                        help="report: also measure without the command's glibc setting")
+                        help="also measure with the other glibc setting: report without its own, "
+                        "fit with dask-mcpca fit's")
     parser.add_argument("--no-write", action="store_true", help="print, do not update RESULTS.md")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-report", nargs=3, help=argparse.SUPPRESS)
@@ -250,11 +277,12 @@ def main(argv=None) -> None:
         if not a.no_write:
             update_section(f"report-memory-x{a.cols}-{a.dtype}", body, machine=machine_info())
         return
-    results = run_memory(a.rows, cols=a.cols, chunk_rows=a.chunk_rows)
-    body = report(results, cols=a.cols, chunk_rows=a.chunk_rows)
+    results = run_memory(a.rows, cols=a.cols, chunk_rows=a.chunk_rows, dtype=a.dtype, compare_malloc=a.compare_malloc)
+    body = report(results, cols=a.cols, chunk_rows=a.chunk_rows, dtype=a.dtype)
     print(body)
     if not a.no_write:
-        update_section(f"memory-x{a.cols}", body, machine=machine_info())
+        update_section(f"memory-x{a.cols}" + ("" if a.dtype == "float64" else f"-{a.dtype}"), body,
+                       machine=machine_info())
 
 
 if __name__ == "__main__":

@@ -21,6 +21,11 @@ mcpca_pass
     solver costs).
 mcpca_fit
     ``MCPCA().fit(store)`` (``solver="auto"``).
+mcpca_fit_process
+    ``dask-mcpca fit STORE`` as a process (``python -m dask_mcpca``): the
+    interpreter's start, the imports, the numba cache's load, the fit and
+    the model's write, with the console script's malloc setting
+    (:mod:`dask_mcpca._malloc`).
 daskml_pca
     ``dask_ml.decomposition.PCA(svd_solver="full").fit`` on the dask array.
 sklearn_pca
@@ -41,6 +46,11 @@ the copy, one ``(X.T @ X).compute()`` pass, ``score`` with the default outputs
 (``monitoring``, float32), and ``score --outputs all --dtype float64``; medians, bytes written and score / copy ratios
 go to a section of ``RESULTS.md`` (target: default outputs <= 1.3x the copy).
 
+``--console-malloc`` runs the whole benchmark (every contender, the floor
+included) with the malloc setting of ``dask-mcpca fit``, set before the
+imports; without it this process keeps glibc's defaults, as a Python program
+that calls the library does.
+
 All contenders run with BLAS limited to one thread (threadpoolctl): dask
 parallelises over row blocks with its threaded scheduler, and MCPCA's numpy
 path and MinCovDet are then both single-threaded.
@@ -48,12 +58,21 @@ path and MinCovDet are then both single-threaded.
 
 from __future__ import annotations
 
+import sys
+
+if "--console-malloc" in sys.argv:  # before numpy, dask and scikit-learn load (see dask_mcpca._console)
+    from dask_mcpca._malloc import reuse_large_blocks
+
+    CONSOLE_MALLOC = reuse_large_blocks()
+else:
+    CONSOLE_MALLOC = False
+
 import argparse
 import json
 import os
 import statistics
 import subprocess
-import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,6 +85,8 @@ from _results import blas_info, cpu_line, fmt_bytes, machine_info, update_sectio
 from make_store import StoreInfo, make_store
 
 __all__ = ["run_speed", "principal_angle", "subspace_angle"]
+
+MALLOC_LABEL = "`dask-mcpca fit`'s setting (`--console-malloc`)"
 
 #: Components compared for the subspace angle.
 SUBSPACE_K = 3
@@ -131,6 +152,13 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
         m = MCPCA().fit(path)
         return m.components_, {"n_passes": m.n_passes_}
 
+    def mcpca_fit_process():
+        with tempfile.TemporaryDirectory() as tmp:
+            model = str(Path(tmp) / "model.json")
+            subprocess.run([sys.executable, "-m", "dask_mcpca", "fit", path, "-o", model, "--no-progress"],
+                           check=True, stdout=subprocess.DEVNULL)
+            return None, {}
+
     def daskml_pca():
         from dask_ml.decomposition import PCA as DaskPCA
 
@@ -152,6 +180,7 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
         "xtx": xtx,
         "mcpca_pass": mcpca_pass,
         "mcpca_fit": mcpca_fit,
+        "mcpca_fit_process": mcpca_fit_process,
         "daskml_pca": daskml_pca,
         "sklearn_pca": sklearn_pca,
         "mincovdet": mincovdet,
@@ -264,6 +293,7 @@ def run_speed(
         "paper": paper,
         "blas": blas_info(),
         "load": (load_before[0], os.getloadavg()[0]),
+        "console_malloc": CONSOLE_MALLOC,
     }
 
 
@@ -284,6 +314,8 @@ def report(res: dict) -> tuple[str, str]:
         f"{info.chunk_rows:,}-row chunks, {info.outlier_fraction:.0%} outliers; warm page cache. "
         f"{res['repeats']} round-robin repeats, medians (min-max). BLAS limited to 1 thread for every contender "
         f"(libraries: {res['blas']}); "
+        f"malloc: {MALLOC_LABEL if res.get('console_malloc') else 'glibc defaults'} "
+        "for this process (the process contender sets its own); "
         f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}. "
         f"1-min load average before / after the timed runs: {res['load'][0]:.1f} / {res['load'][1]:.1f} "
         f"on {os.cpu_count()} cores (other jobs shared the machine when above the core count).",
@@ -296,6 +328,7 @@ def report(res: dict) -> tuple[str, str]:
         "xtx": "`(X.T @ X).compute()` (dask)",
         "mcpca_pass": "one fused MCPCA pass (dask)",
         "mcpca_fit": "MCPCA().fit(store) (auto)",
+        "mcpca_fit_process": "`dask-mcpca fit STORE`, as a process",
         "daskml_pca": 'dask-ml PCA(svd_solver="full")',
         "sklearn_pca": "scikit-learn PCA, in memory",
         "mincovdet": f"MinCovDet, in memory, first {res['mcd_rows']:,} rows",
@@ -344,15 +377,16 @@ def report(res: dict) -> tuple[str, str]:
             f"- against the read-only pass: X^T X pass {_ratio(med.get('xtx'), med['read'])}, fused pass "
             f"{_ratio(med.get('mcpca_pass'), med['read'])}, fit {_ratio(med.get('mcpca_fit'), med['read'])}"
         )
-    wanted = (("mcpca_pass", "xtx"), ("mcpca_fit", "xtx"), ("mcpca_fit", "daskml_pca"))
+    wanted = (("mcpca_pass", "xtx"), ("mcpca_fit", "xtx"), ("mcpca_fit_process", "xtx"), ("mcpca_fit", "daskml_pca"))
     pairs = [(a, b) for a, b in wanted if a in times and b in times]
     if pairs:
         # Each round runs every contender once, so a ratio within a round shares that round's load.
-        per_round = ", ".join(
-            f"{a} / {b} {statistics.median(x / y for x, y in zip(times[a], times[b], strict=True)):.2f}"
-            for a, b in pairs
-        )
-        lines.append(f"- medians of the per-round ratios (robust to load that drifts between rounds): {per_round}")
+        def per_round(a, b):
+            r = [x / y for x, y in zip(times[a], times[b], strict=True)]
+            return f"{a} / {b} {statistics.median(r):.2f} (rounds {min(r):.2f}-{max(r):.2f})"
+
+        lines.append("- medians of the per-round ratios (robust to load that drifts between rounds): "
+                     + ", ".join(per_round(a, b) for a, b in pairs))
     lines.append(f"- MinCovDet / MCPCA, in memory on {res['mcd_rows']:,} rows: "
                  f"**{_ratio(med.get('mincovdet'), med.get('mcpca_numpy'))}**")
     if paper is not None and "projected_passes" in paper and "mcpca_pass" in med:
@@ -393,7 +427,7 @@ def report(res: dict) -> tuple[str, str]:
             f"{principal_angle(C[0], mcd[0]):.2f} | {subspace_angle(C, mcd):.2f}" if mcd is not None else "n/a | n/a"
         )
         lines.append(f"| {label} | {principal_angle(C[0], truth[0]):.2f} | {subspace_angle(C, truth):.2f} | {vs_mcd} |")
-    key = f"speed-{info.n_rows}x{info.n_cols}-{info.dtype}"
+    key = f"speed-{info.n_rows}x{info.n_cols}-{info.dtype}" + ("-console-malloc" if res.get("console_malloc") else "")
     if os.environ.get("OPENBLAS_CORETYPE"):
         key += f"-coretype-{os.environ['OPENBLAS_CORETYPE']}"
     return key, "\n".join(lines)
@@ -506,6 +540,8 @@ def main(argv=None) -> None:
                         help="rows of the small store for solver='paper'")
     parser.add_argument("--paper-timeout", type=float, default=300.0)
     parser.add_argument("--skip", default="", help="comma-separated contenders to leave out")
+    parser.add_argument("--console-malloc", action="store_true",
+                        help="run with dask-mcpca fit's malloc setting (set before the imports)")
     parser.add_argument("--no-write", action="store_true", help="print, do not update RESULTS.md")
     parser.add_argument("--paper-child", help=argparse.SUPPRESS)
     parser.add_argument("--score-floor", action="store_true",

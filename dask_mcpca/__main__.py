@@ -2,4 +2,4 @@
 
 from ._console import main
 
-raise SystemExit(main())
+main()

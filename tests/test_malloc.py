@@ -75,8 +75,8 @@ CONSOLE = textwrap.dedent(
     """
     import sys
     sys.argv = ["dask-mcpca", *sys.argv[1:]]
-    from dask_mcpca._console import main
-    assert main() == 0
+    from dask_mcpca._console import run
+    assert run() == 0
     """
 )
 
