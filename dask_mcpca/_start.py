@@ -13,6 +13,9 @@ steps share.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from scipy import stats
 
@@ -74,9 +77,16 @@ def outlyingness(sample: np.ndarray, *, n_directions: int = N_DIRECTIONS, seed: 
     directions = directions[norms > 0] / norms[norms > 0, None]
     if not len(directions):
         return np.zeros(n)
-    runs = (directions[k : k + DIRECTION_RUN] for k in range(0, len(directions), DIRECTION_RUN))
-    scores = [s for s in (_largest_z_score(run, centred) for run in runs) if s is not None]
+    runs = [directions[k : k + DIRECTION_RUN] for k in range(0, len(directions), DIRECTION_RUN)]
+    # The runs' partial sorts release the GIL: on the client's cores at once.  The largest
+    # score is the same whichever run finishes first, so the result does not depend on them.
+    with ThreadPoolExecutor(max_workers=min(len(runs), os.cpu_count() or 1, MAX_THREADS)) as pool:
+        scores = [s for s in pool.map(_largest_z_score, runs, [centred] * len(runs)) if s is not None]
     return np.maximum.reduce(scores) if scores else np.zeros(n)
+
+
+#: Threads of the outlyingness start (on the client, between the first read and the first pass).
+MAX_THREADS = 4
 
 
 #: Directions of the outlyingness start scored at once: their projections of a
