@@ -497,20 +497,23 @@ def run_score_floor(*, rows: int, cols: int, dtype: str, chunk_rows: int, repeat
     return {"machine": cpu, "load": os.getloadavg()[0],
             "rows": rows, "cols": cols, "dtype": dtype, "chunk_rows": chunk_rows, "repeats": repeats,
             "input_bytes": _dir_bytes(store), "times": times, "written": written,
-            "median": {n: statistics.median(t) for n, t in times.items()}}
+            "median": {n: statistics.median(t) for n, t in times.items()}, "console_malloc": CONSOLE_MALLOC}
 
 
 def report_score_floor(res: dict) -> tuple[str, str]:
-    key = f"score-floor-{res['rows']}x{res['cols']}-{res['dtype']}"
+    malloc = res.get("console_malloc")
+    key = f"score-floor-{res['rows']}x{res['cols']}-{res['dtype']}" + ("-console-malloc" if malloc else "")
     m = res["median"]
     lines = [
         f"## Scoring at the I/O floor: {res['rows']:,} x {res['cols']} {res['dtype']}",
         "",
         f"`python benchmarks/speed.py --score-floor --rows {res['rows']} --cols {res['cols']} --dtype "
-        f"{res['dtype']} --chunk-rows {res['chunk_rows']} --repeats {res['repeats']}`: the copy "
+        f"{res['dtype']} --chunk-rows {res['chunk_rows']} --repeats {res['repeats']}"
+        f"{' --console-malloc' if malloc else ''}`: the copy "
         "(`da.to_zarr` of the input, its compressor), one `(X.T @ X).compute()` pass over the same blocks, "
         "`dask-mcpca score` with the default outputs and with `--outputs all --dtype float64`, alternated in "
-        f"one run, in process (the interpreter's start left out).  Input {fmt_bytes(res['input_bytes'])} on disk.",
+        f"one run, in process (the interpreter's start left out), malloc: "
+        f"{MALLOC_LABEL if malloc else 'glibc defaults'}.  Input {fmt_bytes(res['input_bytes'])} on disk.",
         "",
         "| | median (s) | rounds (s) | written | / copy | / X^T X pass |",
         "|---|---|---|---|---|---|",
