@@ -25,7 +25,7 @@ mcpca_fit_process
     ``dask-mcpca fit STORE`` as a process (``python -m dask_mcpca``): the
     interpreter's start, the imports, the numba cache's load, the fit and
     the model's write, with the console script's malloc setting
-    (:mod:`dask_mcpca._malloc`).
+    (:mod:`dask_mcpca._malloc`) and BLAS on one thread (its environment).
 daskml_pca
     ``dask_ml.decomposition.PCA(svd_solver="full").fit`` on the dask array.
 sklearn_pca
@@ -87,6 +87,9 @@ from make_store import StoreInfo, make_store
 __all__ = ["run_speed", "principal_angle", "subspace_angle"]
 
 MALLOC_LABEL = "`dask-mcpca fit`'s setting (`--console-malloc`)"
+
+#: The process contender's environment: BLAS on one thread, as threadpoolctl holds it here.
+ONE_BLAS_THREAD = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 #: Components compared for the subspace angle.
 SUBSPACE_K = 3
@@ -156,7 +159,7 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
         with tempfile.TemporaryDirectory() as tmp:
             model = str(Path(tmp) / "model.json")
             subprocess.run([sys.executable, "-m", "dask_mcpca", "fit", path, "-o", model, "--no-progress"],
-                           check=True, stdout=subprocess.DEVNULL)
+                           check=True, stdout=subprocess.DEVNULL, env=ONE_BLAS_THREAD)
             return None, {}
 
     def daskml_pca():

@@ -58,12 +58,19 @@ def _leave(status: int) -> NoReturn:
     handlers (logging's flush among them) and the flush of stdout and
     stderr.  Every output file is already closed and published (written
     atomically) when the command returns; threads still alive are idle
-    (dask's pool, zarr's event loop).
+    (dask's pool, zarr's event loop).  Under a profiler or a tracer
+    (``python -m cProfile``, coverage), which write their results after the
+    program returns, the exit is the ordinary one.
     """
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):  # closed (>&-), or a reader gone
-            pass
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        raise SystemExit(status)
+    try:
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # closed (>&-), or a reader gone
+                pass
+    except KeyboardInterrupt:  # Ctrl-C on the way out (or re-delivered by _cli's unraisable hook)
+        status = 130
     os._exit(status)
