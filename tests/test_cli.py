@@ -547,27 +547,23 @@ def test_connect_timeout_must_be_a_finite_number_of_seconds(stores, value, capsy
     _assert_one_line_error(rc, captured.out, captured.err, "--connect-timeout")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="stalls the read on a named pipe")
 def test_score_killed_mid_write_leaves_nothing_after_the_next_run(tmp_path, model_file):
-    """SIGKILL while ``score`` writes: the hidden temporary is removed by the next ``score``."""
+    """SIGKILL while ``score`` writes (its read of the last chunk stalled): the hidden temporary
+    is left, and removed by the next ``score``."""
+    from _stall import kill_once_writing, stalled_last_chunk
+
     rng = np.random.default_rng(1)
     big = str(tmp_path / "big.zarr")
-    z = zarr.create_array(big, shape=(600_000, N_FEATURES), chunks=(20_000, N_FEATURES), dtype="float32")
+    z = zarr.create_array(big, shape=(60_000, N_FEATURES), chunks=(2_000, N_FEATURES), dtype="float32")
     z[:] = rng.normal(size=z.shape).astype(np.float32)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     out = str(out_dir / "scores.zarr")
-    proc = _start("score", big, "--model", model_file, "--output", out, "--no-progress")
-    try:
-        deadline = time.monotonic() + 120
-        while not any(n.endswith(".tmp") for n in os.listdir(out_dir)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.002)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == -signal.SIGKILL
-    assert [n for n in os.listdir(out_dir) if n.startswith(".")]  # the temporary the kill left
+    with stalled_last_chunk(big):
+        kill_once_writing(_start("score", big, "--model", model_file, "--output", out, "--no-progress"), out_dir)
+    left = os.listdir(out_dir)
+    assert len(left) == 1 and left[0].startswith(".scores.zarr.") and left[0].endswith(".tmp"), left
     rc, out_text, err = _run("score", big, "--model", model_file, "--output", out, "--no-progress")
     assert rc == 0, err
     assert os.listdir(out_dir) == ["scores.zarr"]

@@ -240,10 +240,10 @@ def test_append_keeps_the_outputs_and_dtype_of_the_store(data, model, tmp_path, 
 def test_an_append_killed_mid_write_leaves_the_previous_output(model, tmp_path):
     """SIGKILL while ``score --append`` writes: the old store is intact and readable (its old-row chunks are
     shared with the temporary as hard links, never written); the next run removes the temporary."""
-    import signal
     import subprocess
     import sys
-    import time
+
+    from _stall import kill_once_writing, stalled_last_chunk
 
     rng = np.random.default_rng(5)
     store, out = tmp_path / "archive.zarr", tmp_path / "out" / "scores.zarr"
@@ -253,18 +253,10 @@ def test_an_append_killed_mid_write_leaves_the_previous_output(model, tmp_path):
     assert subprocess.run(command, capture_output=True).returncode == 0
     _grow(store, big)
     before = _snapshot(out)
-    proc = subprocess.Popen([*command, "--append"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while not any(n.endswith(".tmp") for n in os.listdir(out.parent)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.002)
-        time.sleep(0.05)  # into the writes
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == -signal.SIGKILL
+    with stalled_last_chunk(store):
+        kill_once_writing(subprocess.Popen([*command, "--append"], stdout=subprocess.PIPE, stderr=subprocess.PIPE),
+                          out.parent)
+    assert [n for n in os.listdir(out.parent) if n.endswith(".tmp")]  # the temporary the kill left
     assert _snapshot(out) == before
     assert zarr.open_group(str(out), mode="r")["d2"].shape == (200_000,)
     assert subprocess.run([*command, "--append"], capture_output=True).returncode == 0
