@@ -21,6 +21,14 @@ store, ``--repeats`` times, and keeps the medians.
   processes), against the default threaded scheduler.
 
 Writes the ``scaling`` section of ``RESULTS.md`` and ``scaling.png``.
+
+``--worker-malloc`` measures only what ``docs/performance.md`` tells cluster
+users to set: for each ``--workers`` count it starts two clusters side by
+side, one with glibc's defaults (and the nanny's ``MALLOC_TRIM_THRESHOLD_``)
+and one whose workers get :data:`WORKER_MALLOC_ENV`, and alternates the fit
+and the X^T X pass between them; it writes the ``worker-malloc`` section::
+
+    python benchmarks/scaling.py --worker-malloc --workers 1 2 --worker-rows 20000000 --repeats 5
 """
 
 from __future__ import annotations
@@ -46,6 +54,21 @@ __all__ = ["measure"]
 
 #: Bytes per Zarr chunk of the column stores.
 CHUNK_BYTES = 80_000_000
+
+#: The worker environment of ``docs/performance.md``: ``dask-mcpca fit``'s malloc setting
+#: (``dask_mcpca._malloc.reuse_large_blocks``), with the nanny's own trim threshold replaced
+#: (``distributed.nanny.pre-spawn-environ``, otherwise as distributed's defaults).
+WORKER_MALLOC_ENV = {
+    "MALLOC_ARENA_MAX": "1",
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": "2147483647",
+    "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": repr({
+        "MALLOC_TRIM_THRESHOLD_": 2147483647, "OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1,
+    }),
+}
+
+#: What each worker reports of its environment (``--worker-malloc`` checks that the setting arrived).
+_MALLOC_VARS = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
 
 
 def _peak_rss() -> int:
@@ -93,8 +116,14 @@ def _child(what: str, path: str, address: str | None) -> None:
     out.update(seconds=time.perf_counter() - t, in_passes=in_passes[0], peak=_peak_rss(), baseline=base,
                n_blocks=X.numblocks[0])
     if client is not None:
+        out["worker_peak"] = max(client.run(_peak_rss).values())
+        out["worker_env"] = sorted({json.dumps(e) for e in client.run(_malloc_env).values()})
         client.close()
     print(json.dumps(out))
+
+
+def _malloc_env() -> dict:
+    return {k: os.environ.get(k) for k in _MALLOC_VARS}
 
 
 def measure(what: str, path, address: str | None = None) -> dict:
@@ -105,17 +134,24 @@ def measure(what: str, path, address: str | None = None) -> dict:
 
 
 def _alternate(paths, repeats: int, address=None) -> list[dict]:
-    """Fit and X^T X pass of each store in ``paths``, all of them rotated round-robin ``repeats`` times."""
+    """Fit and X^T X pass of each store in ``paths``, all of them rotated round-robin ``repeats`` times.
+
+    ``address`` is one scheduler for all, or a list of one per store (several clusters alternated)."""
+    addresses = address if isinstance(address, list) else [address] * len(paths)
     jobs = [(i, what) for i in range(len(paths)) for what in ("fit", "xtx")]
     runs = {job: [] for job in jobs}
     for r in range(repeats):
         for job in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
-            runs[job].append(measure(job[1], paths[job[0]], address))
+            runs[job].append(measure(job[1], paths[job[0]], addresses[job[0]]))
     med = statistics.median
     out = []
     for i in range(len(paths)):
         fit, xtx = runs[(i, "fit")], runs[(i, "xtx")]
         out.append({
+            "xtx_runs": [x["seconds"] for x in xtx],
+            "ratio_runs": [f["seconds"] / x["seconds"] for f, x in zip(fit, xtx, strict=True)],
+            **{k: max(f.get(k, 0) for f in fit + xtx) for k in ("worker_peak",)},
+            "worker_env": sorted({e for f in fit + xtx for e in f.get("worker_env", [])}),
             "fit_s": med(f["seconds"] for f in fit),
             "xtx_s": med(x["seconds"] for x in xtx),
             "fit_runs": [f["seconds"] for f in fit],
@@ -152,6 +188,58 @@ def run_scaling(a) -> dict:
             print("workers", k, r, flush=True)
     res["load"].append(os.getloadavg()[0])
     return res
+
+
+def run_worker_malloc(a) -> dict:
+    """Two clusters of each size side by side, glibc's defaults and :data:`WORKER_MALLOC_ENV`, alternated."""
+    from contextlib import ExitStack
+
+    from _cluster import ProcessCluster
+
+    info = make_store(a.worker_rows, 10)
+    res = {"rows": a.worker_rows, "repeats": a.repeats, "workers": [], "load": [os.getloadavg()[0]]}
+    for k in a.workers:
+        with ExitStack() as stack:
+            clusters = [
+                stack.enter_context(ProcessCluster(stack.enter_context(tempfile.TemporaryDirectory()), n_workers=k,
+                                                   memory_limit="4GiB", worker_env=env))
+                for env in (None, WORKER_MALLOC_ENV)
+            ]
+            default, malloc = _alternate([info.path] * 2, a.repeats, [c.address for c in clusters])
+        res["workers"].append({"workers": k, "default": default, "malloc": malloc})
+        print("workers", k, default, malloc, flush=True)
+    res["load"].append(os.getloadavg()[0])
+    return res
+
+
+def report_worker_malloc(res: dict, command: str) -> str:
+    def span(xs) -> str:
+        return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+    lines = [
+        "## The command's malloc on dask workers",
+        "",
+        f"Command: `{command}`. {res['rows']:,} x 10 float64 rows, 1M-row chunks. For each worker count, two",
+        "real local clusters of single-threaded nanny workers run side by side: glibc's defaults (with the",
+        "nanny's `MALLOC_TRIM_THRESHOLD_=65536`), and workers started with `docs/performance.md`'s",
+        "`MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647` (the nanny's",
+        "`pre-spawn-environ` set to the same threshold). `MCPCA().fit(store)` and `(X.T @ X).compute()`,",
+        f"each in a fresh client process, alternate between them, {res['repeats']} rounds; medians (range).",
+        "Worker peak = the largest `VmHWM` of a worker process over all rounds. 1-min load average",
+        f"before / after: {res['load'][0]:.1f} / {res['load'][1]:.1f} on 2 cores.",
+        "",
+        "| workers | malloc | X^T X pass s | fit s | fit / pass | worker peak RSS MiB | the workers' variables |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in res["workers"]:
+        for name, label in (("default", "glibc's defaults"), ("malloc", "the command's setting")):
+            m = r[name]
+            env = "; ".join(", ".join(f"{k}={v}" for k, v in json.loads(e).items()) for e in m["worker_env"])
+            lines.append(
+                f"| {r['workers']} | {label} | {span(m['xtx_runs'])} | {span(m['fit_runs'])} | "
+                f"{span(m['ratio_runs'])} | {_mib(m['worker_peak'])} | {env} |"
+            )
+    return "\n".join(lines)
 
 
 def _mib(b) -> str:
@@ -263,10 +351,18 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--address", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-malloc", action="store_true",
+                    help="only compare glibc's defaults with the command's malloc on cluster workers")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     if a.child:
         _child(*a.child, a.address)
+        return
+    if a.worker_malloc:
+        text = report_worker_malloc(run_worker_malloc(a), "python benchmarks/scaling.py " + " ".join(sys.argv[1:]))
+        print(text)
+        if not a.no_write:
+            update_section("worker-malloc", text, machine=machine_info())
         return
     res = run_scaling(a)
     (HERE / "data").mkdir(exist_ok=True)

@@ -53,6 +53,8 @@ class ProcessCluster:
         Threads per worker.
     memory_limit : str
         Memory limit per worker (``dask worker --memory-limit``).
+    worker_env : dict, optional
+        Environment variables added to the workers' (the nannies') environment.
 
     Examples
     --------
@@ -63,8 +65,10 @@ class ProcessCluster:
                 ...
     """
 
-    def __init__(self, directory, *, n_workers: int = 2, nthreads: int = 1, memory_limit: str = "1GiB"):
+    def __init__(self, directory, *, n_workers: int = 2, nthreads: int = 1, memory_limit: str = "1GiB",
+                 worker_env: dict | None = None):
         self.directory = Path(directory)
+        self.worker_env = dict(worker_env or {})
         self.n_workers = n_workers
         self.nthreads = nthreads
         self.memory_limit = memory_limit
@@ -73,7 +77,7 @@ class ProcessCluster:
         self._logs: list = []
 
     # ------------------------------------------------------------ start
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], extra_env: dict | None = None) -> subprocess.Popen:
         log = open(self.directory / f"{name}.log", "wb")
         self._logs.append(log)
         proc = subprocess.Popen(
@@ -82,7 +86,7 @@ class ProcessCluster:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=self.directory,
-            env=subprocess_env(),
+            env={**subprocess_env(), **(extra_env or {})},
             start_new_session=True,
         )
         self._procs.append((name, proc))
@@ -123,6 +127,7 @@ class ProcessCluster:
                         "--local-directory", str(self.directory / f"worker-{i}"),
                         "--death-timeout", "60",
                     ],
+                    self.worker_env,
                 )
             self.wait_for_workers(self.n_workers)
         except BaseException:
