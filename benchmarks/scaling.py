@@ -25,7 +25,8 @@ Writes the ``scaling`` section of ``RESULTS.md`` and ``scaling.png``.
 ``--worker-malloc`` measures only what ``docs/performance.md`` tells cluster
 users to set: for each ``--workers`` count it starts two clusters side by
 side, one with glibc's defaults (and the nanny's ``MALLOC_TRIM_THRESHOLD_``)
-and one whose workers get :data:`WORKER_MALLOC_ENV`, and alternates the fit
+and one whose workers get ``dask_mcpca._malloc.WORKER_ENV`` (set here for the
+workers whatever the recipes do), and alternates the fit
 and the X^T X pass between them; it writes the ``worker-malloc`` section::
 
     python benchmarks/scaling.py --worker-malloc --workers 1 2 --worker-rows 20000000 --repeats 5
@@ -54,18 +55,6 @@ __all__ = ["measure"]
 
 #: Bytes per Zarr chunk of the column stores.
 CHUNK_BYTES = 80_000_000
-
-#: The worker environment of ``docs/performance.md``: ``dask-mcpca fit``'s malloc setting
-#: (``dask_mcpca._malloc.reuse_large_blocks``), with the nanny's own trim threshold replaced
-#: (``distributed.nanny.pre-spawn-environ``, otherwise as distributed's defaults).
-WORKER_MALLOC_ENV = {
-    "MALLOC_ARENA_MAX": "1",
-    "MALLOC_MMAP_MAX_": "0",
-    "MALLOC_TRIM_THRESHOLD_": "2147483647",
-    "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": repr({
-        "MALLOC_TRIM_THRESHOLD_": 2147483647, "OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1,
-    }),
-}
 
 #: What each worker reports of its environment (``--worker-malloc`` checks that the setting arrived).
 _MALLOC_VARS = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
@@ -191,10 +180,12 @@ def run_scaling(a) -> dict:
 
 
 def run_worker_malloc(a) -> dict:
-    """Two clusters of each size side by side, glibc's defaults and :data:`WORKER_MALLOC_ENV`, alternated."""
+    """Two clusters of each size side by side, glibc's defaults and ``_malloc.WORKER_ENV``, alternated."""
     from contextlib import ExitStack
 
     from _cluster import ProcessCluster
+
+    from dask_mcpca._malloc import WORKER_ENV
 
     info = make_store(a.worker_rows, 10)
     res = {"rows": a.worker_rows, "repeats": a.repeats, "workers": [], "load": [os.getloadavg()[0]]}
@@ -203,7 +194,7 @@ def run_worker_malloc(a) -> dict:
             clusters = [
                 stack.enter_context(ProcessCluster(stack.enter_context(tempfile.TemporaryDirectory()), n_workers=k,
                                                    memory_limit="4GiB", worker_env=env))
-                for env in (None, WORKER_MALLOC_ENV)
+                for env in (None, WORKER_ENV)
             ]
             default, malloc = _alternate([info.path] * 2, a.repeats, [c.address for c in clusters])
         res["workers"].append({"workers": k, "default": default, "malloc": malloc})

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -114,13 +115,21 @@ def _parse(argv):
 
 
 #: Set in every worker's environment: read-only HDF5 on a shared file system
-#: needs no file locks, and one BLAS thread per process (dask runs one task
-#: per worker thread).
+#: needs no file locks, one BLAS thread per process (dask runs one task per
+#: worker thread), and glibc's malloc as ``dask-mcpca fit`` sets it
+#: (``dask_mcpca._malloc.WORKER_ENV``: each chunk read reuses the pages of the
+#: one before; the last variable stops the nanny from setting its own trim
+#: threshold).
 WORKER_ENV = {
     "HDF5_USE_FILE_LOCKING": "FALSE",
     "OMP_NUM_THREADS": "1",
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
+    "MALLOC_ARENA_MAX": "1",
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": "2147483647",
+    "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": "{'MALLOC_TRIM_THRESHOLD_': 2147483647, 'OMP_NUM_THREADS': 1, "
+                                                  "'MKL_NUM_THREADS': 1, 'OPENBLAS_NUM_THREADS': 1}",
 }
 
 
@@ -156,7 +165,7 @@ def cluster_kwargs(args) -> dict:
         local_directory=args.local_directory,
         log_directory=args.log_directory,
         job_extra_directives=args.directive,
-        job_script_prologue=[*args.prologue, *(f"export {k}={v}" for k, v in WORKER_ENV.items())],
+        job_script_prologue=[*args.prologue, *(f"export {k}={shlex.quote(v)}" for k, v in WORKER_ENV.items())],
     )
 
 

@@ -36,6 +36,18 @@ SCHED_HOST=
 DASHBOARD=:8787
 TIMEOUT=60
 
+# The workers' glibc malloc, as `dask-mcpca fit` sets it for its own process
+# (dask_mcpca/_malloc.py, WORKER_ENV; docs/performance.md): each chunk read
+# reuses the pages of the one before instead of mapping and faulting in fresh
+# ones (a fit on 2 workers 1.8x as fast, 62 MiB more per worker).  The nanny
+# would give its worker its own MALLOC_TRIM_THRESHOLD_, hence the last one.
+WORKER_ENV=(
+    MALLOC_ARENA_MAX=1
+    MALLOC_MMAP_MAX_=0
+    MALLOC_TRIM_THRESHOLD_=2147483647
+    "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON={'MALLOC_TRIM_THRESHOLD_': 2147483647, 'OMP_NUM_THREADS': 1, 'MKL_NUM_THREADS': 1, 'OPENBLAS_NUM_THREADS': 1}"
+)
+
 die() { echo "start-cluster.sh: $*" >&2; exit 1; }
 say() { echo "$*" >&2; }
 usage() { sed -n '2,27s/^# \{0,1\}//p' "$0" >&2; exit "${1:-2}"; }
@@ -117,12 +129,13 @@ start() {
     [[ $SCHED_HOST == 127.0.0.1 || $SCHED_HOST == localhost ]] && wargs+=(--host 127.0.0.1)
     for h in "${HOST_LIST[@]}"; do
         if is_local "$h"; then
-            spawn "$DIR/worker-$h.log" "$PYTHON" -m distributed.cli.dask_worker "${wargs[@]}" \
+            spawn "$DIR/worker-$h.log" env "${WORKER_ENV[@]}" "$PYTHON" -m distributed.cli.dask_worker "${wargs[@]}" \
                 --local-directory "$DIR/work-$h" >"$DIR/worker-$h.pid"
         else
             # The remote shell starts the worker in the background and echoes its pid.
             ssh -n -o BatchMode=yes "$h" "mkdir -p '$DIR' && cd '$DIR' && \
-                nohup $PYTHON -m distributed.cli.dask_worker ${wargs[*]} --local-directory '$DIR/work-$h' \
+                nohup env $(printf '%q ' "${WORKER_ENV[@]}")$PYTHON -m distributed.cli.dask_worker ${wargs[*]} \
+                --local-directory '$DIR/work-$h' \
                 >'$DIR/worker-$h.log' 2>&1 </dev/null & echo \$!" >"$DIR/worker-$h.pid" \
                 || die "ssh $h failed"
         fi

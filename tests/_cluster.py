@@ -8,6 +8,7 @@ also stops the worker process a nanny started under it.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["ProcessCluster", "REPO_ROOT", "subprocess_env"]
+__all__ = ["ProcessCluster", "REPO_ROOT", "same_environment", "subprocess_env"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,6 +25,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 60.0
 #: Seconds a process gets to exit after SIGTERM before it is sent SIGKILL.
 STOP_TIMEOUT = 10.0
+
+
+def same_environment(got: dict, expected: dict) -> bool:
+    """Environment variables equal, a value that is a Python literal (dask's config from the
+    environment, e.g. ``DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON``) compared as the literal."""
+
+    def parsed(value):
+        try:
+            return ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return value
+
+    return got.keys() == expected.keys() and all(parsed(got[k]) == parsed(expected[k]) for k in expected)
 
 
 def subprocess_env() -> dict:

@@ -24,12 +24,13 @@ import numpy as np
 import psutil
 import pytest
 import zarr
-from _cluster import REPO_ROOT, ProcessCluster, subprocess_env
+from _cluster import REPO_ROOT, ProcessCluster, same_environment, subprocess_env
 from conftest import assert_same_fit as assert_fits_agree
 from distributed import Client, get_task_stream
 
 from dask_mcpca import MCPCA
 from dask_mcpca._io import H5Dataset
+from dask_mcpca._malloc import WORKER_ENV
 
 pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
 
@@ -257,6 +258,10 @@ def test_start_cluster_script(tmp_path, stores):
         with Client(address, timeout=30) as c:
             assert len(c.scheduler_info(n_workers=-1)["workers"]) == 1
             worker_pids = list(c.run(os.getpid).values())
+            # the command's malloc, its trim threshold not reset by the nanny that spawned the worker
+            for address in c.scheduler_info(n_workers=-1)["workers"]:
+                got = {k: c.run(os.getenv, k, workers=[address])[address] for k in WORKER_ENV}
+                assert same_environment(got, WORKER_ENV), got
             with get_task_stream(c) as stream:
                 got = MCPCA().fit(stores["zarr"])
             assert workers_used(stream) <= set(c.scheduler_info(n_workers=-1)["workers"])

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +22,9 @@ import pandas as pd
 import pytest
 import xarray as xr
 import yaml
-from _cluster import subprocess_env
+from _cluster import same_environment, subprocess_env
+
+from dask_mcpca._malloc import WORKER_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBQUEUE = ROOT / "cluster" / "jobqueue_slurm.py"
@@ -89,6 +93,26 @@ def test_the_prologue_decides_the_workers_python(jobqueue, extra, python):
     assert prologue[: len(given)] == given  # the user's lines first, before the exports
     assert "export OMP_NUM_THREADS=1" in prologue[len(given):]
     assert kwargs["job_extra_directives"] == ["--constraint=amd"]
+
+
+def test_the_batch_jobs_get_the_commands_malloc(jobqueue, tmp_path):
+    """The job script's exports, run by a shell, give the worker the environment of ``_malloc.WORKER_ENV``
+    (the nanny's pre-spawn setting a dict literal with quotes and spaces)."""
+    prologue = jobqueue.cluster_kwargs(jobqueue._parse(["store.zarr"]))["job_script_prologue"]
+    show = "import json, os, sys; print(json.dumps({k: os.environ.get(k) for k in sys.argv[1:]}))"
+    script = "\n".join([*prologue, f"{sys.executable} -c '{show}' {' '.join(WORKER_ENV)}"])
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, env={"PATH": os.defpath})
+    assert proc.returncode == 0, proc.stderr
+    assert same_environment(json.loads(proc.stdout), WORKER_ENV)
+
+
+def test_the_image_sets_the_commands_malloc():
+    """cluster/Dockerfile's ENV (the compose file and the Kubernetes manifests run that image)."""
+    text = (ROOT / "cluster" / "Dockerfile").read_text()
+    env_block = re.search(r"^ENV (.*?)(?<!\\)\n", text, re.S | re.M).group(1)
+    pairs = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', env_block.replace("\\\n", " ")))
+    got = {k: pairs.get(k, "").strip('"') for k in WORKER_ENV}
+    assert same_environment(got, WORKER_ENV), got
 
 
 def test_local_trial_jobs_inherit_this_interpreter(jobqueue):
