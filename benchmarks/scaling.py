@@ -51,13 +51,15 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from _results import blas_info, machine_info, update_section  # noqa: E402
 from make_store import make_store  # noqa: E402
 
+from dask_mcpca._malloc import WORKER_ENV  # noqa: E402
+
 __all__ = ["measure"]
 
 #: Bytes per Zarr chunk of the column stores.
 CHUNK_BYTES = 80_000_000
 
 #: What each worker reports of its environment (``--worker-malloc`` checks that the setting arrived).
-_MALLOC_VARS = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
+_MALLOC_VARS = tuple(k for k in WORKER_ENV if k.startswith("MALLOC_"))
 
 
 def _peak_rss() -> int:
@@ -139,7 +141,7 @@ def _alternate(paths, repeats: int, address=None) -> list[dict]:
         out.append({
             "xtx_runs": [x["seconds"] for x in xtx],
             "ratio_runs": [f["seconds"] / x["seconds"] for f, x in zip(fit, xtx, strict=True)],
-            **{k: max(f.get(k, 0) for f in fit + xtx) for k in ("worker_peak",)},
+            "worker_peak": max(f.get("worker_peak", 0) for f in fit + xtx),
             "worker_env": sorted({e for f in fit + xtx for e in f.get("worker_env", [])}),
             "fit_s": med(f["seconds"] for f in fit),
             "xtx_s": med(x["seconds"] for x in xtx),
@@ -184,8 +186,6 @@ def run_worker_malloc(a) -> dict:
     from contextlib import ExitStack
 
     from _cluster import ProcessCluster
-
-    from dask_mcpca._malloc import WORKER_ENV
 
     info = make_store(a.worker_rows, 10)
     res = {"rows": a.worker_rows, "repeats": a.repeats, "workers": [], "load": [os.getloadavg()[0]]}

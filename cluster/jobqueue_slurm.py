@@ -44,6 +44,8 @@ import sys
 import tempfile
 import time
 
+from dask_mcpca._malloc import WORKER_ENV as MALLOC_ENV  # light: the package's names load on first use
+
 PROG = "jobqueue_slurm.py"
 
 
@@ -118,18 +120,14 @@ def _parse(argv):
 #: needs no file locks, one BLAS thread per process (dask runs one task per
 #: worker thread), and glibc's malloc as ``dask-mcpca fit`` sets it
 #: (``dask_mcpca._malloc.WORKER_ENV``: each chunk read reuses the pages of the
-#: one before; the last variable stops the nanny from setting its own trim
+#: one before; its last variable stops the nanny from setting its own trim
 #: threshold).
 WORKER_ENV = {
     "HDF5_USE_FILE_LOCKING": "FALSE",
     "OMP_NUM_THREADS": "1",
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
-    "MALLOC_ARENA_MAX": "1",
-    "MALLOC_MMAP_MAX_": "0",
-    "MALLOC_TRIM_THRESHOLD_": "2147483647",
-    "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": "{'MALLOC_TRIM_THRESHOLD_': 2147483647, 'OMP_NUM_THREADS': 1, "
-                                                  "'MKL_NUM_THREADS': 1, 'OPENBLAS_NUM_THREADS': 1}",
+    **MALLOC_ENV,
 }
 
 
