@@ -383,9 +383,12 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """
         check_is_fitted(self, "components_")
         mean, cov = self.mean_, self.get_covariance()
+        cellwise = getattr(self, "cell_cutoff_", None) is not None
 
         def func(b):
             b = np.asarray(b, np.float64)
+            if cellwise:  # flagged cells are left out too, and filled like missing ones
+                b = np.where(_model.cell_flags(self, b), np.nan, b)
             if not np.isnan(b).any():
                 return b.copy()
             return _missing.completed(b - mean, cov) + mean
@@ -393,6 +396,48 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         out = self._map_rows(
             X, func, self.n_features_in_, columns=self._feature_columns(X), storage_options=storage_options,
             nan_policy="partial",
+        )
+        return _frame_like(out, X)
+
+    def cell_outliers(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """Cells the fitted model cannot explain: True where a cell is judged bad.
+
+        A cell is bad when it lies far from what the row's other good cells
+        predict under the fitted model: its standardized residual
+        ``r_j = (S_OO^-1 y_O)_j / sqrt(P_jj)`` (``S`` = :meth:`get_covariance`,
+        ``P`` = :meth:`get_precision`, ``O`` the row's good cells) has
+        ``r_j^2`` above ``cell_cutoff_`` (the chi-square(1) 99.9 % quantile
+        when the model was not fitted with ``cellwise=True``).  Cells are
+        judged greedily, the largest first, so a gross cell does not make its
+        row's clean cells look bad (:mod:`dask_mcpca._cells`).  A missing
+        (NaN) cell is not flagged; an infinite one is.
+
+        Parameters
+        ----------
+        {rows_in}
+
+        Returns
+        -------
+        flags : ndarray or dask array of bool, shape (n_samples, n_features)
+            Lazy for dask or store input; a DataArray or DataFrame (index
+            kept) for such input.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> t = rng.normal(size=(4000, 1))
+        >>> X = np.hstack([t, 2 * t, -t, t]) + 0.1 * rng.normal(size=(4000, 4))
+        >>> model = MCPCA(cellwise=True).fit(X)
+        >>> model.cell_outliers(np.array([[1.0, 2.0, -1.0, 1.0], [1.0, 2.0, 5.0, 1.0]]))
+        array([[False, False, False, False],
+               [False, False,  True, False]])
+        """
+        check_is_fitted(self, "components_")
+        out = self._map_rows(
+            X, lambda b: _model.cell_flags(self, b), self.n_features_in_, dtype=bool,
+            columns=self._feature_columns(X), storage_options=storage_options, nan_policy="partial",
         )
         return _frame_like(out, X)
 

@@ -42,6 +42,7 @@ from typing import Literal
 import numpy as np
 
 from . import _compiled, _missing
+from ._cells import cell_stats
 from ._kernels import (
     Workspace,
     compiled_moments,
@@ -186,6 +187,8 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0, *, route: Ro
     """
     X = np.asarray(X)
     p = X.shape[1]
+    if plan.cells is not None:  # cells judged one by one (a cellwise fit): one numpy route
+        return cell_stats(X, plan)
     routing = choose_route(X, plan, route=route)
     routes, U = routing.routes, routing.kernel
     by_loops = COMPILED and route != "numpy"

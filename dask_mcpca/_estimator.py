@@ -144,6 +144,17 @@ class MCPCA(_BaseMCPCA):
         :meth:`impute`); rows with every cell NaN, or an inf, are left out
         as under ``"omit"``.  ``"partial"`` needs ``solver="auto"``.  Checked
         within the passes.
+    cellwise : bool, default=False
+        Judge each cell on its own (``solver="auto"`` only): a cell far from
+        what the row's other cells predict, on its channel's conditional
+        spread, is flagged and left out of the fit as a missing cell is,
+        and the row keeps its other cells (a glitch in one channel of a
+        wide archive no longer costs the whole row; see
+        :meth:`cell_outliers`).  Rows are then judged on their good cells
+        (``outlier_cutoff_`` and :meth:`is_outlier` by the distance on them,
+        mapped to n_features channels).  NaN cells are missing cells with
+        ``nan_policy="partial"``.  Off by default until its cost on the
+        continuous benchmarks is measured (``benchmarks/cellwise.py``).
     checkpoint : str or path-like, optional
         Local file to which the small state of the fit is written after every
         step (atomically); a fit started again with the same data and
@@ -390,6 +401,7 @@ class MCPCA(_BaseMCPCA):
         "progress": ["boolean"],
         "warm_start": ["boolean"],
         "contamination": [StrOptions({"auto"}), Interval(Real, 0, 0.5, closed="right")],
+        "cellwise": ["boolean"],
     }
 
     def __init__(
@@ -410,6 +422,7 @@ class MCPCA(_BaseMCPCA):
         progress: bool = False,
         warm_start: bool = False,
         contamination: Literal["auto"] | float = "auto",
+        cellwise: bool = False,
     ):
         self.n_components = n_components
         self.solver = solver
@@ -426,6 +439,7 @@ class MCPCA(_BaseMCPCA):
         self.progress = progress
         self.warm_start = warm_start
         self.contamination = contamination
+        self.cellwise = cellwise
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: None = None, *, storage_options: dict | None = None) -> MCPCA:

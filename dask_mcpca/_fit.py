@@ -24,7 +24,7 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
-from . import _checkpoint
+from . import _cells, _checkpoint
 from ._block import BlockStats, PassPlan
 from ._io import as_row_blocks
 from ._model import calibrated_d2, contamination_cutoff, mahalanobis_d2, repeated
@@ -119,6 +119,7 @@ class FitResult:
     update_radii_: np.ndarray | None = None
     update_unit_: int | None = None
     n_samples_seen_: int | None = None
+    cell_cutoff_: float | None = None
     robust_state: RobustState | None = None
     robust_unit: int | None = None
     unconverged: str | None = None
@@ -349,6 +350,9 @@ def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
             "bulk (rows near the float64 limit dominate it); use center='robust'"
         )
     robust = None
+    cellwise = bool(getattr(est, "cellwise", False)) and solver == "auto"
+    if cellwise:  # read before the cutoff is calibrated: the rows are judged on their good cells
+        res.cell_cutoff_ = _cells.cell_cutoff2()
     if solver == "auto" or est.center == "robust":
         with np.errstate(over="ignore"):
             partial_sample = np.ldexp(partial_sample, -unit)
@@ -364,7 +368,8 @@ def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
             on_step=lambda s: ckpt.save("robust", s),
             seed=seed,
             final_step=solver == "auto",
-            archive_sample_rate=0.0 if blocks is None else min(1.0, est.sample_size / n),
+            archive_sample_rate=0.0 if blocks is None or cellwise else min(1.0, est.sample_size / n),
+            cellwise=cellwise,
         )
     if runner.n_usable_rows is not None:
         moments.n_rows = work.n_rows = runner.n_usable_rows

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _compiled, _missing
+from . import _cells, _compiled, _missing
 from ._contributions import channel_scales, contributions_with_gaps
 from ._passes import NonFiniteRowsError
 from ._power import variance_floor
@@ -299,6 +299,8 @@ def calibrated_d2(model: Any, block, d2: np.ndarray | None = None) -> np.ndarray
     >>> outlier_flags(model, rows, d2)
     array([False,  True])
     """
+    if getattr(model, "cell_cutoff_", None) is not None:  # a cellwise fit: rows judged on their good cells
+        return good_cell_d2(model, block)
     d2 = mahalanobis_d2(model, block) if d2 is None else d2
     steps = getattr(model, "quantization_steps_", None)
     if steps is not None and np.any(steps):
@@ -307,6 +309,48 @@ def calibrated_d2(model: Any, block, d2: np.ndarray | None = None) -> np.ndarray
     if np.all(counts == model.n_features_in_):
         return d2
     return _missing.equivalent_d2(d2, counts, model.n_features_in_)
+
+
+def cell_flags(model: Any, block, cutoff2: float | None = None) -> np.ndarray:
+    """Cells of ``block`` that the fitted model cannot explain (:func:`._cells.flag_cells`), boolean.
+
+    Judged in units of the fitted spread; a NaN cell is missing, never
+    flagged; a row holding an inf cell is flagged where the inf is.
+    ``cutoff2`` defaults to the model's ``cell_cutoff_``, else
+    :func:`._cells.cell_cutoff2`.
+    """
+    block = np.asarray(block, np.float64)
+    if cutoff2 is None:
+        cutoff2 = getattr(model, "cell_cutoff_", None) or _cells.cell_cutoff2()
+    Y, prec = _centred_in_spread(model, block)
+    inf = np.isinf(Y)
+    Y[inf.any(axis=1)] = np.where(inf, np.nan, Y)[inf.any(axis=1)]
+    flags = _cells.flag_cells(Y, np.isnan(Y), prec, cutoff2)
+    return flags | inf
+
+
+def good_cell_d2(model: Any, block) -> np.ndarray:
+    """Each row's squared distance on its good cells (neither NaN nor flagged by :func:`cell_flags`),
+    mapped to n_features channels at the same chi-square probability; NaN where no cell is good."""
+    block = np.asarray(block, np.float64)
+    Y, prec = _centred_in_spread(model, block)
+    with np.errstate(invalid="ignore"):
+        Y[np.isinf(Y)] = np.nan
+    missing = np.isnan(Y)
+    flags = _cells.flag_cells(Y, missing, prec, getattr(model, "cell_cutoff_", None) or _cells.cell_cutoff2())
+    cond = _cells.conditional(Y, missing | flags, prec)
+    d2 = _missing.equivalent_d2(cond.d2, cond.n_observed, block.shape[1])
+    d2[np.isnan(d2) & (cond.n_observed > 0)] = np.inf
+    return d2
+
+
+def _centred_in_spread(model: Any, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows centred at ``mean_`` in units of the fitted spread (a power of two, exact), and the
+    model's precision in those units."""
+    unit = _working_unit(model)[2]
+    with np.errstate(over="ignore", invalid="ignore"):
+        Y = np.ldexp(block - model.mean_, -unit)
+    return Y, np.ldexp(precision_power(model, 1.0), 2 * unit)
 
 
 # ------------------------------------------------------ weights and flags

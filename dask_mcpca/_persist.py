@@ -321,6 +321,8 @@ def validate_fitted(model) -> None:
     if not np.allclose(cov, cov.T, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(cov).max()))):
         raise ValueError("covariance_ is not symmetric")
     _real(model, "noise_variance_", lambda v: math.isfinite(v) and v >= 0, "a finite float >= 0")
+    if getattr(model, "cell_cutoff_", None) is not None:  # a cellwise fit's: a chi-square(1) quantile
+        _real(model, "cell_cutoff_", lambda v: 1.0 <= v < 1e4, "a squared cell cutoff in [1, 1e4)")
     _validate_variances(model)
     low, high = _kernel_scale_range(model, p)
     _real(model, "kernel_scale_", lambda v: low <= v <= high,

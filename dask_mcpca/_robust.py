@@ -54,9 +54,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.spatial import cKDTree
 
+from . import _cells
 from ._block import block_stats
 from ._kernels import _top_exponent
-from ._missing import MAX_PATTERNS, em_moments, pattern_key, radius_for_count
+from ._missing import MAX_PATTERNS, em_moments, equivalent_d2, pattern_key, radius_for_count
 from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
 from ._repeated import TIGHT_MIN_ROWS, TIGHT_SHARE, find_repeated, held_out, quantization_steps
@@ -178,7 +179,7 @@ def _floored(scatter: np.ndarray, resolution: np.ndarray | None) -> np.ndarray:
 
 def step_plan(
     location, scatter, kernel_size2: float, cutoffs, *, excluded=None, excluded_rows=None, partial: bool = False,
-    patterns: tuple = (),
+    patterns: tuple = (), cells: float | None = None, missing_ok: bool = False,
 ) -> PassPlan:
     """The plan of one re-weighting pass: flat-top Mahalanobis kernels.
 
@@ -191,9 +192,14 @@ def step_plan(
     the radius ``q_j`` (less the kernel factor's widening) is mapped to k
     observed channels at the same chi-square probability; rows of the
     ``patterns`` of observed cells come back as sums for the client's EM.
+    With ``cells`` (a squared cutoff), each row's cells are judged one by
+    one and those the model cannot explain are left out, as missing cells
+    are (:func:`._cells.cell_stats`; ``missing_ok``: NaN cells are missing).
     """
     cutoffs = np.atleast_1d(np.asarray(cutoffs, dtype=np.float64))
-    kernels = np.repeat((precision(scatter) / kernel_size2)[None], len(cutoffs), axis=0)
+    prec = precision(scatter)
+    kernels = np.repeat((prec / kernel_size2)[None], len(cutoffs), axis=0)
+    partial = partial or cells is not None
     pairs = () if excluded is None else tuple(map(tuple, excluded))
     rows = () if excluded_rows is None else tuple(map(tuple, excluded_rows))
     part = None
@@ -204,8 +210,9 @@ def step_plan(
         part = PartialPlan(scatter=np.asarray(scatter, np.float64), kernel_size2=float(kernel_size2),
                            offsets=np.nan_to_num(radii / (2 * kernel_size2), nan=0.0, posinf=np.inf),
                            patterns=tuple(patterns))
+    cell_plan = None if cells is None else _cells.CellPlan(prec, float(cells), missing_ok)
     return PassPlan(center=location, kernels=kernels, offsets=cutoffs / (2 * kernel_size2), excluded=pairs,
-                    excluded_rows=rows, partial=part)
+                    excluded_rows=rows, partial=part, cells=cell_plan)
 
 
 #: ``c^2`` of the fall-off beyond the flat top, in units of ``d^2`` (at
@@ -300,7 +307,8 @@ def _step(
     cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
     plan = step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated,
                      excluded_rows=state.repeated_rows, partial=runner.nan_policy == "partial",
-                     patterns=getattr(runner, "gap_patterns", ()))
+                     patterns=getattr(runner, "gap_patterns", ()), cells=getattr(runner, "cell_cutoff2", None),
+                     missing_ok=runner.nan_policy == "partial")
     if sample_rate > 0:
         plan = replace(plan, sample_rate=sample_rate, seed=seed)
     res = runner.run(plan, label=label)
@@ -511,6 +519,81 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
     state.rate = float("nan")
 
 
+#: Bound on the cellwise fixed point's steps on the in-memory sample.
+CELL_SAMPLE_STEPS = 30
+
+
+def _cell_distances(state: RobustState, rows: np.ndarray, cutoff2: float) -> np.ndarray:
+    """Each row's squared distance on its good cells (:func:`._cells.flag_cells`), mapped to p
+    channels at the same chi-square probability (:func:`._missing.equivalent_d2`); inf where none."""
+    Y = rows - state.location
+    prec = precision(state.scatter)
+    missing = np.isnan(Y)
+    flags = _cells.flag_cells(Y, missing, prec, cutoff2)
+    cond = _cells.conditional(Y, missing | flags, prec)
+    d2 = equivalent_d2(cond.d2, cond.n_observed, Y.shape[1])
+    d2[~np.isfinite(d2)] = np.inf
+    return d2
+
+
+def _cellwise_start(
+    rows: np.ndarray, complete: np.ndarray, *, fixed_center, kernel_factor: float, cutoff2: float,
+    missing_ok: bool, tol: float,
+) -> RobustState:
+    """The robust state of a cellwise fit, from the in-memory row sample ``rows`` (NaN: missing).
+
+    Starts from each channel's median and robust spread (a diagonal model:
+    its first cell flags are univariate), then iterates the flat-top
+    re-weighting of :func:`_sample_step` on :func:`._cells.cell_stats`: each
+    step flags the cells the current model cannot explain, completes them
+    from the row's good cells and weighs each row by its distance on those
+    (first with the Gaussian radius, then the calibrated one).  The
+    repeated values and rows come from the sample's complete rows
+    ``complete``.  The radii of the full-data passes are then calibrated on
+    the good-cell distances.
+    """
+    n, p = rows.shape
+    if n < p + 2:
+        raise ValueError(f"{n} usable rows are too few for {p} features: the robust fit needs at least {p + 2}")
+    med, spread = _cells.robust_columns(rows)
+    repeated, repeated_rows = find_repeated(complete) if len(complete) else (None, None)
+    resolution = quantization_steps(complete) ** 2 / 12 if len(complete) else None
+    state = RobustState(
+        location=med if fixed_center is None else np.asarray(fixed_center, np.float64),
+        scatter=_floored(np.diag(spread**2), resolution),
+        resolution=resolution,
+        kernel_size2=kernel_factor**2 * FALL_OFF2,
+        core_support=START_FRACTION,
+        repeated=repeated,
+        repeated_rows=repeated_rows,
+    )
+    c2, scale = state.kernel_size2, kernel_factor**2
+    for step in range(CELL_SAMPLE_STEPS):
+        d2 = _cell_distances(state, rows, cutoff2)
+        calibrate = step >= CELL_SAMPLE_STEPS // 3
+        state.cutoff = _core_radius(d2, p, state.core_support * n, calibrate=calibrate) * scale
+        plan = step_plan(state.location, state.scatter, c2, [state.cutoff], excluded=state.repeated,
+                         excluded_rows=state.repeated_rows, cells=cutoff2, missing_ok=True)
+        res = _cells.cell_stats(rows, plan)
+        location = res.mean[0] if fixed_center is None else fixed_center
+        scatter = _floored(res.covariance(0, about=fixed_center) * flat_top_consistency(p, c2, state.cutoff),
+                           state.resolution)
+        change = _relative_change(state, location, scatter)
+        state.location, state.scatter = location, scatter
+        state.core_support = float(res.weight[0] * np.exp(res.log_scale[0]) / n)
+        if step >= 2 and change < tol / 10:
+            if not calibrate:
+                continue
+            break
+    d2 = _cell_distances(state, rows, cutoff2)
+    n_effective = state.core_support * n
+    q_fit = _core_radius(d2, p, n_effective)
+    q_final = max(calibrated_cutoff(d2[np.isfinite(d2)], FINAL_QUANTILE, p=p, n_effective=n_effective), q_fit)
+    state.cutoff, state.final_cutoff = q_fit * scale, q_final * scale
+    state.n_iter, state.rate = 0, float("nan")
+    return state
+
+
 def state_in_units(state: RobustState, d: int) -> RobustState | None:
     """``state`` with its location, scatters, repeated values and rows multiplied by ``2**d`` (scatters by ``4**d``).
 
@@ -681,6 +764,7 @@ def fit_robust(
     final_step: bool = True,
     partial_sample: np.ndarray | None = None,
     archive_sample_rate: float = 0.0,
+    cellwise: bool = False,
 ) -> RobustState:
     """Robust location and scatter by the calibrated re-weighting fixed point.
 
@@ -726,6 +810,10 @@ def fit_robust(
         repeated values and rows (stuck sensors, frozen records) are found
         anew in it (:func:`_archive_repeats`).  A stuck stretch outside the
         spread's blocks is then found as a full first pass finds it.
+    cellwise : bool, default=False
+        Judge cells one by one (:mod:`._cells`): the start and the sample's
+        fixed point are :func:`_cellwise_start`'s, and every full-data pass
+        leaves out the cells the current model cannot explain.
     """
     p = runner.n_features
     sample = moments.sample
@@ -734,6 +822,19 @@ def fit_robust(
         tol = max(DEFAULT_TOL, STATISTICAL_TOL * np.sqrt(p / max(moments.n_rows, 1)))
     with np.errstate(invalid="ignore"):
         sample = sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
+    if cellwise and state is None:
+        runner.cell_cutoff2 = _cells.cell_cutoff2()
+        whole = sample if partial_sample is None or not len(partial_sample) else np.concatenate(
+            [sample, partial_sample])
+        with np.errstate(invalid="ignore"):
+            whole = whole[~(np.abs(whole) > FAR_ROW).any(axis=1)]
+        state = _cellwise_start(whole, sample, fixed_center=fixed_center, kernel_factor=kernel_factor,
+                                cutoff2=runner.cell_cutoff2, missing_ok=runner.nan_policy == "partial",
+                                tol=tol)
+        if on_step is not None:
+            on_step(state)
+    elif cellwise:
+        runner.cell_cutoff2 = _cells.cell_cutoff2()
     if state is None:
         if len(sample) < p + 2:
             raise ValueError(

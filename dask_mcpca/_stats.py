@@ -55,6 +55,7 @@ large uncentred sum is ever formed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -142,6 +143,10 @@ class PassPlan:
     sample_partial : bool
         The row sample also draws rows with some cells NaN (none inf, at
         least one observed), for the in-memory stage of a ``"partial"`` fit.
+    cells : _cells.CellPlan or None
+        Judge each row's cells one by one and leave out those the model
+        cannot explain (:func:`._cells.cell_stats`; needs ``partial`` for
+        the radii by number of good cells); None: rows are taken whole.
 
     Rows holding NaN or inf never enter the sums (except the ``partial``
     rows above); they are counted in ``n_nonfinite`` and the caller decides
@@ -158,6 +163,7 @@ class PassPlan:
     seed: int = 0
     partial: PartialPlan | None = None
     sample_partial: bool = False
+    cells: Any = None
     n_kernels: int = field(init=False)
 
     def __post_init__(self):
@@ -242,6 +248,8 @@ class BlockStats:
         Rows served by each route of :func:`._block.block_stats` (a
         :data:`._block.Route` name, or ``"partial"`` for rows with missing
         cells), summed by :func:`combine`: which kernels did the work.
+    cells_flagged : ndarray of shape (p,) or None
+        Cells flagged per channel by a plan's ``cells`` (None: not judged).
     """
 
     n_rows: int
@@ -258,6 +266,7 @@ class BlockStats:
     n_partial: int = 0
     gaps: dict | None = None
     routes: dict = field(default_factory=dict)
+    cells_flagged: np.ndarray | None = None
 
     def in_units(self, unit_exp: int) -> BlockStats:
         """These statistics with their mean and scatter in units of ``2**unit_exp`` (exact; may overflow to inf)."""
@@ -352,6 +361,7 @@ def combine(a: BlockStats, b: BlockStats) -> BlockStats:
         n_partial=a.n_partial + b.n_partial,
         gaps=_missing.merge_gaps(a.gaps, fa, b.gaps, fb) if (a.gaps or b.gaps) else None,
         routes=_added(a.routes, b.routes),
+        cells_flagged=_summed(a.cells_flagged, b.cells_flagged),
     )
 
 
@@ -378,6 +388,13 @@ def _joined(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
     if a is None or b is None:
         return b if a is None else a
     return np.concatenate([a, b])
+
+
+def _summed(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    """Two counts per channel as one (either may be None: not counted)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return a + b
 
 
 def _added(a: dict, b: dict) -> dict:

@@ -1,0 +1,300 @@
+"""Cells you cannot trust: per-cell flags under a Gaussian model, and rows completed from their good cells.
+
+A wide archive's glitches hit single cells, one channel of one row.  With p
+channels and a share ``eps`` of bad cells, ``1 - (1 - eps)^p`` of the rows
+hold one (63 % at p = 100, eps = 1 %): a fit that can only down-weight whole
+rows has no clean majority left.  Here a cell is judged on its own, as in
+DDC and cellMCD (Rousseeuw and Van den Bossche 2018; Raymaekers and
+Rousseeuw 2023), and a flagged cell is treated as missing (MacroPCA, Hubert,
+Rousseeuw and Van den Bossche 2019): the row keeps its other cells.
+
+Everything comes from the model's precision matrix ``T = S^-1`` (mean 0:
+rows are centred first).  For a row ``y`` with missing (or flagged) cells
+``M`` and observed cells ``O``, with ``y_M`` set to 0 and ``t0 = T y``:
+
+- the missing cells' conditional expectation is ``u_M = -T_MM^-1 t0_M``
+  and their conditional covariance ``T_MM^-1`` (Schur complement);
+- for the completed row ``u`` (``u_O = y_O``), ``T u`` is ``S_OO^-1 y_O`` on
+  the observed cells and 0 on the missing ones, and the squared distance on
+  the observed cells is ``d^2_O = u^T T u``.
+
+Only an ``|M| x |M|`` system is solved per row, not a ``|O| x |O|`` inverse
+per pattern of observed cells: rows with a few bad cells each, all in other
+places, cost one more product by ``T`` (:func:`conditional`).
+
+A cell's standardized residual is ``r_j = (S_OO^-1 y_O)_j / sqrt(T_jj)``:
+how far the cell lies from what the row's other observed cells predict,
+in units of its conditional spread given all other channels (``r_j^2`` is
+at most the drop of ``d^2_O`` when the cell is left out, so a row close to
+the model has no flagged cell).  :func:`flag_cells` flags, row by row, the
+cells with ``r_j^2`` above ``cutoff2`` and at least ``GREEDY_SHARE^2`` of the
+row's largest, then judges the rest again with those cells left out, so a
+gross cell does not smear into the residuals of its row's clean cells.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "CELL_QUANTILE",
+    "CellPlan",
+    "Conditional",
+    "cell_stats",
+    "cell_cutoff2",
+    "conditional",
+    "flag_cells",
+    "robust_columns",
+]
+
+#: A clean Gaussian cell is flagged with this probability's complement (two-sided): 0.1 %.
+CELL_QUANTILE = 0.999
+
+#: Within one round a row's cells are flagged only if their squared residual is at least this
+#: share squared of the row's largest: a gross cell's smear into a clean cell of its row is a
+#: partial correlation times its size, far below half of it.
+GREEDY_SHARE = 0.5
+
+#: Rounds of :func:`flag_cells` (each leaves the cells flagged so far out and judges the rest).
+MAX_ROUNDS = 12
+
+#: Bound on the floats of one batch of ``rows x m x max(m, p)`` in :func:`conditional`.
+_BATCH_FLOATS = 4_000_000
+
+
+def cell_cutoff2(quantile: float = CELL_QUANTILE) -> float:
+    """The squared standardized residual above which a cell is flagged: ``chi2_1`` at ``quantile``."""
+    return float(stats.chi2.ppf(quantile, 1))
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """How a pass judges cells: the model's precision (working units) and the squared cutoff."""
+
+    precision: np.ndarray
+    cutoff2: float
+    missing_ok: bool = False
+
+
+@dataclass
+class Conditional:
+    """Rows completed under the model, from their observed cells (see the module docstring).
+
+    Attributes
+    ----------
+    completed : ndarray of shape (n, p)
+        Centred rows with their missing cells replaced by the conditional expectation.
+    residual : ndarray of shape (n, p)
+        ``T u``: ``S_OO^-1 y_O`` on the observed cells, 0 on the missing ones.
+    d2 : ndarray of shape (n,)
+        Squared distance on the observed cells (NaN for a row with none).
+    n_observed : ndarray of shape (n,)
+        Observed cells per row.
+    groups : list of (rows, columns, covariance)
+        Per batch of rows with the same number m of missing cells: their indices (r,),
+        the missing columns (r, m) and the conditional covariance of those cells (r, m, m).
+    """
+
+    completed: np.ndarray
+    residual: np.ndarray
+    d2: np.ndarray
+    n_observed: np.ndarray
+    groups: list
+
+    def covariance_sums(self, weights: np.ndarray, p: int) -> np.ndarray:
+        """``sum_k w_jk C_k`` per row of ``weights`` (J, n), each row's conditional covariance
+        embedded at its missing cells: the E-step's second term, (J, p, p)."""
+        out = np.zeros((len(weights), p * p))
+        for rows, cols, cov in self.groups:
+            keys = (cols[:, :, None] * p + cols[:, None, :]).ravel()
+            for j, w in enumerate(weights):
+                out[j] += np.bincount(keys, (cov * w[rows][:, None, None]).ravel(), minlength=p * p)
+        return out.reshape(len(weights), p, p)
+
+
+def _solve(T: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``T^-1 b`` and ``T^-1`` for a batch of small symmetric systems; a pseudo-inverse where one is singular."""
+    try:
+        inv = np.linalg.inv(T)
+        if not np.all(np.isfinite(inv)):
+            raise np.linalg.LinAlgError
+    except np.linalg.LinAlgError:
+        inv = np.linalg.pinv(T, hermitian=True)
+    return np.einsum("rij,rj->ri", inv, b), inv
+
+
+def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Conditional:
+    """Rows ``Y`` (centred; cells under ``missing`` ignored) completed under the model with ``precision``.
+
+    Rows are batched by their number of missing cells, so each batch is one
+    vectorised solve of small systems (see the module docstring).
+    """
+    Y = np.asarray(Y, np.float64)
+    n, p = Y.shape
+    missing = np.asarray(missing, bool)
+    U = np.where(missing, 0.0, Y)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = U @ precision
+    counts = missing.sum(axis=1)
+    groups = []
+    for m in np.unique(counts):
+        if m == 0 or m == p:
+            continue
+        rows_m = np.flatnonzero(counts == m)
+        step = max(1, _BATCH_FLOATS // (m * max(m, p)))
+        for a in range(0, len(rows_m), step):
+            rows = rows_m[a:a + step]
+            cols = np.nonzero(missing[rows])[1].reshape(len(rows), m)
+            T = precision[cols[:, :, None], cols[:, None, :]]
+            b = np.take_along_axis(t[rows], cols, axis=1)
+            delta, cov = _solve(T, b)
+            sub = U[rows]
+            np.put_along_axis(sub, cols, -delta, axis=1)
+            U[rows] = sub
+            with np.errstate(over="ignore", invalid="ignore"):
+                t[rows] = sub @ precision
+            groups.append((rows, cols, cov))
+    t[missing] = 0.0  # exactly 0 there in exact arithmetic
+    with np.errstate(over="ignore", invalid="ignore"):
+        d2 = np.einsum("ij,ij->i", U, t)
+    none = counts == p
+    if none.any():
+        d2[none] = np.nan
+        U[none] = np.nan
+    return Conditional(U, t, d2, p - counts, groups)
+
+
+def flag_cells(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray, cutoff2: float,
+               *, max_rounds: int = MAX_ROUNDS) -> np.ndarray:
+    """Cells of the centred rows ``Y`` that the model with ``precision`` cannot explain (boolean, Y's shape).
+
+    Missing cells are never flagged.  Each round flags, in each row, the
+    observed cells whose squared standardized residual (module docstring)
+    exceeds ``cutoff2`` and is at least ``GREEDY_SHARE**2`` of the row's
+    largest; the next round judges the row again with them left out.  A
+    last check restores a flagged cell whose value the row's other good
+    cells predict after all (its squared residual under the conditional
+    model at most ``cutoff2``).
+    """
+    Y = np.asarray(Y, np.float64)
+    missing = np.asarray(missing, bool)
+    flags = np.zeros(Y.shape, bool)
+    diag = np.diag(precision)
+    inv_sd = np.where(diag > 0, 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0)), 0.0)
+    active = np.arange(len(Y))
+    for _ in range(max_rounds):
+        if not len(active):
+            break
+        out = missing[active] | flags[active]
+        cond = conditional(Y[active], out, precision)
+        r2 = (cond.residual * inv_sd) ** 2
+        r2[~np.isfinite(r2)] = 0.0
+        top = r2.max(axis=1, initial=0.0)
+        new = (r2 > cutoff2) & (r2 >= GREEDY_SHARE**2 * top[:, None]) & ~out
+        changed = new.any(axis=1)
+        flags[active[changed]] |= new[changed]
+        active = active[changed]
+    rows = np.flatnonzero(flags.any(axis=1))
+    if len(rows):
+        cond = conditional(Y[rows], missing[rows] | flags[rows], precision)
+        for group_rows, cols, cov in cond.groups:
+            r = rows[group_rows]
+            gap = np.take_along_axis(Y[r], cols, axis=1) - np.take_along_axis(cond.completed[group_rows], cols, axis=1)
+            var = np.diagonal(cov, axis1=1, axis2=2)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                fits = gap**2 <= cutoff2 * var
+            was_flagged = np.take_along_axis(flags[r], cols, axis=1)
+            restore = fits & was_flagged
+            if restore.any():
+                sub = flags[r]
+                np.put_along_axis(sub, cols, was_flagged & ~restore, axis=1)
+                flags[r] = sub
+    return flags
+
+
+def robust_columns(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's median and robust spread (MAD, else IQR / 1.349, else the standard deviation,
+    else 1), NaN cells ignored: the univariate start of a cellwise fit."""
+    X = np.asarray(X, np.float64)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+        med = np.nanmedian(X, axis=0)
+        mad = 1.4826 * np.nanmedian(np.abs(X - med), axis=0)
+        q1, q3 = np.nanpercentile(X, [25, 75], axis=0)
+        sd = np.nanstd(X, axis=0)
+    spread = np.where(mad > 0, mad, np.where(q3 - q1 > 0, (q3 - q1) / 1.349, np.where(sd > 0, sd, 1.0)))
+    med = np.where(np.isfinite(med), med, 0.0)
+    spread = np.where(np.isfinite(spread) & (spread > 0), spread, 1.0)
+    return med, spread
+
+
+def _excluded(Y: np.ndarray, plan) -> np.ndarray | None:
+    """Rows (working units, as ``Y``) holding one of the plan's repeated values or equal to one of its
+    repeated rows: they enter no kernel's sums.  None where the plan excludes nothing."""
+    if not plan.excluded and not plan.excluded_rows:
+        return None
+    out = np.zeros(len(Y), bool)
+    for column, value in plan.excluded:
+        out |= Y[:, column] == value
+    for row in plan.excluded_rows:
+        out |= np.all(Y == np.asarray(row), axis=1)
+    return out
+
+
+def cell_stats(X: np.ndarray, plan):
+    """A kernel pass's statistics of one row block when cells are judged one by one (``plan.cells``).
+
+    The rows are taken to working units; cells the model cannot explain
+    (:func:`flag_cells`, under ``plan.cells``) and NaN cells (where the plan
+    takes rows with missing cells, ``plan.cells.missing_ok``) are left out;
+    each row is weighted by kernel ``j`` from its squared distance on its
+    good cells, ``exp(min(offsets[j, k] - d^2_O / (2 c^2), 0))`` with the
+    radius mapped to its ``k`` good cells (:class:`._stats.PartialPlan`), and
+    enters the sums completed by the conditional expectation of its left-out
+    cells, plus their conditional covariance (one EM step per pass).  Rows
+    with an infinite cell, no good cell, or NaN where missing cells are not
+    taken count as non-finite.  ``BlockStats.cells_flagged`` counts the
+    flagged cells per channel.
+    """
+    from ._stats import from_sums
+
+    X = np.asarray(X)
+    n, p = X.shape
+    cells, part = plan.cells, plan.partial
+    with np.errstate(over="ignore", invalid="ignore"):
+        Y = np.ldexp(np.asarray(X, np.float64) - np.ldexp(plan.center, plan.unit_exp), -plan.unit_exp)
+    missing = np.isnan(Y)
+    bad = np.isinf(Y).any(axis=1) | missing.all(axis=1)
+    if not plan.cells.missing_ok:
+        bad |= missing.any(axis=1)
+    keep = np.flatnonzero(~bad)
+    Y, missing = Y[keep], missing[keep]
+    flags = flag_cells(Y, missing, cells.precision, cells.cutoff2)
+    cond = conditional(Y, missing | flags, cells.precision)
+    d2 = cond.d2
+    far = ~np.isfinite(d2) | ~np.isfinite(cond.completed).all(axis=1)
+    d2[far] = np.inf
+    cond.completed[far] = 0.0
+    E = np.minimum(part.offsets[:, cond.n_observed] - d2[None, :] / (2 * part.kernel_size2), 0.0)
+    excluded = _excluded(Y, plan)
+    if excluded is not None:
+        E[:, excluded] = -np.inf
+    log_scale = E.max(axis=1, initial=-np.inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        G = np.exp(E - np.where(np.isfinite(log_scale), log_scale, 0.0)[:, None])
+    G[~np.isfinite(E)] = 0.0
+    U = cond.completed
+    weight = G.sum(axis=1)
+    wsum = G @ U
+    scatter = np.stack([(U * g[:, None]).T @ U for g in G]) + cond.covariance_sums(G, p)
+    out = from_sums(len(keep), log_scale, weight, wsum, scatter, np.asarray(plan.center, np.float64))
+    out.n_nonfinite = int(bad.sum())
+    out.n_far = int(far.sum())
+    out.n_partial = int((missing | flags).any(axis=1).sum())
+    out.cells_flagged = flags.sum(axis=0).astype(np.int64)
+    out.routes = {"cells": len(keep)}
+    return out
