@@ -387,11 +387,13 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         def func(b):
             b = np.asarray(b, np.float64)
+            gaps = np.isnan(b)
             if cellwise:  # flagged cells are left out too, and filled like missing ones
-                b = np.where(_model.cell_flags(self, b), np.nan, b)
-            if not np.isnan(b).any():
+                gaps |= _model.cell_flags(self, b)
+            if not gaps.any():
                 return b.copy()
-            return _missing.completed(b - mean, cov) + mean
+            filled = _missing.completed(np.where(gaps, np.nan, b) - mean, cov) + mean
+            return np.where(gaps, filled, b)  # the good cells exactly as given
 
         out = self._map_rows(
             X, func, self.n_features_in_, columns=self._feature_columns(X), storage_options=storage_options,

@@ -1,0 +1,188 @@
+"""Cells judged one by one (issue 33): the conditional algebra, the flags and a cellwise fit.
+
+Expected values come from the textbook: the Gaussian conditional of a row's
+missing cells given its observed ones, with ``S_OO`` inverted explicitly per
+row (Little and Rubin 2002, ch. 11), and from the truth of generated data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dask_mcpca import MCPCA, load
+from dask_mcpca._cells import cell_cutoff2, conditional, flag_cells
+
+
+def _covariance(p: int, seed: int) -> np.ndarray:
+    A = np.random.default_rng(seed).normal(size=(p, p))
+    return A @ A.T / p + np.eye(p)
+
+
+def _textbook(y: np.ndarray, missing: np.ndarray, S: np.ndarray):
+    """One row: completed cells ``S_MO S_OO^-1 y_O``, ``d2_O``, ``S_OO^-1 y_O`` and ``C``, by explicit inverses."""
+    o, m = np.flatnonzero(~missing), np.flatnonzero(missing)
+    inv = np.linalg.inv(S[np.ix_(o, o)])
+    u = y.copy()
+    u[m] = S[np.ix_(m, o)] @ inv @ y[o]
+    t = np.zeros_like(y)
+    t[o] = inv @ y[o]
+    C = S[np.ix_(m, m)] - S[np.ix_(m, o)] @ inv @ S[np.ix_(o, m)]
+    return u, float(y[o] @ inv @ y[o]), t, C
+
+
+@pytest.mark.parametrize("p", [3, 12, 40])
+def test_conditional_matches_the_textbook_per_row(p):
+    rng = np.random.default_rng(p)
+    S = _covariance(p, p)
+    Y = rng.multivariate_normal(np.zeros(p), S, size=300)
+    missing = rng.random(Y.shape) < 0.15
+    missing[0] = False
+    missing[1, : p - 1] = True  # one observed cell
+    cond = conditional(np.where(missing, 1e9, Y), missing, np.linalg.inv(S))  # missing values are ignored
+    covs = {}
+    for rows, cols, cov in cond.groups:
+        for r, c, C in zip(rows, cols, cov, strict=True):
+            covs[r] = (c, C)
+    for i in range(len(Y)):
+        if missing[i].all():  # nothing to condition on: the row stays unknown
+            assert np.isnan(cond.d2[i]) and np.isnan(cond.completed[i]).all() and cond.n_observed[i] == 0
+            continue
+        u, d2, t, C = _textbook(Y[i], missing[i], S)
+        np.testing.assert_allclose(cond.completed[i], u, rtol=1e-8, atol=1e-8)
+        np.testing.assert_allclose(cond.d2[i], d2, rtol=1e-8)
+        np.testing.assert_allclose(cond.residual[i], t, rtol=1e-7, atol=1e-8)
+        assert cond.n_observed[i] == p - missing[i].sum()
+        if missing[i].any():
+            np.testing.assert_array_equal(covs[i][0], np.flatnonzero(missing[i]))
+            np.testing.assert_allclose(covs[i][1], C, rtol=1e-8, atol=1e-10)
+
+
+def test_covariance_sums_embed_each_rows_conditional_covariance():
+    p = 6
+    S = _covariance(p, 1)
+    rng = np.random.default_rng(1)
+    Y = rng.normal(size=(50, p))
+    missing = rng.random(Y.shape) < 0.3
+    missing[:, 0] = False
+    w = rng.random((2, 50))
+    expected = np.zeros((2, p, p))
+    for i in range(50):
+        m = np.flatnonzero(missing[i])
+        if len(m):
+            C = _textbook(Y[i], missing[i], S)[3]
+            for j in range(2):
+                expected[j][np.ix_(m, m)] += w[j, i] * C
+    got = conditional(Y, missing, np.linalg.inv(S)).covariance_sums(w, p)
+    np.testing.assert_allclose(got, expected, rtol=1e-8, atol=1e-12)
+
+
+def test_clean_gaussian_cells_are_flagged_at_the_cutoffs_rate():
+    p, n = 20, 20_000
+    S = _covariance(p, 2)
+    Y = np.random.default_rng(2).multivariate_normal(np.zeros(p), S, size=n)
+    flags = flag_cells(Y, np.zeros(Y.shape, bool), np.linalg.inv(S), cell_cutoff2())
+    # each clean cell's standardized residual is N(0, 1): 0.1 % beyond the 99.9 % chi2(1) quantile
+    assert 0.0005 < flags.mean() < 0.002
+
+
+@pytest.mark.parametrize("p", [10, 50])
+def test_gross_cells_are_flagged_and_their_rows_clean_cells_are_not(p):
+    rng = np.random.default_rng(p)
+    S = _covariance(p, p)
+    Y = rng.multivariate_normal(np.zeros(p), S, size=4000)
+    sd = np.sqrt(np.diag(S))
+    bad = rng.random(Y.shape) < 0.05  # 1 - 0.95**p of the rows hold at least one
+    Y[bad] += (rng.uniform(8, 20, bad.sum()) * rng.choice([-1, 1], bad.sum())) * np.broadcast_to(sd, Y.shape)[bad]
+    flags = flag_cells(Y, np.zeros(Y.shape, bool), np.linalg.inv(S), cell_cutoff2())
+    assert flags[bad].mean() >= 0.99
+    rows = bad.any(axis=1)
+    assert flags[~bad & rows[:, None]].mean() < 0.003  # the clean cells of the rows that hold a bad one
+
+
+def test_missing_cells_are_never_flagged():
+    p = 8
+    S = _covariance(p, 3)
+    Y = np.random.default_rng(3).multivariate_normal(np.zeros(p), S, size=500)
+    missing = np.zeros(Y.shape, bool)
+    missing[:, 2] = True
+    Y[:, 2] = 1e6
+    flags = flag_cells(Y, missing, np.linalg.inv(S), cell_cutoff2())
+    assert not flags[:, 2].any()
+
+
+def _factor_archive(n: int, p: int, eps: float, seed: int, k: int = 3):
+    rng = np.random.default_rng(seed)
+    L = np.linalg.qr(rng.normal(size=(p, k)))[0]
+    sv = np.linspace(8, 4, k)
+    X = (rng.normal(size=(n, k)) * sv) @ L.T + rng.normal(size=(n, p))
+    bad = rng.random(X.shape) < eps
+    X[bad] = rng.uniform(8, 20, bad.sum()) * rng.choice([-1, 1], bad.sum()) * np.sqrt(sv[0] ** 2 / p + 1) * 3
+    S = (L * sv**2) @ L.T + np.eye(p)
+    return X, S, L, bad
+
+
+def _angle(A: np.ndarray, B: np.ndarray) -> float:
+    s = np.linalg.svd(np.linalg.qr(A)[0].T @ np.linalg.qr(B)[0], compute_uv=False)
+    return float(np.degrees(np.arccos(np.clip(s.min(), -1, 1))))
+
+
+@pytest.mark.parametrize("chunks", [None, 2500])
+def test_cellwise_fit_holds_where_most_rows_hold_a_bad_cell(chunks):
+    import dask.array as da
+
+    n, p, eps = 10_000, 40, 0.03  # 1 - 0.97**40 = 70 % of rows hold a bad cell
+    X, S, L, bad = _factor_archive(n, p, eps, seed=5)
+    data = X if chunks is None else da.from_array(X, chunks=(chunks, p))
+    model = MCPCA(cellwise=True, random_state=0).fit(data)
+    default = MCPCA(random_state=0).fit(data)
+    truth_var = np.linalg.eigvalsh(S)[::-1][:3]
+    assert _angle(model.components_[:3].T, L) < 1.5
+    assert _angle(default.components_[:3].T, L) > 5 * _angle(model.components_[:3].T, L)  # the row-wise fit breaks
+    np.testing.assert_allclose(model.explained_variance_[:3], truth_var, rtol=0.1)
+    flags = np.asarray(model.cell_outliers(X))
+    assert flags[bad].mean() >= 0.95
+    assert flags[~bad].mean() <= 0.002
+    rows = np.asarray(model.is_outlier(X))
+    assert rows.mean() < 0.02  # rows judged on their good cells: a glitch does not make a row an outlier
+
+
+def test_cellwise_fit_of_clean_gaussian_data_is_pca():
+    from sklearn.decomposition import PCA
+
+    rng = np.random.default_rng(7)
+    S = _covariance(6, 7)
+    X = rng.multivariate_normal(np.zeros(6), S, size=20_000)
+    model = MCPCA(cellwise=True).fit(X)
+    pca = PCA().fit(X)
+    assert _angle(model.components_[:2].T, pca.components_[:2].T) < 1.0
+    np.testing.assert_allclose(model.explained_variance_, pca.explained_variance_, rtol=0.05)
+    assert np.asarray(model.cell_outliers(X)).mean() < 0.002
+
+
+def test_impute_fills_flagged_cells_from_the_rows_good_cells(tmp_path):
+    X, S, L, bad = _factor_archive(8000, 12, 0.02, seed=9)
+    model = MCPCA(cellwise=True).fit(X)
+    filled = np.asarray(model.impute(X))
+    flags = np.asarray(model.cell_outliers(X))
+    np.testing.assert_array_equal(filled[~flags], X[~flags])
+    # a filled gross cell lies near what the model predicts, not 8-20 SDs off
+    sd = np.sqrt(np.diag(S))
+    assert np.all(np.abs(filled[flags & bad] - model.mean_[np.nonzero(flags & bad)[1]])
+                  < 6 * sd[np.nonzero(flags & bad)[1]])
+    model.save(tmp_path / "m.json")
+    again = load(tmp_path / "m.json")
+    assert again.cellwise and again.cell_cutoff_ == pytest.approx(stats.chi2.ppf(0.999, 1))
+    np.testing.assert_array_equal(np.asarray(again.cell_outliers(X)), flags)
+
+
+def test_cell_outliers_keep_a_dataframes_index_and_columns():
+    pd = pytest.importorskip("pandas")
+    X, S, L, bad = _factor_archive(3000, 5, 0.01, seed=11)
+    frame = pd.DataFrame(X, columns=[f"c{i}" for i in range(5)], index=np.arange(3000) + 100)
+    model = MCPCA(cellwise=True).fit(frame)
+    out = model.cell_outliers(frame)
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == list(frame.columns) and (out.index == frame.index).all()
+    assert out.dtypes.eq(bool).all()
