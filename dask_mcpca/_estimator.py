@@ -306,6 +306,11 @@ class MCPCA(_BaseMCPCA):
         model's sums were read from; ``dask-mcpca update`` reads the rows
         from ``stop`` on by default.  Removed by :meth:`fit` and
         :meth:`partial_fit`, which do not know where their rows come from.
+    cell_cutoff_ : float
+        Set only with ``cellwise=True``: the squared standardized residual
+        above which :meth:`cell_outliers` flags a cell (the chi-square(1)
+        99.9 % quantile, 10.83: a clean Gaussian cell is flagged with
+        probability 0.1 %).
 
     See Also
     --------
