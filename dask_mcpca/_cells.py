@@ -40,13 +40,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from ._missing import conditional
+from ._stats import from_sums
+
 __all__ = [
     "CELL_QUANTILE",
     "CellPlan",
-    "Conditional",
     "cell_stats",
     "cell_cutoff2",
-    "conditional",
     "flag_cells",
     "robust_columns",
 ]
@@ -62,9 +63,6 @@ GREEDY_SHARE = 0.5
 #: Rounds of :func:`flag_cells` (each leaves the cells flagged so far out and judges the rest).
 MAX_ROUNDS = 12
 
-#: Bound on the floats of one batch of ``rows x m x max(m, p)`` in :func:`conditional`.
-_BATCH_FLOATS = 4_000_000
-
 
 def cell_cutoff2(quantile: float = CELL_QUANTILE) -> float:
     """The squared standardized residual above which a cell is flagged: ``chi2_1`` at ``quantile``."""
@@ -78,94 +76,6 @@ class CellPlan:
     precision: np.ndarray
     cutoff2: float
     missing_ok: bool = False
-
-
-@dataclass
-class Conditional:
-    """Rows completed under the model, from their observed cells (see the module docstring).
-
-    Attributes
-    ----------
-    completed : ndarray of shape (n, p)
-        Centred rows with their missing cells replaced by the conditional expectation.
-    residual : ndarray of shape (n, p)
-        ``T u``: ``S_OO^-1 y_O`` on the observed cells, 0 on the missing ones.
-    d2 : ndarray of shape (n,)
-        Squared distance on the observed cells (NaN for a row with none).
-    n_observed : ndarray of shape (n,)
-        Observed cells per row.
-    groups : list of (rows, columns, covariance)
-        Per batch of rows with the same number m of missing cells: their indices (r,),
-        the missing columns (r, m) and the conditional covariance of those cells (r, m, m).
-    """
-
-    completed: np.ndarray
-    residual: np.ndarray
-    d2: np.ndarray
-    n_observed: np.ndarray
-    groups: list
-
-    def covariance_sums(self, weights: np.ndarray, p: int) -> np.ndarray:
-        """``sum_k w_jk C_k`` per row of ``weights`` (J, n), each row's conditional covariance
-        embedded at its missing cells: the E-step's second term, (J, p, p)."""
-        out = np.zeros((len(weights), p * p))
-        for rows, cols, cov in self.groups:
-            keys = (cols[:, :, None] * p + cols[:, None, :]).ravel()
-            for j, w in enumerate(weights):
-                out[j] += np.bincount(keys, (cov * w[rows][:, None, None]).ravel(), minlength=p * p)
-        return out.reshape(len(weights), p, p)
-
-
-def _solve(T: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``T^-1 b`` and ``T^-1`` for a batch of small symmetric systems; a pseudo-inverse where one is singular."""
-    try:
-        inv = np.linalg.inv(T)
-        if not np.all(np.isfinite(inv)):
-            raise np.linalg.LinAlgError
-    except np.linalg.LinAlgError:
-        inv = np.linalg.pinv(T, hermitian=True)
-    return np.einsum("rij,rj->ri", inv, b), inv
-
-
-def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Conditional:
-    """Rows ``Y`` (centred; cells under ``missing`` ignored) completed under the model with ``precision``.
-
-    Rows are batched by their number of missing cells, so each batch is one
-    vectorised solve of small systems (see the module docstring).
-    """
-    Y = np.asarray(Y, np.float64)
-    n, p = Y.shape
-    missing = np.asarray(missing, bool)
-    U = np.where(missing, 0.0, Y)
-    with np.errstate(over="ignore", invalid="ignore"):
-        t = U @ precision
-    counts = missing.sum(axis=1)
-    groups = []
-    for m in np.unique(counts):
-        if m == 0 or m == p:
-            continue
-        rows_m = np.flatnonzero(counts == m)
-        step = max(1, _BATCH_FLOATS // (m * max(m, p)))
-        for a in range(0, len(rows_m), step):
-            rows = rows_m[a:a + step]
-            cols = np.nonzero(missing[rows])[1].reshape(len(rows), m)
-            T = precision[cols[:, :, None], cols[:, None, :]]
-            b = np.take_along_axis(t[rows], cols, axis=1)
-            delta, cov = _solve(T, b)
-            sub = U[rows]
-            np.put_along_axis(sub, cols, -delta, axis=1)
-            U[rows] = sub
-            with np.errstate(over="ignore", invalid="ignore"):
-                t[rows] = sub @ precision
-            groups.append((rows, cols, cov))
-    t[missing] = 0.0  # exactly 0 there in exact arithmetic
-    with np.errstate(over="ignore", invalid="ignore"):
-        d2 = np.einsum("ij,ij->i", U, t)
-    none = counts == p
-    if none.any():
-        d2[none] = np.nan
-        U[none] = np.nan
-    return Conditional(U, t, d2, p - counts, groups)
 
 
 def flag_cells(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray, cutoff2: float,
@@ -260,8 +170,6 @@ def cell_stats(X: np.ndarray, plan):
     taken count as non-finite.  ``BlockStats.cells_flagged`` counts the
     flagged cells per channel.
     """
-    from ._stats import from_sums
-
     X = np.asarray(X)
     n, p = X.shape
     cells, part = plan.cells, plan.partial

@@ -12,7 +12,8 @@ import pytest
 from scipy import stats
 
 from dask_mcpca import MCPCA, load
-from dask_mcpca._cells import cell_cutoff2, conditional, flag_cells
+from dask_mcpca._cells import cell_cutoff2, flag_cells
+from dask_mcpca._missing import conditional
 
 
 def _covariance(p: int, seed: int) -> np.ndarray:
