@@ -491,6 +491,12 @@ def _kernel_rows(Xs: np.ndarray, Y: np.ndarray, near, shift, finite, plan: PassP
     return Y[near], shift, int(len(near) - near.sum())
 
 
+@functools.lru_cache(maxsize=8)
+def _full_precision(scatter: bytes, p: int) -> np.ndarray | None:
+    """:func:`._missing.full_precision`, once per pass's scatter in a process."""
+    return _missing.full_precision(np.frombuffer(scatter, dtype=np.float64).reshape(p, p))
+
+
 @functools.lru_cache(maxsize=256)
 def _conditional_model(scatter: bytes, p: int, observed: bytes) -> _missing.ConditionalModel:
     """:func:`._missing.conditional_model`, once per pass's scatter and pattern in a process
@@ -502,11 +508,13 @@ def _conditional_model(scatter: bytes, p: int, observed: bytes) -> _missing.Cond
 def partial_stats(
     X: np.ndarray, plan: PassPlan, observed: np.ndarray | None = None, codes: np.ndarray | None = None
 ) -> BlockStats:
-    """A kernel pass's statistics of rows with missing cells (float64, as stored; overwritten),
-    by pattern of observed cells: weights from the observed cells, then per pattern either sums
-    of the observed cells for the client's EM (the plan's ``patterns``) or the rows completed by
-    the conditional expectation plus the conditional covariance of the missing cells
-    (:class:`PartialPlan`).  ``observed`` (``~isnan(X)``) and its pattern codes may be given."""
+    """A kernel pass's statistics of rows with missing cells (float64, as stored; overwritten):
+    weights from the observed cells, then either sums of the observed cells for the client's EM
+    (rows of the plan's ``patterns``) or the rows completed by the conditional expectation plus
+    the conditional covariance of the missing cells (:class:`PartialPlan`).  Completed rows go
+    through :func:`._missing.conditional` (the model's precision: a row with m gaps costs an
+    m x m solve); only where the scatter is singular, through each pattern's own algebra.
+    ``observed`` (``~isnan(X)``) and its pattern codes may be given."""
     part_plan = plan.partial
     n, p = X.shape
     J = plan.n_kernels
@@ -514,10 +522,15 @@ def partial_stats(
     excluded = _excluded_rows(X, plan) if plan.excluded or plan.excluded_rows else None
     Y = _to_working_units(X, plan)
     scatter64 = np.ascontiguousarray(part_plan.scatter, dtype=np.float64)
-    groups = list(_missing.patterns(observed, codes))
-    # The rows regrouped by pattern (in their order within one): each pattern is then a slice.
-    order = np.concatenate([rows for _, rows in groups])
-    Y = Y[order]
+    theta = _full_precision(scatter64.tobytes(), p)
+    grouped = np.ones(n, bool) if theta is None else _missing.rows_of_patterns(observed, part_plan.patterns, codes)
+    groups = list(_missing.patterns(observed[grouped], None if codes is None else codes[grouped]))
+    # The rows regrouped by pattern (in their order within one), each pattern then a slice; the
+    # rows completed through the precision last, in their order.
+    inner = np.flatnonzero(grouped)
+    rest = np.flatnonzero(~grouped)
+    order = np.concatenate([*(inner[rows] for _, rows in groups), rest])
+    Y, observed = Y[order], observed[order]
     if excluded is not None:
         excluded = excluded[order]
     d2, counts = np.empty(n), np.empty(n, dtype=np.intp)
@@ -539,6 +552,11 @@ def partial_stats(
                 Y[rows, model.missing] = Yo @ model.regression.T
         counts[rows] = len(model.observed)
         slices.append((mask, rows, model, key))
+    tail = slice(start, n)
+    cond = None
+    if start < n:
+        cond = _missing.conditional(Y[tail], ~observed[tail], theta)
+        d2[tail], Y[tail], counts[tail] = cond.d2, cond.completed, cond.n_observed
     with np.errstate(over="ignore", invalid="ignore"):  # overflow in working units: weight 0
         far = ~np.isfinite(d2) | (done & ~np.isfinite(Y @ np.ones(p)))  # the others' missing cells are NaN
     if far.any():
@@ -561,6 +579,8 @@ def partial_stats(
             cell = np.ix_(model.missing, model.missing)
             for j in range(J):
                 scatter[j][cell] += G[j, rows].sum() * model.residual
+    if cond is not None:
+        scatter += cond.covariance_sums(G[:, tail], p)
     part = from_sums(n, log_scale, weight, wsum, scatter, plan.center)
     part.n_far = int(far.sum())
     part.n_partial = n

@@ -57,7 +57,7 @@ from scipy.spatial import cKDTree
 from . import _cells
 from ._block import block_stats
 from ._kernels import _top_exponent
-from ._missing import MAX_PATTERNS, em_moments, equivalent_d2, pattern_key, radius_for_count
+from ._missing import MAX_PATTERNS, em_moments, equivalent_d2, pattern_key, radius_for_count, rare_pattern_rows
 from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
 from ._repeated import TIGHT_MIN_ROWS, TIGHT_SHARE, find_repeated, held_out, quantization_steps
@@ -478,14 +478,25 @@ def _with_partial_sample(state: RobustState, partial: np.ndarray, mean, cov, wei
     return merged.mean[0], merged.covariance(0), float(merged.weight[0]), float(merged.log_scale[0])
 
 
-def gap_patterns(partial: np.ndarray | None) -> tuple:
+#: A pattern of observed cells gets the client's EM to convergence only if at least this share of the
+#: sample's rows hold it (a channel offline for a while), and at least :func:`._missing.rare_pattern_rows`.
+GAP_PATTERN_SHARE = 0.01
+
+
+def gap_patterns(partial: np.ndarray | None, n_sample: int = 0) -> tuple:
     """The patterns of observed cells whose rows a ``"partial"`` pass returns as sums for the client's EM:
-    the ``MAX_PATTERNS`` most frequent among the sample's rows with missing cells (ties: by key)."""
+    the ``MAX_PATTERNS`` most frequent among the sample's rows with missing cells (ties: by key), of
+    those held by at least :data:`GAP_PATTERN_SHARE` of the ``n_sample`` sample rows and
+    :func:`._missing.rare_pattern_rows` (a channel offline for a while; at wide p, scattered gaps
+    make many small patterns, whose EM on the client costs a p x p inverse per pattern and
+    iteration, and whose sums per pattern fill the pass's results)."""
     if partial is None or not len(partial):
         return ()
     keys = [pattern_key(row) for row in ~np.isnan(partial)]
     uniq, counts = np.unique(np.array(keys, dtype=object), return_counts=True)
-    order = sorted(range(len(uniq)), key=lambda i: (-counts[i], uniq[i]))
+    # rarer ones are completed in the pass, one EM step per pass
+    least = max(rare_pattern_rows(partial.shape[1]), int(np.ceil(GAP_PATTERN_SHARE * n_sample)))
+    order = sorted((i for i in range(len(uniq)) if counts[i] >= least), key=lambda i: (-counts[i], uniq[i]))
     return tuple(uniq[i] for i in order[:MAX_PATTERNS])
 
 
@@ -817,7 +828,8 @@ def fit_robust(
     """
     p = runner.n_features
     sample = moments.sample
-    runner.gap_patterns = gap_patterns(partial_sample) if runner.nan_policy == "partial" else ()
+    n_sample = len(sample) + (0 if partial_sample is None else len(partial_sample))
+    runner.gap_patterns = gap_patterns(partial_sample, n_sample) if runner.nan_policy == "partial" else ()
     if tol is None:
         tol = max(DEFAULT_TOL, STATISTICAL_TOL * np.sqrt(p / max(moments.n_rows, 1)))
     with np.errstate(invalid="ignore"):
