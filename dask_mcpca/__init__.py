@@ -46,6 +46,7 @@ _HOMES = {
     "NumericalRangeError": "._passes",
     "CheckpointMismatchError": "._checkpoint",
     "ModelFormatError": "._persist",
+    "BreakdownWarning": "._cells",
 }
 
 __all__ = [
@@ -57,10 +58,12 @@ __all__ = [
     "NumericalRangeError",
     "CheckpointMismatchError",
     "ModelFormatError",
+    "BreakdownWarning",
     "__version__",
 ]
 
 if TYPE_CHECKING:  # what static tools see
+    from ._cells import BreakdownWarning
     from ._checkpoint import CheckpointMismatchError
     from ._estimator import MCPCA, check_params, load
     from ._io import open_archive

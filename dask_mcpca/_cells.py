@@ -44,6 +44,8 @@ from ._missing import conditional
 from ._stats import from_sums
 
 __all__ = [
+    "BreakdownWarning",
+    "breakdown_message",
     "CELL_QUANTILE",
     "CellPlan",
     "cell_stats",
@@ -62,6 +64,49 @@ GREEDY_SHARE = 0.5
 
 #: Rounds of :func:`flag_cells` (each leaves the cells flagged so far out and judges the rest).
 MAX_ROUNDS = 12
+
+
+class BreakdownWarning(UserWarning):
+    """A fit that found no clean majority: its components may be those of the faults.
+
+    Raised as a warning by :meth:`MCPCA.fit` when, under the fitted model,
+    half of the row sample or more holds a cell the model cannot explain
+    (a row-wise fit then has no majority of clean rows), when a cellwise fit
+    left out a quarter of the cells or more, or when fewer than half of the
+    rows keep weight in the final step.  The message says what to try.
+    """
+
+
+#: A row-wise fit warns when at least this share of the sample rows holds a flagged cell.
+BREAKDOWN_ROW_SHARE = 0.5
+
+#: A cellwise fit warns when at least this share of the sample's cells is flagged.
+BREAKDOWN_CELL_SHARE = 0.25
+
+#: Rows of the sample the breakdown check judges (the first ones; the sample is a random draw).
+BREAKDOWN_ROWS = 5000
+
+
+def breakdown_message(flags: np.ndarray, support: float, *, cellwise: bool) -> str | None:
+    """The :class:`BreakdownWarning` message for a fit whose sample rows have cell ``flags`` under the
+    fitted model and whose final step kept ``support`` of the rows' weight; None when it holds."""
+    if not len(flags):
+        return None
+    rows, cells = float(flags.any(axis=1).mean()), float(flags.mean())
+    if cellwise and cells >= BREAKDOWN_CELL_SHARE:
+        return (f"MCPCA(cellwise=True): {cells:.0%} of the sample's cells lie far from what their rows' other "
+                "cells predict, so the channels have no clean majority; check the units and the channels "
+                "with most flags (cell_outliers), or leave the worst channels out")
+    if not cellwise and rows >= BREAKDOWN_ROW_SHARE:
+        return (f"MCPCA: {rows:.0%} of the sample rows hold a cell that the fitted model cannot explain (a "
+                "value far from what the row's other channels predict): a row-wise fit has no clean majority "
+                "and its components may follow the glitches; fit with MCPCA(cellwise=True), which leaves "
+                "such cells out and keeps the rest of the row")
+    if np.isfinite(support) and support < 0.5:
+        return (f"MCPCA: only {support:.0%} of the rows keep weight in the final step, so the fit rests on a "
+                "minority of the data; if the data hold several operating states or units that differ by "
+                "orders of magnitude, fit each state apart or standardise the channels")
+    return None
 
 
 def cell_cutoff2(quantile: float = CELL_QUANTILE) -> float:
@@ -90,41 +135,40 @@ def flag_cells(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray, cutoff
     cells predict after all (its squared residual under the conditional
     model at most ``cutoff2``).
     """
-    Y = np.asarray(Y, np.float64)
-    missing = np.asarray(missing, bool)
-    flags = np.zeros(Y.shape, bool)
-    diag = np.diag(precision)
-    inv_sd = np.where(diag > 0, 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0)), 0.0)
-    active = np.arange(len(Y))
-    for _ in range(max_rounds):
-        if not len(active):
-            break
-        out = missing[active] | flags[active]
-        cond = conditional(Y[active], out, precision)
-        r2 = (cond.residual * inv_sd) ** 2
-        r2[~np.isfinite(r2)] = 0.0
-        top = r2.max(axis=1, initial=0.0)
-        new = (r2 > cutoff2) & (r2 >= GREEDY_SHARE**2 * top[:, None]) & ~out
-        changed = new.any(axis=1)
-        flags[active[changed]] |= new[changed]
-        active = active[changed]
-    rows = np.flatnonzero(flags.any(axis=1))
-    if len(rows):
-        cond = conditional(Y[rows], missing[rows] | flags[rows], precision)
-        for group_rows, cols, cov in cond.groups:
-            r = rows[group_rows]
-            gap = np.take_along_axis(Y[r], cols, axis=1) - np.take_along_axis(cond.completed[group_rows], cols, axis=1)
-            var = np.diagonal(cov, axis1=1, axis2=2)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                fits = gap**2 <= cutoff2 * var
-            was_flagged = np.take_along_axis(flags[r], cols, axis=1)
-            restore = fits & was_flagged
-            if restore.any():
-                sub = flags[r]
-                np.put_along_axis(sub, cols, was_flagged & ~restore, axis=1)
-                flags[r] = sub
-    return flags
-
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # far rows: inf, judged bad
+        Y = np.asarray(Y, np.float64)
+        missing = np.asarray(missing, bool)
+        flags = np.zeros(Y.shape, bool)
+        diag = np.diag(precision)
+        inv_sd = np.where(diag > 0, 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0)), 0.0)
+        active = np.arange(len(Y))
+        for _ in range(max_rounds):
+            if not len(active):
+                break
+            out = missing[active] | flags[active]
+            cond = conditional(Y[active], out, precision)
+            r2 = (cond.residual * inv_sd) ** 2
+            r2[~np.isfinite(r2)] = 0.0
+            top = r2.max(axis=1, initial=0.0)
+            new = (r2 > cutoff2) & (r2 >= GREEDY_SHARE**2 * top[:, None]) & ~out
+            changed = new.any(axis=1)
+            flags[active[changed]] |= new[changed]
+            active = active[changed]
+        rows = np.flatnonzero(flags.any(axis=1))
+        if len(rows):
+            cond = conditional(Y[rows], missing[rows] | flags[rows], precision)
+            for group_rows, cols, cov in cond.groups:
+                r = rows[group_rows]
+                held = np.take_along_axis(Y[r], cols, axis=1)
+                gap = held - np.take_along_axis(cond.completed[group_rows], cols, axis=1)
+                fits = gap**2 <= cutoff2 * np.diagonal(cov, axis1=1, axis2=2)
+                was_flagged = np.take_along_axis(flags[r], cols, axis=1)
+                restore = fits & was_flagged
+                if restore.any():
+                    sub = flags[r]
+                    np.put_along_axis(sub, cols, was_flagged & ~restore, axis=1)
+                    flags[r] = sub
+        return flags
 
 def robust_columns(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each column's median and robust spread (MAD, else IQR / 1.349, else the standard deviation,

@@ -25,6 +25,7 @@ from sklearn.utils._param_validation import Interval, Options, StrOptions, valid
 from . import _labels, _persist
 from ._atomic import overlaps
 from ._base import _BaseMCPCA
+from ._cells import BreakdownWarning
 from ._fit import UPDATE_ATTRIBUTES, FitResult, fit_rows, update_rows
 from ._io import as_row_blocks, split_store_path
 from ._passes import single_threaded_blas
@@ -514,6 +515,8 @@ class MCPCA(_BaseMCPCA):
         self._set_fitted(result)
         if result.unconverged:
             warnings.warn(result.unconverged, ConvergenceWarning, stacklevel=2)
+        if result.breakdown:
+            warnings.warn(result.breakdown, BreakdownWarning, stacklevel=2)
         return self
 
     def fit_transform(self, X: Any, y: None = None, *, storage_options: dict | None = None):

@@ -27,7 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 from . import _cells, _checkpoint
 from ._block import BlockStats, PassPlan
 from ._io import as_row_blocks
-from ._model import calibrated_d2, contamination_cutoff, mahalanobis_d2, repeated
+from ._model import calibrated_d2, cell_flags, contamination_cutoff, mahalanobis_d2, repeated
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, spread_blocks
 from ._power import descending_eigh, orient_rows
@@ -85,8 +85,9 @@ class FitResult:
     default solver's state, in the working unit ``2**robust_unit``; None for
     the state when there is none, None for the unit when it is unchanged);
     ``unconverged`` is the ``ConvergenceWarning`` message of a fit that
-    stopped before converging, for the estimator to warn once its
-    attributes are set.
+    stopped before converging, and ``breakdown`` the
+    :class:`._cells.BreakdownWarning` message of one that found no clean
+    majority, for the estimator to warn once its attributes are set.
     """
 
     n_features_in_: int | None = None
@@ -123,6 +124,7 @@ class FitResult:
     robust_state: RobustState | None = None
     robust_unit: int | None = None
     unconverged: str | None = None
+    breakdown: str | None = None
 
     def fitted_attributes(self) -> dict[str, Any]:
         """The fitted attributes this result sets: name -> value (names ending in ``_``, not None)."""
@@ -302,6 +304,10 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
             f"MCPCA(solver={solver!r}) stopped before converging (tol={tol}, max_iter={max_iter}, "
             f"{res.n_passes_} passes); raise max_iter or tol"
         )
+    if solver == "auto":
+        rows = sample[: _cells.BREAKDOWN_ROWS]
+        res.breakdown = _cells.breakdown_message(cell_flags(res, rows), res.support_ if res.support_ else np.nan,
+                                                 cellwise=res.cell_cutoff_ is not None)
     return res
 
 

@@ -515,36 +515,37 @@ def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Co
     Rows are batched by their number of missing cells, so each batch is one
     vectorised solve of small systems (see the module docstring).
     """
-    Y = np.asarray(Y, np.float64)
-    n, p = Y.shape
-    missing = np.asarray(missing, bool)
-    U = np.where(missing, 0.0, Y)
-    with np.errstate(over="ignore", invalid="ignore"):
-        t = U @ precision
-    counts = missing.sum(axis=1)
-    groups = []
-    for m in np.unique(counts):
-        if m == 0 or m == p:
-            continue
-        rows_m = np.flatnonzero(counts == m)
-        step = max(1, _BATCH_FLOATS // (m * max(m, p)))
-        for a in range(0, len(rows_m), step):
-            rows = rows_m[a:a + step]
-            cols = np.nonzero(missing[rows])[1].reshape(len(rows), m)
-            T = precision[cols[:, :, None], cols[:, None, :]]
-            b = np.take_along_axis(t[rows], cols, axis=1)
-            delta, cov = _solve(T, b)
-            sub = U[rows]
-            np.put_along_axis(sub, cols, -delta, axis=1)
-            U[rows] = sub
-            with np.errstate(over="ignore", invalid="ignore"):
-                t[rows] = sub @ precision
-            groups.append((rows, cols, cov))
-    t[missing] = 0.0  # exactly 0 there in exact arithmetic
-    with np.errstate(over="ignore", invalid="ignore"):
-        d2 = np.einsum("ij,ij->i", U, t)
-    none = counts == p
-    if none.any():
-        d2[none] = np.nan
-        U[none] = np.nan
-    return Conditional(U, t, d2, p - counts, groups)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # far rows: inf, judged bad
+        Y = np.asarray(Y, np.float64)
+        n, p = Y.shape
+        missing = np.asarray(missing, bool)
+        U = np.where(missing, 0.0, Y)
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = U @ precision
+        counts = missing.sum(axis=1)
+        groups = []
+        for m in np.unique(counts):
+            if m == 0 or m == p:
+                continue
+            rows_m = np.flatnonzero(counts == m)
+            step = max(1, _BATCH_FLOATS // (m * max(m, p)))
+            for a in range(0, len(rows_m), step):
+                rows = rows_m[a:a + step]
+                cols = np.nonzero(missing[rows])[1].reshape(len(rows), m)
+                T = precision[cols[:, :, None], cols[:, None, :]]
+                b = np.take_along_axis(t[rows], cols, axis=1)
+                delta, cov = _solve(T, b)
+                sub = U[rows]
+                np.put_along_axis(sub, cols, -delta, axis=1)
+                U[rows] = sub
+                with np.errstate(over="ignore", invalid="ignore"):
+                    t[rows] = sub @ precision
+                groups.append((rows, cols, cov))
+        t[missing] = 0.0  # exactly 0 there in exact arithmetic
+        with np.errstate(over="ignore", invalid="ignore"):
+            d2 = np.einsum("ij,ij->i", U, t)
+        none = counts == p
+        if none.any():
+            d2[none] = np.nan
+            U[none] = np.nan
+        return Conditional(U, t, d2, p - counts, groups)

@@ -187,3 +187,33 @@ def test_cell_outliers_keep_a_dataframes_index_and_columns():
     assert isinstance(out, pd.DataFrame)
     assert list(out.columns) == list(frame.columns) and (out.index == frame.index).all()
     assert out.dtypes.eq(bool).all()
+
+
+def test_a_row_wise_fit_without_a_clean_majority_warns_and_names_the_fix():
+    from dask_mcpca import BreakdownWarning
+
+    X, S, L, bad = _factor_archive(6000, 40, 0.03, seed=13)  # 70 % of the rows hold a bad cell
+    with pytest.warns(BreakdownWarning, match=r"cellwise=True"):
+        MCPCA().fit(X)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BreakdownWarning)
+        MCPCA(cellwise=True).fit(X)  # the cellwise fit holds: no warning
+        clean = np.random.default_rng(13).multivariate_normal(np.zeros(40), S, size=6000)
+        MCPCA().fit(clean)  # clean rows: no warning
+
+
+@pytest.mark.parametrize("p", [20, 80])
+def test_scattered_gaps_at_wide_p_fit_as_the_complete_rows(p):
+    """1 % NaN cells at random: most rows have a gap, each in its own place (the precision path)."""
+    X, S, L, _ = _factor_archive(8000, p, 0.0, seed=p)
+    gappy = X.copy()
+    gappy[np.random.default_rng(p).random(X.shape) < 0.01] = np.nan
+    assert np.isnan(gappy).any(axis=1).mean() > 0.18
+    full = MCPCA().fit(X)
+    part = MCPCA(nan_policy="partial").fit(gappy)
+    assert part.n_samples_ == len(X)
+    truth = np.linalg.eigvalsh(S)[::-1][:3]
+    assert _angle(part.components_[:3].T, L) < 1.0 + _angle(full.components_[:3].T, L)
+    np.testing.assert_allclose(part.explained_variance_[:3], truth, rtol=0.1)
