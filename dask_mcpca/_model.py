@@ -482,7 +482,8 @@ def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
 
 def isolated_top(model: Any, block, before, d2, calibrated, flags, top, contributions=None) -> np.ndarray:
     """The channel at fault of each row: ``top`` (its largest reconstruction-based contribution),
-    except in a flagged complete row holding a stuck cell (:func:`held_cells`) that explains the flag.
+    except in a flagged row holding a stuck cell (:func:`held_cells`) that explains the flag (in a
+    row with missing cells, judged on its observed ones).
 
     A cell explains the flag when reconstructing it alone brings the row's ``d2`` under
     ``outlier_cutoff_`` (``d2`` minus its contribution, which is the row's ``d^2`` with that cell
@@ -506,8 +507,8 @@ def isolated_top(model: Any, block, before, d2, calibrated, flags, top, contribu
     if idx[0] == 0:
         previous[0] = np.nan if before is None else np.asarray(before, block.dtype).reshape(-1)
     held = held_cells(model, rows, previous)
-    if len(_missing.nonfinite_rows(rows)):  # a row with NaN or inf names no held cell
-        held &= np.isfinite(rows).all(axis=1)[:, None]
+    if len(_missing.nonfinite_rows(rows)):  # a held cell is a value; a row with inf names none
+        held &= np.isfinite(rows) & ~np.isinf(rows).any(axis=1)[:, None]
     rows = np.asarray(rows, np.float64)
     some = np.flatnonzero(held.any(axis=1))
     if not len(some):
@@ -515,8 +516,13 @@ def isolated_top(model: Any, block, before, d2, calibrated, flags, top, contribu
     at = idx[some]
     c = contributions[at] if contributions is not None else contributor(model, "reconstruction")(rows[some])
     cutoff = model.outlier_cutoff_
+    rest = d2[at, None] - c  # the row's d^2 with the cell at its best value (on its observed cells)
+    counts = observed_counts(rows[some])
+    if (counts < rows.shape[1]).any():  # on the p-channel scale of the cutoff, as calibrated_d2 maps it
+        shape = rest.shape
+        rest = _missing.equivalent_d2(rest.ravel(), np.repeat(counts, shape[1]), rows.shape[1]).reshape(shape)
     with np.errstate(invalid="ignore"):
-        explains = held[some] & ((d2[at, None] - c <= cutoff) | (calibrated[at] <= cutoff)[:, None])
+        explains = held[some] & ((rest <= cutoff) | (calibrated[at] <= cutoff)[:, None])
     named = explains.any(axis=1)
     top[at[named]] = np.argmax(np.where(explains[named], c[named], -np.inf), axis=1)
     return top

@@ -338,19 +338,21 @@ def repeated_values(sample: np.ndarray) -> np.ndarray:
     channel, a stuck value at the column's extreme no farther out than the
     model's tail mass there) is no longer found per channel.
     """
-    n, p = sample.shape
     found = []
-    k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
     w = REPEAT_WINDOW
-    for column in range(p):
-        values, counts = np.unique(sample[:, column], return_counts=True)
-        if not ((counts >= k) & (counts <= MAX_REPEATED_SHARE * n)).any():
+    for column in range(sample.shape[1]):
+        cells = sample[:, column]
+        cells = cells[~np.isnan(cells)]  # a channel's missing cells say nothing of its values
+        n = len(cells)
+        k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
+        values, counts = np.unique(cells, return_counts=True)
+        if not n or not ((counts >= k) & (counts <= MAX_REPEATED_SHARE * n)).any():
             continue
         on = _levels(values, counts)
         level = counts[on]
         padded = np.concatenate([np.zeros(w, level.dtype), level, np.zeros(w, level.dtype)])
         neighbours = np.max([padded[w + s : w + s + len(level)] for s in (*range(-w, 0), *range(1, w + 1))], axis=0)
-        q1, centre, q3 = np.quantile(sample[:, column], [0.25, 0.5, 0.75])
+        q1, centre, q3 = np.quantile(cells, [0.25, 0.5, 0.75])
         expected = _expected_counts(values, on, n, centre, (q3 - q1) / (2 * stats.norm.ppf(0.75)))
         spike = ((level >= k) & (level <= MAX_REPEATED_SHARE * n) & (level >= REPEAT_SPIKE * neighbours)
                  & (level >= REPEAT_SPIKE * expected))
@@ -405,10 +407,13 @@ def find_repeated(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     per-channel rule sees stuck sensors, not the record's channels (whose
     rows would be left out and flagged wholesale, clean ones included).  The
     rows of set points (an idle device's record) are set aside likewise: their
-    values are the record's, not stuck channels.
+    values are the record's, not stuck channels.  Rows with missing (NaN)
+    cells count for the values of their observed cells (a sensor stuck while
+    another channel is offline), not for repeated rows.
     """
-    rows = repeated_rows(sample)
-    records = np.concatenate([rows, repeated_rows(sample, set_points=True)])
+    complete = sample[~np.isnan(sample).any(axis=1)]  # a record is a whole row
+    rows = repeated_rows(complete)
+    records = np.concatenate([rows, repeated_rows(complete, set_points=True)])
     return repeated_values(sample[~in_repeated_rows(sample, records)]), rows
 
 

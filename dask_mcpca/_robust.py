@@ -310,7 +310,7 @@ def _step(
                      patterns=getattr(runner, "gap_patterns", ()), cells=getattr(runner, "cell_cutoff2", None),
                      missing_ok=runner.nan_policy == "partial")
     if sample_rate > 0:
-        plan = replace(plan, sample_rate=sample_rate, seed=seed)
+        plan = replace(plan, sample_rate=sample_rate, seed=seed, sample_partial=runner.nan_policy == "partial")
     res = runner.run(plan, label=label)
     if res.gaps:
         res = _em_completed(res, plan, [flat_top_consistency(p, c2, q) for q in cutoffs], fixed_center,
@@ -559,15 +559,15 @@ def _cellwise_start(
     step flags the cells the current model cannot explain, completes them
     from the row's good cells and weighs each row by its distance on those
     (first with the Gaussian radius, then the calibrated one).  The
-    repeated values and rows come from the sample's complete rows
-    ``complete``.  The radii of the full-data passes are then calibrated on
+    repeated values come from all of ``rows``, the repeated rows and the
+    quantization steps from its complete rows ``complete``.  The radii of the full-data passes are then calibrated on
     the good-cell distances.
     """
     n, p = rows.shape
     if n < p + 2:
         raise ValueError(f"{n} usable rows are too few for {p} features: the robust fit needs at least {p + 2}")
     med, spread = _cells.robust_columns(rows)
-    repeated, repeated_rows = find_repeated(complete) if len(complete) else (None, None)
+    repeated, repeated_rows = find_repeated(rows)
     resolution = quantization_steps(complete) ** 2 / 12 if len(complete) else None
     state = RobustState(
         location=med if fixed_center is None else np.asarray(fixed_center, np.float64),
@@ -647,7 +647,7 @@ def _sample_in_units(sample: np.ndarray, unit_exp: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         sample = np.ldexp(sample, -unit_exp)
     with np.errstate(invalid="ignore"):
-        return sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
+        return sample[~(np.abs(sample) > FAR_ROW).any(axis=1)]  # rows with gaps stay (a partial fit's)
 
 
 def _archive_repeats(state: RobustState, sample: np.ndarray, unit_exp: int) -> bool:
@@ -856,7 +856,9 @@ def fit_robust(
         location, scatter = robust_start(sample, seed=seed)
         if fixed_center is not None:
             location = fixed_center
-        repeated, rows = find_repeated(sample)
+        with_gaps = sample if partial_sample is None or not len(partial_sample) else np.concatenate(
+            [sample, partial_sample])
+        repeated, rows = find_repeated(with_gaps)  # a value stuck while another channel is offline, too
         resolution = quantization_steps(sample) ** 2 / 12
         state = RobustState(
             location=location,
