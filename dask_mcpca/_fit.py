@@ -31,6 +31,7 @@ from ._model import calibrated_d2, cell_flags, contamination_cutoff, mahalanobis
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, spread_blocks
 from ._power import descending_eigh, orient_rows
+from ._repeated import saturation_limits
 from ._robust import DEFAULT_TOL as _robust_tol
 from ._robust import (
     FAR_ROW,
@@ -121,6 +122,7 @@ class FitResult:
     update_unit_: int | None = None
     n_samples_seen_: int | None = None
     cell_cutoff_: float | None = None
+    saturation_limits_: np.ndarray | None = None
     robust_state: RobustState | None = None
     robust_unit: int | None = None
     unconverged: str | None = None
@@ -264,6 +266,10 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
     center = robust.location if robust is not None else fixed
     sample = moments.sample if moments.sample is not None else np.empty((0, p))
     res.quantization_steps_ = quantization_steps(sample)  # before the cutoff, which is calibrated on cells
+    if robust is not None:  # before the cutoff, which judges a saturated cell as censored
+        stuck = None if robust.repeated is None else np.column_stack(
+            [robust.repeated[:, 0], np.ldexp(robust.repeated[:, 1], unit)]) if len(robust.repeated) else None
+        res.saturation_limits_ = saturation_limits(sample, res.quantization_steps_, stuck)
     if solver == "auto":
         _set_from_robust(res, robust, k, moments, unit, kernel_factor=est.kernel_factor)
         res.n_iter_, res.converged_ = robust.n_iter, robust.converged

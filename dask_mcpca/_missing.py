@@ -487,6 +487,15 @@ class Conditional:
     n_observed: np.ndarray
     groups: list
 
+    def variances(self) -> np.ndarray:
+        """Each missing cell's conditional variance (0 at observed cells), the shape of ``completed``."""
+        out = np.zeros(self.completed.shape)
+        for rows, cols, cov in self.groups:
+            sub = out[rows]
+            np.put_along_axis(sub, cols, np.diagonal(cov, axis1=1, axis2=2), axis=1)
+            out[rows] = sub
+        return out
+
     def covariance_sums(self, weights: np.ndarray, p: int) -> np.ndarray:
         """``sum_k w_jk C_k`` per row of ``weights`` (J, n), each row's conditional covariance
         embedded at its missing cells: the E-step's second term, (J, p, p)."""

@@ -306,9 +306,47 @@ def calibrated_d2(model: Any, block, d2: np.ndarray | None = None) -> np.ndarray
     if steps is not None and np.any(steps):
         d2 = np.fmin(d2, mahalanobis_d2(model, nearest_in_cells(model, block)))
     counts = observed_counts(block)
-    if np.all(counts == model.n_features_in_):
+    if not np.all(counts == model.n_features_in_):
+        d2 = _missing.equivalent_d2(d2, counts, model.n_features_in_)
+    limits = getattr(model, "saturation_limits_", None)
+    if limits is not None and not np.isnan(limits).all():
+        d2 = censored_d2(model, block, d2)
+    return d2
+
+
+def censored_d2(model: Any, block, d2: np.ndarray) -> np.ndarray:
+    """``d2`` (calibrated, n_features channels) with each saturated cell judged as censored.
+
+    A cell at its channel's saturation limit (``saturation_limits_``) says only that the quantity
+    lay at or beyond the limit.  Where the row's other cells predict that (the limit within
+    ``sqrt(cell cutoff)`` conditional standard deviations of their prediction, or beyond it), the
+    cell counts as missing and the row is judged on its other cells (the nearer of the two
+    distances, as for quantized cells); a reading at the limit that the other cells place well
+    inside the range is kept, so a sensor stuck at its limit while the others move is still seen.
+    """
+    block = np.asarray(block, np.float64)
+    limits = model.saturation_limits_
+    at_low, at_high = block == limits[:, 0], block == limits[:, 1]
+    rows = np.flatnonzero((at_low | at_high).any(axis=1))
+    if not len(rows):
         return d2
-    return _missing.equivalent_d2(d2, counts, model.n_features_in_)
+    Y, prec = _centred_in_spread(model, block[rows])
+    unit = _working_unit(model)[2]
+    censored = at_low[rows] | at_high[rows]
+    cond = _missing.conditional(Y, np.isnan(Y) | censored, prec)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        z = (np.ldexp(block[rows] - model.mean_, -unit) - cond.completed) / np.sqrt(cond.variances())
+    reach = np.sqrt(_cells.cell_cutoff2())  # the prediction lies beyond the limit, or near enough
+    consistent = censored & np.where(at_high[rows], z <= reach, z >= -reach)
+    some = consistent.any(axis=1)
+    if not some.any():
+        return d2
+    sub = rows[some]
+    cond = _missing.conditional(Y[some], np.isnan(Y[some]) | consistent[some], prec)
+    judged = _missing.equivalent_d2(cond.d2, cond.n_observed, block.shape[1])
+    out = np.array(d2, dtype=np.float64, copy=True)
+    out[sub] = np.fmin(out[sub], judged)
+    return out
 
 
 def cell_flags(model: Any, block, cutoff2: float | None = None) -> np.ndarray:

@@ -354,6 +354,14 @@ def validate_fitted(model) -> None:
             and np.isfinite(steps).all() and (steps >= 0).all()):
         raise ValueError(f"quantization_steps_ must be {p} finite floats >= 0")
     model.quantization_steps_ = steps
+    limits = getattr(model, "saturation_limits_", None)  # none in a file written before they were learned
+    if limits is not None:
+        limits = np.asarray(limits, dtype=np.float64) if isinstance(limits, np.ndarray) else limits
+        if not (isinstance(limits, np.ndarray) and limits.shape == (p, 2) and not np.isinf(limits).any()
+                and not (limits[:, 0] >= limits[:, 1]).any()):
+            raise ValueError(f"saturation_limits_ must be a float array of shape ({p}, 2): finite or NaN, "
+                             "each channel's lower limit below its upper one")
+        model.saturation_limits_ = limits
     _validate_update(model, p)
     _int(model, "n_samples_", 1)
     _int(model, "n_passes_", 0)

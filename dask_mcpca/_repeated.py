@@ -32,6 +32,8 @@ __all__ = [
     "in_repeated_rows",
     "held_out",
     "quantization_steps",
+    "saturation_limits",
+    "SATURATION_SHARE",
     "TIGHT_MIN_ROWS",
     "TIGHT_SHARE",
     "MAX_REPEATED_SHARE",
@@ -56,6 +58,11 @@ TIGHT_SHARE = 0.001
 #: hold ``REPEAT_SPIKE`` times the rows the model predicts for its lattice cell
 #: (:func:`repeated_values`, Notes).
 MAX_REPEATED_SHARE = 0.1
+
+#: A continuous channel whose largest (smallest) value is held exactly by at least this share of the
+#: rows where it is observed (and ``TIGHT_MIN_ROWS``) saturates there: a reading at the limit says only
+#: that the quantity lay at or beyond it (:func:`saturation_limits`).
+SATURATION_SHARE = 0.002
 REPEAT_SPIKE = 5.0
 REPEAT_WINDOW = 4
 
@@ -421,3 +428,29 @@ def held_out(rows: np.ndarray, repeated: np.ndarray | None, repeated_rows: np.nd
     """True for the rows the fit gives no weight: holding one of the ``repeated`` values, or equal to
     one of the ``repeated_rows`` (both in the units of ``rows``)."""
     return in_repeated(rows, repeated) | in_repeated_rows(rows, repeated_rows)
+
+
+def saturation_limits(sample: np.ndarray, steps: np.ndarray, repeated: np.ndarray | None = None) -> np.ndarray:
+    """Each channel's lower and upper saturation limits, NaN where it has none: shape (p, 2).
+
+    A channel that is continuous at the fit (``steps`` 0: values seldom repeat)
+    saturates at its smallest or largest value when at least
+    ``max(TIGHT_MIN_ROWS, SATURATION_SHARE * n)`` of the n rows where it is
+    observed hold exactly that value: a clipped sensor, an ADC at its range
+    limit.  A value already taken for a stuck sensor's (``repeated``,
+    ``(column, value)`` pairs) is not a limit.  Quantized channels have none:
+    their extreme levels are levels like the others.
+    """
+    p = sample.shape[1]
+    limits = np.full((p, 2), np.nan)
+    stuck = {(int(c), float(v)) for c, v in (() if repeated is None else repeated)}
+    for column in np.flatnonzero(np.asarray(steps) == 0):
+        cells = sample[:, column]
+        cells = cells[np.isfinite(cells)]
+        if not len(cells):
+            continue
+        least = max(TIGHT_MIN_ROWS, SATURATION_SHARE * len(cells))
+        for side, value in enumerate((cells.min(), cells.max())):
+            if (cells == value).sum() >= least and (int(column), float(value)) not in stuck:
+                limits[column, side] = value
+    return limits

@@ -82,3 +82,29 @@ def test_quantization_steps_survive_save_and_load(tmp_path):
     del document["attributes"]["quantization_steps_"]  # a file written before the steps were found
     path.write_text(json.dumps(document))
     np.testing.assert_array_equal(load(path).quantization_steps_, 0.0)
+
+
+def test_a_saturating_channel_is_judged_as_censored_at_its_limit():
+    """Issue 33: a channel clipped at its range limit in 3 % of the rows.  Its clipped rows are
+    flagged no more often than the same rows were before the clipping (they lie in the tail of
+    the factors), instead of seven times as often; a reading at the limit that the other
+    channels place far inside the range is still a fault."""
+    rng = np.random.default_rng(1)
+    n, p, k = 40_000, 16, 3
+    L = rng.normal(size=(p, k))
+    X = rng.normal(size=(n, k)) @ L.T + 0.2 * rng.normal(size=(n, p))
+    limit = np.quantile(X[:, 2], 0.97)
+    sat = X[:, 2] >= limit
+    before = np.asarray(MCPCA().fit(X).is_outlier(X))
+    clipped = X.copy()
+    clipped[sat, 2] = limit
+    model = MCPCA().fit(clipped)
+    assert model.saturation_limits_[2, 1] == limit and np.isnan(model.saturation_limits_[2, 0])
+    assert np.isnan(np.delete(model.saturation_limits_, 2, axis=0)).all()
+    flags = np.asarray(model.is_outlier(clipped))
+    assert flags[sat].mean() <= 1.5 * before[sat].mean()
+    assert flags[~sat].mean() <= 1.5 * before[~sat].mean()
+    low = np.argsort(X[:, 2])[:200]  # rows whose channel 2 lies far below the limit
+    stuck = clipped[low].copy()
+    stuck[:, 2] = limit
+    assert np.asarray(model.is_outlier(stuck)).mean() >= 0.95
