@@ -289,7 +289,9 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """Number of observed (not NaN) cells in each row: the channels a row is judged on.
 
         Under ``nan_policy="partial"`` a row's distance, score and flag use
-        these cells only; a row holding inf counts 0 (it is not used).
+        these cells only; a row holding inf counts 0 (it is not used).  A
+        model fitted with ``cellwise=True`` judges rows on their good cells:
+        its count leaves out the cells :meth:`cell_outliers` flags too.
 
         Parameters
         ----------
@@ -307,8 +309,8 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         >>> model.n_observed(np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]]))
         array([2, 0], dtype=int16)
         """
-        return self._map_rows(X, _model.observed_counts, None, dtype=np.int16, storage_options=storage_options,
-                              nan_policy="partial")
+        return self._map_rows(X, lambda b: _model.judged_counts(self, b), None, dtype=np.int16,
+                              storage_options=storage_options, nan_policy="partial")
 
     def get_covariance(self) -> np.ndarray:
         """The fitted robust covariance: ``components_.T @ diag(explained_variance_) @ components_``
@@ -696,7 +698,8 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             ``"weight"`` (:meth:`score_samples`), ``"outlier"``
             (:meth:`is_outlier`), ``"d2"`` (:meth:`mahalanobis`),
             ``"contributions"`` (:meth:`channel_contributions`),
-            ``"n_observed"`` (:meth:`n_observed`) and ``"top_channel"``: the
+            ``"n_observed"`` (:meth:`n_observed`), ``"cells"``
+            (:meth:`cell_outliers`, boolean, n_features wide) and ``"top_channel"``: the
             channel at fault (int16; -1 where the contributions are all
             NaN): the channel with the largest contribution, except in a
             flagged row that holds a stuck value, learned by the fit
@@ -745,10 +748,11 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         else:
             packed = blocks.map_blocks(fused, drop_axis=1, dtype=object, meta=np.empty((0,), object))
         k, p = self.n_components_, self.n_features_in_
-        columns = {"scores": (_labels.COMPONENT_DIM, np.arange(k)), "contributions": self._feature_columns(X)}
+        channels = self._feature_columns(X)
+        columns = {"scores": (_labels.COMPONENT_DIM, np.arange(k)), "contributions": channels, "cells": channels}
         result = {}
         for name in outputs:
-            dtype, width = ROW_OUTPUTS[name], {"scores": k, "contributions": p}.get(name)
+            dtype, width = ROW_OUTPUTS[name], {"scores": k, "contributions": p, "cells": p}.get(name)
             if isinstance(blocks, da.Array):
                 pick = _picker(name)
                 out = packed.map_blocks(pick, dtype=dtype, meta=np.empty((0,) * (1 + (width is not None)), dtype),
@@ -756,7 +760,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                                                                                                (width,))}))
             else:
                 out = parts[name]
-            if _labels.is_dataframe(X) and name == "contributions":
+            if _labels.is_dataframe(X) and name in ("contributions", "cells"):
                 import pandas as pd
 
                 result[name] = pd.DataFrame(np.asarray(out), index=X.index, columns=X.columns)

@@ -3,7 +3,7 @@
 Subcommands::
 
     dask-mcpca fit   STORE [--dataset NAME] [--n-components K] [--solver auto|paper]
-                     [--center robust|mean|none] [--nan-policy raise|omit|partial]
+                     [--center robust|mean|none] [--nan-policy raise|omit|partial] [--cellwise]
                      [--scheduler ADDRESS] [--output model.json] [--overwrite] [--no-progress]
     dask-mcpca update STORE --model model.json [--output new.json] [--dataset NAME]
                      [--scheduler ADDRESS] [--no-progress]
@@ -232,6 +232,9 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--solver", choices=SOLVERS, default="auto")
     fit.add_argument("--center", choices=tuple(_CENTERS), default="robust")
     fit.add_argument("--nan-policy", choices=NAN_POLICIES, default="raise")
+    fit.add_argument("--cellwise", action="store_true",
+                     help="judge each cell on its own and leave out the ones the model cannot explain (glitches in "
+                     "single channels of a wide archive); score then also writes the flagged cells")
     fit.add_argument("--output", "-o", default="model.json", metavar="PATH", help="model file (default model.json)")
     fit.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     fit.add_argument("--no-progress", action="store_true", help="do not draw a progress line per pass")
@@ -273,11 +276,12 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument(
         "--outputs", type=_output_names, metavar="NAMES",
-        help="what to write: 'monitoring' (default: d2, outlier, top_channel, n_observed), 'all' (scores, weight, "
-        "outlier, d2, contributions, n_observed), or names separated by commas from "
-        f"{', '.join(SCORE_ARRAYS)}; all are computed from one read of each block.  Bytes per row, "
-        "float64: scores 8 k, weight, d2 8, outlier 1, contributions 8 p, n_observed, top_channel 2 "
-        "(k components, p channels); --dtype float32 halves the floats' share",
+        help="what to write: 'monitoring' (default: d2, outlier, top_channel, n_observed, and cells for a model "
+        "fitted with cellwise=True), 'all' (scores, weight, outlier, d2, contributions, n_observed), or names "
+        f"separated by commas from {', '.join(SCORE_ARRAYS)}; all are computed from one read of each block.  "
+        "Bytes per row, float64: scores 8 k, weight, d2 8, outlier 1, contributions 8 p, n_observed, "
+        "top_channel 2, cells p before compression (k components, p channels); --dtype float32 halves the "
+        "floats' share",
     )
     score.add_argument(
         "--dtype", choices=("float64", "float32"), metavar="{float64,float32}",
@@ -345,6 +349,7 @@ def _say(line: str) -> None:
 _OPTION_SPELLING = {
     "n_components": "--n-components",
     "nan_policy": "--nan-policy",
+    "cellwise": "--cellwise",
     "solver": "--solver",
     "center": "--center",
     "dataset": "--dataset",

@@ -49,6 +49,7 @@ def _cmd_fit(args, out) -> int:
         solver=args.solver,
         center=_CENTERS[args.center],
         nan_policy=args.nan_policy,
+        cellwise=args.cellwise,
         progress=not args.no_progress,
     )
     check_params(model)

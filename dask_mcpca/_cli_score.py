@@ -20,7 +20,7 @@ from ._cli_outputs import (
 )
 from ._estimator import load
 
-__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "_cmd_score"]
+__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "default_outputs", "_cmd_score"]
 
 #: The arrays ``score`` writes, and what each holds (also in the output's attributes).
 SCORE_ARRAYS = {
@@ -32,6 +32,8 @@ SCORE_ARRAYS = {
     "n_observed": "n_observed: cells not NaN in the row (what d2 and the flag were judged on)",
     "top_channel": "index of the channel at fault: the largest contribution, or a stuck value that explains the "
                    "flag (-1: none observed)",
+    "cells": "cell_outliers: True where a cell lies far from what the row's other cells predict (rows x channels, "
+             "one byte a cell before compression, which leaves little of a mostly False array)",
 }
 #: ``score --outputs`` by a name: ``monitoring`` (the default: what an alarm needs, the distance,
 #: the flag, the channel to look at and how many channels the row was judged on) and ``all``.
@@ -71,7 +73,7 @@ def _cmd_score(args, out) -> int:
     model = load(args.model, storage_options=options)
     X = _open(args)
     started = time.perf_counter()
-    names, dtype = args.outputs or OUTPUT_SETS[DEFAULT_OUTPUTS], args.dtype or DEFAULT_DTYPE
+    names, dtype = args.outputs or default_outputs(model), args.dtype or DEFAULT_DTYPE
     outputs = _score_outputs(model, X, names, dtype)
     span = _archive_span(args, X)
     attrs = {
@@ -106,7 +108,8 @@ def _cmd_score(args, out) -> int:
         n_out = int(results[-1]) if counted else None
     elapsed = time.perf_counter() - started
     n = X.shape[0]
-    shapes = {"scores": f" ({n:,} x {model.n_components_})", "contributions": f" ({n:,} x {model.n_features_in_})"}
+    shapes = {"scores": f" ({n:,} x {model.n_components_})", "contributions": f" ({n:,} x {model.n_features_in_})",
+              "cells": f" ({n:,} x {model.n_features_in_})"}
     flagged = f": {n_out:,} outliers ({n_out / n:.2%})" if n_out is not None else ""
     print(
         f"scored {n:,} rows in {_fmt_seconds(elapsed)}{flagged}\n"
@@ -115,6 +118,13 @@ def _cmd_score(args, out) -> int:
         file=out,
     )
     return 0
+
+
+def default_outputs(model) -> tuple[str, ...]:
+    """What ``score`` writes without ``--outputs``: :data:`DEFAULT_OUTPUTS`, and ``cells`` for a model
+    fitted with ``cellwise=True`` (its rows are judged on their good cells: the flags say which)."""
+    names = OUTPUT_SETS[DEFAULT_OUTPUTS]
+    return (*names, "cells") if getattr(model, "cell_cutoff_", None) is not None else names
 
 
 def _score_outputs(model, X, names: tuple[str, ...], dtype: str) -> dict:

@@ -33,12 +33,16 @@ __all__ = [
     "CONTRIBUTION_METHODS",
     "ROW_OUTPUTS",
     "calibrated_d2",
+    "cell_flags",
+    "censored_d2",
     "contamination_cutoff",
     "contribution_matrix",
     "contributor",
     "floored_variances",
+    "good_cell_d2",
     "held_cells",
     "isolated_top",
+    "judged_counts",
     "mahalanobis_d2",
     "nan_for_nonfinite_rows",
     "unusable_rows",
@@ -62,6 +66,7 @@ ROW_OUTPUTS = {
     "contributions": np.float64,
     "n_observed": np.int16,
     "top_channel": np.int16,
+    "cells": np.bool_,
 }
 
 #: The methods of :meth:`MCPCA.channel_contributions` (``"residual"``: ``"reconstruction"``'s former name).
@@ -456,6 +461,15 @@ def contamination_cutoff(model: Any, rows: np.ndarray, contamination: float) -> 
 
 
 # ------------------------------------------------------ row-block functions
+def judged_counts(model: Any, block) -> np.ndarray:
+    """The cells each row of an in-memory block is judged on (int16): those not NaN, and for a cellwise
+    model (``cell_cutoff_``) not flagged either (:func:`cell_flags`)."""
+    counts = observed_counts(block)
+    if getattr(model, "cell_cutoff_", None) is not None:
+        counts = counts - cell_flags(model, block).sum(axis=1).astype(np.int16)
+    return counts
+
+
 def observed_counts(block) -> np.ndarray:
     """Cells not NaN per row of an in-memory block (int16)."""
     block = np.asarray(block, np.float64)
@@ -677,6 +691,8 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
                         parts["outlier"] = flags
         if project is not None:
             parts["scores"] = project(block)
+        if "cells" in wanted:
+            parts["cells"] = cell_flags(model, block)
         c = None
         if contribute is not None:
             c = contribute(block)
@@ -692,7 +708,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
         if not len(_missing.nonfinite_rows(block)):  # complete rows, as most blocks hold: no masks to make
             parts = distances(block, before, block)
             if "n_observed" in outputs:
-                parts["n_observed"] = np.full(len(block), np.shape(block)[1], np.int16)
+                parts["n_observed"] = judged_counts(model, block)
             return parts
         bad = unusable_rows(block, policy)
         parts = distances(np.where(bad[:, None], 0.0, block) if bad.any() else block, before, block)
@@ -700,7 +716,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
             if bad.any():
                 out[bad] = np.nan if out.dtype.kind == "f" else (-1 if name == "top_channel" else 0)
         if "n_observed" in outputs:
-            parts["n_observed"] = nan_for_nonfinite_rows(observed_counts, "partial")(block)
+            parts["n_observed"] = nan_for_nonfinite_rows(lambda b: judged_counts(model, b), "partial")(block)
         return parts
 
     return fused

@@ -62,7 +62,7 @@ from ._drift import (
 from ._io import as_row_blocks
 from ._kernels import _shifted
 from ._labels import is_dataarray
-from ._model import calibrated_d2, contribution_matrix, outlier_flags
+from ._model import calibrated_d2, cell_flags, contribution_matrix, outlier_flags
 from ._passes import NonFiniteRowsError
 
 __all__ = [
@@ -131,6 +131,7 @@ class BlockSummary:
     run_labels: np.ndarray | None = None  # (m, 2) the row coordinate at the first and last row of each run
     n_complete: int = 0  # rows without a missing cell (those in sum_x, sum_xx)
     bin_missing: np.ndarray | None = None  # (width, p) missing (NaN) cells per bin and channel
+    bin_cells: np.ndarray | None = None  # (width, p) flagged cells per bin and channel (a cellwise model's)
     windows: WindowSums | None = None  # the drift windows the block's rows fall in (``--window``)
 
 
@@ -188,6 +189,8 @@ def summarize_block(
     mean, scatter = np.zeros(p), np.zeros((p, p))
     n_scored, n_flagged, n_complete = 0, 0, 0
     bin_missing = np.zeros((width, p), dtype=np.int64)
+    cellwise = getattr(model, "cell_cutoff_", None) is not None
+    bin_cells = np.zeros((width, p), dtype=np.int64) if cellwise else None
     runs, peaks, contribs, severities, run_labels, labelled_bins, bin_labels = [], [], [], [], [], [], []
     win: dict[int, list] = {}  # window id -> [first row, first label, rows, scored, flagged, sw, sw2, swy, swyy]
     centre = model.mean_
@@ -244,6 +247,8 @@ def summarize_block(
         bin_contrib[at] += np.add.reduceat(contrib, first, axis=0)
         if not whole:
             bin_missing[at] += np.add.reduceat(np.isnan(X).astype(np.int64), first, axis=0)
+        if cellwise:
+            bin_cells[at] += np.add.reduceat((cell_flags(model, Xs) & ok[:, None]).astype(np.int64), first, axis=0)
         lab = None if labels is None else np.asarray(labels[a : a + len(X)])
         if lab is not None:
             head = start + a + first  # the first row of a bin is the one whose predecessor is in another bin
@@ -289,6 +294,7 @@ def summarize_block(
         run_labels=np.concatenate(run_labels) if run_labels else None,
         n_complete=n_complete,
         bin_missing=bin_missing,
+        bin_cells=bin_cells,
         windows=None if window is None else window_sums(win, p, labels is not None),
     )
 
@@ -367,6 +373,7 @@ class ArchiveSummary:
     row_values: Any = None  # the row coordinate (time) at bin_rows, or None
     has_row_coordinate: bool = False
     bin_missing_share: np.ndarray | None = None  # (bins, p) share of each bin's cells missing, per channel
+    bin_cells_share: np.ndarray | None = None  # (bins, p) share of each bin's cells flagged (a cellwise model)
     bin_share: np.ndarray | None = None  # share of each bin's scored rows flagged
     bin_quiet_mean: np.ndarray | None = None  # mean d^2 of each bin's scored rows not flagged
     bin_contrib: np.ndarray | None = None  # (bins, p) mean channel contribution per scored row of the bin
@@ -756,6 +763,7 @@ def summarize(
     bin_flagged, bin_contrib = np.zeros(N_BINS, dtype=np.int64), np.zeros((N_BINS, p))
     bin_quiet_sum = np.zeros(N_BINS)
     bin_missing = np.zeros((N_BINS, p), dtype=np.int64)
+    bin_cells = np.zeros((N_BINS, p), dtype=np.int64) if getattr(model, "cell_cutoff_", None) is not None else None
     bin_max = np.full(N_BINS, np.nan)
     bin_sum, bin_count = np.zeros(N_BINS), np.zeros(N_BINS, dtype=np.int64)
     bin_labels = None
@@ -785,6 +793,8 @@ def summarize(
             n_complete += s.n_complete
             if s.bin_missing is not None:
                 bin_missing[s.bins] += s.bin_missing
+            if bin_cells is not None and s.bin_cells is not None:
+                bin_cells[s.bins] += s.bin_cells
             bin_flagged[s.bins] += s.bin_flagged
             bin_quiet_sum[s.bins] += s.bin_quiet_sum
             bin_contrib[s.bins] += s.bin_contrib
@@ -812,6 +822,7 @@ def summarize(
     bin_flagged, bin_contrib, bin_quiet_sum = bin_flagged[used], bin_contrib[used], bin_quiet_sum[used]
     rows_in_bin = np.diff(np.append(-(-np.arange(N_BINS) * n // N_BINS), n))[used]
     missing_share = bin_missing[used] / np.maximum(rows_in_bin, 1)[:, None] if bin_missing.any() else None
+    cells_share = None if bin_cells is None else bin_cells[used] / np.maximum(rows_in_bin, 1)[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
         bin_mean = np.where(bin_count > 0, bin_sum / bin_count, np.nan)
         bin_share = np.where(bin_count > 0, bin_flagged / bin_count, np.nan)
@@ -838,6 +849,7 @@ def summarize(
         row_values=None if bin_labels is None else bin_labels[used],
         has_row_coordinate=coordinate is not None,
         bin_missing_share=missing_share,
+        bin_cells_share=cells_share,
         bin_share=bin_share,
         bin_quiet_mean=bin_quiet_mean,
         bin_contrib=bin_contrib,

@@ -76,6 +76,26 @@ def _plot_outages(ax, summary: ArchiveSummary, xs, heads) -> None:
                      f"(of {len(summary.channels)})")
 
 
+def _plot_cells(ax, summary: ArchiveSummary, xs, heads) -> None:
+    """Share of each channel's cells flagged (a cellwise model's :meth:`MCPCA.cell_outliers`) per group
+    of bins, the channels with a flag, channels down, time across."""
+    from matplotlib.colors import Normalize
+
+    rows = np.add.reduceat(summary.bin_cells_share, heads, axis=0) / np.diff(np.append(heads, len(xs)))[:, None]
+    shown = _cell_channels(summary)
+    top = float(np.nanmax(rows[:, shown])) * 100 if shown else 100.0
+    _channel_heatmap(ax, rows[:, shown] * 100, xs, heads, [summary.channels[j] for j in shown], cmap="Purples",
+                     norm=Normalize(0, top if top > 0 else 100.0), label="% flagged",
+                     title=f"cells judged bad: share of values flagged, the {len(shown)} channels with flags "
+                     f"(of {len(summary.channels)})")
+
+
+def _cell_channels(summary: ArchiveSummary) -> list[int]:
+    """The channels with a flagged cell, by name."""
+    order = _display_order(summary.channels)
+    return [j for j in order if summary.bin_cells_share[:, j].any()]
+
+
 def _outage_channels(summary: ArchiveSummary) -> list[int]:
     """The channels with a missing value, by name."""
     order = _display_order(summary.channels)
@@ -177,7 +197,8 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
     distance (a band per bin, the bins with a flagged row as dots, the
     ranked events numbered), the share flagged, the drift windows (with
     ``window``), the channels' contributions as a heatmap (channels down,
-    time across), the outages (when cells are missing); the events ranked
+    time across), the outages (when cells are missing), the cells judged bad
+    (a model fitted with ``cellwise=True``); the events ranked
     by severity are listed at the bottom.
     """
     import matplotlib
@@ -193,13 +214,16 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
     xs = summary.row_values if summary.row_values is not None else summary.bin_rows
     heads = _groups(len(xs))
     gaps = summary.bin_missing_share is not None
+    cells = summary.bin_cells_share is not None and len(_cell_channels(summary)) > 0
     drift = summary.windows is not None and len(summary.windows["window_start"]) > 0
     heat = max(1.2, 0.12 * p + 0.4)
     outage = max(0.8, 0.12 * len(_outage_channels(summary)) + 0.4) if gaps else 0.0
+    flagged_cells = max(0.8, 0.12 * len(_cell_channels(summary)) + 0.4) if cells else 0.0
     # inches: the spectrum and loadings, room for the loadings' channel names, then the panels over time
     head = max(2.6, 0.04 * p + 2.0)
     names = max(0.06 * max(len(c) for c in summary.channels) + 0.3, 0.9) if p <= 80 else 0.9
-    heights = [2.8, 1.4] + ([1.8] if drift else []) + [heat] + ([outage] if gaps else [])
+    heights = [2.8, 1.4] + ([1.8] if drift else []) + [heat] + ([outage] if gaps else []) + (
+        [flagged_cells] if cells else [])
     heights.append(0.22 * max(len(summary.worst_events), 1) + 0.3)
     rest = sum(heights) + GAP * (len(heights) - 1)
     total = 0.9 + head + names + rest * 1.0 + 0.3
@@ -249,6 +273,8 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
         panels.append(lambda ax: _plot_contributions(ax, summary, xs, heads))
         if gaps:
             panels.append(lambda ax: _plot_outages(ax, summary, xs, heads))
+        if cells:
+            panels.append(lambda ax: _plot_cells(ax, summary, xs, heads))
         time_axes = []
         for row, draw in enumerate(panels):
             time_axes.append(fig.add_subplot(gs[row, :], sharex=time_axes[0] if time_axes else None))

@@ -217,3 +217,55 @@ def test_scattered_gaps_at_wide_p_fit_as_the_complete_rows(p):
     truth = np.linalg.eigvalsh(S)[::-1][:3]
     assert _angle(part.components_[:3].T, L) < 1.0 + _angle(full.components_[:3].T, L)
     np.testing.assert_allclose(part.explained_variance_[:3], truth, rtol=0.1)
+
+
+@pytest.fixture(scope="module")
+def glitchy_store(tmp_path_factory):
+    """A Zarr store of a 30-channel factor archive, 2 % of its cells 8-20 SDs off, and their mask."""
+    import zarr
+
+    X, S, L, bad = _factor_archive(12_000, 30, 0.02, seed=17)
+    path = tmp_path_factory.mktemp("cells") / "archive.zarr"
+    z = zarr.open_array(str(path), mode="w", shape=X.shape, chunks=(3000, 30), dtype="f8")
+    z[:] = X
+    return path, X, bad
+
+
+def test_command_line_fit_cellwise_then_score_writes_the_flagged_cells(glitchy_store, tmp_path):
+    import subprocess
+    import sys
+
+    import zarr
+
+    path, X, bad = glitchy_store
+    model, scores = tmp_path / "m.json", tmp_path / "s.zarr"
+    run = [sys.executable, "-m", "dask_mcpca"]
+    done = subprocess.run([*run, "fit", str(path), "--cellwise", "-o", str(model), "--no-progress"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert load(model).cellwise
+    done = subprocess.run([*run, "score", str(path), "--model", str(model), "--output", str(scores), "--no-progress"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "cells (12,000 x 30)" in done.stdout
+    group = zarr.open_group(str(scores), mode="r")
+    cells = group["cells"][:]
+    assert cells.dtype == bool and cells.shape == X.shape
+    assert cells[bad].mean() >= 0.95 and cells[~bad].mean() <= 0.002
+    np.testing.assert_array_equal(group["n_observed"][:], 30 - cells.sum(axis=1))  # judged on the good cells
+    assert "cells" in group.attrs["arrays"]
+
+
+def test_report_of_a_cellwise_model_counts_flagged_cells_per_channel_over_time(glitchy_store):
+    from dask_mcpca._report import summarize
+
+    path, X, bad = glitchy_store
+    model = MCPCA(cellwise=True).fit(X)
+    summary = summarize(model, str(path))
+    share = summary.bin_cells_share
+    assert share is not None and share.shape[1] == 30
+    rows_per_bin = np.diff(np.append(summary.bin_rows, len(X)))
+    counted = (share * rows_per_bin[:, None]).sum(axis=0)
+    expected = np.asarray(model.cell_outliers(X)).sum(axis=0)
+    np.testing.assert_allclose(counted, expected, atol=1e-6)
+    assert summarize(MCPCA().fit(X), X).bin_cells_share is None  # a row-wise model's report has no such panel
