@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
-from ._missing import conditional
+from ._missing import conditional, equivalent_d2
 from ._stats import from_sums
 
 __all__ = [
@@ -49,6 +50,9 @@ __all__ = [
     "CELL_QUANTILE",
     "CellPlan",
     "cell_stats",
+    "cell_sums",
+    "judge",
+    "Judged",
     "cell_cutoff2",
     "flag_cells",
     "robust_columns",
@@ -124,7 +128,7 @@ class CellPlan:
 
 
 def flag_cells(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray, cutoff2: float,
-               *, max_rounds: int = MAX_ROUNDS) -> np.ndarray:
+               *, max_rounds: int = MAX_ROUNDS, start: np.ndarray | None = None) -> np.ndarray:
     """Cells of the centred rows ``Y`` that the model with ``precision`` cannot explain (boolean, Y's shape).
 
     Missing cells are never flagged.  Each round flags, in each row, the
@@ -133,12 +137,14 @@ def flag_cells(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray, cutoff
     largest; the next round judges the row again with them left out.  A
     last check restores a flagged cell whose value the row's other good
     cells predict after all (its squared residual under the conditional
-    model at most ``cutoff2``).
+    model at most ``cutoff2``).  ``start``: cells taken as flagged before the
+    first round (an earlier step's flags under a nearby model); the last check
+    restores those the model now explains.
     """
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # far rows: inf, judged bad
         Y = np.asarray(Y, np.float64)
         missing = np.asarray(missing, bool)
-        flags = np.zeros(Y.shape, bool)
+        flags = np.zeros(Y.shape, bool) if start is None else np.asarray(start, bool) & ~missing
         diag = np.diag(precision)
         inv_sd = np.where(diag > 0, 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0)), 0.0)
         active = np.arange(len(Y))
@@ -199,6 +205,76 @@ def _excluded(Y: np.ndarray, plan) -> np.ndarray | None:
     return out
 
 
+@dataclass
+class Judged:
+    """Rows judged cell by cell under a model: their cell flags, completed rows and distances.
+
+    ``rows`` are the positions of the rows judged in the block (the others hold an inf cell, no
+    usable cell, or NaN where missing cells are not taken); ``Y`` the judged rows, centred in
+    working units; ``flags`` the cells flagged; ``cond`` the rows completed from their good cells.
+    """
+
+    rows: np.ndarray
+    Y: np.ndarray
+    missing: np.ndarray
+    flags: np.ndarray
+    cond: Any
+    n_rows: int
+
+    def equivalent_d2(self) -> np.ndarray:
+        """Each judged row's squared distance on its good cells, mapped to p channels (inf: none)."""
+        d2 = equivalent_d2(self.cond.d2, self.cond.n_observed, self.Y.shape[1])
+        d2[~np.isfinite(d2)] = np.inf
+        return d2
+
+
+def judge(X: np.ndarray, center: np.ndarray, cells: CellPlan, *, unit_exp: int = 0,
+          start: np.ndarray | None = None) -> Judged:
+    """Judge the rows of ``X`` (as stored) cell by cell under the model of ``cells`` centred at ``center``
+    (working units ``2**unit_exp``): :func:`flag_cells`, then the rows completed from their good cells.
+    ``start``: flags to start from (a previous step's, for the judged rows), else none."""
+    X = np.asarray(X)
+    with np.errstate(over="ignore", invalid="ignore"):
+        Y = np.ldexp(np.asarray(X, np.float64) - np.ldexp(center, unit_exp), -unit_exp)
+    missing = np.isnan(Y)
+    bad = np.isinf(Y).any(axis=1) | missing.all(axis=1)
+    if not cells.missing_ok:
+        bad |= missing.any(axis=1)
+    rows = np.flatnonzero(~bad)
+    Y, missing = Y[rows], missing[rows]
+    flags = flag_cells(Y, missing, cells.precision, cells.cutoff2, start=start)
+    return Judged(rows, Y, missing, flags, conditional(Y, missing | flags, cells.precision), len(X))
+
+
+def cell_sums(judged: Judged, plan):
+    """The kernel sums of judged rows (:func:`judge`) under ``plan``'s kernels, as a block's
+    :class:`._stats.BlockStats` (see :func:`cell_stats`)."""
+    part, cond, p = plan.partial, judged.cond, judged.Y.shape[1]
+    d2 = cond.d2.copy()
+    U = cond.completed.copy()
+    far = ~np.isfinite(d2) | ~np.isfinite(U).all(axis=1)
+    d2[far] = np.inf
+    U[far] = 0.0
+    E = np.minimum(part.offsets[:, cond.n_observed] - d2[None, :] / (2 * part.kernel_size2), 0.0)
+    excluded = _excluded(judged.Y, plan)
+    if excluded is not None:
+        E[:, excluded] = -np.inf
+    log_scale = E.max(axis=1, initial=-np.inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        G = np.exp(E - np.where(np.isfinite(log_scale), log_scale, 0.0)[:, None])
+    G[~np.isfinite(E)] = 0.0
+    weight = G.sum(axis=1)
+    wsum = G @ U
+    scatter = np.stack([(U * g[:, None]).T @ U for g in G]) + cond.covariance_sums(G, p)
+    out = from_sums(len(judged.rows), log_scale, weight, wsum, scatter, np.asarray(plan.center, np.float64))
+    out.n_nonfinite = int(judged.n_rows - len(judged.rows))
+    out.n_far = int(far.sum())
+    out.n_partial = int((judged.missing | judged.flags).any(axis=1).sum())
+    out.cells_flagged = judged.flags.sum(axis=0).astype(np.int64)
+    out.routes = {"cells": len(judged.rows)}
+    return out
+
+
 def cell_stats(X: np.ndarray, plan):
     """A kernel pass's statistics of one row block when cells are judged one by one (``plan.cells``).
 
@@ -214,39 +290,4 @@ def cell_stats(X: np.ndarray, plan):
     taken count as non-finite.  ``BlockStats.cells_flagged`` counts the
     flagged cells per channel.
     """
-    X = np.asarray(X)
-    n, p = X.shape
-    cells, part = plan.cells, plan.partial
-    with np.errstate(over="ignore", invalid="ignore"):
-        Y = np.ldexp(np.asarray(X, np.float64) - np.ldexp(plan.center, plan.unit_exp), -plan.unit_exp)
-    missing = np.isnan(Y)
-    bad = np.isinf(Y).any(axis=1) | missing.all(axis=1)
-    if not plan.cells.missing_ok:
-        bad |= missing.any(axis=1)
-    keep = np.flatnonzero(~bad)
-    Y, missing = Y[keep], missing[keep]
-    flags = flag_cells(Y, missing, cells.precision, cells.cutoff2)
-    cond = conditional(Y, missing | flags, cells.precision)
-    d2 = cond.d2
-    far = ~np.isfinite(d2) | ~np.isfinite(cond.completed).all(axis=1)
-    d2[far] = np.inf
-    cond.completed[far] = 0.0
-    E = np.minimum(part.offsets[:, cond.n_observed] - d2[None, :] / (2 * part.kernel_size2), 0.0)
-    excluded = _excluded(Y, plan)
-    if excluded is not None:
-        E[:, excluded] = -np.inf
-    log_scale = E.max(axis=1, initial=-np.inf)
-    with np.errstate(invalid="ignore", over="ignore"):
-        G = np.exp(E - np.where(np.isfinite(log_scale), log_scale, 0.0)[:, None])
-    G[~np.isfinite(E)] = 0.0
-    U = cond.completed
-    weight = G.sum(axis=1)
-    wsum = G @ U
-    scatter = np.stack([(U * g[:, None]).T @ U for g in G]) + cond.covariance_sums(G, p)
-    out = from_sums(len(keep), log_scale, weight, wsum, scatter, np.asarray(plan.center, np.float64))
-    out.n_nonfinite = int(bad.sum())
-    out.n_far = int(far.sum())
-    out.n_partial = int((missing | flags).any(axis=1).sum())
-    out.cells_flagged = flags.sum(axis=0).astype(np.int64)
-    out.routes = {"cells": len(keep)}
-    return out
+    return cell_sums(judge(X, plan.center, plan.cells, unit_exp=plan.unit_exp), plan)

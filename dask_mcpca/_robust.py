@@ -57,7 +57,7 @@ from scipy.spatial import cKDTree
 from . import _cells
 from ._block import block_stats
 from ._kernels import _top_exponent
-from ._missing import MAX_PATTERNS, em_moments, equivalent_d2, pattern_key, radius_for_count, rare_pattern_rows
+from ._missing import MAX_PATTERNS, em_moments, pattern_key, radius_for_count, rare_pattern_rows
 from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
 from ._repeated import TIGHT_MIN_ROWS, TIGHT_SHARE, find_repeated, held_out, quantization_steps
@@ -534,17 +534,9 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
 CELL_SAMPLE_STEPS = 30
 
 
-def _cell_distances(state: RobustState, rows: np.ndarray, cutoff2: float) -> np.ndarray:
-    """Each row's squared distance on its good cells (:func:`._cells.flag_cells`), mapped to p
-    channels at the same chi-square probability (:func:`._missing.equivalent_d2`); inf where none."""
-    Y = rows - state.location
-    prec = precision(state.scatter)
-    missing = np.isnan(Y)
-    flags = _cells.flag_cells(Y, missing, prec, cutoff2)
-    cond = _cells.conditional(Y, missing | flags, prec)
-    d2 = equivalent_d2(cond.d2, cond.n_observed, Y.shape[1])
-    d2[~np.isfinite(d2)] = np.inf
-    return d2
+def _keep(rows: np.ndarray) -> np.ndarray:
+    """The sample rows :func:`._cells.judge` judges (no inf cell, some cell observed)."""
+    return ~(np.isinf(rows).any(axis=1) | np.isnan(rows).all(axis=1))
 
 
 def _cellwise_start(
@@ -579,24 +571,27 @@ def _cellwise_start(
         repeated_rows=repeated_rows,
     )
     c2, scale = state.kernel_size2, kernel_factor**2
+    flags = np.zeros(rows.shape, bool)  # each step starts from the last one's flags
     for step in range(CELL_SAMPLE_STEPS):
-        d2 = _cell_distances(state, rows, cutoff2)
+        judged = _cells.judge(rows, state.location, _cells.CellPlan(precision(state.scatter), cutoff2, True),
+                              start=flags[_keep(rows)])
+        flags[judged.rows] = judged.flags
+        d2 = judged.equivalent_d2()
         calibrate = step >= CELL_SAMPLE_STEPS // 3
         state.cutoff = _core_radius(d2, p, state.core_support * n, calibrate=calibrate) * scale
         plan = step_plan(state.location, state.scatter, c2, [state.cutoff], excluded=state.repeated,
                          excluded_rows=state.repeated_rows, cells=cutoff2, missing_ok=True)
-        res = _cells.cell_stats(rows, plan)
+        res = _cells.cell_sums(judged, plan)
         location = res.mean[0] if fixed_center is None else fixed_center
         scatter = _floored(res.covariance(0, about=fixed_center) * flat_top_consistency(p, c2, state.cutoff),
                            state.resolution)
         change = _relative_change(state, location, scatter)
         state.location, state.scatter = location, scatter
         state.core_support = float(res.weight[0] * np.exp(res.log_scale[0]) / n)
-        if step >= 2 and change < tol / 10:
-            if not calibrate:
-                continue
+        if calibrate and step >= 2 and change < tol / 10:
             break
-    d2 = _cell_distances(state, rows, cutoff2)
+    d2 = _cells.judge(rows, state.location, _cells.CellPlan(precision(state.scatter), cutoff2, True),
+                      start=flags[_keep(rows)]).equivalent_d2()
     n_effective = state.core_support * n
     q_fit = _core_radius(d2, p, n_effective)
     q_final = max(calibrated_cutoff(d2[np.isfinite(d2)], FINAL_QUANTILE, p=p, n_effective=n_effective), q_fit)
