@@ -145,6 +145,8 @@ def flag_cells(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray, cutoff
         Y = np.asarray(Y, np.float64)
         missing = np.asarray(missing, bool)
         flags = np.zeros(Y.shape, bool) if start is None else np.asarray(start, bool) & ~missing
+        if not np.isfinite(cutoff2):  # nothing is flagged: rows judged by their observed cells only
+            return np.zeros(Y.shape, bool)
         diag = np.diag(precision)
         inv_sd = np.where(diag > 0, 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0)), 0.0)
         active = np.arange(len(Y))

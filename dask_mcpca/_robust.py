@@ -842,6 +842,16 @@ def fit_robust(
             on_step(state)
     elif cellwise:
         runner.cell_cutoff2 = _cells.cell_cutoff2()
+    if state is None and partial_sample is not None and len(partial_sample) and len(sample) < p + 2:
+        # Too few complete rows for the row-wise start (wide rows, each with a gap somewhere): start
+        # from all rows by their observed cells, as a cellwise fit does, with no cell flagged.
+        whole = np.concatenate([sample, partial_sample])
+        with np.errstate(invalid="ignore"):
+            whole = whole[~(np.abs(whole) > FAR_ROW).any(axis=1)]
+        state = _cellwise_start(whole, sample, fixed_center=fixed_center, kernel_factor=kernel_factor,
+                                cutoff2=np.inf, missing_ok=True, tol=tol)
+        if on_step is not None:
+            on_step(state)
     if state is None:
         if len(sample) < p + 2:
             raise ValueError(

@@ -269,3 +269,18 @@ def test_report_of_a_cellwise_model_counts_flagged_cells_per_channel_over_time(g
     expected = np.asarray(model.cell_outliers(X)).sum(axis=0)
     np.testing.assert_allclose(counted, expected, atol=1e-6)
     assert summarize(MCPCA().fit(X), X).bin_cells_share is None  # a row-wise model's report has no such panel
+
+
+def test_a_partial_fit_starts_from_rows_with_gaps_when_too_few_rows_are_complete():
+    """p = 100, 4 % NaN cells: 1.7 % of the rows are complete, fewer than p + 2 in the sample."""
+    X, S, L, _ = _factor_archive(6000, 100, 0.0, seed=21)
+    gappy = X.copy()
+    gappy[np.random.default_rng(21).random(X.shape) < 0.04] = np.nan
+    assert (~np.isnan(gappy).any(axis=1)).sum() < 102
+    with pytest.raises(ValueError, match="too few"):
+        MCPCA(nan_policy="omit").fit(gappy)
+    part = MCPCA(nan_policy="partial").fit(gappy)
+    full = MCPCA().fit(X)
+    assert part.n_samples_ == len(X)
+    assert _angle(part.components_[:3].T, L) < 1.0 + _angle(full.components_[:3].T, L)
+    np.testing.assert_allclose(part.explained_variance_[:3], full.explained_variance_[:3], rtol=0.1)
