@@ -20,7 +20,8 @@ rows are centred first).  For a row ``y`` with missing (or flagged) cells
 
 Only an ``|M| x |M|`` system is solved per row, not a ``|O| x |O|`` inverse
 per pattern of observed cells: rows with a few bad cells each, all in other
-places, cost one more product by ``T`` (:func:`conditional`).
+places, cost one more product by ``T`` (:func:`._missing.conditional`, which
+rows with missing cells share).
 
 A cell's standardized residual is ``r_j = (S_OO^-1 y_O)_j / sqrt(T_jj)``:
 how far the cell lies from what the row's other observed cells predict,
