@@ -61,13 +61,17 @@ def _cmd_fit(args, out) -> int:
     _record_span(model, _archive_span(args, X))
     model.save(args.output, storage_options=_storage_options(args.storage_options))
     used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
-    print(f"\nMCPCA(solver={args.solver!r}, center={args.center!r}): robust explained variance", file=out)
+    cellwise = ", cellwise=True" if args.cellwise else ""
+    print(f"\nMCPCA(solver={args.solver!r}, center={args.center!r}{cellwise}): robust explained variance", file=out)
     print(summary_table(model), file=out)
     print(
         f"\npasses {model.n_passes_}   rows {used}   time {_fmt_seconds(elapsed)}   "
         f"converged {'yes' if model.converged_ else 'no'}",
         file=out,
     )
+    if args.cellwise:
+        print(f"cells above the cutoff are left out (r^2 > {model.cell_cutoff_:.2f}); score writes them as 'cells'",
+              file=out)
     print(f"model written to {args.output}", file=out)
     return 0
 
