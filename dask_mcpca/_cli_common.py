@@ -13,7 +13,7 @@ from ._io import split_store_path
 
 __all__ = [
     "PROG", "_UsageError", "_one_line", "_storage_options", "_store_root", "_open", "_slice_text", "_archive_span",
-    "_fmt_seconds", "_describe",
+    "_fmt_seconds", "_describe", "check_channel_names",
 ]
 
 PROG = "dask-mcpca"
@@ -113,3 +113,37 @@ def _describe(X) -> str:
     blocks = len(X.chunks[0]) if hasattr(X, "chunks") and X.chunks else 1
     return f"{n:,} rows x {p} features, {X.dtype}, {blocks} block{'s' * (blocks != 1)}"
 
+
+def check_channel_names(model, X, store: str, err=None) -> None:
+    """One line on stderr where the channels of ``X`` can only be matched to the model's by position.
+
+    A model fitted on named channels (an xarray archive) and a store without
+    names, or the other way round: the columns are taken in order, and an
+    archive whose variables come back in another order (xarray sorts a
+    Dataset's) would be judged channel against the wrong channel.  The line
+    replaces scikit-learn's warning, which names neither the model's channels
+    nor the store.
+    """
+    import sys
+    import warnings
+
+    from ._labels import feature_names_of, is_dataarray
+
+    fitted = getattr(model, "feature_names_in_", None)
+    names = feature_names_of(X) if is_dataarray(X) else None
+    if (fitted is None) == (names is None):
+        return  # both named (checked name by name by the methods) or neither
+    err = sys.stderr if err is None else err
+    shown = ", ".join(map(str, (fitted if fitted is not None else names)[:8]))
+    more = f", ... ({len(fitted if fitted is not None else names)} in all)" if len(
+        fitted if fitted is not None else names) > 8 else ""
+    if fitted is not None:
+        line = (f"warning: the model was fitted on named channels ({shown}{more}) and {store} has no channel "
+                "names: its columns are taken in that order, by position; score a store with those names "
+                "(an xarray archive) to have them matched by name")
+        warnings.filterwarnings("ignore", message="X does not have valid feature names")
+    else:
+        line = (f"warning: {store} has named channels ({shown}{more}) and the model was fitted without names: "
+                "they are taken in the store's order, by position, which must be the fit's")
+        warnings.filterwarnings("ignore", message="X has feature names, but")
+    print(f"{PROG}: {line}", file=err, flush=True)

@@ -10,7 +10,16 @@ import time
 
 import numpy as np
 
-from ._cli_common import _archive_span, _describe, _fmt_seconds, _open, _slice_text, _storage_options, _UsageError
+from ._cli_common import (
+    _archive_span,
+    _describe,
+    _fmt_seconds,
+    _open,
+    _slice_text,
+    _storage_options,
+    _UsageError,
+    check_channel_names,
+)
 from ._cli_outputs import _check_output_location, _exists, _refuse_inside_input
 from ._estimator import CENTERS, MCPCA, check_params, load
 
@@ -122,6 +131,7 @@ def _cmd_update(args, out) -> int:
             return 0
         args.rows = slice(seen[1], None)
     X = _open(args, row_index=args.time is not None)
+    check_channel_names(model, X, args.store)
     span = _archive_span(args, X)
     if seen is not None and span is not None and span[0] < seen[1] and seen[0] < span[1]:
         chosen = " with ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in ("rows", "time")

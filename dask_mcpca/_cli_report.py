@@ -10,7 +10,7 @@ import time
 from . import _malloc
 from ._atomic import atomic_open, is_url
 from ._atomic import overlaps as _overlaps
-from ._cli_common import _describe, _fmt_seconds, _open, _storage_options, _store_root, _UsageError
+from ._cli_common import _describe, _fmt_seconds, _open, _storage_options, _store_root, _UsageError, check_channel_names
 from ._cli_outputs import _check_output_location, _refuse_inside_input
 from ._estimator import load
 
@@ -57,6 +57,7 @@ def _cmd_report(args, out) -> int:
     model = load(args.model, storage_options=options)
     # blocks of about _report.BLOCK_VALUES values, and the time coordinate read with its rows (no index in memory)
     X = _open(args, block_values=_report.BLOCK_VALUES, row_index=False)
+    check_channel_names(model, X, args.store)
     print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()
     # matplotlib's import (about 1.4 s) runs while the pass's tasks read and compute, not after

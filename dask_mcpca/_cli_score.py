@@ -9,7 +9,16 @@ import numpy as np
 
 from ._atomic import is_url, is_zarr_store, local_path, with_timeouts
 from ._atomic import overlaps as _overlaps
-from ._cli_common import PROG, _archive_span, _fmt_seconds, _open, _storage_options, _store_root, _UsageError
+from ._cli_common import (
+    PROG,
+    _archive_span,
+    _fmt_seconds,
+    _open,
+    _storage_options,
+    _store_root,
+    _UsageError,
+    check_channel_names,
+)
 from ._cli_outputs import (
     _check_output_location,
     _compute_settled,
@@ -72,6 +81,7 @@ def _cmd_score(args, out) -> int:
         _refuse_replacing_other_data(args.output, options)
     model = load(args.model, storage_options=options)
     X = _open(args)
+    check_channel_names(model, X, args.store)
     started = time.perf_counter()
     names, dtype = args.outputs or default_outputs(model), args.dtype or DEFAULT_DTYPE
     outputs = _score_outputs(model, X, names, dtype)
@@ -199,6 +209,7 @@ def _score_append(args, out, options) -> int:
     except _append.AppendError as err:
         raise _UsageError(str(err)) from None
     whole = _open(args)
+    check_channel_names(model, whole, args.store)
     n_all = whole.shape[0]
     if n_all < stop:
         raise _UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the {stop:,} already scored in --output "
