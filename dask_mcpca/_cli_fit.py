@@ -68,6 +68,7 @@ def _cmd_fit(args, out) -> int:
     model.fit(X)
     elapsed = time.perf_counter() - started
     _record_span(model, _archive_span(args, X))
+    model.set_params(progress=False)  # the command's progress line, not a setting a notebook should inherit
     model.save(args.output, storage_options=_storage_options(args.storage_options))
     used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
     cellwise = ", cellwise=True" if args.cellwise else ""
@@ -147,6 +148,7 @@ def _cmd_update(args, out) -> int:
     elapsed = time.perf_counter() - started
     if span is not None:
         _record_span(model, span if seen is None else (min(seen[0], span[0]), max(seen[1], span[1])))
+    model.set_params(progress=False)
     model.save(output, storage_options=options)
     recorded = getattr(model, "archive_rows_", None)
     print(

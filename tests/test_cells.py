@@ -243,7 +243,7 @@ def test_command_line_fit_cellwise_then_score_writes_the_flagged_cells(glitchy_s
     done = subprocess.run([*run, "fit", str(path), "--cellwise", "-o", str(model), "--no-progress"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert load(model).cellwise
+    assert load(model).cellwise and load(model).progress is False  # no progress line in a notebook
     done = subprocess.run([*run, "score", str(path), "--model", str(model), "--output", str(scores), "--no-progress"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -284,3 +284,21 @@ def test_a_partial_fit_starts_from_rows_with_gaps_when_too_few_rows_are_complete
     assert part.n_samples_ == len(X)
     assert _angle(part.components_[:3].T, L) < 1.0 + _angle(full.components_[:3].T, L)
     np.testing.assert_allclose(part.explained_variance_[:3], full.explained_variance_[:3], rtol=0.1)
+
+
+def test_score_is_the_mean_gaussian_log_likelihood_and_ranks_models():
+    from scipy.stats import multivariate_normal
+    from sklearn.decomposition import PCA
+    from sklearn.model_selection import cross_val_score
+
+    rng = np.random.default_rng(5)
+    S = _covariance(5, 5)
+    X = rng.multivariate_normal(np.ones(5), S, size=8000)
+    model = MCPCA().fit(X)
+    expected = multivariate_normal(model.mean_, model.get_covariance()).logpdf(X).mean()
+    assert model.score(X) == pytest.approx(expected, rel=1e-9)
+    assert model.score(X) == pytest.approx(PCA().fit(X).score(X), rel=0.01)  # clean data: PCA's
+    gappy = X.copy()
+    gappy[:10, 0] = np.nan
+    assert MCPCA(nan_policy="partial").fit(gappy).score(gappy) == pytest.approx(expected, rel=0.01)
+    assert np.isfinite(cross_val_score(MCPCA(), X, cv=3)).all()

@@ -230,3 +230,15 @@ def test_command_line_says_in_one_line_when_channels_can_only_be_matched_by_posi
     assert len(lines) == 1, done.stderr
     assert "warning" in lines[0] and "amp, flow, press, temp" in lines[0] and "by position" in lines[0]
     assert str(tmp_path / "plain.zarr") in lines[0]
+
+
+def test_inverse_transform_of_a_dataframe_is_a_dataframe_with_the_fits_names():
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame(rng.normal(size=(2000, 3)) * [3.0, 1.0, 0.3], columns=["a", "b", "c"],
+                         index=np.arange(2000) + 7)
+    model = MCPCA(n_components=2).fit(frame)
+    scores = pd.DataFrame(np.asarray(model.transform(frame)), index=frame.index)
+    back = model.inverse_transform(scores)
+    assert isinstance(back, pd.DataFrame)
+    assert list(back.columns) == ["a", "b", "c"] and (back.index == frame.index).all()
+    np.testing.assert_allclose(back.to_numpy(), np.asarray(scores) @ model.components_ + model.mean_)
