@@ -336,13 +336,8 @@ def censored_d2(model: Any, block, d2: np.ndarray) -> np.ndarray:
     if not len(rows):
         return d2
     Y, prec = _centred_in_spread(model, block[rows])
-    unit = _working_unit(model)[2]
     censored = at_low[rows] | at_high[rows]
-    cond = _missing.conditional(Y, np.isnan(Y) | censored, prec)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        z = (np.ldexp(block[rows] - model.mean_, -unit) - cond.completed) / np.sqrt(cond.variances())
-    reach = np.sqrt(_cells.cell_cutoff2())  # the prediction lies beyond the limit, or near enough
-    consistent = censored & np.where(at_high[rows], z <= reach, z >= -reach)
+    consistent = _censored_fits(model, block[rows], Y, prec, np.isnan(Y) | censored, censored)
     some = consistent.any(axis=1)
     if not some.any():
         return d2
@@ -368,8 +363,38 @@ def cell_flags(model: Any, block, cutoff2: float | None = None) -> np.ndarray:
     Y, prec = _centred_in_spread(model, block)
     inf = np.isinf(Y)
     Y[inf.any(axis=1)] = np.where(inf, np.nan, Y)[inf.any(axis=1)]
-    flags = _cells.flag_cells(Y, np.isnan(Y), prec, cutoff2)
-    return flags | inf
+    held, at_limit = _known_cells(model, block)
+    missing = np.isnan(Y) | held | at_limit
+    flags = _cells.flag_cells(Y, missing, prec, cutoff2)
+    if at_limit.any():  # a reading at a limit is bad where the good cells place the quantity well inside
+        flags |= at_limit & ~_censored_fits(model, block, Y, prec, missing | flags, at_limit)
+    return flags | inf | held
+
+
+def _known_cells(model: Any, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cells holding a stuck value the fit learned (``repeated_values_``), and cells at a channel's
+    saturation limit (``saturation_limits_``)."""
+    held = np.zeros(block.shape, bool)
+    learned = getattr(model, "repeated_values_", None)
+    for column, value in () if learned is None else learned:
+        held[:, int(column)] |= value_matches(block[:, int(column)], value)
+    limits = getattr(model, "saturation_limits_", None)
+    at_limit = (block == limits[:, 0]) | (block == limits[:, 1]) if limits is not None else np.zeros(block.shape, bool)
+    return held, at_limit
+
+
+def _censored_fits(model: Any, block: np.ndarray, Y: np.ndarray, prec: np.ndarray, left_out: np.ndarray,
+                   at_limit: np.ndarray) -> np.ndarray:
+    """Of the cells ``at_limit``, those whose channel the row's other cells (all but ``left_out``)
+    predict at the limit or beyond it, within ``sqrt(cell cutoff)`` conditional standard deviations:
+    a censored reading the model explains (see :func:`censored_d2`)."""
+    cond = _missing.conditional(Y, left_out, prec)
+    unit = _working_unit(model)[2]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        z = (np.ldexp(block - model.mean_, -unit) - cond.completed) / np.sqrt(cond.variances())
+    reach = np.sqrt(_cells.cell_cutoff2())
+    upper = block == model.saturation_limits_[:, 1]
+    return at_limit & np.where(upper, z <= reach, z >= -reach)
 
 
 def good_cell_d2(model: Any, block) -> np.ndarray:
@@ -379,9 +404,10 @@ def good_cell_d2(model: Any, block) -> np.ndarray:
     Y, prec = _centred_in_spread(model, block)
     with np.errstate(invalid="ignore"):
         Y[np.isinf(Y)] = np.nan
-    missing = np.isnan(Y)
+    held, at_limit = _known_cells(model, block)
+    missing = np.isnan(Y) | held | at_limit  # stuck and saturated cells: judged on the others
     flags = _cells.flag_cells(Y, missing, prec, getattr(model, "cell_cutoff_", None) or _cells.cell_cutoff2())
-    cond = _cells.conditional(Y, missing | flags, prec)
+    cond = _missing.conditional(Y, missing | flags, prec)
     d2 = _missing.equivalent_d2(cond.d2, cond.n_observed, block.shape[1])
     d2[np.isnan(d2) & (cond.n_observed > 0)] = np.inf
     return d2

@@ -63,6 +63,14 @@ MAX_REPEATED_SHARE = 0.1
 #: rows where it is observed (and ``TIGHT_MIN_ROWS``) saturates there: a reading at the limit says only
 #: that the quantity lay at or beyond it (:func:`saturation_limits`).
 SATURATION_SHARE = 0.002
+
+#: ... and at most this share: a channel that mostly reads one value (a constant, an idle device's
+#: zeros) is not saturating there.
+MAX_SATURATED_SHARE = 0.5
+
+#: ... and with at most this share of its values beyond it (glitches, which a clipped sensor's
+#: electronics can still produce past its range).
+BEYOND_LIMIT_SHARE = 0.05
 REPEAT_SPIKE = 5.0
 REPEAT_WINDOW = 4
 
@@ -434,12 +442,15 @@ def saturation_limits(sample: np.ndarray, steps: np.ndarray, repeated: np.ndarra
     """Each channel's lower and upper saturation limits, NaN where it has none: shape (p, 2).
 
     A channel that is continuous at the fit (``steps`` 0: values seldom repeat)
-    saturates at its smallest or largest value when at least
-    ``max(TIGHT_MIN_ROWS, SATURATION_SHARE * n)`` of the n rows where it is
-    observed hold exactly that value: a clipped sensor, an ADC at its range
-    limit.  A value already taken for a stuck sensor's (``repeated``,
-    ``(column, value)`` pairs) is not a limit.  Quantized channels have none:
-    their extreme levels are levels like the others.
+    saturates at a value that it holds exactly in many rows and that at most
+    ``BEYOND_LIMIT_SHARE`` of its values lie beyond (the most extreme such
+    value on either side): at least
+    ``max(TIGHT_MIN_ROWS, SATURATION_SHARE * n)`` and at most
+    ``MAX_SATURATED_SHARE * n`` of the n rows where it is observed hold
+    exactly that value: a clipped sensor, an ADC at its range limit.  A value
+    already taken for a stuck sensor's (``repeated``, ``(column, value)``
+    pairs) is not a limit.  Quantized channels have none: their extreme
+    levels are levels like the others.
     """
     p = sample.shape[1]
     limits = np.full((p, 2), np.nan)
@@ -449,8 +460,15 @@ def saturation_limits(sample: np.ndarray, steps: np.ndarray, repeated: np.ndarra
         cells = cells[np.isfinite(cells)]
         if not len(cells):
             continue
-        least = max(TIGHT_MIN_ROWS, SATURATION_SHARE * len(cells))
-        for side, value in enumerate((cells.min(), cells.max())):
-            if (cells == value).sum() >= least and (int(column), float(value)) not in stuck:
-                limits[column, side] = value
+        n = len(cells)
+        values, counts = np.unique(cells, return_counts=True)
+        busy = (counts >= max(TIGHT_MIN_ROWS, SATURATION_SHARE * n)) & (counts <= MAX_SATURATED_SHARE * n)
+        candidates = [v for v in values[busy] if (int(column), float(v)) not in stuck]
+        if not candidates:
+            continue
+        low, high = min(candidates), max(candidates)
+        if np.mean(cells < low) <= BEYOND_LIMIT_SHARE:  # only glitches lie beyond a limit
+            limits[column, 0] = low
+        if np.mean(cells > high) <= BEYOND_LIMIT_SHARE:
+            limits[column, 1] = high
     return limits

@@ -60,7 +60,13 @@ from ._kernels import _top_exponent
 from ._missing import MAX_PATTERNS, em_moments, pattern_key, radius_for_count, rare_pattern_rows
 from ._passes import NumericalRangeError, PassResult, PassRunner
 from ._power import spread_directions
-from ._repeated import TIGHT_MIN_ROWS, TIGHT_SHARE, find_repeated, held_out, quantization_steps
+from ._repeated import (
+    TIGHT_MIN_ROWS,
+    TIGHT_SHARE,
+    find_repeated,
+    held_out,
+    quantization_steps,
+)
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
 from ._start import START_FRACTION, TINY_EIGENVALUE, _mahalanobis2, _rank, outlyingness, precision, robust_start
 from ._stats import BlockStats, PartialPlan, PassPlan, combine
@@ -194,7 +200,9 @@ def step_plan(
     ``patterns`` of observed cells come back as sums for the client's EM.
     With ``cells`` (a squared cutoff), each row's cells are judged one by
     one and those the model cannot explain are left out, as missing cells
-    are (:func:`._cells.cell_stats`; ``missing_ok``: NaN cells are missing).
+    are (:func:`._cells.cell_stats`; ``missing_ok``: NaN cells are missing);
+    so are the cells holding one of the ``excluded`` values: the row keeps
+    the rest.
     """
     cutoffs = np.atleast_1d(np.asarray(cutoffs, dtype=np.float64))
     prec = precision(scatter)
@@ -210,7 +218,7 @@ def step_plan(
         part = PartialPlan(scatter=np.asarray(scatter, np.float64), kernel_size2=float(kernel_size2),
                            offsets=np.nan_to_num(radii / (2 * kernel_size2), nan=0.0, posinf=np.inf),
                            patterns=tuple(patterns))
-    cell_plan = None if cells is None else _cells.CellPlan(prec, float(cells), missing_ok)
+    cell_plan = None if cells is None else _cells.CellPlan(prec, float(cells), missing_ok, held=pairs)
     return PassPlan(center=location, kernels=kernels, offsets=cutoffs / (2 * kernel_size2), excluded=pairs,
                     excluded_rows=rows, partial=part, cells=cell_plan)
 
@@ -534,9 +542,9 @@ def _iterate_on_sample(state: RobustState, sample: np.ndarray, *, fixed_center, 
 CELL_SAMPLE_STEPS = 30
 
 
-def _keep(rows: np.ndarray) -> np.ndarray:
-    """The sample rows :func:`._cells.judge` judges (no inf cell, some cell observed)."""
-    return ~(np.isinf(rows).any(axis=1) | np.isnan(rows).all(axis=1))
+def _pairs(repeated: np.ndarray | None) -> tuple:
+    """``(column, value)`` pairs of a state's repeated values, as a plan holds them."""
+    return () if repeated is None else tuple((int(c), float(v)) for c, v in repeated)
 
 
 def _cellwise_start(
@@ -573,8 +581,9 @@ def _cellwise_start(
     c2, scale = state.kernel_size2, kernel_factor**2
     flags = np.zeros(rows.shape, bool)  # each step starts from the last one's flags
     for step in range(CELL_SAMPLE_STEPS):
-        judged = _cells.judge(rows, state.location, _cells.CellPlan(precision(state.scatter), cutoff2, True),
-                              start=flags[_keep(rows)])
+        cells = _cells.CellPlan(precision(state.scatter), cutoff2, True, held=_pairs(state.repeated))
+        judged = _cells.judge(rows, state.location, cells, start=flags)
+        flags[:] = False
         flags[judged.rows] = judged.flags
         d2 = judged.equivalent_d2()
         calibrate = step >= CELL_SAMPLE_STEPS // 3
@@ -590,8 +599,8 @@ def _cellwise_start(
         state.core_support = float(res.weight[0] * np.exp(res.log_scale[0]) / n)
         if calibrate and step >= 2 and change < tol / 10:
             break
-    d2 = _cells.judge(rows, state.location, _cells.CellPlan(precision(state.scatter), cutoff2, True),
-                      start=flags[_keep(rows)]).equivalent_d2()
+    cells = _cells.CellPlan(precision(state.scatter), cutoff2, True, held=_pairs(state.repeated))
+    d2 = _cells.judge(rows, state.location, cells, start=flags).equivalent_d2()
     n_effective = state.core_support * n
     q_fit = _core_radius(d2, p, n_effective)
     q_final = max(calibrated_cutoff(d2[np.isfinite(d2)], FINAL_QUANTILE, p=p, n_effective=n_effective), q_fit)
