@@ -302,3 +302,18 @@ def test_score_is_the_mean_gaussian_log_likelihood_and_ranks_models():
     gappy[:10, 0] = np.nan
     assert MCPCA(nan_policy="partial").fit(gappy).score(gappy) == pytest.approx(expected, rel=0.01)
     assert np.isfinite(cross_val_score(MCPCA(), X, cv=3)).all()
+
+
+def test_a_cellwise_fit_leaves_a_stuck_cell_out_and_keeps_its_row():
+    X, S, L, bad = _factor_archive(12_000, 20, 0.01, seed=23)
+    stuck = np.zeros(len(X), bool)
+    stuck[3000:3400] = True
+    X[stuck, 7] = np.round(np.median(X[:, 7]) + 0.2, 6)  # a plausible value, held exactly
+    model = MCPCA(cellwise=True).fit(X)
+    assert [7, X[3000, 7]] in model.repeated_values_.tolist()
+    flags = np.asarray(model.cell_outliers(X))
+    assert flags[stuck, 7].all()  # the stuck cells are bad cells
+    assert flags[stuck][:, np.arange(20) != 7][~bad[stuck][:, np.arange(20) != 7]].mean() < 0.005
+    assert np.asarray(model.is_outlier(X))[stuck].all()  # and their rows are flagged, as stuck rows are
+    counts = np.asarray(model.n_observed(X))
+    assert (counts[stuck] <= 19).all()  # judged on the row's other cells
