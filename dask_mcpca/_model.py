@@ -131,7 +131,8 @@ def mahalanobis_d2(model: Any, block) -> np.ndarray:
     squares overflow only for rows ~1e150 spreads away; their distance,
     inf or NaN after an overflow, is inf.  Rows with NaN cells get the
     distance on their observed cells (:func:`._missing.observed_d2`), NaN
-    if none is observed.
+    if none is observed; a cellwise model's rows, the distance on their
+    good cells (:func:`good_cell_d2`, not mapped).
 
     Parameters
     ----------
@@ -161,6 +162,9 @@ def distances_and_top(model: Any, block, *, top: bool = False) -> tuple[np.ndarr
     block = np.asarray(block)
     if block.dtype not in (np.float32, np.float64):
         block = block.astype(np.float64)
+    if getattr(model, "cell_cutoff_", None) is not None:  # a cellwise model: the distance on the good cells
+        tops = top_channel(contributor(model, "reconstruction")(block)) if top else None
+        return good_cell_d2(model, block, mapped=False), tops
     n = len(block)
     d2, tops = np.empty(n), np.empty(n if top else 0, np.int16)
     numpy_rows = np.arange(n)
@@ -397,9 +401,11 @@ def _censored_fits(model: Any, block: np.ndarray, Y: np.ndarray, prec: np.ndarra
     return at_limit & np.where(upper, z <= reach, z >= -reach)
 
 
-def good_cell_d2(model: Any, block) -> np.ndarray:
+def good_cell_d2(model: Any, block, *, mapped: bool = True) -> np.ndarray:
     """Each row's squared distance on its good cells (neither NaN nor flagged by :func:`cell_flags`),
-    mapped to n_features channels at the same chi-square probability; NaN where no cell is good."""
+    mapped to n_features channels at the same chi-square probability (``mapped=False``: on the good
+    cells, as :func:`mahalanobis_d2` gives a row with gaps its distance on the observed ones); NaN
+    where no cell is good."""
     block = np.asarray(block, np.float64)
     Y, prec = _centred_in_spread(model, block)
     with np.errstate(invalid="ignore"):
@@ -408,7 +414,7 @@ def good_cell_d2(model: Any, block) -> np.ndarray:
     missing = np.isnan(Y) | held | at_limit  # stuck and saturated cells: judged on the others
     flags = _cells.flag_cells(Y, missing, prec, getattr(model, "cell_cutoff_", None) or _cells.cell_cutoff2())
     cond = _missing.conditional(Y, missing | flags, prec)
-    d2 = _missing.equivalent_d2(cond.d2, cond.n_observed, block.shape[1])
+    d2 = _missing.equivalent_d2(cond.d2, cond.n_observed, block.shape[1]) if mapped else cond.d2.copy()
     d2[np.isnan(d2) & (cond.n_observed > 0)] = np.inf
     return d2
 

@@ -317,3 +317,25 @@ def test_a_cellwise_fit_leaves_a_stuck_cell_out_and_keeps_its_row():
     assert np.asarray(model.is_outlier(X))[stuck].all()  # and their rows are flagged, as stuck rows are
     counts = np.asarray(model.n_observed(X))
     assert (counts[stuck] <= 19).all()  # judged on the row's other cells
+
+
+def test_a_cellwise_models_distance_is_that_of_the_row_without_its_bad_cells():
+    import dask.array as da
+    import xarray as xr
+
+    X, S, L, bad = _factor_archive(8000, 12, 0.02, seed=29)
+    model = MCPCA(cellwise=True).fit(X)
+    flags = np.asarray(model.cell_outliers(X))
+    without = np.where(flags, np.nan, X)  # the bad cells as missing ones, judged by the row-wise rule
+    reference = MCPCA(nan_policy="partial").fit(X[:100])  # any model; its parameters replaced below
+    for name in ("components_", "explained_variance_", "mean_", "noise_variance_", "n_components_",
+                 "n_features_in_", "quantization_steps_"):
+        setattr(reference, name, getattr(model, name))
+    np.testing.assert_allclose(np.asarray(model.mahalanobis(X)), np.asarray(reference.mahalanobis(without)),
+                               rtol=1e-8)
+    lazy = model.cell_outliers(da.from_array(X, chunks=(2000, 12)))
+    assert isinstance(lazy, da.Array) and np.array_equal(lazy.compute(), flags)
+    arr = xr.DataArray(X, dims=("time", "channel"), coords={"channel": [f"c{i}" for i in range(12)]})
+    labelled = MCPCA(cellwise=True).fit(arr).cell_outliers(arr)
+    assert isinstance(labelled, xr.DataArray) and labelled.dims == ("time", "channel")
+    assert list(labelled.coords["channel"].values) == [f"c{i}" for i in range(12)]
