@@ -251,9 +251,9 @@ def real_table(seeds: int = 5) -> list[str]:
         "",
         "The cell flags of the default fit are those of `cell_outliers` under the row-wise model (the "
         "chi-square(1) 99.9 % cutoff). On these recordings (several activities, heavy tails), a cellwise fit "
-        "flags cells in a fifth to a third of the clean rows and moves its subspace more between the clean "
-        "and the faulty copy: `cellwise` stays off by default, and a row-wise fit that finds no clean majority "
-        "says so (`BreakdownWarning`) and names it.",
+        "flags cells in a quarter to a third of the clean rows (the default's model: a tenth), and on "
+        "BasicMotions three times as many clean rows: `cellwise` stays off by default, and a row-wise fit that "
+        "finds no clean majority says so (`BreakdownWarning`) and names it.",
         "",
     ]
     return lines
