@@ -231,6 +231,7 @@ def glitchy_store(tmp_path_factory):
     return path, X, bad
 
 
+@pytest.mark.slow  # two dask-mcpca processes
 def test_command_line_fit_cellwise_then_score_writes_the_flagged_cells(glitchy_store, tmp_path):
     import subprocess
     import sys

@@ -201,6 +201,7 @@ def test_demo_faults_are_attributed_to_their_channels(tmp_path):
     assert swapped_accuracy >= 0.90, swapped_accuracy
 
 
+@pytest.mark.slow  # two dask-mcpca processes
 def test_command_line_says_in_one_line_when_channels_can_only_be_matched_by_position(tmp_path):
     """Issue 34, point 4: an xarray archive's variables come back sorted; a plain store scored with
     its model had its columns taken by position, 18 % of the rows flagged, exit 0 and no word."""
