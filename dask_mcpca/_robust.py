@@ -548,20 +548,21 @@ def _pairs(repeated: np.ndarray | None) -> tuple:
 
 
 def _cellwise_start(
-    rows: np.ndarray, complete: np.ndarray, *, fixed_center, kernel_factor: float, cutoff2: float,
-    missing_ok: bool, tol: float,
+    rows: np.ndarray, complete: np.ndarray, *, fixed_center, kernel_factor: float, cutoff2: float, tol: float,
 ) -> RobustState:
     """The robust state of a cellwise fit, from the in-memory row sample ``rows`` (NaN: missing).
 
     Starts from each channel's median and robust spread (a diagonal model:
     its first cell flags are univariate), then iterates the flat-top
-    re-weighting of :func:`_sample_step` on :func:`._cells.cell_stats`: each
-    step flags the cells the current model cannot explain, completes them
-    from the row's good cells and weighs each row by its distance on those
-    (first with the Gaussian radius, then the calibrated one).  The
-    repeated values come from all of ``rows``, the repeated rows and the
-    quantization steps from its complete rows ``complete``.  The radii of the full-data passes are then calibrated on
-    the good-cell distances.
+    re-weighting of :func:`_sample_step` on :func:`._cells.judge` and
+    :func:`._cells.cell_sums`: each step flags the cells the current model
+    cannot explain (``cutoff2``; ``inf`` flags none, a partial fit's start
+    from rows with gaps), completes them from the row's good cells and
+    weighs each row by its distance on those (first with the Gaussian
+    radius, then the calibrated one).  The repeated values come from all of
+    ``rows``, the repeated rows and the quantization steps from its
+    complete rows ``complete``.  The radii of the full-data passes are then
+    calibrated on the good-cell distances.
     """
     n, p = rows.shape
     if n < p + 2:
@@ -838,27 +839,17 @@ def fit_robust(
         tol = max(DEFAULT_TOL, STATISTICAL_TOL * np.sqrt(p / max(moments.n_rows, 1)))
     with np.errstate(invalid="ignore"):
         sample = sample[np.all(np.abs(sample) <= FAR_ROW, axis=1)]
-    if cellwise and state is None:
+    if cellwise:
         runner.cell_cutoff2 = _cells.cell_cutoff2()
-        whole = sample if partial_sample is None or not len(partial_sample) else np.concatenate(
-            [sample, partial_sample])
+    gaps = partial_sample is not None and len(partial_sample) > 0
+    if state is None and (cellwise or (gaps and len(sample) < p + 2)):
+        # A cellwise fit, or too few complete rows for the row-wise start (wide rows, each with a gap
+        # somewhere): start from every row by its good or observed cells (no cell flagged then).
+        whole = np.concatenate([sample, partial_sample]) if gaps else sample
         with np.errstate(invalid="ignore"):
             whole = whole[~(np.abs(whole) > FAR_ROW).any(axis=1)]
         state = _cellwise_start(whole, sample, fixed_center=fixed_center, kernel_factor=kernel_factor,
-                                cutoff2=runner.cell_cutoff2, missing_ok=runner.nan_policy == "partial",
-                                tol=tol)
-        if on_step is not None:
-            on_step(state)
-    elif cellwise:
-        runner.cell_cutoff2 = _cells.cell_cutoff2()
-    if state is None and partial_sample is not None and len(partial_sample) and len(sample) < p + 2:
-        # Too few complete rows for the row-wise start (wide rows, each with a gap somewhere): start
-        # from all rows by their observed cells, as a cellwise fit does, with no cell flagged.
-        whole = np.concatenate([sample, partial_sample])
-        with np.errstate(invalid="ignore"):
-            whole = whole[~(np.abs(whole) > FAR_ROW).any(axis=1)]
-        state = _cellwise_start(whole, sample, fixed_center=fixed_center, kernel_factor=kernel_factor,
-                                cutoff2=np.inf, missing_ok=True, tol=tol)
+                                cutoff2=runner.cell_cutoff2 if cellwise else np.inf, tol=tol)
         if on_step is not None:
             on_step(state)
     if state is None:
