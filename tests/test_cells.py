@@ -340,3 +340,18 @@ def test_a_cellwise_models_distance_is_that_of_the_row_without_its_bad_cells():
     labelled = MCPCA(cellwise=True).fit(arr).cell_outliers(arr)
     assert isinstance(labelled, xr.DataArray) and labelled.dims == ("time", "channel")
     assert list(labelled.coords["channel"].values) == [f"c{i}" for i in range(12)]
+
+
+def test_a_cellwise_fit_is_the_same_whatever_the_chunking_and_the_threads():
+    import dask
+    import dask.array as da
+    from conftest import assert_same_fit
+
+    X, S, L, bad = _factor_archive(8000, 30, 0.02, seed=31)
+    ref = MCPCA(cellwise=True).fit(X)
+    for chunks, workers in ((1000, 1), (1000, 2), (3000, 2)):
+        with dask.config.set(scheduler="threads", num_workers=workers):
+            model = MCPCA(cellwise=True).fit(da.from_array(X, chunks=(chunks, 30)))
+        assert_same_fit(model, ref, rtol=1e-9, atol=1e-11, names=("components_", "explained_variance_", "mean_"),
+                        up_to_sign=True)
+        assert model.outlier_cutoff_ == pytest.approx(ref.outlier_cutoff_, rel=1e-9)
