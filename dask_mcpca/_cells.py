@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from ._kernels import completed_sums
 from ._missing import conditional, equivalent_d2
-from ._stats import from_sums
 
 __all__ = [
     "BreakdownWarning",
@@ -269,24 +269,13 @@ def judge(X: np.ndarray, center: np.ndarray, cells: CellPlan, *, unit_exp: int =
 def cell_sums(judged: Judged, plan):
     """The kernel sums of judged rows (:func:`judge`) under ``plan``'s kernels, as a block's
     :class:`._stats.BlockStats` (see :func:`cell_stats`)."""
-    part, cond, p = plan.partial, judged.cond, judged.Y.shape[1]
+    cond = judged.cond
     d2 = cond.d2.copy()
     U = cond.completed.copy()
     far = ~np.isfinite(d2) | ~np.isfinite(U).all(axis=1)
     d2[far] = np.inf
     U[far] = 0.0
-    E = np.minimum(part.offsets[:, cond.n_observed] - d2[None, :] / (2 * part.kernel_size2), 0.0)
-    excluded = _frozen(judged.raw, plan)
-    if excluded is not None:
-        E[:, excluded] = -np.inf
-    log_scale = E.max(axis=1, initial=-np.inf)
-    with np.errstate(invalid="ignore", over="ignore"):
-        G = np.exp(E - np.where(np.isfinite(log_scale), log_scale, 0.0)[:, None])
-    G[~np.isfinite(E)] = 0.0
-    weight = G.sum(axis=1)
-    wsum = G @ U
-    scatter = np.stack([(U * g[:, None]).T @ U for g in G]) + cond.covariance_sums(G, p)
-    out = from_sums(len(judged.rows), log_scale, weight, wsum, scatter, np.asarray(plan.center, np.float64))
+    out = completed_sums(plan, U, d2, cond.n_observed, cond, _frozen(judged.raw, plan))
     out.n_nonfinite = int(judged.n_rows - len(judged.rows))
     out.n_far = int(far.sum())
     out.n_partial = int((judged.missing | judged.flags).any(axis=1).sum())

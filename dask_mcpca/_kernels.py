@@ -52,6 +52,7 @@ __all__ = [
     "compiled_moments",
     "numpy_part",
     "partial_stats",
+    "completed_sums",
     "Workspace",
     "GEMM_ROWS",
 ]
@@ -505,6 +506,28 @@ def _conditional_model(scatter: bytes, p: int, observed: bytes) -> _missing.Cond
     return _missing.conditional_model(np.frombuffer(scatter, dtype=np.float64).reshape(p, p), mask)
 
 
+def _partial_weights(part_plan, d2: np.ndarray, counts: np.ndarray, excluded: np.ndarray | None):
+    """The weights of rows judged on ``counts`` cells each (:class:`PartialPlan`): kernel ``j`` gives
+    ``exp(min(offsets[j, k] - d2 / (2 c^2), 0))``, rows ``excluded`` none; and the log-scales."""
+    E = part_plan.offsets[:, counts] - d2[None, :] / (2 * part_plan.kernel_size2)
+    if excluded is not None:
+        E[:, excluded] = -np.inf
+    return _weights(E)
+
+
+def completed_sums(plan: PassPlan, Y: np.ndarray, d2: np.ndarray, counts: np.ndarray, cond,
+                   excluded: np.ndarray | None = None) -> BlockStats:
+    """A pass's statistics of completed rows ``Y`` (working units, centred at ``plan.center``) whose
+    distances ``d2`` were judged on ``counts`` cells each, with the conditional covariances of their
+    completed cells (``cond``, a :class:`._missing.Conditional` of the same rows): the weights of
+    :class:`PartialPlan`, the weighted sums, the covariance terms of the E-step.  Rows ``excluded``
+    enter no sums.  (A cellwise pass's sums, :func:`._cells.cell_sums`.)"""
+    G, log_scale = _partial_weights(plan.partial, d2, counts, excluded)
+    weight, wsum, scatter = _weighted_sums(Y, G, Workspace(np.float64))
+    scatter += cond.covariance_sums(G, Y.shape[1])
+    return from_sums(len(Y), log_scale, weight, wsum, scatter, plan.center)
+
+
 def partial_stats(
     X: np.ndarray, plan: PassPlan, observed: np.ndarray | None = None, codes: np.ndarray | None = None
 ) -> BlockStats:
@@ -562,10 +585,7 @@ def partial_stats(
     if far.any():
         d2[far] = np.inf
         Y[far] = 0.0
-    E = part_plan.offsets[:, counts] - d2[None, :] / (2 * part_plan.kernel_size2)
-    if excluded is not None:
-        E[:, excluded] = -np.inf
-    G, log_scale = _weights(E)
+    G, log_scale = _partial_weights(part_plan, d2, counts, excluded)
     gaps = {}
     for mask, rows, model, key in slices:
         if key is not None:
