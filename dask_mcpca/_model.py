@@ -19,6 +19,7 @@ estimator's private methods.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,8 @@ __all__ = [
     "held_cells",
     "isolated_top",
     "judged_counts",
+    "judge_cells",
+    "CellJudgement",
     "mahalanobis_d2",
     "nan_for_nonfinite_rows",
     "unusable_rows",
@@ -148,7 +151,8 @@ def mahalanobis_d2(model: Any, block) -> np.ndarray:
     return distances_and_top(model, block)[0]
 
 
-def distances_and_top(model: Any, block, *, top: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def distances_and_top(model: Any, block, *, top: bool = False,
+                      judged: CellJudgement | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`mahalanobis_d2` of each row, and (``top``) the index of its largest reconstruction-based
     contribution (int16, as :func:`top_channel` of :meth:`MCPCA.channel_contributions`; -1 where no
     cell is observed), in one sweep over the rows.
@@ -164,7 +168,7 @@ def distances_and_top(model: Any, block, *, top: bool = False) -> tuple[np.ndarr
         block = block.astype(np.float64)
     if getattr(model, "cell_cutoff_", None) is not None:  # a cellwise model: the distance on the good cells
         tops = top_channel(contributor(model, "reconstruction")(block)) if top else None
-        return good_cell_d2(model, block, mapped=False), tops
+        return (judge_cells(model, block) if judged is None else judged).d2.copy(), tops
     n = len(block)
     d2, tops = np.empty(n), np.empty(n if top else 0, np.int16)
     numpy_rows = np.arange(n)
@@ -265,7 +269,8 @@ def nearest_in_cells(model: Any, block) -> np.ndarray:
         return model.mean_ + np.sign(Y) * np.maximum(np.abs(Y) - steps / 2, 0.0)
 
 
-def calibrated_d2(model: Any, block, d2: np.ndarray | None = None) -> np.ndarray:
+def calibrated_d2(model: Any, block, d2: np.ndarray | None = None, *,
+                  judged: CellJudgement | None = None) -> np.ndarray:
     """The distance the outlier rule judges: ``d^2`` calibrated for gaps and quantization cells.
 
     For rows with missing cells, ``d^2`` on the observed cells mapped to the
@@ -290,6 +295,8 @@ def calibrated_d2(model: Any, block, d2: np.ndarray | None = None) -> np.ndarray
         Rows in the data's units; NaN cells are gaps.
     d2 : ndarray of shape (n_rows,), optional
         :func:`mahalanobis_d2` of ``block``, when the caller has it already.
+    judged : CellJudgement, optional
+        :func:`judge_cells` of ``block``, when the caller has it already (a cellwise model).
 
     Returns
     -------
@@ -309,7 +316,7 @@ def calibrated_d2(model: Any, block, d2: np.ndarray | None = None) -> np.ndarray
     array([False,  True])
     """
     if getattr(model, "cell_cutoff_", None) is not None:  # a cellwise fit: rows judged on their good cells
-        return good_cell_d2(model, block)
+        return (judge_cells(model, block) if judged is None else judged).mapped_d2()
     d2 = mahalanobis_d2(model, block) if d2 is None else d2
     steps = getattr(model, "quantization_steps_", None)
     if steps is not None and np.any(steps):
@@ -341,7 +348,7 @@ def censored_d2(model: Any, block, d2: np.ndarray) -> np.ndarray:
         return d2
     Y, prec = _centred_in_spread(model, block[rows])
     censored = at_low[rows] | at_high[rows]
-    consistent = _censored_fits(model, block[rows], Y, prec, np.isnan(Y) | censored, censored)
+    consistent = _censored_fits(model, block[rows], _missing.conditional(Y, np.isnan(Y) | censored, prec), censored)
     some = consistent.any(axis=1)
     if not some.any():
         return d2
@@ -353,26 +360,53 @@ def censored_d2(model: Any, block, d2: np.ndarray) -> np.ndarray:
     return out
 
 
-def cell_flags(model: Any, block, cutoff2: float | None = None) -> np.ndarray:
-    """Cells of ``block`` that the fitted model cannot explain (:func:`._cells.flag_cells`), boolean.
+@dataclass
+class CellJudgement:
+    """A block's rows judged cell by cell under a fitted model (:func:`judge_cells`).
 
-    Judged in units of the fitted spread; a NaN cell is missing, never
-    flagged; a row holding an inf cell is flagged where the inf is.
-    ``cutoff2`` defaults to the model's ``cell_cutoff_``, else
-    :func:`._cells.cell_cutoff2`.
+    ``flags``: the cells judged bad (:meth:`MCPCA.cell_outliers`); ``d2``: each row's squared
+    distance on the cells it is judged on (not mapped; inf where it overflows, NaN where no cell is
+    left) and ``n_judged`` their number: neither missing, nor flagged, nor stuck, nor at a
+    saturation limit.
+    """
+
+    flags: np.ndarray
+    d2: np.ndarray
+    n_judged: np.ndarray
+
+    def mapped_d2(self) -> np.ndarray:
+        """``d2`` mapped to all channels at the same chi-square probability (what the cutoff judges)."""
+        return _missing.equivalent_d2(self.d2, self.n_judged, self.flags.shape[1])
+
+
+def judge_cells(model: Any, block) -> CellJudgement:
+    """Judge the cells of ``block`` (data units) under the fitted model, once for every per-cell output.
+
+    Judged in units of the fitted spread; a NaN cell is missing, never flagged; an inf cell is
+    flagged.  A stuck cell (one of ``repeated_values_``) is flagged and left out; a cell at a
+    saturation limit is left out, and flagged where the row's good cells place the quantity well
+    inside the range (:func:`_censored_fits`).  The others are flagged by
+    :func:`._cells.flag_cells` at ``cell_cutoff_`` (else :func:`._cells.cell_cutoff2`).
     """
     block = np.asarray(block, np.float64)
-    if cutoff2 is None:
-        cutoff2 = getattr(model, "cell_cutoff_", None) or _cells.cell_cutoff2()
     Y, prec = _centred_in_spread(model, block)
     inf = np.isinf(Y)
-    Y[inf.any(axis=1)] = np.where(inf, np.nan, Y)[inf.any(axis=1)]
+    Y[inf] = np.nan
     held, at_limit = _known_cells(model, block)
     missing = np.isnan(Y) | held | at_limit
-    flags = _cells.flag_cells(Y, missing, prec, cutoff2)
+    flags = _cells.flag_cells(Y, missing, prec, getattr(model, "cell_cutoff_", None) or _cells.cell_cutoff2())
+    cond = _missing.conditional(Y, missing | flags, prec)
+    bad = flags | inf | held
     if at_limit.any():  # a reading at a limit is bad where the good cells place the quantity well inside
-        flags |= at_limit & ~_censored_fits(model, block, Y, prec, missing | flags, at_limit)
-    return flags | inf | held
+        bad |= at_limit & ~_censored_fits(model, block, cond, at_limit)
+    d2 = cond.d2
+    d2[np.isnan(d2) & (cond.n_observed > 0)] = np.inf
+    return CellJudgement(bad, d2, cond.n_observed)
+
+
+def cell_flags(model: Any, block) -> np.ndarray:
+    """Cells of ``block`` that the fitted model cannot explain, boolean (:func:`judge_cells`)."""
+    return judge_cells(model, block).flags
 
 
 def _known_cells(model: Any, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -387,12 +421,10 @@ def _known_cells(model: Any, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return held, at_limit
 
 
-def _censored_fits(model: Any, block: np.ndarray, Y: np.ndarray, prec: np.ndarray, left_out: np.ndarray,
-                   at_limit: np.ndarray) -> np.ndarray:
-    """Of the cells ``at_limit``, those whose channel the row's other cells (all but ``left_out``)
-    predict at the limit or beyond it, within ``sqrt(cell cutoff)`` conditional standard deviations:
-    a censored reading the model explains (see :func:`censored_d2`)."""
-    cond = _missing.conditional(Y, left_out, prec)
+def _censored_fits(model: Any, block: np.ndarray, cond, at_limit: np.ndarray) -> np.ndarray:
+    """Of the cells ``at_limit``, those whose channel the row's other cells predict (``cond``, the rows
+    completed with those cells left out) at the limit or beyond it, within ``sqrt(cell cutoff)``
+    conditional standard deviations: a censored reading the model explains (see :func:`censored_d2`)."""
     unit = _working_unit(model)[2]
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         z = (np.ldexp(block - model.mean_, -unit) - cond.completed) / np.sqrt(cond.variances())
@@ -402,21 +434,12 @@ def _censored_fits(model: Any, block: np.ndarray, Y: np.ndarray, prec: np.ndarra
 
 
 def good_cell_d2(model: Any, block, *, mapped: bool = True) -> np.ndarray:
-    """Each row's squared distance on its good cells (neither NaN nor flagged by :func:`cell_flags`),
-    mapped to n_features channels at the same chi-square probability (``mapped=False``: on the good
-    cells, as :func:`mahalanobis_d2` gives a row with gaps its distance on the observed ones); NaN
-    where no cell is good."""
-    block = np.asarray(block, np.float64)
-    Y, prec = _centred_in_spread(model, block)
-    with np.errstate(invalid="ignore"):
-        Y[np.isinf(Y)] = np.nan
-    held, at_limit = _known_cells(model, block)
-    missing = np.isnan(Y) | held | at_limit  # stuck and saturated cells: judged on the others
-    flags = _cells.flag_cells(Y, missing, prec, getattr(model, "cell_cutoff_", None) or _cells.cell_cutoff2())
-    cond = _missing.conditional(Y, missing | flags, prec)
-    d2 = _missing.equivalent_d2(cond.d2, cond.n_observed, block.shape[1]) if mapped else cond.d2.copy()
-    d2[np.isnan(d2) & (cond.n_observed > 0)] = np.inf
-    return d2
+    """Each row's squared distance on its good cells (:func:`judge_cells`), mapped to n_features
+    channels at the same chi-square probability (``mapped=False``: on the good cells, as
+    :func:`mahalanobis_d2` gives a row with gaps its distance on the observed ones); NaN where no
+    cell is good."""
+    judged = judge_cells(model, block)
+    return judged.mapped_d2() if mapped else judged.d2
 
 
 def _centred_in_spread(model: Any, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -498,7 +521,7 @@ def judged_counts(model: Any, block) -> np.ndarray:
     model (``cell_cutoff_``) not flagged either (:func:`cell_flags`)."""
     counts = observed_counts(block)
     if getattr(model, "cell_cutoff_", None) is not None:
-        counts = counts - cell_flags(model, block).sum(axis=1).astype(np.int16)
+        counts = counts - judge_cells(model, block).flags.sum(axis=1).astype(np.int16)
     return counts
 
 
@@ -706,15 +729,21 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
     top_with_d2 = "top_channel" in wanted and contribute is None  # from the distances' sweep
     policy = nan_policy
 
+    cellwise = getattr(model, "cell_cutoff_", None) is not None
+
     def distances(block, before, original):
         parts = {}
         top = d2 = calibrated = flags = None
+        # a cellwise model judges the block's cells once, for every output that reads them
+        judged = judge_cells(model, block) if cellwise and wanted - {"scores", "contributions"} else None
+        if judged is not None and "n_observed" in wanted and block is original:  # no row masked out
+            parts["n_observed"] = observed_counts(block) - judged.flags.sum(axis=1).astype(np.int16)
         if {"weight", "outlier", "d2", "top_channel"} & wanted:
-            d2, top = distances_and_top(model, block, top=top_with_d2)
+            d2, top = distances_and_top(model, block, top=top_with_d2, judged=judged)
             if "d2" in wanted:
                 parts["d2"] = d2.copy()
             if {"weight", "outlier", "top_channel"} & wanted:
-                calibrated = calibrated_d2(model, block, d2)
+                calibrated = calibrated_d2(model, block, d2, judged=judged)
                 if "weight" in wanted:
                     parts["weight"] = weight(model, calibrated)
                 if {"outlier", "top_channel"} & wanted:
@@ -724,7 +753,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
         if project is not None:
             parts["scores"] = project(block)
         if "cells" in wanted:
-            parts["cells"] = cell_flags(model, block)
+            parts["cells"] = judged.flags if judged is not None else cell_flags(model, block)
         c = None
         if contribute is not None:
             c = contribute(block)
@@ -739,7 +768,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
         """The outputs of ``block``; ``before``: the row before it (shape (1, p)), or None."""
         if not len(_missing.nonfinite_rows(block)):  # complete rows, as most blocks hold: no masks to make
             parts = distances(block, before, block)
-            if "n_observed" in outputs:
+            if "n_observed" in outputs and "n_observed" not in parts:
                 parts["n_observed"] = judged_counts(model, block)
             return parts
         bad = unusable_rows(block, policy)
@@ -747,7 +776,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
         for name, out in parts.items():
             if bad.any():
                 out[bad] = np.nan if out.dtype.kind == "f" else (-1 if name == "top_channel" else 0)
-        if "n_observed" in outputs:
+        if "n_observed" in outputs and "n_observed" not in parts:
             parts["n_observed"] = nan_for_nonfinite_rows(lambda b: judged_counts(model, b), "partial")(block)
         return parts
 
