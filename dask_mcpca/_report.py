@@ -62,7 +62,7 @@ from ._drift import (
 from ._io import as_row_blocks
 from ._kernels import _shifted
 from ._labels import is_dataarray
-from ._model import calibrated_d2, cell_flags, contribution_matrix, outlier_flags
+from ._model import calibrated_d2, contribution_matrix, judge_cells, outlier_flags
 from ._passes import NonFiniteRowsError
 
 __all__ = [
@@ -213,7 +213,8 @@ def summarize_block(
                 "not scored), or clean the rows"
             )
         Xs = X if whole else np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf): the centre
-        d = calibrated_d2(model, Xs)  # rows with gaps: on their observed cells, as is_outlier judges them
+        judged = judge_cells(model, Xs) if cellwise else None  # once, for the distance and the cells
+        d = calibrated_d2(model, Xs, judged=judged)  # rows with gaps: on their observed cells, as is_outlier does
         flags = ok & outlier_flags(model, Xs, d)
         Y = _shifted(X, centre) if whole else np.where(complete[:, None], X - centre, 0.0)
         Yc = Y if whole else Y[complete]
@@ -248,7 +249,7 @@ def summarize_block(
         if not whole:
             bin_missing[at] += np.add.reduceat(np.isnan(X).astype(np.int64), first, axis=0)
         if cellwise:
-            bin_cells[at] += np.add.reduceat((cell_flags(model, Xs) & ok[:, None]).astype(np.int64), first, axis=0)
+            bin_cells[at] += np.add.reduceat((judged.flags & ok[:, None]).astype(np.int64), first, axis=0)
         lab = None if labels is None else np.asarray(labels[a : a + len(X)])
         if lab is not None:
             head = start + a + first  # the first row of a bin is the one whose predecessor is in another bin
