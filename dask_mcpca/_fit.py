@@ -267,8 +267,9 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
     sample = moments.sample if moments.sample is not None else np.empty((0, p))
     res.quantization_steps_ = quantization_steps(sample)  # before the cutoff, which is calibrated on cells
     if robust is not None:  # before the cutoff, which judges a saturated cell as censored
-        stuck = None if robust.repeated is None else np.column_stack(
-            [robust.repeated[:, 0], np.ldexp(robust.repeated[:, 1], unit)]) if len(robust.repeated) else None
+        stuck = None if robust.repeated is None else robust.repeated.copy()
+        if stuck is not None:
+            stuck[:, 1] = np.ldexp(stuck[:, 1], unit)  # to the sample's units, as repeated_values_ are
         res.saturation_limits_ = saturation_limits(sample, res.quantization_steps_, stuck)
     if solver == "auto":
         _set_from_robust(res, robust, k, moments, unit, kernel_factor=est.kernel_factor)
