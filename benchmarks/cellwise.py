@@ -58,6 +58,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # robustness.py: the real recordings and faults
 
 from dask_mcpca import MCPCA
+from dask_mcpca.testing import clipped_channel, stuck_in_outage
 
 RESULTS = Path(__file__).resolve().parent / "CELLWISE.md"
 K = 5
@@ -143,21 +144,10 @@ METHODS = {
 
 
 def _clipped_rows(own_noise: bool):
-    """Flags of ``MCPCA()`` on a 40,000 x 16 archive (3 strong factors) before and after one channel is
-    clipped at its 97th percentile, the clipped rows' mask and the learned limit and clip.  With
-    ``own_noise`` the clipped channel is mostly its own noise (its high readings are not the factors'
-    tail), else it follows the factors like the others."""
-    rng = np.random.default_rng(1)
-    n, p, k = 40_000, 16, 3
-    L = rng.normal(size=(p, k))
-    X = rng.normal(size=(n, k)) @ L.T + 0.2 * rng.normal(size=(n, p))
-    if own_noise:
-        X[:, 2] = 0.3 * X[:, 2] + rng.normal(size=n)
-    limit = np.quantile(X[:, 2], 0.97)
-    sat = X[:, 2] >= limit
+    """Flags of ``MCPCA()`` before and after the clipping of :func:`dask_mcpca.testing.clipped_channel`,
+    the clipped rows' mask, and the learned limit and the clip."""
+    X, clipped, sat, limit = clipped_channel(own_noise=own_noise)
     before = np.asarray(MCPCA().fit(X).is_outlier(X))
-    clipped = X.copy()
-    clipped[sat, 2] = limit
     model = MCPCA().fit(clipped)
     return before, np.asarray(model.is_outlier(clipped)), sat, model.saturation_limits_[2, 1], limit
 
@@ -188,18 +178,7 @@ def saturation_table() -> list[str]:
 
 
 def stuck_in_gaps_table() -> list[str]:
-    rng = np.random.default_rng(0)
-    n, p = 20_000, 8
-    A = rng.normal(size=(p, p))
-    X = rng.multivariate_normal(np.zeros(p), A @ A.T / p + np.eye(p), size=n)
-    gap = np.zeros(n, bool)
-    for s in rng.integers(0, n - 500, 12):
-        gap[s : s + 500] = True
-    X[gap, 0] = np.nan
-    stuck = np.zeros(n, bool)
-    first = np.flatnonzero(gap)[0]
-    stuck[first : first + 400] = True
-    X[stuck, 3] = np.round(np.nanmedian(X[:, 3]) + 0.3, 6)
+    X, stuck = stuck_in_outage()
     model = MCPCA(nan_policy="partial").fit(X)
     flags = np.asarray(model.is_outlier(X))
     top = np.asarray(model.score_rows(X, outputs=("top_channel",))["top_channel"])

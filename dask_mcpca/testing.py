@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SCENARIOS", "Sample", "make_scenario", "true_basis", "cluster_cell"]
+__all__ = ["SCENARIOS", "Sample", "make_scenario", "true_basis", "cluster_cell", "clipped_channel", "stuck_in_outage"]
 
 SCENARIOS = ("clean", "paper5", "paper20", "orthogonal10", "cluster10", "cluster25", "t3", "gaps5")
 
@@ -94,3 +94,44 @@ def cluster_cell(eps: float, D: float, seed: int, n: int = 4000, p: int = 12) ->
     where = D * (np.sqrt(lam[2]) * V[2] + np.sqrt(lam[3]) * V[3]) / np.sqrt(2)
     X[:k] = where + 0.05 * np.sqrt(lam[-1]) * rng.normal(size=(k, p))
     return X, V
+
+
+def clipped_channel(*, own_noise: bool = False, n: int = 40_000, seed: int = 1):
+    """A 16-channel archive of 3 strong factors whose channel 2 saturates at its 97th percentile.
+
+    Returns ``(X, clipped, saturated, limit)``: the rows before and after the clipping, the mask of the
+    clipped rows and the limit.  With ``own_noise`` channel 2 is mostly its own noise (its high
+    readings are not the factors' tail); else it follows the factors as the others do.
+    """
+    rng = np.random.default_rng(seed)
+    p, k = 16, 3
+    L = rng.normal(size=(p, k))
+    X = rng.normal(size=(n, k)) @ L.T + 0.2 * rng.normal(size=(n, p))
+    if own_noise:
+        X[:, 2] = 0.3 * X[:, 2] + rng.normal(size=n)
+    limit = np.quantile(X[:, 2], 0.97)
+    saturated = X[:, 2] >= limit
+    clipped = X.copy()
+    clipped[saturated, 2] = limit
+    return X, clipped, saturated, limit
+
+
+def stuck_in_outage(*, n: int = 20_000, seed: int = 0):
+    """An 8-channel archive whose channel 0 is offline (NaN) in 12 stretches of 500 rows, and whose
+    channel 3 holds one plausible value exactly over 400 rows that all lie in the first stretch.
+
+    Returns ``(X, stuck)``: the rows and the mask of the stuck rows.
+    """
+    rng = np.random.default_rng(seed)
+    p = 8
+    A = rng.normal(size=(p, p))
+    X = rng.multivariate_normal(np.zeros(p), A @ A.T / p + np.eye(p), size=n)
+    gap = np.zeros(n, bool)
+    for s in rng.integers(0, n - 500, 12):
+        gap[s : s + 500] = True
+    X[gap, 0] = np.nan
+    stuck = np.zeros(n, bool)
+    first = np.flatnonzero(gap)[0]
+    stuck[first : first + 400] = True
+    X[stuck, 3] = np.round(np.nanmedian(X[:, 3]) + 0.3, 6)
+    return X, stuck

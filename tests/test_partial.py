@@ -265,19 +265,11 @@ def test_with_unit_weights_the_partial_fit_is_the_gaussian_maximum_likelihood_em
 
 def test_a_sensor_stuck_while_another_channel_is_offline_is_found_and_named():
     """Issue 33, point 7: the stuck stretch lies wholly in rows where channel 0 is offline."""
-    rng = np.random.default_rng(0)
-    n, p = 20_000, 8
-    A = rng.normal(size=(p, p))
-    X = rng.multivariate_normal(np.zeros(p), A @ A.T / p + np.eye(p), size=n)
-    gap = np.zeros(n, bool)
-    for s in rng.integers(0, n - 500, 12):
-        gap[s : s + 500] = True
-    X[gap, 0] = np.nan
-    stuck = np.zeros(n, bool)
-    first = np.flatnonzero(gap)[0]
-    stuck[first : first + 400] = True
-    assert gap[stuck].all()
-    X[stuck, 3] = np.round(np.nanmedian(X[:, 3]) + 0.3, 6)  # a plausible value, held exactly
+    from dask_mcpca.testing import stuck_in_outage
+
+    X, stuck = stuck_in_outage()
+    assert np.isnan(X[stuck, 0]).all()
+    assert len(np.unique(X[stuck, 3])) == 1
     model = MCPCA(nan_policy="partial").fit(X)
     flags = np.asarray(model.is_outlier(X))
     assert flags[stuck].mean() >= 0.95

@@ -89,15 +89,11 @@ def test_a_saturating_channel_is_judged_as_censored_at_its_limit():
     flagged no more often than the same rows were before the clipping (they lie in the tail of
     the factors), instead of seven times as often; a reading at the limit that the other
     channels place far inside the range is still a fault."""
-    rng = np.random.default_rng(1)
-    n, p, k = 40_000, 16, 3
-    L = rng.normal(size=(p, k))
-    X = rng.normal(size=(n, k)) @ L.T + 0.2 * rng.normal(size=(n, p))
-    limit = np.quantile(X[:, 2], 0.97)
-    sat = X[:, 2] >= limit
+    from dask_mcpca.testing import clipped_channel
+
+    X, clipped, sat, limit = clipped_channel()
+    assert np.isclose(sat.mean(), 0.03, atol=1e-3) and (clipped[sat, 2] == limit).all()
     before = np.asarray(MCPCA().fit(X).is_outlier(X))
-    clipped = X.copy()
-    clipped[sat, 2] = limit
     model = MCPCA().fit(clipped)
     assert model.saturation_limits_[2, 1] == limit and np.isnan(model.saturation_limits_[2, 0])
     assert np.isnan(np.delete(model.saturation_limits_, 2, axis=0)).all()
