@@ -620,10 +620,28 @@ def _channel_first(X, channel_dim: str = "channel") -> bool:
     return first == channel_dim or (timed(second) and not timed(first))
 
 
+#: A Dataset attribute that lists its channels, in order: 1-D data variables along one dimension.  A Zarr
+#: store keeps no order of its arrays (consolidated metadata lists them sorted, a directory in the file
+#: system's order), so without it the channels are the 1-D variables sorted by name.
+CHANNELS_ATTR = "channels"
+
+
+def _written_order(ds) -> list[str] | None:
+    """The variables ``ds.attrs["channels"]`` lists, in its order, when it lists distinct 1-D data
+    variables of ``ds``; None otherwise (an attribute that names something else is not the channels)."""
+    order = ds.attrs.get(CHANNELS_ATTR)
+    if not isinstance(order, list | tuple) or not order:
+        return None
+    if not all(isinstance(n, str) and n in ds.data_vars and ds[n].ndim == 1 for n in order):
+        return None
+    return list(order) if len(set(order)) == len(order) else None
+
+
 def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel_dim: str):
     """The 2-D (row, channel) DataArray named by ``dataset`` or ``variables`` in Dataset ``ds``."""
     # Sorted: a Zarr store without consolidated metadata lists its arrays in the file system's order,
-    # which can change between openings (and so would the channels); --variables gives the order.
+    # which can change between openings (and so would the channels); --variables, or the Dataset's
+    # ``channels`` attribute (CHANNELS_ATTR), gives the order.
     names = sorted(str(n) for n in ds.data_vars)
     if dataset is not None and variables:
         raise ValueError("name either a dataset (a 2-D variable) or variables (1-D ones), not both")
@@ -636,6 +654,8 @@ def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel
             raise ValueError(f"variable {name!r} has dims {X.dims}; name a 2-D (row, channel) variable, or "
                              "1-D variables along the same row dimension as variables")
         return X
+    if not variables:
+        variables = _written_order(ds)
     if not variables:
         two_d = [n for n in names if ds[n].ndim == 2]
         if len(two_d) == 1:
@@ -696,8 +716,10 @@ def open_archive(
         For an xarray store: 1-D data variables along one row dimension,
         stacked as the channels (their names become the channel coordinate
         along ``channel_dim``).  Without ``dataset`` and ``variables``, the
-        store's only 2-D variable, or all its 1-D variables if they share
-        their dimension.  A name given twice is refused.
+        1-D variables the store's ``channels`` attribute lists, in its order
+        (:data:`CHANNELS_ATTR`; a Zarr store keeps no order of its arrays), else
+        the store's only 2-D variable, or all its 1-D variables, sorted by
+        name, if they share their dimension.  A name given twice is refused.
     rows : slice, optional
         Rows to keep, by position (cheap: nothing is read).
     time : slice, optional
