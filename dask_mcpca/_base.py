@@ -38,30 +38,27 @@ def _picker(name: str):
     return pick
 
 
-def _last_row(block):
-    """A block's last row (NaN for a block of no rows), as a (1, p) array of its own."""
-    if not len(block):
-        return np.full((1, block.shape[1]), np.nan, block.dtype)
-    return np.array(block[-1:], copy=True)
+def _rows_before(blocks: da.Array, n: int = _model.CONTEXT_ROWS) -> da.Array:
+    """For each row block of ``blocks``, the ``n`` rows before its first (NaN before the first row of
+    ``blocks``): ``n`` rows per block.
 
-
-def _rows_before(blocks: da.Array) -> da.Array:
-    """For each row block of ``blocks``, the row before its first (NaN before the first row): one row per block.
-
-    Taken from the blocks the outputs read (a small task on each block's read), so no block is read twice.
-    A block of no rows passes on the row before it.
+    Sliced from the blocks the outputs read, so no block is read twice; a slice may reach back
+    over several short blocks.  Where the blocks' sizes are unknown, each block gets NaN rows:
+    its rows are judged without the rows before it.
     """
-    p, n = blocks.shape[1], blocks.numblocks[0]
-    last = blocks.map_blocks(_last_row, chunks=((1,) * n, (p,)), dtype=blocks.dtype)
-    head = da.full((1, p), np.nan, dtype=blocks.dtype, chunks=(1, p))
-    if n == 1:
-        return head
-    empty = np.asarray(blocks.chunks[0], float) == 0  # unknown sizes (NaN) count as rows
-    if not empty.any():
-        return da.concatenate([head, last[:-1]])
-    latest = np.maximum.accumulate(np.where(empty, -1, np.arange(n)))  # the last block with rows, up to each
-    before = np.concatenate([[-1], latest[:-1]])
-    return da.concatenate([head, last])[before + 1].rechunk(((1,) * n, (p,)))
+    p, counts = blocks.shape[1], blocks.chunks[0]
+    pad = da.full((n, p), np.nan, dtype=blocks.dtype, chunks=(n, p))
+    if any(np.isnan(c) for c in counts):
+        return da.concatenate([pad] * len(counts)).rechunk(((n,) * len(counts), (p,)))
+    padded = da.concatenate([pad, blocks])
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
+    return da.concatenate([padded[s : s + n] for s in starts]).rechunk(((n,) * len(counts), (p,)))
+
+
+def _in_order(X: da.Array, func, **kwargs) -> da.Array:
+    """``func(block, before)`` over the row blocks of ``X``, ``before`` the rows before each block
+    (:func:`_rows_before`): for row-block methods that read rows in order (a stuck sensor's run)."""
+    return da.blockwise(func, "i", X, "ij", _rows_before(X), "ij", align_arrays=False, concatenate=True, **kwargs)
 
 
 def _frame_like(out: Any, X: Any) -> Any:
@@ -156,7 +153,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     # ---------------------------------------------------------- transforms
     def _map_rows(
         self, X, func, n_out: int | None, dtype=np.float64, *, columns=None, storage_options=None, nan_policy=None,
-        frame_columns=None,
+        frame_columns=None, in_order: bool = False,
     ):
         """Apply ``func`` to row blocks: lazily for dask input, eagerly otherwise.
 
@@ -164,14 +161,16 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         ``columns``, the name and coordinate of a second dimension); a pandas
         DataFrame gives a Series or a DataFrame with its index (columns:
         ``frame_columns``, or ``X``'s for a per-channel result).
-        ``nan_policy`` overrides the estimator's for this call.
+        ``nan_policy`` overrides the estimator's for this call.  ``in_order``: ``func(block, before)``
+        also gets the rows before the block (:func:`_rows_before`; None for numpy input).
         """
         check_is_fitted(self, "components_")
         _labels.check_feature_names(self, X, reset=False)
-        out = self._map_row_blocks(X, func, n_out, dtype, storage_options, nan_policy=nan_policy)
+        out = self._map_row_blocks(X, func, n_out, dtype, storage_options, nan_policy=nan_policy, in_order=in_order)
         return _labels.like_rows(out, X, columns=columns, frame_columns=frame_columns)
 
-    def _map_row_blocks(self, X, func, n_out: int | None, dtype, storage_options=None, *, nan_policy=None):
+    def _map_row_blocks(self, X, func, n_out: int | None, dtype, storage_options=None, *, nan_policy=None,
+                        in_order: bool = False):
         X = as_row_blocks(X, storage_options=storage_options)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(
@@ -180,6 +179,8 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             )
         func = _model.nan_for_nonfinite_rows(func, nan_policy or self.nan_policy)
         if isinstance(X, da.Array):
+            if in_order:  # per-row outputs only
+                return _in_order(X, func, dtype=dtype, meta=np.empty((0,), dtype))
             if n_out is None:
                 return X.map_blocks(func, drop_axis=1, dtype=dtype)
             return X.map_blocks(func, chunks=(X.chunks[0], (n_out,)), dtype=dtype)
@@ -588,7 +589,12 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         Equivalently ``score_samples(X) < outlier_threshold_``, or the row
         holds one of ``repeated_values_`` (a stuck sensor's value) or equals
         one of ``repeated_rows_`` (a frozen logger's record), which the fit
-        gave no weight.
+        gave no weight, or holds a sensor stuck since the fit: rows are
+        read in order, and a channel continuous at the fit that holds one
+        value, at its dtype's full precision, in ``STUCK_RUN`` (10)
+        consecutive rows is stuck from the tenth on, unless it repeated
+        values in the 1,024 rows before (a slow sensor logged faster than
+        it updates; :func:`dask_mcpca._model.stuck_cells`).
 
         Parameters
         ----------
@@ -625,11 +631,12 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """
         check_is_fitted(self, "components_")
 
-        def flags(block):
+        def flags(block, before=None):
+            stuck = _model.stuck_cells(self, block, before)
             block = np.asarray(block, np.float64)
-            return _model.outlier_flags(self, block, _model.calibrated_d2(self, block))
+            return _model.outlier_flags(self, block, _model.calibrated_d2(self, block), stuck)
 
-        return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options)
+        return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options, in_order=True)
 
     def channel_contributions(
         self,
@@ -789,9 +796,8 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         fused = _model.row_outputs(self, tuple(outputs), self.nan_policy)
         if not isinstance(blocks, da.Array):
             parts = fused(blocks)
-        elif "top_channel" in outputs:  # each block also gets the row before it (see _model.isolated_top)
-            packed = da.blockwise(fused, "i", blocks, "ij", _rows_before(blocks), "ij", align_arrays=False,
-                                  concatenate=True, dtype=object, meta=np.empty((0,), object))
+        elif {"outlier", "top_channel", "cells"} & set(outputs):  # read in order: a stuck run, the row before
+            packed = _in_order(blocks, fused, dtype=object, meta=np.empty((0,), object))
         else:
             packed = blocks.map_blocks(fused, drop_axis=1, dtype=object, meta=np.empty((0,), object))
         k, p = self.n_components_, self.n_features_in_
@@ -863,12 +869,13 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """
         check_is_fitted(self, "components_")
 
-        def labels(block):
+        def labels(block, before=None):
+            stuck = _model.stuck_cells(self, block, before)
             block = np.asarray(block, np.float64)
-            flags = _model.outlier_flags(self, block, _model.calibrated_d2(self, block))
+            flags = _model.outlier_flags(self, block, _model.calibrated_d2(self, block), stuck)
             return np.where(flags, -1, 1).astype(np.int64)
 
-        return self._map_rows(X, labels, None, dtype=np.int64, storage_options=storage_options)
+        return self._map_rows(X, labels, None, dtype=np.int64, storage_options=storage_options, in_order=True)
 
     def decision_function(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """``score_samples(X) - offset_``: negative exactly for the rows :meth:`is_outlier` flags.
@@ -913,13 +920,15 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         check_is_fitted(self, "components_")
         offset = self.outlier_threshold_
 
-        def margin(block):
+        def margin(block, before=None):
+            stuck = _model.stuck_cells(self, block, before)
             block = np.asarray(block, np.float64)
             d2 = _model.calibrated_d2(self, block)
             out = _model.weight(self, d2) - offset
-            flags = _model.outlier_flags(self, block, d2)
-            out[flags & ~(out < 0) & _model.repeated(self, block)] = -offset  # a score of 0: the fit gave it no weight
+            flags = _model.outlier_flags(self, block, d2, stuck)
+            held = _model.repeated(self, block) | stuck.any(axis=1)
+            out[flags & ~(out < 0) & held] = -offset  # a score of 0: a stuck value, which the fit gives no weight
             out[flags & ~(out < 0)] = -np.finfo(np.float64).tiny  # d2 above the cutoff, its score rounded to it
             return out
 
-        return self._map_rows(X, margin, None, storage_options=storage_options)
+        return self._map_rows(X, margin, None, storage_options=storage_options, in_order=True)

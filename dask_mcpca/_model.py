@@ -28,7 +28,7 @@ from . import _cells, _compiled, _missing
 from ._contributions import channel_scales, contributions_with_gaps
 from ._passes import NonFiniteRowsError
 from ._power import variance_floor
-from ._repeated import held_out, value_matches
+from ._repeated import HOLD_WINDOW, held_out, stuck_runs, value_matches
 
 __all__ = [
     "CONTRIBUTION_METHODS",
@@ -56,6 +56,8 @@ __all__ = [
     "projector",
     "repeated",
     "row_outputs",
+    "stuck_cells",
+    "CONTEXT_ROWS",
     "top_channel",
     "weight",
 ]
@@ -476,8 +478,9 @@ def repeated(model: Any, rows: np.ndarray) -> np.ndarray:
     return held_out(rows, getattr(model, "repeated_values_", None), getattr(model, "repeated_rows_", None))
 
 
-def outlier_flags(model: Any, rows: np.ndarray, d2: np.ndarray) -> np.ndarray:
-    """The outlier rule of :meth:`MCPCA.is_outlier`: ``d2`` above ``outlier_cutoff_``, or a repeated value or row.
+def outlier_flags(model: Any, rows: np.ndarray, d2: np.ndarray, stuck: np.ndarray | None = None) -> np.ndarray:
+    """The outlier rule of :meth:`MCPCA.is_outlier`: ``d2`` above ``outlier_cutoff_``, a repeated value or
+    row, or a stuck cell (``stuck``, :func:`stuck_cells`).
 
     Parameters
     ----------
@@ -487,12 +490,15 @@ def outlier_flags(model: Any, rows: np.ndarray, d2: np.ndarray) -> np.ndarray:
         Rows in float64, data units.
     d2 : ndarray of shape (n_rows,)
         Their :func:`calibrated_d2`.
+    stuck : ndarray of bool, shape (n_rows, n_features_in_), optional
+        Their stuck cells (None: none).
 
     Returns
     -------
     flags : ndarray of bool, shape (n_rows,)
     """
-    return (d2 > model.outlier_cutoff_) | repeated(model, rows)
+    flags = (d2 > model.outlier_cutoff_) | repeated(model, rows)
+    return flags if stuck is None else flags | stuck.any(axis=1)
 
 
 def contamination_cutoff(model: Any, rows: np.ndarray, contamination: float) -> float:
@@ -579,12 +585,51 @@ def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
     if held.any():  # spelled once per distinct value: a stuck stretch holds one value in many rows
         at = np.nonzero(held)
         values, which = np.unique(rows[at], return_inverse=True)
-        full = _digits(values) >= FULL_DIGITS.get(rows.dtype, FULL_DIGITS[np.dtype(np.float64)])
-        held[at] = full[which]
+        held[at] = _full_precision(values, rows.dtype)[which.ravel()]
     learned = getattr(model, "repeated_values_", None)
     for column, value in () if learned is None else learned:
         held[:, int(column)] |= value_matches(rows[:, int(column)], value)
     return held
+
+
+#: Rows before each block that a row-block method reads to judge the block's rows in order
+#: (:func:`stuck_cells`; the last of them is :func:`isolated_top`'s row before).
+CONTEXT_ROWS = HOLD_WINDOW
+
+
+def _full_precision(values: np.ndarray, dtype) -> np.ndarray:
+    """True for the ``values`` whose shortest spelling in ``dtype`` needs near its full precision
+    (:data:`FULL_DIGITS`)."""
+    return _digits(values) >= FULL_DIGITS.get(np.dtype(dtype), FULL_DIGITS[np.dtype(np.float64)])
+
+
+def stuck_cells(model: Any, block, before) -> np.ndarray:
+    """Cells of ``block`` (rows in order, as stored) that a sensor stuck since the fit holds.
+
+    A channel continuous at the fit (``quantization_steps_`` 0) that holds one value, at near its
+    dtype's full precision (:data:`FULL_DIGITS`) and not at a saturation limit
+    (``saturation_limits_``), in :data:`._repeated.STUCK_RUN` consecutive rows, having repeated no
+    other value in the :data:`._repeated.HOLD_WINDOW` rows before (:func:`._repeated.stuck_runs`).
+    The fit's row sample learns a value stuck in the fitted rows (``repeated_values_``); this
+    rule finds one that sticks later, for monitoring.  Quantized channels, values on a coarser grid
+    (an idle device's zeros, a set point) and a saturated reading are not judged by it.
+
+    ``before``: the :data:`CONTEXT_ROWS` rows before the block (NaN where there are none), or None.
+    """
+    block = np.asarray(block)
+    steps = getattr(model, "quantization_steps_", None)
+    if steps is None or block.dtype.kind != "f":
+        return np.zeros(block.shape, bool)
+    cells = stuck_runs(block, before, np.asarray(steps) == 0)
+    if cells.any():
+        at = np.nonzero(cells)
+        values, which = np.unique(block[at], return_inverse=True)
+        keep = _full_precision(values, block.dtype)[which.ravel()]
+        limits = getattr(model, "saturation_limits_", None)
+        if limits is not None:
+            keep &= (block[at] != limits[at[1], 0]) & (block[at] != limits[at[1], 1])
+        cells[at[0][~keep], at[1][~keep]] = False
+    return cells
 
 
 def isolated_top(model: Any, block, before, d2, calibrated, flags, top, contributions=None) -> np.ndarray:
@@ -661,11 +706,11 @@ def nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
     cell NaN, or an inf, give NaN.
     """
 
-    def wrapped(block):
+    def wrapped(block, *context):
         bad = unusable_rows(block, nan_policy)
         if not bad.any():
-            return func(block)
-        out = func(np.where(bad[:, None], 0.0, block))
+            return func(block, *context)
+        out = func(np.where(bad[:, None], 0.0, block), *context)
         out[bad] = np.nan if out.dtype.kind == "f" else 0
         return out
 
@@ -734,6 +779,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
     def distances(block, before, original):
         parts = {}
         top = d2 = calibrated = flags = None
+        stuck = stuck_cells(model, original, before) if {"outlier", "top_channel", "cells"} & wanted else None
         # a cellwise model judges the block's cells once, for every output that reads them
         judged = judge_cells(model, block) if cellwise and wanted - {"scores", "contributions"} else None
         if judged is not None and "n_observed" in wanted and block is original:  # no row masked out
@@ -747,13 +793,13 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
                 if "weight" in wanted:
                     parts["weight"] = weight(model, calibrated)
                 if {"outlier", "top_channel"} & wanted:
-                    flags = outlier_flags(model, np.asarray(block, np.float64), calibrated)
+                    flags = outlier_flags(model, np.asarray(block, np.float64), calibrated, stuck)
                     if "outlier" in wanted:
                         parts["outlier"] = flags
         if project is not None:
             parts["scores"] = project(block)
         if "cells" in wanted:
-            parts["cells"] = judged.flags if judged is not None else cell_flags(model, block)
+            parts["cells"] = (judged.flags if judged is not None else cell_flags(model, block)) | stuck
         c = None
         if contribute is not None:
             c = contribute(block)
@@ -761,11 +807,12 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
             if "top_channel" in wanted:
                 top = top_channel(c)
         if "top_channel" in wanted:
-            parts["top_channel"] = isolated_top(model, original, before, d2, calibrated, flags, top, c)
+            last = None if before is None else before[-1:]
+            parts["top_channel"] = isolated_top(model, original, last, d2, calibrated, flags, top, c)
         return parts
 
     def fused(block, before=None):
-        """The outputs of ``block``; ``before``: the row before it (shape (1, p)), or None."""
+        """The outputs of ``block``; ``before``: the :data:`CONTEXT_ROWS` rows before it, or None."""
         if not len(_missing.nonfinite_rows(block)):  # complete rows, as most blocks hold: no masks to make
             parts = distances(block, before, block)
             if "n_observed" in outputs and "n_observed" not in parts:

@@ -1,0 +1,149 @@
+"""A sensor stuck after the fit: runs of one exact value, read in row order (issue 34, point 2).
+
+The fit's row sample learns a value stuck in the fitted rows (``repeated_values_``,
+tests/test_repeated.py); a sensor that sticks later is found by its run: a
+channel continuous at the fit holding one value, at its dtype's full precision,
+in ``STUCK_RUN`` consecutive rows, where it repeated no other value in the
+``HOLD_WINDOW`` rows before (``dask_mcpca._repeated.stuck_runs``).
+
+The rule is written out here row by row, plainly, and compared with the
+vectorised one; then the methods that flag rows (``is_outlier``, ``predict``,
+``decision_function``, ``score_rows``) are checked to find a stuck stretch in
+nearly all its rows, whatever the chunking, and to leave quantized, saturating,
+idle, set-point and sample-and-hold channels alone.
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dask_mcpca import MCPCA
+from dask_mcpca._repeated import HOLD_WINDOW, STUCK_RUN, stuck_runs
+
+P = 6
+CHUNKINGS = (997, 4096, 30_000)
+
+
+def _plain_rule(X: np.ndarray, run: int, window: int) -> np.ndarray:
+    """The rule, one cell at a time: the run up to the cell, and the repeats of the window before it."""
+    n, p = X.shape
+    out = np.zeros((n, p), bool)
+
+    def repeat(i, j):  # row i repeats row i - 1's value on channel j (NaN, inf and 0 never do)
+        return i > 0 and X[i, j] == X[i - 1, j] and np.isfinite(X[i, j]) and X[i, j] != 0
+
+    for j in range(p):
+        for i in range(n):
+            start = i
+            while repeat(start, j):
+                start -= 1
+            length = i - start + 1
+            earlier = sum(repeat(r, j) for r in range(max(i - window, 0) + 1, start))
+            out[i, j] = length >= run and (length > window or earlier == 0)
+    return out
+
+
+def test_the_vectorised_rule_is_the_rule_written_cell_by_cell():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(700, 4)).round(1)  # coarse values: runs of every length by chance
+    X[100:140, 0] = 2.5
+    X[300:305, 1] = 7.0
+    X[::50, 2] = np.nan
+    X[400:420, 3] = 0.0
+    want = _plain_rule(X, run=4, window=30)
+    got = stuck_runs(X, None, np.ones(4, bool), run=4, window=30)
+    assert want.sum() > 20  # the runs are there to be found
+    np.testing.assert_array_equal(got, want)
+    # cut into blocks, each given the rows before it: the same verdicts
+    parts = [stuck_runs(X[a : a + 77], X[max(a - 30, 0) : a], np.ones(4, bool), run=4, window=30)
+             for a in range(0, len(X), 77)]
+    np.testing.assert_array_equal(np.concatenate(parts), want)
+
+
+def _factor_rows(rng, n, loadings):
+    return (rng.normal(size=(n, len(loadings))) @ loadings + 0.3 * rng.normal(size=(n, loadings.shape[1])))
+
+
+@pytest.fixture(scope="module")
+def monitored():
+    """A model fitted on continuous float32 channels, and later rows where channel 2 sticks for 3,000 rows."""
+    rng = np.random.default_rng(0)
+    loadings = rng.normal(size=(3, P))
+    model = MCPCA().fit(_factor_rows(rng, 40_000, loadings).astype(np.float32))
+    later = _factor_rows(rng, 20_000, loadings).astype(np.float32)
+    later[5_000:8_000, 2] = later[4_999, 2]
+    stuck = np.zeros(len(later), bool)
+    stuck[5_000:8_000] = True
+    return model, later, stuck
+
+
+def test_a_sensor_stuck_after_the_fit_is_flagged_in_nearly_all_its_rows(monitored):
+    model, later, stuck = monitored
+    assert not len(model.repeated_values_)  # the fit never saw it
+    flags = model.is_outlier(later)
+    # the stretch's first STUCK_RUN - 1 rows (and the row before) cannot be told from a moving sensor
+    assert flags[stuck].mean() >= 1 - STUCK_RUN / stuck.sum()
+    assert flags[~stuck].mean() < 0.005
+    rows = model.score_rows(later, outputs=("outlier", "top_channel", "cells"))
+    np.testing.assert_array_equal(rows["outlier"], flags)
+    run = np.flatnonzero(stuck)[STUCK_RUN - 1 :]
+    # named, but in the odd row that another channel's fault flags as well (the run alone would not explain it)
+    assert (rows["top_channel"][run] == 2).mean() > 0.99
+    assert rows["cells"][run, 2].all()
+    np.testing.assert_array_equal(model.predict(later) == -1, flags)
+    np.testing.assert_array_equal(model.decision_function(later) < 0, flags)
+
+
+@pytest.mark.parametrize("chunk", CHUNKINGS)
+def test_the_verdicts_do_not_depend_on_the_chunking(monitored, chunk):
+    model, later, _ = monitored
+    X = da.from_array(later, chunks=(chunk, P))
+    want = model.is_outlier(later)
+    np.testing.assert_array_equal(model.is_outlier(X).compute(), want)
+    np.testing.assert_array_equal(model.predict(X).compute() == -1, want)
+    rows = model.score_rows(X, outputs=("outlier", "top_channel"))
+    np.testing.assert_array_equal(rows["outlier"].compute(), want)
+    np.testing.assert_array_equal(rows["top_channel"].compute(), model.score_rows(later, outputs=("top_channel",))[
+        "top_channel"])
+
+
+def _natural_repeats(rng, n):
+    """Channels whose exact repeats are the data's nature, beside continuous ones."""
+    t = rng.normal(size=(n, P))
+    t[:, 0] = np.round(t[:, 0] * 4) / 4  # quantized: a lattice of quarter steps
+    t[:, 1] = np.minimum(t[:, 1], 1.0)  # saturating at 1.0 in 16 % of the rows (0 steps: continuous)
+    t[:, 2] = np.repeat(rng.normal(size=n // 5 + 1), 5)[:n]  # a slow sensor logged 5 times per update
+    idle = (np.arange(n) // 2_000) % 10 == 3  # idle at exact 0 one stretch in 10
+    t[idle, 3] = 0.0
+    t[:, 4] = np.where((np.arange(n) // 3_000) % 7 == 1, 20.5, t[:, 4])  # a set point, held for 3,000 rows
+    return t
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_quantized_saturating_held_idle_and_set_point_channels_are_not_flagged_by_runs(dtype):
+    rng = np.random.default_rng(1)
+    X = _natural_repeats(rng, 30_000).astype(dtype)
+    model = MCPCA().fit(X)
+    later = _natural_repeats(rng, 30_000).astype(dtype)
+    rows = model.score_rows(later, outputs=("outlier", "cells"))
+    # what flags the rows with no run rule: d^2 or a learned repeated value, as is_outlier did before it
+    from dask_mcpca import _model
+
+    before = _model.outlier_flags(model, later.astype(np.float64), _model.calibrated_d2(model, later))
+    np.testing.assert_array_equal(rows["outlier"], before)
+
+
+def test_a_long_run_is_stuck_once_the_channels_earlier_repeats_leave_its_window():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(3 * HOLD_WINDOW, 1))
+    X[:HOLD_WINDOW, 0] = np.repeat(rng.normal(size=HOLD_WINDOW // 4), 4)  # held values, then continuous
+    X[HOLD_WINDOW + 10 : HOLD_WINDOW + 20, 0] = 1.2345678901234567  # a run of 10, repeats at rows W+11 .. W+19
+    start = 2 * HOLD_WINDOW - 100
+    X[start:, 0] = 2.345678901234567  # a run of 1,124 rows
+    got = stuck_runs(X, None, np.ones(1, bool))[:, 0]
+    assert not got[HOLD_WINDOW + 10 : HOLD_WINDOW + 20].any()  # held values in the window before
+    # row i reads rows i - W .. i - 1: the last earlier repeat (row W + 19) leaves its window at i = 2W + 19
+    assert not got[start : 2 * HOLD_WINDOW + 19].any()
+    assert got[2 * HOLD_WINDOW + 19 :].all()
