@@ -42,6 +42,7 @@ _HOMES = {
     "load": "._estimator",
     "check_params": "._estimator",
     "open_archive": "._io",
+    "open_scores": "._score_store",
     "NonFiniteRowsError": "._passes",
     "NumericalRangeError": "._passes",
     "CheckpointMismatchError": "._checkpoint",
@@ -54,6 +55,7 @@ __all__ = [
     "load",
     "check_params",
     "open_archive",
+    "open_scores",
     "NonFiniteRowsError",
     "NumericalRangeError",
     "CheckpointMismatchError",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:  # what static tools see
     from ._io import open_archive
     from ._passes import NonFiniteRowsError, NumericalRangeError
     from ._persist import ModelFormatError
+    from ._score_store import open_scores
 
 
 def __getattr__(name: str):

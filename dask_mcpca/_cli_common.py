@@ -13,7 +13,7 @@ from ._io import split_store_path
 
 __all__ = [
     "PROG", "_UsageError", "_one_line", "_storage_options", "_store_root", "_open", "_slice_text", "_archive_span",
-    "_fmt_seconds", "_describe", "check_channel_names",
+    "_fmt_seconds", "_describe", "_listed", "check_channel_names",
 ]
 
 PROG = "dask-mcpca"
@@ -114,15 +114,29 @@ def _describe(X) -> str:
     return f"{n:,} rows x {p} features, {X.dtype}, {blocks} block{'s' * (blocks != 1)}"
 
 
-def check_channel_names(model, X, store: str, err=None) -> None:
-    """One line on stderr where the channels of ``X`` can only be matched to the model's by position.
+def _listed(names, limit: int = 8) -> str:
+    """``a, b, c`` (the first ``limit``, then how many in all)."""
+    names = [str(n) for n in names]
+    more = f", ... ({len(names)} in all)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
 
-    A model fitted on named channels (an xarray archive) and a store without
-    names, or the other way round: the columns are taken in order, and an
-    archive whose variables come back in another order (xarray sorts a
-    Dataset's) would be judged channel against the wrong channel.  The line
-    replaces scikit-learn's warning, which names neither the model's channels
-    nor the store.
+
+def check_channel_names(model, X, store: str, err=None):
+    """``X`` with its channels matched to the model's: by name where both are named, else by position
+    with one line on stderr.
+
+    Both named: the same names in another order are taken in the model's
+    order (an xarray archive's variables come back sorted, or in the order
+    of ``--variables``); other names are refused in one line (a
+    :class:`_UsageError` naming them).  A model fitted on named channels and
+    a store without names, or the other way round: the columns are taken in
+    order, by position, and one line on stderr says so (it replaces
+    scikit-learn's warning, which names neither the model's channels nor
+    the store).
+
+    Returns
+    -------
+    The archive ``X``, its channels in the model's order.
     """
     import sys
     import warnings
@@ -131,19 +145,31 @@ def check_channel_names(model, X, store: str, err=None) -> None:
 
     fitted = getattr(model, "feature_names_in_", None)
     names = feature_names_of(X) if is_dataarray(X) else None
+    if fitted is not None and names is not None:
+        want, have = [str(n) for n in fitted], [str(n) for n in names]
+        if have == want:
+            return X
+        if sorted(have) != sorted(want):
+            missing = [n for n in want if n not in set(have)]
+            unseen = [n for n in have if n not in set(want)]
+            differ = "; ".join(f"{what} {_listed(items)}" for what, items in (
+                ("the model's channels it lacks:", missing), ("its channels the model was not fitted on:", unseen))
+                if items) or f"its channels {_listed(have)} repeat names"
+            raise _UsageError(f"{store} has other channels than the model ({differ}); the model was fitted on "
+                              f"{_listed(want)} (--variables selects channels)")
+        where = {n: j for j, n in enumerate(have)}
+        return X.isel({X.dims[1]: [where[n] for n in want]})  # by name, in the model's order
     if (fitted is None) == (names is None):
-        return  # both named (checked name by name by the methods) or neither
+        return X  # neither named
     err = sys.stderr if err is None else err
-    shown = ", ".join(map(str, (fitted if fitted is not None else names)[:8]))
-    more = f", ... ({len(fitted if fitted is not None else names)} in all)" if len(
-        fitted if fitted is not None else names) > 8 else ""
     if fitted is not None:
-        line = (f"warning: the model was fitted on named channels ({shown}{more}) and {store} has no channel "
+        line = (f"warning: the model was fitted on named channels ({_listed(fitted)}) and {store} has no channel "
                 "names: its columns are taken in that order, by position; score a store with those names "
                 "(an xarray archive) to have them matched by name")
         warnings.filterwarnings("ignore", message="X does not have valid feature names")
     else:
-        line = (f"warning: {store} has named channels ({shown}{more}) and the model was fitted without names: "
+        line = (f"warning: {store} has named channels ({_listed(names)}) and the model was fitted without names: "
                 "they are taken in the store's order, by position, which must be the fit's")
         warnings.filterwarnings("ignore", message="X has feature names, but")
     print(f"{PROG}: {line}", file=err, flush=True)
+    return X

@@ -14,6 +14,7 @@ from ._cli_common import (
     _archive_span,
     _describe,
     _fmt_seconds,
+    _listed,
     _open,
     _slice_text,
     _storage_options,
@@ -22,6 +23,7 @@ from ._cli_common import (
 )
 from ._cli_outputs import _check_output_location, _exists, _refuse_inside_input
 from ._estimator import CENTERS, MCPCA, check_params, load
+from ._labels import feature_names_of
 
 __all__ = ["MAX_TABLE_ROWS", "_CENTERS", "summary_table", "_cmd_fit", "_cmd_update"]
 
@@ -64,6 +66,8 @@ def _cmd_fit(args, out) -> int:
     check_params(model)
     X = _open(args, row_index=False)  # a fit never uses the time index (built anyway for --time)
     print(f"fitting {args.store}: {_describe(X)}", file=out, flush=True)
+    if (names := feature_names_of(X)) is not None:  # the order the model keeps (docs/archives.md)
+        print(f"channels, in this order: {_listed(names, limit=12)}", file=out, flush=True)
     started = time.perf_counter()
     model.fit(X)
     elapsed = time.perf_counter() - started
@@ -131,8 +135,7 @@ def _cmd_update(args, out) -> int:
                   f"{args.model} left as it is", file=out)
             return 0
         args.rows = slice(seen[1], None)
-    X = _open(args, row_index=args.time is not None)
-    check_channel_names(model, X, args.store)
+    X = check_channel_names(model, _open(args, row_index=args.time is not None), args.store)
     span = _archive_span(args, X)
     if seen is not None and span is not None and span[0] < seen[1] and seen[0] < span[1]:
         chosen = " with ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in ("rows", "time")

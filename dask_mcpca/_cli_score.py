@@ -57,10 +57,8 @@ DEFAULT_OUTPUTS, DEFAULT_DTYPE = "monitoring", "float32"
 
 
 def _cmd_score(args, out) -> int:
-    import dask.array as da
-    import zarr
-
     from . import _append
+    from ._score_store import as_dataset, quiet_consolidated
 
     _refuse_inside_input(args.output, args.store, "--output")
     if _overlaps(args.model, args.output):
@@ -80,8 +78,7 @@ def _cmd_score(args, out) -> int:
             raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
         _refuse_replacing_other_data(args.output, options)
     model = load(args.model, storage_options=options)
-    X = _open(args)
-    check_channel_names(model, X, args.store)
+    X = check_channel_names(model, _open(args), args.store)
     started = time.perf_counter()
     names, dtype = args.outputs or default_outputs(model), args.dtype or DEFAULT_DTYPE
     outputs = _score_outputs(model, X, names, dtype)
@@ -97,23 +94,16 @@ def _cmd_score(args, out) -> int:
         attrs.update(_append.provenance(**_score_source(args, model, options), rows=span))
     else:
         attrs.update({k: v for k, v in _score_source(args, model, options).items() if k != "digest"})
+    quiet_consolidated()
     with _output_store(args.output, options, overwrite=args.overwrite) as tmp:
         so = {"storage_options": with_timeouts(tmp, options)} if is_url(tmp) else {}
-        if isinstance(next(iter(outputs.values())), da.Array):
-            root = zarr.open_group(tmp, mode="w", **so)
-            root.attrs.update(attrs)
-            writes = [da.to_zarr(a, tmp, component=name, compute=False, **so) for name, a in outputs.items()]
-        else:  # DataArrays: written by xarray, with their dims and coordinates
-            import xarray as xr
-
-            ds = xr.Dataset(outputs, attrs={k: v for k, v in attrs.items() if v is not None})
-            for name in names:
-                ds[name].attrs["description"] = SCORE_ARRAYS[name]
-            writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, **so)]
-        flags = outputs.get("outlier")
+        # written by xarray whatever the input: dims, the channel names and coordinates (_score_store)
+        ds = as_dataset(outputs, model=model, X=X, attrs=attrs, descriptions=SCORE_ARRAYS)
+        writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, **so)]
+        flags = ds.get("outlier")
         # counted in the same computation as the writes (the blocks are made once), as --append does,
         # not by reading the written store back
-        counted = [flags.sum() if isinstance(flags, da.Array) else flags.data.sum()] if flags is not None else []
+        counted = [flags.data.sum()] if flags is not None else []
         results = _compute_settled(*writes, *counted, progress=not args.no_progress)
         n_out = int(results[-1]) if counted else None
     elapsed = time.perf_counter() - started
@@ -193,6 +183,7 @@ def _score_append(args, out, options) -> int:
 
     from . import _append
     from ._atomic import atomic_path
+    from ._score_store import as_dataset, dimension_names, quiet_consolidated
 
     output = local_path(args.output)
     if output is None:
@@ -208,8 +199,7 @@ def _score_append(args, out, options) -> int:
         start, stop = _append.check_appendable(attrs, _append.provenance(**source, rows=(0, 0)), args.output)
     except _append.AppendError as err:
         raise _UsageError(str(err)) from None
-    whole = _open(args)
-    check_channel_names(model, whole, args.store)
+    whole = check_channel_names(model, _open(args), args.store)
     n_all = whole.shape[0]
     if n_all < stop:
         raise _UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the {stop:,} already scored in --output "
@@ -235,39 +225,39 @@ def _score_append(args, out, options) -> int:
         raise _UsageError(f"--output {args.output!r} does not hold the arrays its attributes name "
                           f"({', '.join(map(str, names))}); score it again with --overwrite")
     started = time.perf_counter()
-    outputs = _score_outputs(model, X, names, dtype)
-    labelled = not isinstance(next(iter(outputs.values())), da.Array)
-    outputs = {n: a.isel({a.dims[0]: slice(lead, None)}) if labelled else a[lead:] for n, a in outputs.items()}
-    row_dim = next(iter(outputs.values())).dims[0] if labelled else None
+    outputs = {n: a.isel({a.dims[0]: slice(lead, None)}) if hasattr(a, "isel") else a[lead:]
+               for n, a in _score_outputs(model, X, names, dtype).items()}
+    # A store that names its arrays' dimensions (every store score writes) is appended to by xarray; one
+    # written array by array from a plain input (before score named them) is appended to array by array.
+    named = dimension_names(old[names[0]]) is not None
+    if named:
+        ds = as_dataset(outputs, model=model, X=X, attrs=attrs, descriptions=SCORE_ARRAYS)  # attrs: rewritten
+        row_dim = ds[names[0]].dims[0]
     row_arrays = [name for name, arr in old.arrays() if arr.shape and arr.shape[0] == n_old and (
-        not labelled or (getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
-                         or [None])[0] == row_dim)]
+        not named or (dimension_names(arr) or [None])[0] == row_dim)]
+    quiet_consolidated()
     with atomic_path(output, replace=is_zarr_store) as tmp:
         _append.clone_for_append(output, tmp, n_old, row_arrays)
-        if labelled:
-            import xarray as xr
-
-            chunk = old[names[0]].chunks[0]
-            ds = xr.Dataset(outputs, attrs=attrs)  # the group's attributes are rewritten by an append
-            for name in names:
-                ds[name].attrs["description"] = SCORE_ARRAYS[name]
-            ds = ds.chunk({row_dim: _append.aligned_chunks(n_old, n_new, chunk)})
+        if named:
+            ds = ds.chunk({row_dim: _append.aligned_chunks(n_old, n_new, old[names[0]].chunks[0])})
             writes = [ds.to_zarr(tmp, append_dim=row_dim, compute=False, consolidated=True)]
+            flags = ds["outlier"].data if "outlier" in ds else None
         else:
             writes = []
-            for name, arr in outputs.items():
+            plain = {n: getattr(a, "data", a) for n, a in outputs.items()}
+            for name, arr in plain.items():
                 z = zarr.open_array(tmp, path=name, mode="r+")
                 z.resize((n_old + n_new, *z.shape[1:]))
                 arr = arr.rechunk({0: _append.aligned_chunks(n_old, n_new, z.chunks[0])})
                 region = (slice(n_old, n_old + n_new),) + (slice(None),) * (arr.ndim - 1)
                 writes.append(arr.store(z, regions=[region], lock=False, compute=False))
-        flags = outputs.get("outlier")
-        counted = [(flags.data if labelled else flags).sum()] if flags is not None else []  # the blocks written
+            flags = plain.get("outlier")
+        counted = [flags.sum()] if flags is not None else []  # the blocks written
         results = _compute_settled(*writes, *counted, progress=not args.no_progress)
         n_out = int(results[-1]) if counted else None
         group = zarr.open_group(tmp, mode="r+")
         group.attrs.update({_append.ROWS_ATTR: [start, n_all], "complete": True})
-        if labelled:
+        if named:
             zarr.consolidate_metadata(tmp)
     elapsed = time.perf_counter() - started
     flagged = f": {n_out:,} outliers ({n_out / n_new:.2%})" if n_out is not None else ""

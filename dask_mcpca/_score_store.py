@@ -1,0 +1,161 @@
+"""The score store: ``dask-mcpca score``'s arrays labelled for xarray, and read back with channel names.
+
+Whatever the input, every array of a score store names its dimensions (the
+input's row dimension, ``row`` for a plain array; ``component``; the channel
+dimension, the input's, ``channel`` for a plain array), so
+``xarray.open_zarr`` opens it.  The channels are named three ways: the
+group attribute ``channels``, the channel coordinate of ``contributions``
+and ``cells``, and ``top_channel``'s CF ``flag_values``/``flag_meanings``.
+:func:`open_scores` adds ``top_channel_name``.
+
+The names are the model's (``feature_names_in_``), else the input's channel
+coordinate, else the column positions as text (``"0"``, ``"1"``, ...), as
+``dask-mcpca report`` names the channels of its events.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ._labels import COMPONENT_DIM, is_dataarray
+
+__all__ = ["ROW_DIM", "CHANNEL_DIM", "CHANNELS_ATTR", "NO_CHANNEL", "quiet_consolidated", "channel_names",
+           "dimension_names", "as_dataset", "top_channel_flags", "top_channel_names", "open_scores"]
+
+#: Row dimension of the arrays scored from a plain (unlabelled) input.
+ROW_DIM = "row"
+#: Channel dimension of the arrays scored from a plain input (an xarray input keeps its own).
+CHANNEL_DIM = "channel"
+#: Group attribute of a score store: the channel names, in the model's column order.
+CHANNELS_ATTR = "channels"
+#: ``top_channel``'s flag meaning for -1 (no channel observed), and ``top_channel_name``'s value there.
+NO_CHANNEL = "none"
+
+
+def quiet_consolidated() -> None:
+    """Silence zarr's warning that consolidated metadata is not in the Zarr v3 specification: a score
+    store is written consolidated (xarray opens it in one read) and the command line says one line."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part", category=UserWarning)
+
+
+def channel_names(model, X: Any) -> list[str]:
+    """The channels' names, in the model's column order: ``feature_names_in_``, else the channel
+    coordinate of a DataArray ``X``, else ``"0"``, ``"1"``, ... (the column positions)."""
+    names = getattr(model, "feature_names_in_", None)
+    if names is None and is_dataarray(X) and X.ndim == 2 and X.dims[1] in X.coords:
+        names = X.coords[X.dims[1]].values
+    if names is None:
+        return [str(j) for j in range(model.n_features_in_)]
+    return [str(n) for n in names]
+
+
+def dimension_names(arr) -> list | None:
+    """The dimension names of a Zarr array (v3 metadata, or xarray's v2 attribute); None without them
+    (an array that ``score`` wrote from a plain input before it named them)."""
+    return getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
+
+
+def _uniform_rows(a):
+    """Dask array ``a`` with row chunks Zarr can take (all one size but a smaller last one)."""
+    rows = a.chunks[0]
+    if len(rows) < 2 or (len(set(rows[:-1])) == 1 and rows[-1] <= rows[0]):
+        return a
+    return a.rechunk({0: max(rows)})
+
+
+def as_dataset(outputs: dict, *, model, X: Any, attrs: dict, descriptions: dict):
+    """The per-row ``outputs`` of ``model.score_rows(X)`` as the Dataset a score store holds.
+
+    ``outputs`` of a plain input (dask or numpy arrays) get the dimensions
+    :data:`ROW_DIM`, ``component`` (with its coordinate, as for a DataArray
+    input) and :data:`CHANNEL_DIM`; the channel dimension, where an array
+    has it, gets the names (:func:`channel_names`) as its coordinate, the group the attribute
+    :data:`CHANNELS_ATTR`, ``top_channel`` its CF flag attributes, each array
+    its ``descriptions[name]``.  None-valued ``attrs`` are left out.
+    """
+    import xarray as xr
+
+    names = channel_names(model, X)
+    channel_dim = X.dims[1] if is_dataarray(X) else CHANNEL_DIM
+    arrays = {}
+    for name, a in outputs.items():
+        if not isinstance(a, xr.DataArray):
+            dims = (ROW_DIM,) if a.ndim == 1 else (ROW_DIM, COMPONENT_DIM if name == "scores" else channel_dim)
+            coords = {COMPONENT_DIM: np.arange(a.shape[1])} if name == "scores" else {}
+            a = xr.DataArray(a, dims=dims, coords=coords)
+        if hasattr(a.data, "rechunk"):
+            a = a.copy(data=_uniform_rows(a.data))
+        arrays[name] = a
+    ds = xr.Dataset(arrays, attrs={k: v for k, v in attrs.items() if v is not None})
+    if channel_dim in ds.dims:  # object: written as Zarr v3 variable-length text
+        ds = ds.assign_coords({channel_dim: np.asarray(names, dtype=object)})
+    ds.attrs[CHANNELS_ATTR] = names
+    for name in outputs:
+        ds[name].attrs["description"] = descriptions[name]
+    if "top_channel" in ds:
+        ds["top_channel"].attrs.update(top_channel_flags(names))
+    return ds
+
+
+def top_channel_flags(names: list[str]) -> dict:
+    """CF flag attributes of ``top_channel``: -1 is :data:`NO_CHANNEL`, ``j`` the ``j``-th name
+    (blanks within a name written as ``_``: CF separates the meanings by blanks)."""
+    return {"flag_values": list(range(-1, len(names))),
+            "flag_meanings": " ".join("_".join(str(n).split()) or "_" for n in [NO_CHANNEL, *names])}
+
+
+def top_channel_names(ds):
+    """``top_channel`` of a score store's Dataset as the channels' names (lazy where it is):
+    :data:`NO_CHANNEL` where no channel was observed (-1).
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr
+    >>> ds = xr.Dataset({"top_channel": ("row", np.array([1, -1, 0], np.int16))}, attrs={"channels": ["T1", "P1"]})
+    >>> top_channel_names(ds).values.tolist()
+    ['P1', 'none', 'T1']
+    """
+    import xarray as xr
+
+    names = ds.attrs.get(CHANNELS_ATTR)
+    if not isinstance(names, list) or not names:
+        raise ValueError("the score store records no channel names (scored before dask-mcpca stored them); "
+                         "score it again with --overwrite")
+    lookup = np.asarray([*map(str, names), NO_CHANNEL])  # -1 reads the last entry
+    named = xr.apply_ufunc(lookup.__getitem__, ds["top_channel"], dask="parallelized", output_dtypes=[lookup.dtype])
+    return named.rename("top_channel_name").assign_attrs(description="top_channel as the channel's name")
+
+
+def open_scores(path: str | os.PathLike, **kwargs):
+    """Open a store written by ``dask-mcpca score`` as an ``xarray.Dataset``, lazily.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The score store (a directory or a URL).
+    **kwargs
+        Passed to ``xarray.open_zarr`` (``storage_options`` for a URL).
+
+    Returns
+    -------
+    xarray.Dataset
+        The store's arrays, with ``top_channel_name`` (:func:`top_channel_names`)
+        beside ``top_channel`` where the store holds it.
+
+    Examples
+    --------
+    >>> from dask_mcpca import open_scores
+    >>> ds = open_scores("scores.zarr")  # doctest: +SKIP
+    >>> ds.top_channel_name.where(ds.outlier, drop=True)  # doctest: +SKIP
+    """
+    import xarray as xr
+
+    ds = xr.open_zarr(os.fspath(path) if isinstance(path, os.PathLike) else path, **kwargs)
+    if "top_channel" in ds:
+        ds["top_channel_name"] = top_channel_names(ds)
+    return ds
