@@ -233,6 +233,29 @@ def test_command_line_says_in_one_line_when_channels_can_only_be_matched_by_posi
     assert str(tmp_path / "plain.zarr") in lines[0]
 
 
+@pytest.mark.parametrize("attribute", [None, ["temp", "flow", "press", "amp"], ["no", "such"]])
+def test_an_xarray_archive_keeps_the_order_its_channels_attribute_gives(attribute, tmp_path, capsys):
+    """A Zarr store keeps no order of its arrays (consolidated metadata lists them sorted): the channels
+    are the 1-D variables sorted by name, unless the Dataset's ``channels`` attribute lists them (one
+    that lists no variables of the store is not a channel list); ``fit`` prints the order it uses."""
+    from dask_mcpca import open_archive
+    from dask_mcpca._cli import main
+
+    written = ["temp", "flow", "press", "amp"]
+    rng = np.random.default_rng(2)
+    ds = xr.Dataset({n: ("time", rng.normal(size=2000)) for n in written},
+                    coords={"time": pd.date_range("2026-01-01", periods=2000, freq="s")})
+    if attribute is not None:
+        ds.attrs["channels"] = attribute
+    ds.to_zarr(tmp_path / "a.zarr", mode="w")
+    expected = written if attribute == written else sorted(written)
+    assert list(open_archive(tmp_path / "a.zarr").channel.values) == expected
+    assert list(open_archive(tmp_path / "a.zarr", variables=["amp", "temp"]).channel.values) == ["amp", "temp"]
+    assert main(["fit", str(tmp_path / "a.zarr"), "-o", str(tmp_path / "m.json"), "--no-progress"]) == 0
+    assert f"channels, in this order: {', '.join(expected)}\n" in capsys.readouterr().out
+    assert list(load(tmp_path / "m.json").feature_names_in_) == expected
+
+
 def test_inverse_transform_of_a_dataframe_is_a_dataframe_with_the_fits_names():
     rng = np.random.default_rng(3)
     frame = pd.DataFrame(rng.normal(size=(2000, 3)) * [3.0, 1.0, 0.3], columns=["a", "b", "c"],
