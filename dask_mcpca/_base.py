@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _labels, _missing, _model
 from ._io import as_row_blocks
 from ._model import ROW_OUTPUTS
+from ._passes import rows_before
 
 __all__ = ["_BaseMCPCA"]
 
@@ -38,27 +39,11 @@ def _picker(name: str):
     return pick
 
 
-def _rows_before(blocks: da.Array, n: int = _model.CONTEXT_ROWS) -> da.Array:
-    """For each row block of ``blocks``, the ``n`` rows before its first (NaN before the first row of
-    ``blocks``): ``n`` rows per block.
-
-    Sliced from the blocks the outputs read, so no block is read twice; a slice may reach back
-    over several short blocks.  Where the blocks' sizes are unknown, each block gets NaN rows:
-    its rows are judged without the rows before it.
-    """
-    p, counts = blocks.shape[1], blocks.chunks[0]
-    pad = da.full((n, p), np.nan, dtype=blocks.dtype, chunks=(n, p))
-    if any(np.isnan(c) for c in counts):
-        return da.concatenate([pad] * len(counts)).rechunk(((n,) * len(counts), (p,)))
-    padded = da.concatenate([pad, blocks])
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
-    return da.concatenate([padded[s : s + n] for s in starts]).rechunk(((n,) * len(counts), (p,)))
-
-
 def _in_order(X: da.Array, func, **kwargs) -> da.Array:
     """``func(block, before)`` over the row blocks of ``X``, ``before`` the rows before each block
-    (:func:`_rows_before`): for row-block methods that read rows in order (a stuck sensor's run)."""
-    return da.blockwise(func, "i", X, "ij", _rows_before(X), "ij", align_arrays=False, concatenate=True, **kwargs)
+    (:func:`._passes.rows_before`): for row-block methods that read rows in order (a stuck sensor's run)."""
+    before = rows_before(X, _model.CONTEXT_ROWS)
+    return da.blockwise(func, "i", X, "ij", before, "ij", align_arrays=False, concatenate=True, **kwargs)
 
 
 def _frame_like(out: Any, X: Any) -> Any:
@@ -162,7 +147,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         DataFrame gives a Series or a DataFrame with its index (columns:
         ``frame_columns``, or ``X``'s for a per-channel result).
         ``nan_policy`` overrides the estimator's for this call.  ``in_order``: ``func(block, before)``
-        also gets the rows before the block (:func:`_rows_before`; None for numpy input).
+        also gets the rows before the block (:func:`._passes.rows_before`; None for numpy input).
         """
         check_is_fitted(self, "components_")
         _labels.check_feature_names(self, X, reset=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any
 
 import dask.array as da
@@ -27,7 +28,7 @@ from sklearn.exceptions import ConvergenceWarning
 from . import _cells, _checkpoint
 from ._block import BlockStats, PassPlan
 from ._io import as_row_blocks
-from ._model import calibrated_d2, cell_flags, contamination_cutoff, mahalanobis_d2, repeated
+from ._model import CONTEXT_ROWS, calibrated_d2, cell_flags, contamination_cutoff, mahalanobis_d2, repeated, stuck_cells
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, spread_blocks
 from ._power import descending_eigh, orient_rows
@@ -604,6 +605,11 @@ def _update_state(model) -> RobustState:
     )
 
 
+def _stuck_rows(model, block, before) -> np.ndarray:
+    """Rows of ``block`` holding a sensor stuck since the fit (:func:`._model.stuck_cells`)."""
+    return stuck_cells(model, block, before).any(axis=1)
+
+
 def update_rows(X, model) -> FitResult:
     """An update of the fitted ``model`` by the new rows ``X``, in one pass; see :meth:`MCPCA.partial_fit`.
 
@@ -625,7 +631,9 @@ def update_rows(X, model) -> FitResult:
     state = _update_state(model)
     sums = BlockStats(n_rows=int(model.n_samples_seen_), n_nonfinite=0, log_scale=model.update_log_weights_.copy(),
                       weight=np.ones(2), mean=model.update_means_.copy(), scatter=model.update_covariances_.copy())
-    runner = PassRunner(X, nan_policy=model.nan_policy, progress=model.progress)
+    # a sensor stuck since the fit (a run of one value, read in order) gets no weight, as is_outlier flags it
+    runner = PassRunner(X, nan_policy=model.nan_policy, progress=model.progress,
+                        hold_out=partial(_stuck_rows, model), context=CONTEXT_ROWS)
     runner.unit_exp = unit
     fixed = None if model.center == "robust" else state.location
     state, merged, new = update_robust(runner, state, sums, fixed_center=fixed)

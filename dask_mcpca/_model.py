@@ -597,17 +597,23 @@ def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
 CONTEXT_ROWS = HOLD_WINDOW
 
 
-def _full_precision(values: np.ndarray, dtype) -> np.ndarray:
+#: Digits of a value that a stuck run may hold (:func:`stuck_cells`): one fewer than :data:`FULL_DIGITS`, as
+#: about one float32 value in ten is spelled in 6 digits; a run's repeats are evidence enough, with the hold
+#: rule (:func:`._repeated.stuck_runs`), against a channel on a coarser grid, whose values repeat often.
+RUN_DIGITS = {dtype: digits - 1 for dtype, digits in FULL_DIGITS.items()}
+
+
+def _full_precision(values: np.ndarray, dtype, digits: dict = FULL_DIGITS) -> np.ndarray:
     """True for the ``values`` whose shortest spelling in ``dtype`` needs near its full precision
-    (:data:`FULL_DIGITS`)."""
-    return _digits(values) >= FULL_DIGITS.get(np.dtype(dtype), FULL_DIGITS[np.dtype(np.float64)])
+    (``digits``: :data:`FULL_DIGITS` by dtype)."""
+    return _digits(values) >= digits.get(np.dtype(dtype), digits[np.dtype(np.float64)])
 
 
 def stuck_cells(model: Any, block, before) -> np.ndarray:
     """Cells of ``block`` (rows in order, as stored) that a sensor stuck since the fit holds.
 
     A channel continuous at the fit (``quantization_steps_`` 0) that holds one value, at near its
-    dtype's full precision (:data:`FULL_DIGITS`) and not at a saturation limit
+    dtype's full precision (:data:`RUN_DIGITS`) and not at a saturation limit
     (``saturation_limits_``), in :data:`._repeated.STUCK_RUN` consecutive rows, having repeated no
     other value in the :data:`._repeated.HOLD_WINDOW` rows before (:func:`._repeated.stuck_runs`).
     The fit's row sample learns a value stuck in the fitted rows (``repeated_values_``); this
@@ -620,16 +626,46 @@ def stuck_cells(model: Any, block, before) -> np.ndarray:
     steps = getattr(model, "quantization_steps_", None)
     if steps is None or block.dtype.kind != "f":
         return np.zeros(block.shape, bool)
-    cells = stuck_runs(block, before, np.asarray(steps) == 0)
+    cells, began = stuck_runs(block, before, np.asarray(steps) == 0, starts=True)
     if cells.any():
         at = np.nonzero(cells)
-        values, which = np.unique(block[at], return_inverse=True)
-        keep = _full_precision(values, block.dtype)[which.ravel()]
+        keep = _written_in_full(block, before, at, began[at])
         limits = getattr(model, "saturation_limits_", None)
         if limits is not None:
             keep &= (block[at] != limits[at[1], 0]) & (block[at] != limits[at[1], 1])
         cells[at[0][~keep], at[1][~keep]] = False
     return cells
+
+
+#: Values of a channel before a run that say how the channel writes its values (:func:`_written_in_full`).
+WRITTEN_VALUES = 32
+
+
+def _written_in_full(block: np.ndarray, before, at: tuple[np.ndarray, np.ndarray], began: np.ndarray) -> np.ndarray:
+    """Whether each run of the cells ``at`` (rows, columns of ``block``; its run began at row ``began``)
+    is on a channel that writes its values at near its dtype's full precision (:data:`RUN_DIGITS`):
+    by the median digits of the channel's last :data:`WRITTEN_VALUES` values before the run, within
+    the cell's window of :data:`._repeated.HOLD_WINDOW` rows (so that no verdict depends on the
+    chunking); where none lies there, by the run's own value.  A channel on a coarser grid (a
+    recording logged to a few decimals) is left to the fit's rules; one value spelled short by
+    chance (one float32 value in ten or a hundred) is not.
+    """
+    rows, cols = at
+    head = np.full((0, block.shape[1]), np.nan, block.dtype) if before is None else np.asarray(before, block.dtype)
+    X = np.concatenate([head[-HOLD_WINDOW:], block])
+    offset = len(X) - len(block)
+    start = began + offset  # in X
+    lowest = np.maximum(rows + offset - HOLD_WINDOW, 0)  # the cell's window
+    first = np.maximum(start - WRITTEN_VALUES, lowest)
+    keep = np.zeros(len(rows), bool)
+    groups, which = np.unique(np.stack([cols, first, start]), axis=1, return_inverse=True)
+    for g, (col, a, b) in enumerate(groups.T):
+        values = X[a:b, col]
+        values = values[np.isfinite(values) & (values != 0)]
+        if not len(values):  # the run began before the window: its own value
+            values = X[b : b + 1, col]
+        keep[which.ravel() == g] = np.median(_digits(values)) >= RUN_DIGITS.get(block.dtype, 12)
+    return keep
 
 
 def isolated_top(model: Any, block, before, d2, calibrated, flags, top, contributions=None) -> np.ndarray:

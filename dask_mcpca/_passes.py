@@ -144,10 +144,42 @@ def limit_blas_in_task() -> None:
         _WORKER_LIMIT = threadpool_limits(limits=1, user_api="blas")
 
 
-def _block_task(block, plan: PassPlan, row_offset: int) -> BlockStats:
-    """:func:`block_stats` inside a dask task, with single-threaded BLAS (:func:`limit_blas_in_task`)."""
+def rows_before(blocks: da.Array, n: int) -> da.Array:
+    """For each row block of ``blocks``, the ``n`` rows before its first (NaN before the first row of
+    ``blocks``): ``n`` rows per block.
+
+    Sliced from the blocks a computation reads, so no block is read twice; a slice may reach back
+    over several short blocks.  Where the blocks' sizes are unknown, each block gets NaN rows:
+    its rows are judged without the rows before it.
+    """
+    p, counts = blocks.shape[1], blocks.chunks[0]
+    pad = da.full((n, p), np.nan, dtype=blocks.dtype, chunks=(n, p))
+    if any(np.isnan(c) for c in counts):
+        return da.concatenate([pad] * len(counts)).rechunk(((n,) * len(counts), (p,)))
+    padded = da.concatenate([pad, blocks])
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
+    return da.concatenate([padded[s : s + n] for s in starts]).rechunk(((n,) * len(counts), (p,)))
+
+
+def held_block_stats(block, plan: PassPlan, row_offset: int, held: np.ndarray) -> BlockStats:
+    """:func:`block_stats` of ``block`` with the rows ``held`` (a mask) given no weight: left out of the
+    sums and counted in ``n_rows``.  For passes that draw no row sample (the sample is drawn by row)."""
+    if not held.any():
+        return block_stats(block, plan, row_offset)
+    if plan.sample_rate > 0:
+        raise ValueError("rows are held out of a pass only where it draws no row sample")
+    stats = block_stats(np.asarray(block)[~held], plan, row_offset)
+    stats.n_rows += int(held.sum())
+    return stats
+
+
+def _block_task(block, plan: PassPlan, row_offset: int, before=None, hold_out=None) -> BlockStats:
+    """:func:`block_stats` inside a dask task, with single-threaded BLAS (:func:`limit_blas_in_task`);
+    with ``hold_out``, the rows ``hold_out(block, before)`` flags get no weight (:func:`held_block_stats`)."""
     limit_blas_in_task()
-    return block_stats(block, plan, row_offset)
+    if hold_out is None:
+        return block_stats(block, plan, row_offset)
+    return held_block_stats(block, plan, row_offset, hold_out(block, before))
 
 
 def _tree_reduce(parts: list, split_every: int):
@@ -175,10 +207,17 @@ class PassRunner:
     nan_policy : {"raise", "omit"}
     progress : bool
         Show a bar per pass.
+    hold_out : callable, optional
+        ``hold_out(block, before) -> mask`` of the block's rows to give no weight, ``before`` the
+        ``context`` rows before the block (NaN before the first): a rule that reads rows in order
+        (:func:`dask_mcpca._model.stuck_cells`).  For passes that draw no row sample.
+    context : int
+        Rows before each block that ``hold_out`` reads.
     """
 
-    def __init__(self, X, *, nan_policy: str = "raise", progress: bool = False):
+    def __init__(self, X, *, nan_policy: str = "raise", progress: bool = False, hold_out=None, context: int = 0):
         self.X = X
+        self.hold_out, self.context = hold_out, context
         self.nan_policy = nan_policy
         self.progress = progress
         self.n_passes = 0
@@ -221,13 +260,27 @@ class PassRunner:
             if self.is_dask:
                 plan_d = dask.delayed(plan, pure=True)
                 all_blocks = self._dask_blocks()
-                parts = [dask.delayed(_block_task, pure=True)(all_blocks[i], plan_d, int(offsets[i])) for i in chosen]
+                if self.hold_out is None:
+                    parts = [dask.delayed(_block_task, pure=True)(all_blocks[i], plan_d, int(offsets[i]))
+                             for i in chosen]
+                else:  # both from the unoptimised graph, whose keys they share: each block is read once
+                    blocks = self.X.to_delayed(optimize_graph=False)[:, 0]
+                    before = rows_before(self.X, self.context).to_delayed(optimize_graph=False)[:, 0]
+                    parts = [dask.delayed(_block_task, pure=True)(blocks[i], plan_d, int(offsets[i]), before[i],
+                                                                  self.hold_out) for i in chosen]
                 stats = bar.compute(_tree_reduce(parts, SPLIT_EVERY), blocks=parts)
             else:
                 stats = None
                 for i in chosen:
                     start = int(offsets[i])
-                    part = block_stats(self.X[start : start + NUMPY_BLOCK_ROWS], plan, start)
+                    block = self.X[start : start + NUMPY_BLOCK_ROWS]
+                    if self.hold_out is None:
+                        part = block_stats(block, plan, start)
+                    else:
+                        before = self.X[max(start - self.context, 0) : start]
+                        before = np.concatenate([np.full((self.context - len(before), self.n_features), np.nan),
+                                                 before])
+                        part = held_block_stats(block, plan, start, self.hold_out(block, before))
                     stats = part if stats is None else combine(stats, part)
                     bar.advance(1)
         if blocks is None:

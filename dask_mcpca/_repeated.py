@@ -494,7 +494,7 @@ def saturation_limits(sample: np.ndarray, steps: np.ndarray, repeated: np.ndarra
 
 
 def stuck_runs(rows: np.ndarray, before: np.ndarray | None, watched: np.ndarray, *, run: int = STUCK_RUN,
-               window: int = HOLD_WINDOW) -> np.ndarray:
+               window: int = HOLD_WINDOW, starts: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Cells of ``rows`` in a run of one exact value at least ``run`` rows long up to them (rows in
     order), on the ``watched`` channels, where, of the ``window`` rows before the cell, those before
     the run began hold no repeat (a run longer than ``window`` counts whatever came before it).
@@ -511,25 +511,31 @@ def stuck_runs(rows: np.ndarray, before: np.ndarray | None, watched: np.ndarray,
         The channels the rule applies to.
     run, window : int
         :data:`STUCK_RUN` and :data:`HOLD_WINDOW`.
+    starts : bool
+        Also return, for each cell, the row its run began at, counted from the first of ``rows``
+        (negative: in ``before``).
 
     Returns
     -------
     ndarray of bool, shape (n, p)
         NaN never repeats; which values may be stuck (their precision, a saturation limit) is
         the caller's to decide.
+    ndarray of int, shape (n, p)
+        With ``starts``.
     """
     n, p = rows.shape
     out = np.zeros((n, p), bool)
+    began_at = np.zeros((n, p), np.int64)
     cols = np.flatnonzero(watched)
     if not n or not len(cols):
-        return out
+        return (out, began_at) if starts else out
     head = np.full((0, len(cols)), np.nan) if before is None else np.asarray(before)[-window:, cols]
     X = np.concatenate([head, np.asarray(rows)[:, cols]]) if len(head) else np.asarray(rows)[:, cols]
     same = np.zeros(X.shape, bool)
     with np.errstate(invalid="ignore"):  # zeros are a set state (and the rows a method masks), not a held value
         same[1:] = (X[1:] == X[:-1]) & (X[1:] != 0) & np.isfinite(X[1:])
     if not same[len(head) :].any():  # the usual block: no value repeats
-        return out
+        return (out, began_at) if starts else out
     m = len(X)
     index = np.arange(m)[:, None]
     began = np.maximum.accumulate(np.where(same, 0, index), axis=0)  # the first row of each cell's run
@@ -539,4 +545,5 @@ def stuck_runs(rows: np.ndarray, before: np.ndarray | None, watched: np.ndarray,
     earlier = np.take_along_axis(pairs, np.maximum(began - 1, 0), axis=0) - np.take_along_axis(pairs, first, axis=0)
     stuck = (length >= run) & ((length > window) | (earlier == 0))
     out[:, cols] = stuck[len(head) :]
-    return out
+    began_at[:, cols] = began[len(head) :] - len(head)
+    return (out, began_at) if starts else out

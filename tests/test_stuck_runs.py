@@ -109,6 +109,12 @@ def test_the_verdicts_do_not_depend_on_the_chunking(monitored, chunk):
         "top_channel"])
 
 
+def _copy(model):
+    import copy
+
+    return copy.deepcopy(model)
+
+
 def _natural_repeats(rng, n):
     """Channels whose exact repeats are the data's nature, beside continuous ones."""
     t = rng.normal(size=(n, P))
@@ -147,3 +153,19 @@ def test_a_long_run_is_stuck_once_the_channels_earlier_repeats_leave_its_window(
     # row i reads rows i - W .. i - 1: the last earlier repeat (row W + 19) leaves its window at i = 2W + 19
     assert not got[start : 2 * HOLD_WINDOW + 19].any()
     assert got[2 * HOLD_WINDOW + 19 :].all()
+
+
+@pytest.mark.parametrize("chunk", [None, *CHUNKINGS])
+def test_an_update_gives_a_sensor_stuck_since_the_fit_no_weight(monitored, chunk):
+    """``partial_fit`` weighs the stuck rows (from the run's tenth on) as it would rows it never got."""
+    model, later, stuck = monitored
+    run = np.flatnonzero(stuck)[STUCK_RUN - 1 :]
+    without = np.delete(later, run, axis=0)
+    a = _copy(model).partial_fit(later if chunk is None else da.from_array(later, chunks=(chunk, P)))
+    b = _copy(model).partial_fit(without)
+    np.testing.assert_allclose(a.components_, b.components_, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=1e-9)
+    np.testing.assert_allclose(a.mean_, b.mean_, rtol=0, atol=1e-9)
+    assert a.n_samples_ == len(later)
+    # the held rows are not ones the kernel would have ignored anyway: most lie inside it
+    assert np.median(model.score_samples(later[run])) > 0.1
