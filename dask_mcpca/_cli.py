@@ -58,21 +58,32 @@ from __future__ import annotations
 import _thread
 import argparse
 import asyncio
+import importlib
 import logging
 import re
 import sys
 import threading
 
+from ._choices import CLI_CENTERS, NAN_POLICIES, SOLVERS
 from ._cli_common import PROG, _one_line, _UsageError
-from ._cli_fit import _CENTERS, _cmd_fit, _cmd_update
-from ._cli_report import _cmd_demo, _cmd_report
 from ._cli_scheduler import DEFAULT_CONNECT_TIMEOUT, MAX_CONNECT_TIMEOUT, _scheduler, _SchedulerLost
-from ._cli_score import OUTPUT_SETS, SCORE_ARRAYS, _cmd_score
-from ._estimator import NAN_POLICIES, SOLVERS
-from ._report import MAX_EVENTS
+from ._cli_score import OUTPUT_SETS, SCORE_ARRAYS
 from ._version import __version__
 
-__all__ = ["main"]
+__all__ = ["main", "COMMANDS"]
+
+#: Each command's function, as (module, name): imported when the command runs, so that the parser
+#: (``--version``, ``--help``, a usage error) loads neither dask, scikit-learn, Zarr nor xarray.
+COMMANDS = {
+    "fit": ("._cli_fit", "_cmd_fit"),
+    "update": ("._cli_fit", "_cmd_update"),
+    "score": ("._cli_score", "_cmd_score"),
+    "report": ("._cli_report", "_cmd_report"),
+    "demo": ("._cli_report", "_cmd_demo"),
+}
+#: ``report --max-events``'s default as its help states it; the number itself is ``_report.MAX_EVENTS``,
+#: which the command reads when the option is left out (``_report`` loads numpy and dask).
+_MAX_EVENTS_HELP = "10,000"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -230,7 +241,7 @@ def _build_parser() -> argparse.ArgumentParser:
     data_options(fit)
     fit.add_argument("--n-components", type=_positive_int, metavar="K", help="components to keep (default: all)")
     fit.add_argument("--solver", choices=SOLVERS, default="auto")
-    fit.add_argument("--center", choices=tuple(_CENTERS), default="robust")
+    fit.add_argument("--center", choices=tuple(CLI_CENTERS), default="robust")
     fit.add_argument("--nan-policy", choices=NAN_POLICIES, default="raise")
     fit.add_argument("--cellwise", action="store_true",
                      help="judge each cell on its own and leave out the ones the model cannot explain (glitches in "
@@ -239,7 +250,6 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     fit.add_argument("--no-progress", action="store_true", help="do not draw a progress line per pass")
     scheduler_options(fit)
-    fit.set_defaults(func=_cmd_fit)
 
     update = sub.add_parser(
         "update",
@@ -260,7 +270,6 @@ def _build_parser() -> argparse.ArgumentParser:
     update.add_argument("--no-progress", action="store_true", help="do not draw a progress line")
     data_options(update)
     scheduler_options(update)
-    update.set_defaults(func=_cmd_update)
 
     score = sub.add_parser("score", help="write per-row scores, weights and outlier flags to a new Zarr store")
     score.add_argument("store", metavar="STORE", help="Zarr store or HDF5 file")
@@ -291,7 +300,6 @@ def _build_parser() -> argparse.ArgumentParser:
     score.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     data_options(score)
     scheduler_options(score)
-    score.set_defaults(func=_cmd_score)
 
     report = sub.add_parser(
         "report", help="a PNG report and an events CSV for a fitted archive (one streaming pass, no truth needed)"
@@ -308,8 +316,8 @@ def _build_parser() -> argparse.ArgumentParser:
         help="flagged runs at most this many rows apart are one event (default 0)",
     )
     report.add_argument(
-        "--max-events", type=_non_negative_int, default=MAX_EVENTS, metavar="N",
-        help="the events CSV lists the N most severe events, worst first (default %(default)s); "
+        "--max-events", type=_non_negative_int, metavar="N",
+        help=f"the events CSV lists the N most severe events, worst first (default {_MAX_EVENTS_HELP}); "
         "0: every event, in row order",
     )
     report.add_argument(
@@ -320,7 +328,6 @@ def _build_parser() -> argparse.ArgumentParser:
     report.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     data_options(report)
     scheduler_options(report)
-    report.set_defaults(func=_cmd_report)
 
     demo = sub.add_parser(
         "demo", help="synthetic sensor archive with faults: MCPCA vs PCA, printed and as a PNG report"
@@ -329,7 +336,7 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="mcpca-demo", metavar="DIR", help="output folder (default ./mcpca-demo)")
     demo.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the generator (default 0)")
     demo.add_argument("--no-progress", action="store_true", help="do not draw a progress line per pass")
-    demo.set_defaults(func=_cmd_demo, scheduler=None)
+    demo.set_defaults(scheduler=None)
     return parser
 
 
@@ -418,8 +425,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args) -> int:
     try:
+        command = _command(args.command)
         with _scheduler(args.scheduler, getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)):
-            return args.func(args, _Stdout())
+            return command(args, _Stdout())
     except KeyboardInterrupt:
         _say(f"{PROG} {args.command}: interrupted")
         return 130
@@ -430,6 +438,12 @@ def _run(args) -> int:
     except (Exception, asyncio.CancelledError) as err:  # the promise: one line, never a traceback
         _say(f"{PROG} {args.command}: error: {type(err).__name__}: {_user_spelling(_one_line(err))}")
         return 2
+
+
+def _command(name: str):
+    """The function that runs command ``name`` (:data:`COMMANDS`), its module imported now."""
+    module, function = COMMANDS[name]
+    return getattr(importlib.import_module(module, __package__), function)
 
 
 class _Stdout:

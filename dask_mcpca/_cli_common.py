@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 
-from ._io import split_store_path
-
 __all__ = [
     "PROG", "_UsageError", "_one_line", "_storage_options", "_store_root", "_open", "_slice_text", "_archive_span",
     "_fmt_seconds", "_describe", "_listed", "check_channel_names",
@@ -48,6 +46,8 @@ def _storage_options(pairs: list[tuple[str, object]]) -> dict | None:
 
 def _store_root(store: str) -> str:
     """The file or directory of ``STORE`` (``file.h5:/data`` -> ``file.h5``)."""
+    from ._io import split_store_path
+
     return split_store_path(store)[0]
 
 

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from ._choices import CLI_CENTERS as _CENTERS
 from ._cli_common import (
     _archive_span,
     _describe,
@@ -22,16 +23,13 @@ from ._cli_common import (
     check_channel_names,
 )
 from ._cli_outputs import _check_output_location, _exists, _refuse_inside_input
-from ._estimator import CENTERS, MCPCA, check_params, load
+from ._estimator import MCPCA, check_params, load
 from ._labels import feature_names_of
 
 __all__ = ["MAX_TABLE_ROWS", "_CENTERS", "summary_table", "_cmd_fit", "_cmd_update"]
 
 #: Rows of the summary table shown before it is cut short.
 MAX_TABLE_ROWS = 20
-
-#: ``--center`` choices: the estimator's, with ``none`` for ``center=False``.
-_CENTERS = {("none" if c is False else c): c for c in CENTERS}
 
 
 def summary_table(model) -> str:

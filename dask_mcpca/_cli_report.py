@@ -29,6 +29,8 @@ def _import_quietly(names) -> None:
 def _cmd_report(args, out) -> int:
     from . import _report
 
+    if args.max_events is None:  # left out: the report's own default
+        args.max_events = _report.MAX_EVENTS
     events = args.events or os.path.splitext(args.output)[0] + ".csv"
     if _overlaps(args.output, events):
         raise _UsageError(

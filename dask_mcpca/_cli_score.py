@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import time
 
-import numpy as np
-
 from ._atomic import is_url, is_zarr_store, local_path, with_timeouts
 from ._atomic import overlaps as _overlaps
 from ._cli_common import (
@@ -27,7 +25,6 @@ from ._cli_outputs import (
     _refuse_inside_input,
     _refuse_replacing_other_data,
 )
-from ._estimator import load
 
 __all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "default_outputs", "_cmd_score"]
 
@@ -58,6 +55,7 @@ DEFAULT_OUTPUTS, DEFAULT_DTYPE = "monitoring", "float32"
 
 def _cmd_score(args, out) -> int:
     from . import _append
+    from ._estimator import load
     from ._score_store import as_dataset, quiet_consolidated
 
     _refuse_inside_input(args.output, args.store, "--output")
@@ -159,6 +157,8 @@ def _row_before_is_read(args, whole, stop: int) -> bool:
     score's where it is flagged and repeats a stuck value of the last old row.  So also where the chunking
     is not known (an HDF5 file, variables stacked from an xarray store).
     """
+    import numpy as np
+
     if stop == 0:
         return False
     if hasattr(whole, "encoding"):  # an xarray DataArray
@@ -183,6 +183,7 @@ def _score_append(args, out, options) -> int:
 
     from . import _append
     from ._atomic import atomic_path
+    from ._estimator import load
     from ._score_store import as_dataset, dimension_names, quiet_consolidated
 
     output = local_path(args.output)

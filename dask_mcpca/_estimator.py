@@ -26,16 +26,13 @@ from . import _labels, _persist
 from ._atomic import overlaps
 from ._base import _BaseMCPCA
 from ._cells import BreakdownWarning
+from ._choices import CENTERS, NAN_POLICIES, SOLVERS
 from ._fit import UPDATE_ATTRIBUTES, FitResult, fit_rows, update_rows
 from ._io import as_row_blocks, split_store_path
 from ._passes import single_threaded_blas
 from ._robust import SAMPLE_SIZE
 
 __all__ = ["MCPCA", "check_params", "load"]
-
-SOLVERS = ("auto", "paper")
-CENTERS = ("robust", "mean", False)
-NAN_POLICIES = ("raise", "omit", "partial")
 
 #: Allowed ``kernel_factor``: its square scales kernel sizes and radii, and
 #: beyond this range they leave float64's comfortable range (1e200 overflowed
