@@ -264,9 +264,9 @@ class PassRunner:
                     parts = [dask.delayed(_block_task, pure=True)(all_blocks[i], plan_d, int(offsets[i]))
                              for i in chosen]
                 else:  # both from the unoptimised graph, whose keys they share: each block is read once
-                    blocks = self.X.to_delayed(optimize_graph=False)[:, 0]
+                    read = self.X.to_delayed(optimize_graph=False)[:, 0]
                     before = rows_before(self.X, self.context).to_delayed(optimize_graph=False)[:, 0]
-                    parts = [dask.delayed(_block_task, pure=True)(blocks[i], plan_d, int(offsets[i]), before[i],
+                    parts = [dask.delayed(_block_task, pure=True)(read[i], plan_d, int(offsets[i]), before[i],
                                                                   self.hold_out) for i in chosen]
                 stats = bar.compute(_tree_reduce(parts, SPLIT_EVERY), blocks=parts)
             else:
