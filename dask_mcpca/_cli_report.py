@@ -7,10 +7,22 @@ import os
 import threading
 import time
 
+import numpy as np
+
 from . import _malloc
 from ._atomic import atomic_open, is_url
 from ._atomic import overlaps as _overlaps
-from ._cli_common import _describe, _fmt_seconds, _open, _storage_options, _store_root, _UsageError, check_channel_names
+from ._cli_common import (
+    _archive_span,
+    _describe,
+    _fmt_seconds,
+    _open,
+    _slice_text,
+    _storage_options,
+    _store_root,
+    _UsageError,
+    check_channel_names,
+)
 from ._cli_outputs import _check_output_location, _refuse_inside_input
 from ._estimator import load
 
@@ -61,6 +73,9 @@ def _cmd_report(args, out) -> int:
     X = _open(args, block_values=_report.BLOCK_VALUES, row_index=False)
     check_channel_names(model, X, args.store)
     print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)
+    selection = " ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in ("rows", "time")
+                         if getattr(args, o, None) is not None)
+    reference = _reference_rows(args, model, X) if window is not None else None
     started = time.perf_counter()
     # matplotlib's import (about 1.4 s) runs while the pass's tasks read and compute, not after
     from ._report_plot import MATPLOTLIB_MODULES
@@ -70,8 +85,9 @@ def _cmd_report(args, out) -> int:
     with atomic_open(events, "w", storage_options=options, newline="") as f:  # published whole after the pass
         summary = _report.summarize(
             model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f, window=window,
-            max_events=args.max_events,
+            max_events=args.max_events, reference_rows=reference,
         )
+    summary.selection = selection
     if window is not None:
         with atomic_open(windows, "w", storage_options=options, newline="") as f:
             _report.write_windows(summary.windows, f)
@@ -90,10 +106,26 @@ def _cmd_report(args, out) -> int:
         file=out,
     )
     if window is not None:
-        n_drift = int(summary.windows["drift"].sum()) if len(summary.windows["drift"]) else 0
-        print(f"{len(summary.windows['drift']):,} windows of {args.window}, {n_drift:,} above the drift threshold: "
-              f"{windows}", file=out)
+        w = summary.windows
+        n_drift = int(np.nansum(w["drift"])) if len(w["drift"]) else 0
+        n_off = int((w["monitored"] == 0).sum()) if len(w["drift"]) else 0
+        print(f"{len(w['drift']):,} windows of {args.window}, {n_drift:,} above the drift threshold"
+              + (f", {n_off:,} not monitored (too few complete rows)" if n_off else "")
+              + f" (calibrated on {summary.drift_calibration}): {windows}", file=out)
     return 0
+
+
+def _reference_rows(args, model, X) -> tuple[int, int] | None:
+    """The rows of ``X`` (the report's numbering) the model was fitted on, from its ``archive_rows_``
+    and the rows ``--rows``/``--time`` select; None when either is unknown or they do not meet."""
+    fitted = getattr(model, "archive_rows_", None)
+    if fitted is None or len(fitted) != 2:
+        return None
+    span = _archive_span(args, X)
+    if span is None:
+        return None
+    a, b = max(int(fitted[0]), span[0]) - span[0], min(int(fitted[1]), span[1]) - span[0]
+    return (a, b) if a < b else None
 
 
 def _cmd_demo(args, out) -> int:

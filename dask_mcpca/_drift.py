@@ -1,15 +1,51 @@
-"""Drift over time for ``dask-mcpca report --window``: per-window weighted scatter, principal angles, threshold.
+"""Drift over time for ``dask-mcpca report --window``: per-window weighted sums, a residual statistic, a threshold.
 
 Rows are cut into windows (:class:`Window`: a row count, or a duration of
 the time coordinate anchored at the epoch).  Each row block of the
 report's pass adds, per window its rows fall in, the model's kernel
-weights and the weighted scatter of its rows (:class:`WindowSums`, p x p
-per window).  On the client, :class:`WindowFold` folds them in row order and closes a
-window as soon as the pass is past it: its share flagged, the robust
-variance of each component and the largest principal angle between the
-model's leading subspace and the window's weighted principal subspace.
-The drift threshold (:func:`drift_threshold`) is the spread of that angle
-for a stationary window under the model itself.
+weights and the weighted scatter of its rows about the model's centre
+(:class:`WindowSums`, p x p per window).  On the client,
+:class:`WindowFold` folds them in row order and closes a window as soon
+as the pass is past it; when every window is closed, :func:`calibrate`
+sets one threshold from the windows themselves.
+
+The statistic (:func:`residual_ratio`).  The window's weighted variance
+outside the model's leading subspace (the ``k`` components of
+:func:`drift_components`), each residual direction scaled by the model's
+variance there, averaged over the ``p - k`` directions and divided by
+what a window of the model's own Gaussian rows gives under the same
+kernel weights (``c^2 / (1 + c^2)`` of the variance): about 1 when the
+window's correlation structure is the model's.  A rotation of the
+loadings of some channels, or a sensor's offset, puts variance outside
+the subspace and raises it; a day of higher or lower load, a slow factor
+far from its mean or a daily cycle move variance *inside* the subspace
+and leave it alone.  The largest principal angle between the model's and
+the window's subspaces, the former statistic, is still written
+(``subspace_angle_deg``) but decides nothing: where two eigenvalues are
+close, the window's top-k swaps a direction and the angle jumps to tens
+of degrees on ordinary days.
+
+The threshold (:func:`calibrate`), on ``log(residual_ratio)``: a level
+plus ``DRIFT_Z`` robust spreads (1.4826 MAD, at least ``SPREAD_FLOOR``),
+from the archive's own window-to-window variation, so that autocorrelated
+factors and daily cycles widen it as much as they move the windows.
+
+- When at least ``MIN_REFERENCE`` monitored windows lie inside the rows
+  the model was fitted on (``reference_rows``: the command line passes the
+  model's ``archive_rows_``), their median and spread: the windows of the
+  fit are normal by definition.
+- Otherwise the spread of every monitored window about their median, and
+  the level the lower of that median and the model's own level (0):
+  reported windows that all follow a change cannot raise the level to
+  theirs; the step above the level is at most ``MAX_STEP`` (a ratio of
+  1.5), so that the spread of windows that all drifted cannot hide them.
+
+A window is monitored when at least ``MIN_COMPLETE_SHARE`` of its rows,
+and ``max(MIN_COMPLETE_ROWS, p + 1)`` rows, hold every channel; otherwise
+(a channel offline most of the window) ``monitored`` is 0 and ``drift``
+is empty, never 0.  A monitored window whose rows all lie beyond the
+model's kernel (effective rows ``<= k + 1``) has an infinite ratio: drift.
+The figures behind these choices are in ``benchmarks/DRIFT.md``.
 """
 
 from __future__ import annotations
@@ -28,14 +64,14 @@ __all__ = [
     "WindowFold",
     "parse_window",
     "drift_components",
-    "drift_threshold",
-    "window_threshold",
+    "residual_ratio",
+    "calibrate",
     "largest_angle_deg",
     "window_columns",
     "write_windows",
     "add_windows",
     "window_sums",
-    "DRIFT_QUANTILE",
+    "DRIFT_Z",
 ]
 
 
@@ -108,6 +144,7 @@ class WindowSums:
     first_label: np.ndarray | None  # (m,) its row coordinate, if any
     rows: np.ndarray  # (m,) rows
     scored: np.ndarray  # (m,) scored rows
+    complete: np.ndarray  # (m,) rows without a missing cell (those in the weighted sums)
     flagged: np.ndarray  # (m,) flagged rows
     sw: np.ndarray  # (m,) sum of w
     sw2: np.ndarray  # (m,) sum of w^2
@@ -130,15 +167,16 @@ def add_windows(win: dict, window: Window, first_row: int, labels, Y, d2, ok, co
         if sums is None:
             label = None if labels is None else labels[h]
             p = Y.shape[1]
-            sums = win[wid] = [first_row + int(h), label, 0, 0, 0, 0.0, 0.0, np.zeros(p), np.zeros((p, p))]
+            sums = win[wid] = [first_row + int(h), label, 0, 0, 0, 0, 0.0, 0.0, np.zeros(p), np.zeros((p, p))]
         sums[2] += t - h
         sums[3] += int(ok[h:t].sum())
-        sums[4] += int(flags[h:t].sum())
+        sums[4] += int(complete[h:t].sum())
+        sums[5] += int(flags[h:t].sum())
         sw, swy, swyy = _weighted_sums(Yw, ww)
-        sums[5] += sw
-        sums[6] += float(ww @ ww)
-        sums[7] += swy
-        sums[8] += swyy
+        sums[6] += sw
+        sums[7] += float(ww @ ww)
+        sums[8] += swy
+        sums[9] += swyy
 
 
 def _weighted_sums(Y: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -160,29 +198,37 @@ def window_sums(win: dict, p: int, labelled: bool) -> WindowSums:
         first_label=np.array([c[1] for c in col]) if labelled and col else None,
         rows=np.array([c[2] for c in col], dtype=np.int64),
         scored=np.array([c[3] for c in col], dtype=np.int64),
-        flagged=np.array([c[4] for c in col], dtype=np.int64),
-        sw=np.array([c[5] for c in col]),
-        sw2=np.array([c[6] for c in col]),
-        swy=np.array([c[7] for c in col]).reshape(len(col), p),
-        swyy=np.array([c[8] for c in col]).reshape(len(col), p, p),
+        complete=np.array([c[4] for c in col], dtype=np.int64),
+        flagged=np.array([c[5] for c in col], dtype=np.int64),
+        sw=np.array([c[6] for c in col]),
+        sw2=np.array([c[7] for c in col]),
+        swy=np.array([c[8] for c in col]).reshape(len(col), p),
+        swyy=np.array([c[9] for c in col]).reshape(len(col), p, p),
     )
 
 
-#: Quantile of the largest principal angle of a stationary window taken as the drift threshold.
-DRIFT_QUANTILE = 0.99
-#: Simulated windows (Wishart draws) behind the drift threshold, and their effective rows.
-DRIFT_DRAWS, DRIFT_REFERENCE_ROWS = 400, 10_000
+#: Robust spreads (1.4826 MAD of log residual_ratio over the calibration windows) above the level
+#: at which a window is called drift.
+DRIFT_Z = 5.0
+#: Least spread of log residual_ratio assumed (a 5 % change is never drift by itself).
+SPREAD_FLOOR = 0.05
+#: Without reference windows, the threshold lies at most this far (log) above the level: a ratio of 1.5.
+MAX_STEP = float(np.log(1.5))
+#: Monitored windows inside the model's fitted rows needed to calibrate on them alone.
+MIN_REFERENCE = 5
+#: A window is monitored when this share of its rows, and at least MIN_COMPLETE_ROWS (and p + 1), are complete.
+MIN_COMPLETE_SHARE = 0.25
+MIN_COMPLETE_ROWS = 30
 #: Robust variances per component written to windows.csv (var_1, var_2, ...).
 WINDOW_VARIANCES = 10
 
 
 def drift_components(model) -> int:
-    """How many leading components span the subspace whose drift is measured.
+    """How many leading components span the subspace outside which drift is measured.
 
     The model's ``n_components_`` when it discarded some; otherwise (every
-    direction kept, where the angle would be 0) the fewest leading
-    components explaining 90 % of the robust variance, at most
-    ``n_features - 1``.
+    direction kept) the fewest leading components explaining 90 % of the
+    robust variance, at most ``n_features - 1``.
     """
     p, k = model.n_features_in_, model.n_components_
     if k < p:
@@ -199,67 +245,102 @@ def largest_angle_deg(basis: np.ndarray, scatter: np.ndarray, k: int) -> float:
     return float(np.degrees(np.arccos(np.clip(s.min(), -1.0, 1.0))))
 
 
-def drift_threshold(model, *, seed: int = 0) -> float:
-    """The drift threshold, in degrees, for a window of ``DRIFT_REFERENCE_ROWS`` effective rows.
+def residual_weights(model, k: int) -> np.ndarray:
+    """``G = R P R`` (p x p), with ``R`` the projector off the model's ``k`` leading components and ``P``
+    its precision, divided by ``p - k`` and by the model's own level ``c^2 / (1 + c^2)``: the
+    :func:`residual_ratio` of a weighted scatter ``S`` is ``sum(G * S)``."""
+    p = model.n_features_in_
+    V = model.components_[:k]
+    R = np.eye(p) - V.T @ V
+    c2 = float(model.kernel_scale_) ** 2
+    own = c2 / (1.0 + c2) if np.isfinite(c2) else 1.0
+    return R @ model.get_precision() @ R / (max(p - k, 1) * own)
 
-    The sampling spread of a weighted principal subspace under the model
-    itself: ``DRIFT_DRAWS`` covariances of ``DRIFT_REFERENCE_ROWS`` Gaussian
-    rows with the model's covariance (:meth:`MCPCA.get_covariance`) are drawn
-    (Wishart), and the ``DRIFT_QUANTILE`` quantile of their largest
-    principal angle to the model's subspace is returned.  (The kernel
-    weights of Gaussian rows scale their covariance by one factor, leaving
-    its eigenvectors alone; they lower the effective rows, which
-    :func:`window_threshold` accounts for.)  A stationary window with
-    independent rows then exceeds the threshold with probability about
-    ``1 - DRIFT_QUANTILE``; autocorrelated rows carry less information
-    than their count, so their windows exceed it more often.
+
+def residual_ratio(G: np.ndarray, scatter: np.ndarray) -> float:
+    """The window's weighted variance about the model's centre outside its leading subspace, in the
+    model's variances there, relative to the model's own rows (about 1 without drift): ``sum(G * S)``
+    with ``G`` from :func:`residual_weights` and ``S`` the window's weighted scatter ``sum w y y^T / sum w``."""
+    return float(np.sum(G * scatter))
+
+
+def calibrate(ratio: np.ndarray, monitored: np.ndarray, reference: np.ndarray) -> tuple[float, str]:
+    """The drift threshold on ``residual_ratio`` for the windows, and how it was set (see the module docstring).
+
+    Parameters
+    ----------
+    ratio : ndarray
+        Each window's :func:`residual_ratio` (NaN where not monitored, inf where every row is beyond the kernel).
+    monitored : ndarray of bool
+    reference : ndarray of bool
+        The windows inside the rows the model was fitted on.
+
+    Returns
+    -------
+    threshold : float
+        NaN when no window is monitored.
+    how : str
+        One line for the report's legend.
     """
-    from scipy.stats import wishart
-
-    k = drift_components(model)
-    cov = model.get_covariance()
-    cov = (cov + cov.T) / 2
-    draws = wishart(df=DRIFT_REFERENCE_ROWS, scale=cov / DRIFT_REFERENCE_ROWS).rvs(
-        size=DRIFT_DRAWS, random_state=np.random.default_rng(seed)
-    )
-    draws = draws.reshape(DRIFT_DRAWS, *cov.shape)
-    angles = [largest_angle_deg(model.components_, S, k) for S in draws]
-    return float(np.quantile(angles, DRIFT_QUANTILE))
-
-
-def window_threshold(reference_deg: float, n_eff: np.ndarray) -> np.ndarray:
-    """The drift threshold of windows of ``n_eff`` effective rows: angles shrink as ``1 / sqrt(n_eff)``."""
-    with np.errstate(divide="ignore"):
-        return np.minimum(reference_deg * np.sqrt(DRIFT_REFERENCE_ROWS / np.asarray(n_eff, float)), 90.0)
+    logs = np.log(np.where(monitored, ratio, np.nan))
+    ref = monitored & reference & np.isfinite(logs)
+    if ref.sum() >= MIN_REFERENCE:
+        values = logs[ref]
+        level = float(np.median(values))
+        spread = max(1.4826 * float(np.median(np.abs(values - level))), SPREAD_FLOOR)
+        return float(np.exp(level + DRIFT_Z * spread)), f"the {int(ref.sum())} windows of the model's fitted rows"
+    values = logs[monitored & ~np.isnan(logs)]
+    if not len(values):
+        return np.nan, "no monitored window"
+    finite = values[np.isfinite(values)]
+    centre = float(np.median(values))
+    spread = 1.4826 * float(np.median(np.abs(finite - centre))) if len(finite) and np.isfinite(centre) else 0.0
+    level = min(centre, 0.0)
+    step = min(DRIFT_Z * max(spread, SPREAD_FLOOR), max(MAX_STEP, DRIFT_Z * SPREAD_FLOOR))
+    return float(np.exp(level + step)), f"the spread of the {len(values)} monitored windows, the model's own level"
 
 
 def window_columns(n_variances: int) -> list[str]:
     """The header of windows.csv.
 
     window_start (the window's first time, or first row without a row
-    coordinate), first_row, rows, scored_rows, flagged_rows, share_flagged,
-    effective_rows (Kish's ``(sum w)^2 / sum w^2`` of the kernel weights),
-    subspace_angle_deg (largest principal angle between the model's leading
-    subspace and the window's weighted one), drift_threshold_deg, drift
-    (1 above the threshold), then var_1, ... (the robust variance of each
-    component in the window: ``c_j^T S c_j`` with S the weighted covariance).
+    coordinate), first_row, rows, scored_rows, complete_rows (rows without
+    a missing cell: those in the weighted sums), flagged_rows,
+    share_flagged, effective_rows (Kish's ``(sum w)^2 / sum w^2`` of the
+    kernel weights), monitored (1: enough complete rows to judge the
+    window), residual_ratio (:func:`residual_ratio`), drift_threshold (the
+    same for every window: :func:`calibrate`), drift (1 above the threshold,
+    0 below, empty where not monitored), reference (1: a window of the rows
+    the threshold was calibrated on), subspace_angle_deg (largest principal
+    angle between the model's leading subspace and the window's: a
+    diagnostic, unstable where eigenvalues are close), then var_1, ... (the
+    robust variance of each component in the window: ``c_j^T S c_j`` with S
+    the weighted covariance).
     """
-    return ["window_start", "first_row", "rows", "scored_rows", "flagged_rows", "share_flagged", "effective_rows",
-            "subspace_angle_deg", "drift_threshold_deg", "drift"] + [f"var_{j + 1}" for j in range(n_variances)]
+    return ["window_start", "first_row", "rows", "scored_rows", "complete_rows", "flagged_rows", "share_flagged",
+            "effective_rows", "monitored", "residual_ratio", "drift_threshold", "drift", "reference",
+            "subspace_angle_deg"] + [f"var_{j + 1}" for j in range(n_variances)]
 
 
 class WindowFold:
     """Window sums folded in row order; a window is closed (its statistics computed, the p x p sums
-    dropped) as soon as a later block starts past it."""
+    dropped) as soon as a later block starts past it; :meth:`table` calibrates the threshold.
 
-    def __init__(self, model, window: Window):
+    ``reference_rows``: ``(start, stop)`` of the rows, in the report's numbering, the model was fitted
+    on (see :func:`calibrate`); None when not known.
+    """
+
+    def __init__(self, model, window: Window, reference_rows: tuple[int, int] | None = None):
         self.window, self.k = window, drift_components(model)
         self.basis = model.components_
-        self.reference = drift_threshold(model)
+        self.G = residual_weights(model, self.k)
+        self.p = model.n_features_in_
+        self.reference_rows = reference_rows
         self.n_var = min(WINDOW_VARIANCES, model.n_components_)
         self.open: dict[int, list] = {}
         self.closed: list[tuple] = []
         self.last_closed = None
+        self.threshold, self.calibration = np.nan, ""
 
     def add(self, s: WindowSums) -> None:
         for i, wid in enumerate(s.ids.tolist()):
@@ -271,11 +352,11 @@ class WindowFold:
                 )
             o = self.open.get(wid)
             fields = [s.first_row[i], None if s.first_label is None else s.first_label[i], s.rows[i], s.scored[i],
-                      s.flagged[i], s.sw[i], s.sw2[i], s.swy[i].copy(), s.swyy[i].copy()]
+                      s.complete[i], s.flagged[i], s.sw[i], s.sw2[i], s.swy[i].copy(), s.swyy[i].copy()]
             if o is None:
                 self.open[wid] = fields
             else:
-                for j in range(2, 9):
+                for j in range(2, 10):
                     o[j] = o[j] + fields[j]
         if len(s.ids):
             for wid in sorted(w for w in self.open if w < s.ids[0]):
@@ -286,23 +367,39 @@ class WindowFold:
             self._close(wid)
 
     def _close(self, wid: int) -> None:
-        first_row, label, rows, scored, flagged, sw, sw2, swy, swyy = self.open.pop(wid)
+        first_row, label, rows, scored, complete, flagged, sw, sw2, swy, swyy = self.open.pop(wid)
         self.last_closed = wid
         start = self.window.start(wid) if self.window.nanoseconds is not None or label is None else label
         n_eff = sw**2 / sw2 if sw2 > 0 else 0.0
-        angle, var = np.nan, np.full(self.n_var, np.nan)
+        monitored = complete >= max(MIN_COMPLETE_SHARE * rows, MIN_COMPLETE_ROWS, self.p + 1) and self.k < self.p
+        angle, ratio, var = np.nan, np.nan, np.full(self.n_var, np.nan)
         if n_eff > self.k + 1:
+            S0 = swyy / sw  # about the model's centre
             m = swy / sw
-            S = swyy / sw - np.outer(m, m)
+            S = S0 - np.outer(m, m)  # about the window's own mean
             angle = largest_angle_deg(self.basis, S, self.k)
             var = np.einsum("ij,jk,ik->i", self.basis[: self.n_var], S, self.basis[: self.n_var])
-        limit = float(window_threshold(self.reference, n_eff)) if n_eff > 0 else np.nan
-        self.closed.append((start, int(first_row), int(rows), int(scored), int(flagged),
-                            flagged / max(scored, 1), n_eff, angle, limit, int(angle > limit), *var))
+            ratio = residual_ratio(self.G, S0) if monitored else np.nan
+        elif monitored:
+            ratio = np.inf  # complete rows, but every one beyond the model's kernel
+        reference = self.reference_rows is not None and (
+            self.reference_rows[0] <= first_row and first_row + rows <= self.reference_rows[1])
+        self.closed.append((start, int(first_row), int(rows), int(scored), int(complete), int(flagged),
+                            flagged / max(scored, 1), n_eff, int(monitored), ratio, np.nan, np.nan, int(reference),
+                            angle, *var))
 
     def table(self) -> dict[str, np.ndarray]:
+        """The closed windows as columns (:func:`window_columns`), with the threshold and ``drift`` set."""
         cols = window_columns(self.n_var)
-        return {c: np.array([r[j] for r in self.closed]) for j, c in enumerate(cols)}
+        t = {c: np.array([r[j] for r in self.closed]) for j, c in enumerate(cols)}
+        if not self.closed:
+            return t
+        monitored = t["monitored"] == 1
+        self.threshold, self.calibration = calibrate(t["residual_ratio"], monitored, t["reference"] == 1)
+        t["drift_threshold"] = np.full(len(self.closed), self.threshold)
+        with np.errstate(invalid="ignore"):
+            t["drift"] = np.where(monitored, (t["residual_ratio"] > self.threshold).astype(float), np.nan)
+        return t
 
 
 def write_windows(table: dict[str, np.ndarray], f: TextIO) -> None:

@@ -52,8 +52,8 @@ from ._drift import (
     WindowFold,
     WindowSums,
     add_windows,
+    calibrate,
     drift_components,
-    drift_threshold,
     parse_window,
     window_columns,
     window_sums,
@@ -69,7 +69,7 @@ __all__ = [
     "Window",
     "parse_window",
     "drift_components",
-    "drift_threshold",
+    "calibrate",
     "window_columns",
     "write_windows",
     "BlockSummary",
@@ -381,8 +381,10 @@ class ArchiveSummary:
     bin_count: np.ndarray | None = None  # scored rows per bin
     windows: dict[str, np.ndarray] | None = None  # the drift windows (window_columns), with --window
     window_text: str = ""  # the --window given
-    drift_reference_deg: float = np.nan  # drift threshold at DRIFT_REFERENCE_ROWS effective rows
-    drift_components: int = 0  # the leading components whose subspace drift is measured
+    drift_threshold: float = np.nan  # the threshold on the windows' residual_ratio
+    drift_calibration: str = ""  # what the threshold was calibrated on (_drift.calibrate)
+    drift_components: int = 0  # the leading components outside whose subspace drift is measured
+    selection: str = ""  # the rows reported, when not the whole archive (``--rows``/``--time``)
 
     def top_channels(self, event: Event, k: int = TOP_CHANNELS) -> list[tuple[str, float]]:
         order = np.argsort(-event.shares, kind="stable")[:k]
@@ -669,6 +671,7 @@ def summarize(
     max_events: int = MAX_EVENTS,
     storage_options: dict | None = None,
     window: str | Window | None = None,
+    reference_rows: tuple[int, int] | None = None,
 ) -> ArchiveSummary:
     """One streaming pass over ``X`` under the fitted ``model``: the :class:`ArchiveSummary` of the report.
 
@@ -700,7 +703,13 @@ def summarize(
         the row coordinate (``"1D"``, ``"6h"``).  Each block adds, per window
         its rows fall in, the kernel-weighted scatter of those rows (p x p);
         a window's statistics (:func:`window_columns`) are computed as soon
-        as the pass is past it, so memory stays flat in the rows.
+        as the pass is past it, so memory stays flat in the rows; the drift
+        threshold is calibrated on the windows at the end (:func:`calibrate`).
+    reference_rows : (int, int), optional
+        ``[start, stop)`` of the rows of ``X`` the model was fitted on
+        (``dask-mcpca report`` passes the model's ``archive_rows_``): the
+        windows inside them calibrate the drift threshold.  Without them,
+        the spread of all the windows and the model's own level do.
 
     Returns
     -------
@@ -744,7 +753,7 @@ def summarize(
                 f"--window {window.text!r} is a duration, but the archive has no time coordinate; "
                 "give a row count (e.g. --window 100000)"
             )
-    drift = WindowFold(model, window) if window is not None else None
+    drift = WindowFold(model, window, reference_rows) if window is not None else None
 
     if isinstance(rows, da.Array):
         sizes = rows.chunks[0]
@@ -812,8 +821,10 @@ def summarize(
             fold.add(s)
             bar.advance(1)
     fold.finish()
+    windows = None
     if drift is not None:
         drift.finish()
+        windows = drift.table()
 
     cov = scatter / max(n_complete, 1)
     classical = np.clip(np.linalg.eigvalsh(cov)[::-1], 0, None)
@@ -855,9 +866,10 @@ def summarize(
         bin_quiet_mean=bin_quiet_mean,
         bin_contrib=bin_contrib,
         bin_count=bin_count,
-        windows=None if drift is None else drift.table(),
+        windows=windows,
         window_text="" if window is None else window.text,
-        drift_reference_deg=np.nan if drift is None else drift.reference,
+        drift_threshold=np.nan if drift is None else drift.threshold,
+        drift_calibration="" if drift is None else drift.calibration,
         drift_components=0 if drift is None else drift.k,
     )
 

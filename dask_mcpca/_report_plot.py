@@ -14,20 +14,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._drift import DRIFT_QUANTILE
-
 if TYPE_CHECKING:
     from ._report import ArchiveSummary, Event
 
-__all__ = ["plot", "HEATMAP_COLUMNS"]
+__all__ = ["plot", "HEATMAP_COLUMNS", "contribution_norm", "figure_title"]
 
 
 #: Columns of the heatmaps over time (groups of consecutive bins).
 HEATMAP_COLUMNS = 300
 #: Inches between two panels over time (room for the time axis' labels and the next title).
 GAP = 0.8
-#: Colours: the model (blue), classical PCA (orange), alarms (red).
+#: Colours: the model (blue), classical PCA (orange), alarms (red), not monitored (grey).
 _BLUE, _ORANGE, _RED, _GREY = "#2a6fb0", "#e07b39", "#c0392b", "#888888"
+#: The contributions heatmap's colours span the cells' median (a normal row) to their largest,
+#: at least ``HEAT_MIN_DECADES`` and at most ``HEAT_MAX_DECADES`` decades above it; larger cells take
+#: the darkest colour, so that one huge event does not wash out the others.
+HEAT_MIN_DECADES, HEAT_MAX_DECADES = 1.0, 3.0
 
 
 def _describe_event(summary: ArchiveSummary, e: Event, rank: int) -> str:
@@ -109,19 +111,46 @@ def _display_order(channels: list[str]) -> np.ndarray:
 
 def _plot_contributions(ax, summary: ArchiveSummary, xs, heads) -> None:
     """Mean channel contribution to d² per row, per group of bins (log colour)."""
-    from matplotlib.colors import LogNorm
-
     count = np.add.reduceat(np.nan_to_num(summary.bin_count).astype(float), heads)
     total = np.add.reduceat(np.nan_to_num(summary.bin_contrib) * summary.bin_count[:, None], heads, axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(count[:, None] > 0, total / count[:, None], np.nan)
-    finite = mean[np.isfinite(mean) & (mean > 0)]
-    top = float(np.quantile(finite, 0.999)) if len(finite) else 1.0
-    norm = LogNorm(vmin=max(top * 1e-3, 1e-3), vmax=max(top, 1e-2), clip=True)
+    norm = contribution_norm(mean)
     order = _display_order(summary.channels)
     _channel_heatmap(ax, mean[:, order], xs, heads, [summary.channels[j] for j in order], cmap="magma_r", norm=norm,
                      label="mean contribution to d² per row",
                      title="which channel departs from the model, over time (reconstruction contributions)")
+
+
+def figure_title(summary: ArchiveSummary, title: str = "") -> str:
+    """The PNG's title: ``title`` (the store's name), the rows selected (``summary.selection``: ``--rows``,
+    ``--time``), then the rows, channels and flags."""
+    head = " ".join(t for t in (title, f"({summary.selection})" if summary.selection else "") if t)
+    share = summary.n_flagged / max(summary.n_scored, 1)
+    return ((head + ": ") if head else "") + (
+        f"{summary.n_rows:,} rows x {len(summary.channels)} channels, {summary.n_flagged:,} rows flagged "
+        f"({share:.2%}) in {summary.n_events:,} events")
+
+
+def contribution_norm(values: np.ndarray):
+    """The log colour scale of the contributions heatmap for the cells ``values`` (NaN: no row).
+
+    Anchored at a normal row, not at the largest event: from the median of
+    the positive cells to their largest, at least ``HEAT_MIN_DECADES`` and
+    at most ``HEAT_MAX_DECADES`` decades above the median.  One huge event
+    (a swap with d² of 1e6) takes the darkest colour instead of setting the
+    scale, and events 10-1000 times a normal cell keep distinct, visible
+    colours.
+    """
+    from matplotlib.colors import LogNorm
+
+    values = np.asarray(values, float)
+    finite = values[np.isfinite(values) & (values > 0)]
+    if not len(finite):
+        return LogNorm(vmin=1e-3, vmax=1.0, clip=True)
+    low = float(np.median(finite))
+    high = min(max(float(finite.max()), low * 10**HEAT_MIN_DECADES), low * 10**HEAT_MAX_DECADES)
+    return LogNorm(vmin=low, vmax=high, clip=True)
 
 
 def _plot_distance(ax, summary: ArchiveSummary, xs) -> None:
@@ -166,19 +195,34 @@ def _plot_share(ax, summary: ArchiveSummary, xs, heads) -> None:
 
 
 def _plot_drift(ax, summary: ArchiveSummary) -> None:
+    """Each window's residual ratio (log), the threshold, the drift windows in red and the windows not
+    monitored (too few complete rows) as grey spans."""
     w = summary.windows
-    x, angle, limit, drift = w["window_start"], w["subspace_angle_deg"], w["drift_threshold_deg"], w["drift"] == 1
-    ax.plot(x, angle, color=_BLUE, lw=1, marker="o", ms=3, label="largest principal angle to the model's subspace")
-    ax.plot(x, limit, color="black", ls="--", lw=1, drawstyle="steps-post",
-            label=f"drift threshold ({DRIFT_QUANTILE:.0%} of stationary windows below it)")
-    ax.scatter(x[drift], angle[drift], s=36, color=_RED, zorder=3, label=f"drift ({int(drift.sum())} windows)")
-    ax.set_ylabel("angle (degrees)")
-    if np.any(np.isfinite(angle) & (angle > 0)):
+    x, ratio = np.asarray(w["window_start"]), np.asarray(w["residual_ratio"], float)
+    monitored, drift = w["monitored"] == 1, np.nan_to_num(w["drift"]) == 1
+    edges = _edges(x, np.arange(len(x))) if len(x) else x
+    off = np.flatnonzero(~monitored)
+    for i in off:
+        ax.axvspan(edges[i], edges[i + 1], color=_GREY, alpha=0.35, lw=0,
+                   label=f"not monitored ({len(off)} windows: too few complete rows)" if i == off[0] else None)
+    ref = np.flatnonzero(w["reference"] == 1)
+    if len(ref):
+        ax.axvspan(edges[ref[0]], edges[ref[-1] + 1], color=_BLUE, alpha=0.06, lw=0,
+                   label="the model's fitted rows (calibration)")
+    top = float(np.nanmax(ratio[np.isfinite(ratio)])) if np.isfinite(ratio).any() else 1.0
+    shown = np.where(np.isinf(ratio), max(top, summary.drift_threshold) * 2, ratio)  # every row far: drawn on top
+    ax.plot(x, shown, color=_BLUE, lw=1, marker="o", ms=3,
+            label="residual ratio: variance outside the model's subspace / the model's")
+    if np.isfinite(summary.drift_threshold):
+        ax.axhline(summary.drift_threshold, color="black", ls="--", lw=1,
+                   label=f"drift threshold {summary.drift_threshold:.3g} ({summary.drift_calibration})")
+    ax.scatter(x[drift], shown[drift], s=36, color=_RED, zorder=3, label=f"drift ({int(drift.sum())} windows)")
+    ax.set_ylabel("residual ratio")
+    if np.any(np.isfinite(shown) & (shown > 0)):
         ax.set_yscale("log")
     else:
-        ax.text(0.5, 0.5, "no window with enough weighted rows to estimate its subspace", transform=ax.transAxes,
-                ha="center", va="center", color=_GREY)
-    ax.set_title(f"drift of the correlation structure: windows of {summary.window_text}, "
+        ax.text(0.5, 0.5, "no monitored window", transform=ax.transAxes, ha="center", va="center", color=_GREY)
+    ax.set_title(f"drift of the correlation structure: windows of {summary.window_text}, variance outside the "
                  f"subspace of the {summary.drift_components} leading components", loc="left")
     ax.legend(frameon=False, loc="upper left", ncol=3, fontsize=8)
 
@@ -234,13 +278,7 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
                        left=0.12, right=0.93)
         gs = GridSpec(len(heights), 1, figure=fig, height_ratios=heights, hspace=GAP * len(heights) / sum(heights),
                       top=1 - (0.9 + head + names) / total, bottom=0.3 / total, left=0.12, right=0.93)
-        share = summary.n_flagged / max(summary.n_scored, 1)
-        fig.suptitle(
-            (title + ": " if title else "")
-            + f"{summary.n_rows:,} rows x {p} channels, {summary.n_flagged:,} rows flagged ({share:.2%}) "
-            f"in {summary.n_events:,} events",
-            fontsize=13, x=0.12, ha="left",
-        )
+        fig.suptitle(figure_title(summary, title), fontsize=13, x=0.12, ha="left")
         ax = fig.add_subplot(top[0, 0])
         shown = min(k, 20)
         x = np.arange(1, shown + 1)

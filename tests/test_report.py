@@ -292,3 +292,42 @@ def test_events_on_a_cluster_match_the_rows_flagged_by_is_outlier(stores, data, 
         assert _report_cli(stores[kind], model_path, png, "--max-gap", 2, "--scheduler", cluster.address) == 0
         names = NAMES if kind == "xarray" else None
         assert_events(tmp_path / f"{kind}.csv", expected_events(m, data[1], 2), names=names, time=kind == "xarray")
+
+
+def test_the_contribution_colours_keep_moderate_events_visible_beside_one_huge_one():
+    """300 columns x 24 channels of normal cells (about 1), one huge event (1e6, 6 columns x 2 channels) and
+    five moderate ones (20-300 times a normal cell): the huge one takes the darkest colour, each moderate
+    one at least a quarter of the colour scale and in their order, nine normal cells in ten the lightest
+    tenth.  (A scale set by the cells' 99.9 % quantile over 3 decades, the former rule, ran from 1e3 to 1e6
+    here: every moderate event at the lightest colour.)"""
+    from dask_mcpca._report_plot import contribution_norm
+
+    rng = np.random.default_rng(0)
+    cells = np.exp(rng.normal(0.0, 0.3, size=(300, 24)))
+    cells[100:106, [3, 7]] = 1.0e6
+    moderate = {(20, 1): 20.0, (60, 5): 50.0, (150, 9): 100.0, (200, 12): 200.0, (250, 20): 300.0}
+    for (col, ch), v in moderate.items():
+        cells[col : col + 2, ch] = v
+    cells[40, 0] = np.nan  # a group without rows
+    norm = contribution_norm(cells)
+    assert norm(1.0e6) == 1.0
+    for v in moderate.values():
+        assert norm(v) >= 0.25, (v, float(norm(v)), norm.vmin, norm.vmax)
+    assert float(np.quantile(norm(cells[np.isfinite(cells) & (cells < 3)]), 0.9)) <= 0.1
+    assert norm(300.0) > norm(20.0)  # the moderate events stay ranked
+
+
+def test_a_report_of_selected_rows_names_the_selection_in_its_title(stores, model, tmp_path, monkeypatch):
+    """``--time`` and ``--rows``: the title says which rows the report covers."""
+    from dask_mcpca import _report_plot
+
+    seen = []
+    monkeypatch.setattr(_report_plot, "plot", lambda summary, path, *, title="", storage_options=None: seen.append(
+        _report_plot.figure_title(summary, title)))
+    hour = "2025-03-01T01:00/2025-03-01T02:00"
+    assert _report_cli(stores["xarray"], model[1], tmp_path / "t.png", "--time", hour) == 0
+    assert _report_cli(stores["zarr"], model[1], tmp_path / "r.png", "--rows", "1000:5000") == 0
+    assert _report_cli(stores["zarr"], model[1], tmp_path / "a.png") == 0
+    assert seen[0].startswith(f"plant.zarr (--time {hour}): ")
+    assert seen[1].startswith("plain.zarr (--rows 1000:5000): 4,000 rows")
+    assert seen[2].startswith("plain.zarr: 24,000 rows")
