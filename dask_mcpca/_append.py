@@ -11,8 +11,13 @@ are copied, not linked.  An interruption leaves the old store as it was.
 
 What a store was scored with is kept in its attributes (:func:`provenance`):
 the input (path, dataset, variables), the archive rows by position, the
-model file's SHA-256 and the number of channels.  Rows are appended only to a
-store written from the same input by the same model (:func:`check_appendable`).
+number of channels and the segments: which model file (its path and SHA-256)
+scored which rows.  Rows are appended only to a store written from the same
+input with as many channels (:func:`check_appendable`); they may be scored by
+another model, the model ``dask-mcpca update`` made of the one before, as the
+monitoring loop does (fit once, then each period ``update`` and
+``score --append``).  The new rows then start a segment of their own
+(:func:`segments_after`), and ``model_sha256`` names the model of the last.
 """
 
 from __future__ import annotations
@@ -25,12 +30,15 @@ import shutil
 from ._atomic import read_bytes
 
 __all__ = ["AppendError", "model_digest", "provenance", "check_appendable", "clone_for_append", "aligned_chunks",
-           "ROWS_ATTR", "MODEL_ATTR"]
+           "segments_of", "segments_after", "ROWS_ATTR", "MODEL_ATTR", "SEGMENTS_ATTR"]
 
 #: Attribute of a score store: ``[start, stop)``, the archive rows it holds, by position.
 ROWS_ATTR = "rows"
-#: Attribute of a score store: the SHA-256 of the model file it was scored with.
+#: Attribute of a score store: the SHA-256 of the model file that scored its last rows.
 MODEL_ATTR = "model_sha256"
+#: Attribute of a score store: which model scored which rows, in row order, one dict a segment:
+#: ``{"rows": [start, stop], "model": path or URL, "model_sha256": hex}``.
+SEGMENTS_ATTR = "segments"
 #: What must be the same for rows to be appended: attribute -> what it is, in words.
 _SAME = {"source": "input store", "dataset": "--dataset", "variables": "--variables", "n_features": "channels"}
 #: Metadata files of a Zarr node (v2 and v3): always copied, never linked (zarr rewrites them in place).
@@ -46,21 +54,49 @@ def model_digest(path: str, storage_options: dict | None = None) -> str:
     return hashlib.sha256(read_bytes(path, storage_options=storage_options)).hexdigest()
 
 
-def provenance(*, source: str, dataset, variables, n_features: int, rows: tuple[int, int], digest: str) -> dict:
-    """The attributes that say what a score store holds (see the module docstring)."""
+def provenance(*, source: str, dataset, variables, n_features: int, rows: tuple[int, int], digest: str,
+               model: str | None = None) -> dict:
+    """The attributes that say what a score store holds (see the module docstring); ``model``: the
+    model file's path or URL, as the segments name it."""
+    span = [int(rows[0]), int(rows[1])]
     return {"source": source, "dataset": dataset, "variables": variables, "n_features": int(n_features),
-            ROWS_ATTR: [int(rows[0]), int(rows[1])], MODEL_ATTR: digest}
+            ROWS_ATTR: span, MODEL_ATTR: digest,
+            SEGMENTS_ATTR: [{"rows": span, "model": model, MODEL_ATTR: digest}]}
+
+
+def segments_of(attrs: dict) -> list[dict]:
+    """The segments of a score store whose attributes are ``attrs`` (:data:`SEGMENTS_ATTR`); a store
+    written before stores kept them was scored by one model, ``model_sha256``, over its ``rows``."""
+    segments = attrs.get(SEGMENTS_ATTR)
+    if isinstance(segments, list) and segments:
+        return [dict(s) for s in segments]
+    return [{"rows": list(attrs[ROWS_ATTR]), "model": attrs.get("model"), MODEL_ATTR: attrs[MODEL_ATTR]}]
+
+
+def segments_after(attrs: dict, rows: tuple[int, int], digest: str, model: str | None) -> list[dict]:
+    """The segments once the rows ``[start, stop)`` scored by the model file ``model`` (SHA-256 ``digest``)
+    are appended: the last segment grows where it was scored by the same file, else a segment begins."""
+    segments = segments_of(attrs)
+    last = segments[-1]
+    if last[MODEL_ATTR] == digest and last["rows"][1] == rows[0]:
+        last["rows"] = [last["rows"][0], int(rows[1])]
+    else:
+        segments.append({"rows": [int(rows[0]), int(rows[1])], "model": model, MODEL_ATTR: digest})
+    return segments
 
 
 def check_appendable(attrs: dict, expected: dict, output: str) -> tuple[int, int]:
     """The archive rows ``[start, stop)`` held by the score store ``output`` whose attributes are
     ``attrs``, if rows scored as ``expected`` (:func:`provenance`, without ``rows``) may be appended.
 
+    The model may differ from the one that scored the rows there (an updated model): the new rows
+    start a segment of their own (:func:`segments_after`).
+
     Raises
     ------
     AppendError
-        The store is incomplete, was written before stores recorded their rows, by another model
-        or from other data.
+        The store is incomplete, was written before stores recorded their rows, or from other data
+        (another input, selection or number of channels).
     """
     if attrs.get("complete") is not True:
         raise AppendError(f"--output {output!r} is not a complete score store (no complete: true); score it again "
@@ -70,10 +106,6 @@ def check_appendable(attrs: dict, expected: dict, output: str) -> tuple[int, int
             and 0 <= rows[0] <= rows[1]) or MODEL_ATTR not in attrs:
         raise AppendError(f"--output {output!r} does not record the archive rows and model it was scored with "
                           "(written by an older dask-mcpca); score it again with --overwrite")
-    if attrs[MODEL_ATTR] != expected[MODEL_ATTR]:
-        raise AppendError(f"--output {output!r} was scored with another model (its file's SHA-256 differs from "
-                          "--model's); appended rows would be scored differently from those there: score into a "
-                          "new --output, or again with --overwrite")
     for key, what in _SAME.items():
         if attrs.get(key) != expected[key]:
             raise AppendError(f"--output {output!r} was scored from other data: its {what} is {attrs.get(key)!r}, "

@@ -280,8 +280,9 @@ def _build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--append", action="store_true",
         help="score only the rows after those already in --output and add them (the store is put in place whole "
-        "again; created when missing); --output must have been scored from the same STORE with the same model "
-        "file, and takes no --rows or --time",
+        "again; created when missing); --output must have been scored from the same STORE and channels; "
+        "another --model (an updated one) starts a segment, recorded in the store's 'segments' attribute; "
+        "takes no --rows or --time",
     )
     score.add_argument(
         "--outputs", type=_output_names, metavar="NAMES",

@@ -82,14 +82,14 @@ def _cmd_score(args, out) -> int:
     outputs = _score_outputs(model, X, names, dtype)
     span = _archive_span(args, X)
     attrs = {
-        "model": args.model if is_url(args.model) else os.path.abspath(args.model),
+        "model": _model_path(args.model),
         "created_by": f"{PROG} score",
         "arrays": {name: SCORE_ARRAYS[name] for name in names},
         "outputs": list(names),
         "dtype": dtype,
     }
     if span is not None:  # what --append checks and goes on from
-        attrs.update(_append.provenance(**_score_source(args, model, options), rows=span))
+        attrs.update(_append.provenance(**_score_source(args, model, options), rows=span, model=attrs["model"]))
     else:
         attrs.update({k: v for k, v in _score_source(args, model, options).items() if k != "digest"})
     quiet_consolidated()
@@ -147,33 +147,9 @@ def _score_source(args, model, options) -> dict:
     }
 
 
-def _row_before_is_read(args, whole, stop: int) -> bool:
-    """Whether row ``stop - 1`` lies in the stored chunk that holds row ``stop``, which an append reads anyway.
-
-    Then the append scores from it, and ``top_channel`` of the first new row is a full score's.  Where the
-    new rows begin a chunk (an archive grown by whole chunks), reading the chunk before for one row would add
-    a chunk to every append (a tenth more of the 0.11 of a full score that appending 10 % of the rows costs),
-    so the first new row is judged without the row before: its ``top_channel`` can differ from a full
-    score's where it is flagged and repeats a stuck value of the last old row.  So also where the chunking
-    is not known (an HDF5 file, variables stacked from an xarray store).
-    """
-    import numpy as np
-
-    if stop == 0:
-        return False
-    if hasattr(whole, "encoding"):  # an xarray DataArray
-        chunks = whole.encoding.get("chunks") or whole.encoding.get("preferred_chunks", {}).get(whole.dims[0])
-        rows = chunks[0] if isinstance(chunks, tuple | list) else chunks
-    else:
-        from ._io import open_store
-
-        try:
-            rows = getattr(open_store(args.store, args.dataset, storage_options=_storage_options(args.storage_options)),
-                           "chunks", None)
-            rows = rows[0] if rows else None
-        except Exception:  # the chunking is only looked up: the archive itself opened already
-            rows = None
-    return isinstance(rows, int | np.integer) and rows > 0 and stop % int(rows) != 0
+def _model_path(path: str) -> str:
+    """How a score store names the model file that scored it: its URL, or its absolute path."""
+    return path if is_url(path) else os.path.abspath(path)
 
 
 def _score_append(args, out, options) -> int:
@@ -209,9 +185,12 @@ def _score_append(args, out, options) -> int:
         print(f"nothing to append: --output {args.output} holds rows {start:,}:{stop:,}, the last of the "
               f"{n_all:,} in {args.store}", file=out)
         return 0
-    # From the row before the new ones, whose output is left out, where the chunk read for the first new row
-    # holds it: top_channel's held-cell rule looks one row back (_model.isolated_top).
-    lead = 1 if _row_before_is_read(args, whole, stop) else 0
+    # From the rows before the new ones, whose outputs are left out: a stuck run and top_channel's held-cell
+    # rule read rows in order (_model.stuck_cells, _model.isolated_top), so the new rows' outputs are a full
+    # score's.  It reads at most one stored chunk more than the new rows.
+    from ._model import CONTEXT_ROWS
+
+    lead = min(stop, CONTEXT_ROWS)
     X = whole[stop - lead :] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop - lead, None)})
     n_old, n_new = stop - start, X.shape[0] - lead
     names, dtype = tuple(attrs.get("outputs", OUTPUT_SETS["all"])), attrs.get("dtype", "float64")
@@ -257,14 +236,21 @@ def _score_append(args, out, options) -> int:
         results = _compute_settled(*writes, *counted, progress=not args.no_progress)
         n_out = int(results[-1]) if counted else None
         group = zarr.open_group(tmp, mode="r+")
-        group.attrs.update({_append.ROWS_ATTR: [start, n_all], "complete": True})
+        segments = _append.segments_after(attrs, (stop, n_all), source["digest"], _model_path(args.model))
+        group.attrs.update({_append.ROWS_ATTR: [start, n_all], "complete": True, _append.SEGMENTS_ATTR: segments,
+                            _append.MODEL_ATTR: source["digest"], "model": _model_path(args.model)})
         if named:
             zarr.consolidate_metadata(tmp)
     elapsed = time.perf_counter() - started
     flagged = f": {n_out:,} outliers ({n_out / n_new:.2%})" if n_out is not None else ""
+    began = segments[-1]["rows"][0] == stop and len(segments) > 1  # another model than the rows before
     print(
         f"scored {n_new:,} new rows ({stop:,}:{n_all:,}) in {_fmt_seconds(elapsed)}{flagged}\n"
-        f"appended to {args.output}, which now holds rows {start:,}:{n_all:,}",
+        f"appended to {args.output}, which now holds rows {start:,}:{n_all:,}"
+        + (f"\nrows {stop:,}:{n_all:,} were scored with {args.model} (SHA-256 {source['digest'][:12]}), rows "
+           f"{segments[-2]['rows'][0]:,}:{stop:,} with another model (SHA-256 "
+           f"{segments[-2][_append.MODEL_ATTR][:12]}): segment {len(segments)} of the store's 'segments' attribute"
+           if began else ""),
         file=out,
     )
     return 0

@@ -24,6 +24,7 @@ from conftest import FileOpens
 
 from dask_mcpca import MCPCA
 from dask_mcpca._cli import SCORE_ARRAYS, main
+from dask_mcpca._model import CONTEXT_ROWS
 
 N, P, CHUNK = 30_000, 4, 2_000
 FIRST = 20_500  # rows scored first: not on a chunk boundary of the input or of the output
@@ -101,7 +102,8 @@ def test_append_reads_only_the_new_rows_and_equals_a_full_score(grown, model, tm
     assert rc == 0, err
     assert f"{N - FIRST:,} new rows ({FIRST:,}:{N:,})" in text
     chunks = sorted(int(name.split("/")[1]) for name in reads.opened if name.startswith("c/"))
-    assert chunks == list(range(FIRST // CHUNK, -(-N // CHUNK)))  # each chunk holding a new row, once
+    # each chunk holding a new row or one of the CONTEXT_ROWS rows before them (a stuck run), once
+    assert chunks == list(range((FIRST - CONTEXT_ROWS) // CHUNK, -(-N // CHUNK)))
 
     full = tmp_path / "full.zarr"
     assert _cli(capsys, "score", store, "-m", model, "-o", full)[0] == 0
@@ -138,14 +140,26 @@ def test_a_failed_append_leaves_the_previous_output(grown, data, model, capsys):
     assert zarr.open_group(str(out), mode="r").attrs["rows"] == [0, FIRST]
 
 
-def test_another_model_is_refused(grown, data, tmp_path, capsys):
+def test_another_model_starts_a_segment(grown, data, model, tmp_path, capsys):
+    """An updated (or any other) model over the same channels scores the new rows; the store says which."""
     store, out = grown
     other = tmp_path / "other.json"
     MCPCA().fit(data[:FIRST] * 2).save(other)
-    before = _snapshot(out)
-    rc, _, err = _cli(capsys, "score", store, "-m", other, "-o", out, "--append")
-    assert rc == 2 and "another model" in err and len(err.strip().splitlines()) == 1
-    assert _snapshot(out) == before
+    rc, text, err = _cli(capsys, "score", store, "-m", other, "-o", out, "--append")
+    assert rc == 0, err
+    assert "another model" in text and "segment 2" in text
+    attrs = zarr.open_group(str(out), mode="r").attrs
+    digests = [hashlib.sha256(open(m, "rb").read()).hexdigest() for m in (model, other)]
+    assert [s["rows"] for s in attrs["segments"]] == [[0, FIRST], [FIRST, N]]
+    assert [s["model_sha256"] for s in attrs["segments"]] == digests
+    assert attrs["model_sha256"] == digests[1] and attrs["rows"] == [0, N]
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"  # each segment holds its model's full score
+    assert _cli(capsys, "score", store, "-m", model, "-o", a)[0] == 0
+    assert _cli(capsys, "score", store, "-m", other, "-o", b)[0] == 0
+    got = zarr.open_group(str(out), mode="r")
+    for name in got.attrs["outputs"]:
+        np.testing.assert_array_equal(got[name][:FIRST], zarr.open_group(str(a), mode="r")[name][:FIRST])
+        np.testing.assert_array_equal(got[name][FIRST:], zarr.open_group(str(b), mode="r")[name][FIRST:])
 
 
 def test_other_data_is_refused(grown, data, model, tmp_path, capsys):
@@ -291,9 +305,9 @@ def test_a_stuck_stretch_across_the_append_is_named_as_in_a_full_score(tmp_path,
     assert zarr.open_group(str(out), mode="r")["top_channel"][FIRST] == 1
 
 
-def test_an_append_at_a_chunk_boundary_reads_only_the_new_chunks(data, model, tmp_path, capsys):
-    """New rows that begin a chunk (an archive grown by whole chunks): the chunk before is not read for
-    the row before them, and on data without repeats the append equals a full score."""
+def test_an_append_at_a_chunk_boundary_reads_the_new_chunks_and_the_one_before(data, model, tmp_path, capsys):
+    """New rows that begin a chunk (an archive grown by whole chunks): the chunk before is read for the
+    CONTEXT_ROWS rows before them, and the append equals a full score."""
     store, out, full = tmp_path / "archive.zarr", tmp_path / "scores.zarr", tmp_path / "full.zarr"
     first = 10 * CHUNK
     _grow(store, data[:first])
@@ -302,6 +316,6 @@ def test_an_append_at_a_chunk_boundary_reads_only_the_new_chunks(data, model, tm
     with FileOpens(store) as reads:
         assert _cli(capsys, "score", store, "-m", model, "-o", out, "--append")[0] == 0
     chunks = sorted(int(name.split("/")[1]) for name in reads.opened if name.startswith("c/"))
-    assert chunks == list(range(first // CHUNK, -(-N // CHUNK)))
+    assert chunks == list(range((first - CONTEXT_ROWS) // CHUNK, -(-N // CHUNK)))
     assert _cli(capsys, "score", store, "-m", model, "-o", full)[0] == 0
     _assert_same_scores(out, full)
