@@ -28,17 +28,16 @@ of degrees on ordinary days.
 The threshold (:func:`calibrate`), on ``log(residual_ratio)``: a level
 plus ``DRIFT_Z`` robust spreads (1.4826 MAD, at least ``SPREAD_FLOOR``),
 from the archive's own window-to-window variation, so that autocorrelated
-factors and daily cycles widen it as much as they move the windows.
-
-- When at least ``MIN_REFERENCE`` monitored windows lie inside the rows
-  the model was fitted on (``reference_rows``: the command line passes the
-  model's ``archive_rows_``), their median and spread: the windows of the
-  fit are normal by definition.
-- Otherwise the spread of every monitored window about their median, and
-  the level the lower of that median and the model's own level (0):
-  reported windows that all follow a change cannot raise the level to
-  theirs; the step above the level is at most ``MAX_STEP`` (a ratio of
-  1.5), so that the spread of windows that all drifted cannot hide them.
+factors and daily cycles widen it as much as they move the windows.  The
+spread is measured on the windows inside the rows the model was fitted on
+(``reference_rows``: the command line passes the model's
+``archive_rows_``) when at least ``MIN_REFERENCE`` of them are monitored,
+else on every monitored window, about their median.  The level is the
+lower of that median and the model's own level (0: a ratio of 1), and the
+step above it at most ``MAX_STEP`` (a ratio of 1.5): reported windows that
+all follow a change (a report of the new rows only, or of rows a
+``partial_fit`` has read but does not follow) can neither lift the level
+to theirs nor hide behind their own spread.
 
 A window is monitored when at least ``MIN_COMPLETE_SHARE`` of its rows,
 and ``max(MIN_COMPLETE_ROWS, p + 1)`` rows, hold every channel; otherwise
@@ -285,19 +284,17 @@ def calibrate(ratio: np.ndarray, monitored: np.ndarray, reference: np.ndarray) -
     logs = np.log(np.where(monitored, ratio, np.nan))
     ref = monitored & reference & np.isfinite(logs)
     if ref.sum() >= MIN_REFERENCE:
-        values = logs[ref]
-        level = float(np.median(values))
-        spread = max(1.4826 * float(np.median(np.abs(values - level))), SPREAD_FLOOR)
-        return float(np.exp(level + DRIFT_Z * spread)), f"the {int(ref.sum())} windows of the model's fitted rows"
-    values = logs[monitored & ~np.isnan(logs)]
+        values, how = logs[ref], f"the {int(ref.sum())} windows of the model's fitted rows"
+    else:
+        values = logs[monitored & ~np.isnan(logs)]
+        how = f"the {len(values)} monitored windows"
     if not len(values):
         return np.nan, "no monitored window"
     finite = values[np.isfinite(values)]
     centre = float(np.median(values))
     spread = 1.4826 * float(np.median(np.abs(finite - centre))) if len(finite) and np.isfinite(centre) else 0.0
-    level = min(centre, 0.0)
-    step = min(DRIFT_Z * max(spread, SPREAD_FLOOR), max(MAX_STEP, DRIFT_Z * SPREAD_FLOOR))
-    return float(np.exp(level + step)), f"the spread of the {len(values)} monitored windows, the model's own level"
+    step = min(DRIFT_Z * max(spread, SPREAD_FLOOR), MAX_STEP)
+    return float(np.exp(min(centre, 0.0) + step)), how
 
 
 def window_columns(n_variances: int) -> list[str]:

@@ -153,13 +153,16 @@ def test_a_planted_change_of_correlation_is_above_the_threshold_after_it_and_rar
     assert ("fitted rows" in s.drift_calibration) == reference
 
 
-def test_windows_all_after_a_change_are_still_drift():
-    """Reported windows that all follow the change (no fitted window among them): the level is the
-    model's own, so the spread of the drifted windows cannot lift the threshold above them."""
+@pytest.mark.parametrize("read", [False, True], ids=["new-rows", "rows-an-update-read"])
+def test_windows_all_after_a_change_are_still_drift(read):
+    """Reported windows that all follow the change: the level is at most the model's own and the step at
+    most a ratio of 1.5, so the drifted windows can neither lift the threshold nor widen it above
+    themselves; also when they count as the model's rows (an update read them but does not follow them)."""
     X, _ = _turned_archive(np.random.default_rng(9), 60_000, 30_000)
     model = MCPCA(n_components=3).fit(X[:30_000])
-    s = report.summarize(model, X[30_000:], window="2000")
+    s = report.summarize(model, X[30_000:], window="2000", reference_rows=(0, 30_000) if read else None)
     assert len(s.windows["drift"]) == 15 and (s.windows["drift"] == 1).all()
+    assert s.drift_threshold <= 1.5
 
 
 def test_windows_from_the_model_itself_have_a_ratio_of_one_and_are_not_drift():
