@@ -63,6 +63,7 @@ __all__ = [
     "WindowFold",
     "parse_window",
     "drift_components",
+    "residual_weights",
     "residual_ratio",
     "calibrate",
     "largest_angle_deg",

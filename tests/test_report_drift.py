@@ -200,6 +200,18 @@ def test_windows_with_a_channel_offline_are_not_monitored_never_no_drift(tmp_pat
     assert line["monitored"] == "0" and line["drift"] == "" and line["residual_ratio"] == ""
 
 
+def test_a_window_whose_rows_all_lie_beyond_the_kernel_is_drift_not_unmonitored():
+    """Complete rows, every one far off the model (weight 0): no weighted variance to measure, but the
+    window is monitored and its ratio infinite, so it is drift."""
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(20_000, P)) @ rng.normal(size=(P, P))
+    model = MCPCA(n_components=3).fit(X)
+    X[8_000:10_000] += 1e4 * model.components_[-1]
+    w = report.summarize(model, X, window="2000").windows
+    assert w["monitored"][4] == 1 and np.isinf(w["residual_ratio"][4]) and w["drift"][4] == 1
+    assert np.nansum(w["drift"]) == 1
+
+
 def _plant_windows(regime_start):
     """16 days of 480 rows, a model fitted on the first 10, windows of a day calibrated on those 10."""
     from dask_mcpca.testing import plant_archive
