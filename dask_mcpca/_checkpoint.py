@@ -52,6 +52,8 @@ _STATE_ROWS = ("repeated_rows",)
 #: State entries that may hold NaN (a paper's null-space sigma, "no step yet").
 _MAY_BE_NAN = ("sigmas", "last_change", "cutoff", "final_cutoff", "support", "core_support", "rate")
 _STATES = {"paper": PaperState, "robust": RobustState}
+#: Negative eigenvalue accepted in a saved scatter, relative to its largest variance (round-off).
+PSD_TOL = 1e-9
 
 
 class CheckpointMismatchError(ValueError):
@@ -146,6 +148,30 @@ def _check_state(state, p: int, *, prefix: str = "") -> None:
                 raise ValueError(f"{prefix}{f.name} has shape {arr.shape}, expected (m, {p})")
             if arr.dtype.kind not in "biuf" or not np.isfinite(arr).all():
                 raise ValueError(f"{prefix}{f.name} holds NaN, inf or no number")
+    if isinstance(state, RobustState):
+        _check_robust(state)
+
+
+def _check_robust(state: RobustState) -> None:
+    """A robust state's own rules: its scatters are covariances (symmetric, positive semi-definite), its
+    kernel size is > 0, its radii are > 0 (NaN before the first step) and its rounding errors >= 0."""
+    for name in ("scatter", "final_scatter"):
+        S = getattr(state, name)
+        if S is None:
+            continue
+        S = np.asarray(S, np.float64)
+        scale = max(float(np.abs(np.diag(S)).max(initial=0.0)), np.finfo(float).tiny)
+        if not (np.allclose(S, S.T, rtol=1e-9, atol=1e-12 * scale)
+                and np.linalg.eigvalsh(S).min(initial=0.0) >= -PSD_TOL * scale):
+            raise ValueError(f"{name} is not a covariance (symmetric, positive semi-definite)")
+    if not (np.isfinite(state.kernel_size2) and state.kernel_size2 > 0):
+        raise ValueError(f"kernel_size2={state.kernel_size2!r} must be a finite number > 0")
+    for name in ("cutoff", "final_cutoff"):
+        value = getattr(state, name)
+        if not (np.isnan(value) or 0 < value):
+            raise ValueError(f"{name}={value!r} must be > 0")
+    if state.resolution is not None and not (np.asarray(state.resolution) >= 0).all():
+        raise ValueError("resolution (the channels' rounding-error variances) must be >= 0")
 
 
 def _plain(value):

@@ -48,8 +48,16 @@ values, and the model's invariants: orthonormal components, each row of
 >= 0 with the first > 0 and, for ``solver="auto"``, none increasing,
 ``kernel_scale_`` within the range a fit of ``n_features_in_`` features and
 this ``kernel_factor`` gives, a finite ``outlier_cutoff_ > 0`` that matches
-``outlier_threshold_`` (:func:`validate_fitted`).  A file that fails is refused with a
-:class:`ModelFormatError` that names the file and the attribute.
+``outlier_threshold_`` (:func:`validate_fitted`); and the sums ``partial_fit``
+updates from and the rules rows are judged by, against the model they
+belong to: the ``update_*`` sums give, as an update without new rows would
+compute them, the model's mean, components, variances and the state that
+weighs new rows, and obey their own rules (covariances positive
+semi-definite, weights per row at most 1, radii ordered, the kernel size
+that ``kernel_scale_`` implies); ``quantization_steps_`` fit within each
+channel's variance (:func:`_validate_steps`).  A file that fails is refused
+with a :class:`ModelFormatError` that names the file and the attribute, in
+one line.
 """
 
 from __future__ import annotations
@@ -64,7 +72,8 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ._atomic import read_bytes, write_bytes
-from ._schedule import robust_kernel_size2
+from ._robust import FALL_OFF2, _floored
+from ._schedule import flat_top_consistency, robust_kernel_size2
 from ._version import __version__
 
 T = TypeVar("T")
@@ -362,12 +371,13 @@ def validate_fitted(model) -> None:
             raise ValueError(f"saturation_limits_ must be a float array of shape ({p}, 2): finite or NaN, "
                              "each channel's lower limit below its upper one")
         model.saturation_limits_ = limits
-    _validate_update(model, p)
     _int(model, "n_samples_", 1)
     _int(model, "n_passes_", 0)
     _int(model, "n_iter_", 0)
     if not isinstance(model.converged_, (bool, np.bool_)):
         raise ValueError(f"converged_={model.converged_!r} must be true or false")
+    _validate_steps(model, p)
+    _validate_update(model, p)
 
 
 def _validate_variances(model) -> None:
@@ -418,10 +428,26 @@ _UPDATE_ARRAYS = {
     "update_scatter_": ("p", "p"),
     "update_radii_": (3,),
 }
+#: Relative disagreement accepted between the update sums and what a fit or an update derives
+#: from them (the model's mean, covariance and variances, the kernel's state and size).  Every
+#: fit and update computes those from the sums by the same float64 formulas: a fit and three
+#: updates of each kind of fit in tests/test_model_files.py disagree by at most ~2e-15.
+UPDATE_SUMS_TOL = 1e-9
+#: Negative eigenvalue accepted in a covariance, relative to its largest diagonal entry (round-off
+#: of a weighted sum: ~1e-16 on a constant channel).
+PSD_TOL = 1e-9
+_KERNELS = ("the core kernel's", "the final kernel's")
+_FIX = "the file was changed after it was saved, or mixes two models; restore it, or refit"
 
 
 def _validate_update(model, p: int) -> None:
-    """Check the sums kept for ``partial_fit`` (a model without them, written before it existed, passes)."""
+    """Check the sums kept for ``partial_fit`` (a model without them, written before it existed, passes).
+
+    They are checked against their own invariants and against the model they
+    belong to: an update recomputes the model from them (``_fit.update_rows``),
+    so sums that do not give the model would move the next update anywhere.
+    See :func:`_check_update_invariants` and :func:`_check_update_gives_model`.
+    """
     present = [n for n in (*_UPDATE_ARRAYS, "update_unit_", "n_samples_seen_") if hasattr(model, n)]
     if not present:
         return
@@ -435,14 +461,169 @@ def _validate_update(model, p: int) -> None:
             raise ValueError(f"{name} must be a float array of shape {shape} (n_features_in_={p})")
         if not np.isfinite(value).all():
             raise ValueError(f"{name} holds non-finite value(s)")
-    for name in ("update_covariances_", "update_scatter_"):
-        M = getattr(model, name)
-        if not np.allclose(M, np.swapaxes(M, -1, -2), rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(M).max()))):
-            raise ValueError(f"{name} is not symmetric")
-    if not (model.update_radii_ > 0).all():
-        raise ValueError("update_radii_ (kernel size and radii) must be > 0")
     _int(model, "update_unit_", -1100, 1100)
     _int(model, "n_samples_seen_", 1)
+    _check_update_invariants(model, p)
+    _check_update_gives_model(model, p)
+
+
+def _check_psd(name: str, what: str, M: np.ndarray) -> None:
+    """``M`` (p x p) symmetric and positive semi-definite, as a covariance is."""
+    scale = max(float(np.abs(np.diag(M)).max()), np.finfo(float).tiny)
+    if not np.allclose(M, M.T, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(M).max()))):
+        raise ValueError(f"{name} ({what}) is not symmetric, as a covariance is; {_FIX}")
+    low = float(np.linalg.eigvalsh(M).min())
+    if not low >= -PSD_TOL * scale:
+        raise ValueError(f"{name} ({what}) is not positive semi-definite, as a covariance is (an eigenvalue "
+                         f"{low:.3g} against a largest variance {scale:.3g}); {_FIX}")
+
+
+def _check_update_invariants(model, p: int) -> None:
+    """The sums' own rules: covariances, kernel size and radii, weights.
+
+    Each kept covariance is a weighted covariance of rows: symmetric and
+    positive semi-definite.  The kernels' size ``c^2`` is ``FALL_OFF2 *
+    kernel_factor**2``, and ``kernel_scale_`` is ``sqrt(c^2(p)) *
+    kernel_factor`` (:func:`._schedule.robust_kernel_size2`), so one gives
+    the other.  The radii are the core's flat top and the final kernel's,
+    which includes it: ``0 < radii[1] <= radii[2]``.  A kernel's weight is at
+    most 1 per row, so each kernel's total weight ``exp(update_log_weights_)``
+    is above 0 (the kernels held rows) and at most ``n_samples_seen_``; the
+    final kernel's is at least the core's (same distances, larger radius);
+    and ``support_`` is the final kernel's share.
+    """
+    for j in (0, 1):
+        _check_psd(f"update_covariances_[{j}]", f"{_KERNELS[j]} weighted covariance of the rows partial_fit has "
+                   "seen", model.update_covariances_[j])
+    _check_psd("update_scatter_", "the scatter that weighs partial_fit's new rows", model.update_scatter_)
+    c2, core, final = (float(v) for v in model.update_radii_)
+    expected = FALL_OFF2 * model.kernel_scale_**2 / robust_kernel_size2(p)
+    if not math.isclose(c2, expected, rel_tol=UPDATE_SUMS_TOL):
+        raise ValueError(f"update_radii_[0]={c2!r} (the kernels' size c^2) does not match kernel_scale_="
+                         f"{model.kernel_scale_!r}, which gives {expected!r}; {_FIX}")
+    if not 0 < core <= final:
+        raise ValueError(f"update_radii_ (the core and the final kernel's flat-top radii {core!r}, {final!r}) "
+                         f"must be > 0, the final one at least the core's; {_FIX}")
+    n = model.n_samples_seen_
+    with np.errstate(under="ignore", over="ignore"):
+        shares = np.exp(model.update_log_weights_ - math.log(n))
+    for j in (0, 1):
+        if not 0 < shares[j] <= 1 + UPDATE_SUMS_TOL:
+            raise ValueError(f"update_log_weights_[{j}]={float(model.update_log_weights_[j])!r} gives "
+                             f"{_KERNELS[j]} weight {shares[j]:.3g} per row seen; a kernel weighs each row by "
+                             f"at most 1 and held some of the {n} rows (0 < share <= 1); {_FIX}")
+    if not shares[0] <= shares[1] * (1 + UPDATE_SUMS_TOL):
+        raise ValueError(f"update_log_weights_ give the core kernel more weight ({shares[0]:.6g} per row) than the "
+                         f"final kernel ({shares[1]:.6g}), which includes it; {_FIX}")
+    support = getattr(model, "support_", None)
+    if isinstance(support, numbers.Real) and not math.isclose(support, shares[1], rel_tol=UPDATE_SUMS_TOL):
+        raise ValueError(f"update_log_weights_[1] gives the final kernel a share {float(shares[1])!r} of the rows "
+                         f"seen, not support_={support!r}; {_FIX}")
+
+
+def _check_update_gives_model(model, p: int) -> None:
+    """The sums give the model, as an update with no new rows would compute it (``_fit.update_rows``).
+
+    The sums are in the working unit ``2**update_unit_``.  About the centre
+    (their own means for ``center="robust"``, else ``update_location_``, the
+    fixed centre), each kernel's covariance times its Gaussian consistency
+    factor (:func:`._schedule.flat_top_consistency` of ``c^2`` and its
+    radius), floored at the quantized channels' rounding error
+    ``quantization_steps_**2 / 12``, is the core's ``update_scatter_`` and
+    the final kernel's scatter, whose eigenvalues are ``explained_variance_``
+    (and the noise variance), its eigenvectors ``components_``; the core's
+    mean is ``update_location_`` and the final kernel's is ``mean_``.
+    """
+    unit, M = model.update_unit_, model.update_means_
+    fixed = None if getattr(model, "center", "robust") == "robust" else model.update_location_
+    c2, *radii = (float(v) for v in model.update_radii_)
+    resolution = np.ldexp(model.quantization_steps_, -unit) ** 2 / 12
+
+    def scatter(j: int) -> np.ndarray:
+        cov = model.update_covariances_[j]
+        if fixed is not None:
+            d = M[j] - fixed
+            cov = cov + np.outer(d, d)
+        return _floored(cov * flat_top_consistency(p, c2, radii[j]), resolution)
+
+    final = np.ldexp(scatter(1), 2 * unit)  # the model's units
+    spread = math.sqrt(max(float(np.diag(final).max()), float(np.diag(model.covariance_).max())))
+    centre = np.ldexp(M[1] if fixed is None else fixed, unit)
+    off = float(np.abs(centre - model.mean_).max())
+    if not off <= UPDATE_SUMS_TOL * spread:
+        which = "update_means_[1] (the final kernel's weighted mean" if fixed is None else \
+            "update_location_ (the fixed centre"
+        raise ValueError(f"{which} of the rows partial_fit has seen, in units of 2**update_unit_) is not the model's "
+                         f"mean_: off by {off / spread:.3g} of the largest spread; {_FIX}")
+    lam = model.explained_variance_
+    total = float(np.trace(model.covariance_))
+    scale = max(float(lam[0]), total)
+    C = model.components_
+    off = max(float(np.abs(C @ final @ C.T - np.diag(lam)).max()), abs(float(np.trace(final)) - total)) / scale
+    if not off <= UPDATE_SUMS_TOL:
+        raise ValueError("update_covariances_[1] (the final kernel's weighted covariance of the rows partial_fit "
+                         "has seen, with update_means_[1], update_radii_ and quantization_steps_) does not give the "
+                         f"model's components_, explained_variance_ and covariance_: off by {off:.3g} of the total "
+                         f"variance; {_FIX}")
+    core = scatter(0)
+    scale = max(float(np.abs(np.diag(model.update_scatter_)).max()), float(np.abs(np.diag(core)).max()),
+                np.finfo(float).tiny)
+    off = float(np.abs(core - model.update_scatter_).max()) / scale
+    if not off <= UPDATE_SUMS_TOL:
+        raise ValueError("update_covariances_[0] (the core kernel's weighted covariance of the rows partial_fit has "
+                         "seen, with update_means_[0] and update_radii_) does not give update_scatter_ (the scatter "
+                         f"that weighs new rows): off by {off:.3g} of the largest variance; {_FIX}")
+    if fixed is None:
+        off = float(np.abs(M[0] - model.update_location_).max()) / math.sqrt(scale)
+        if not off <= UPDATE_SUMS_TOL:
+            raise ValueError("update_means_[0] (the core kernel's weighted mean of the rows partial_fit has seen) "
+                             f"is not update_location_ (the centre that weighs new rows): off by {off:.3g} of the "
+                             f"largest spread; {_FIX}")
+
+
+def _validate_steps(model, p: int) -> None:
+    """``quantization_steps_`` against the spread the model gives each channel.
+
+    A channel's step is 0 (continuous) or the step of the lattice its values
+    lie on; its rounding error has the variance ``step**2 / 12``.  The default
+    solver (whose fits and updates set ``support_``) floors each channel's
+    variance at that (``_robust._floored``):
+    the full-rank scatter ``S`` has ``S_ii >= step_i**2 / 12``, and of the
+    model's ``covariance_`` (``S`` with its trailing eigenvalues replaced by
+    their mean ``noise_variance_``) ``covariance_ii >= S_ii -
+    (explained_variance_[-1] - noise_variance_)``, so ``step_i**2 / 12 <=
+    covariance_ii + explained_variance_[-1] - noise_variance_``.  The
+    paper's solver has no floor, but its total variance (the unweighted
+    scatter's trace, ``explained_variance_[0] / explained_variance_ratio_[0]``)
+    bounds the steps: a channel on a lattice of step ``s`` with two levels in
+    ``n`` rows has a second moment of at least ``s**2 (n - 1) / n**2``.
+    Quantized channels have no saturation limits (their extreme levels are
+    levels like the others).
+    """
+    steps = model.quantization_steps_
+    if not steps.any():
+        return
+    limits = getattr(model, "saturation_limits_", None)
+    if limits is not None and not np.isnan(limits[steps > 0]).all():
+        i = int(np.flatnonzero((steps > 0) & ~np.isnan(limits).all(axis=1))[0])
+        raise ValueError(f"saturation_limits_[{i}] holds a limit for a channel quantized with step "
+                         f"quantization_steps_[{i}]={float(steps[i])!r}; quantized channels have none; {_FIX}")
+    lam, noise = model.explained_variance_, model.noise_variance_
+    if getattr(model, "support_", None) is not None:  # a fit or update by the default solver: the floor
+        room = (np.diag(model.covariance_) + (float(lam[-1]) - noise)) * (1 + UPDATE_SUMS_TOL)
+        over = steps**2 / 12 > room
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise ValueError(f"quantization_steps_[{i}]={float(steps[i])!r} is larger than channel {i}'s spread "
+                             f"allows (its variance in the model, at least the rounding error's step**2 / 12, "
+                             f"gives a step of at most {math.sqrt(12 * max(room[i], 0.0)):.6g}); {_FIX}")
+        return
+    n = model.n_samples_
+    total = float(lam[0] / model.explained_variance_ratio_[0]) if model.explained_variance_ratio_[0] > 0 else 0.0
+    least = float(np.sum(steps**2)) * (n - 1) / n**2
+    if not least <= total * (1 + UPDATE_SUMS_TOL):
+        raise ValueError(f"quantization_steps_ (largest {float(steps.max())!r}) are larger than the channels' total "
+                         f"variance {total:.6g} allows for {n} rows; {_FIX}")
 
 
 def _reject_constant(name: str):
