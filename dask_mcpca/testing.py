@@ -288,12 +288,13 @@ def plant_archive(*, days: float = 30, rows_per_day: int = 1440, channels: int =
 def write_plant_archive(archive: PlantArchive, path, *, rows: slice = slice(None), chunk: int = 20_000,
                         mode: str = "w-") -> None:
     """Write ``archive`` (its ``rows``) to the Zarr store ``path`` as an xarray Dataset: one float32
-    variable per channel along ``time`` (``mode="a"`` with ``rows`` after the written ones appends)."""
+    variable per channel along ``time``, their order in the ``channels`` attribute (``mode="a"`` with
+    ``rows`` after the written ones appends)."""
     import xarray as xr
 
     X, time = archive.X[rows], archive.time[rows]
     ds = xr.Dataset({c: ("time", X[:, j].astype(np.float32)) for j, c in enumerate(archive.channels)},
-                    coords={"time": time}).chunk({"time": chunk})
+                    coords={"time": time}, attrs={"channels": list(archive.channels)}).chunk({"time": chunk})
     if mode == "a":
         ds.to_zarr(path, append_dim="time", consolidated=False)
     else:
