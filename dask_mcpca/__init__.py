@@ -2,7 +2,8 @@
 
 Where things live:
 
-- ``_io``: opening data (numpy, dask, Zarr, HDF5, xarray) as row blocks
+- ``_io``: opening data (numpy, dask, Zarr, HDF5, xarray) as row blocks; ``_stacked``: an
+  xarray archive's 1-D variables read a row block at a time
 - ``_stats``: a pass's plan and what a row block returns (``BlockStats``, ``combine``)
 - ``_block``: the router: which kernel computes a row block (``block_stats``, ``choose_route``)
 - ``_kernels`` / ``_compiled``: the kernels: the numpy spelling and the compiled loops
@@ -22,7 +23,8 @@ Where things live:
 - ``_labels``: names in, names out (feature names, DataArray rows and coordinates)
 - ``_report``: ``dask-mcpca report``, one streaming pass summarised as a PNG and events
 - ``_console``: the console script (the process's malloc, see ``_malloc``), then
-  ``_cli``: the ``dask-mcpca`` command line starts here (the parser, ``main``); its commands
+  ``_cli``: the ``dask-mcpca`` command line starts here (the parser, ``main``; the estimator's
+  option values from ``_choices``, so the parser loads nothing heavy); its commands
   in ``_cli_fit`` (fit, update), ``_cli_score`` and ``_cli_report`` (report, demo); what they
   share in ``_cli_common`` (the archive named, one-line errors), ``_cli_scheduler``
   (``--scheduler``) and ``_cli_outputs`` (output locations and stores)

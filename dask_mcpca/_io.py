@@ -25,6 +25,8 @@ import dask.array as da
 import numpy as np
 
 from ._atomic import is_url, with_timeouts
+from ._stacked import local_root as _local_root
+from ._stacked import stacked_rows
 
 __all__ = [
     "as_row_blocks",
@@ -308,14 +310,6 @@ def _rows(key) -> str:
     if isinstance(rows, slice):
         return f"rows {rows.start or 0}:{rows.stop}"
     return f"rows {rows!r}"
-
-
-def _local_root(arr) -> str | None:
-    """Absolute directory of a Zarr array on a local disk, or None for other stores."""
-    root = getattr(arr.store, "root", None)
-    if root is None or type(arr.store).__name__ != "LocalStore":
-        return None
-    return os.path.join(os.path.abspath(os.fspath(root)), arr.path)
 
 
 def _reopen_absolute(arr):
@@ -638,7 +632,8 @@ def _written_order(ds) -> list[str] | None:
 
 
 def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel_dim: str):
-    """The 2-D (row, channel) DataArray named by ``dataset`` or ``variables`` in Dataset ``ds``."""
+    """The 2-D (row, channel) DataArray named by ``dataset`` or ``variables`` in Dataset ``ds``, and the
+    names of the 1-D variables stacked as its channels (None for a 2-D variable)."""
     # Sorted: a Zarr store without consolidated metadata lists its arrays in the file system's order,
     # which can change between openings (and so would the channels); --variables, or the Dataset's
     # ``channels`` attribute (CHANNELS_ATTR), gives the order.
@@ -653,13 +648,13 @@ def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel
         if X.ndim != 2:
             raise ValueError(f"variable {name!r} has dims {X.dims}; name a 2-D (row, channel) variable, or "
                              "1-D variables along the same row dimension as variables")
-        return X
+        return X, None
     if not variables:
         variables = _written_order(ds)
     if not variables:
         two_d = [n for n in names if ds[n].ndim == 2]
         if len(two_d) == 1:
-            return ds[two_d[0]]
+            return ds[two_d[0]], None
         one_d = [n for n in names if ds[n].ndim == 1]
         if two_d or len({ds[n].dims for n in one_d}) != 1:
             raise KeyError(
@@ -677,7 +672,7 @@ def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel
             f"variables {variables} must all be 1-D along the same dimension; got dims {sorted(map(str, dims))}"
         )
     row = next(iter(dims))[0]
-    return ds[list(variables)].to_dataarray(dim=channel_dim).transpose(row, channel_dim)
+    return ds[list(variables)].to_dataarray(dim=channel_dim).transpose(row, channel_dim), list(variables)
 
 
 def _refuse_duplicates(variables: list[str]) -> None:
@@ -777,11 +772,15 @@ def open_archive(
         warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated metadata",
                                 category=RuntimeWarning)
         ds = xr.open_zarr(path if url else os.path.abspath(path), **options)
-    X = _data_variable(ds, dataset, variables, channel_dim)
+    X, stacked = _data_variable(ds, dataset, variables, channel_dim)
     if _channel_first(X, channel_dim):  # stored (channel, time): the rows are the second dimension
         X = X.transpose()
     row = X.dims[0]
     n_all = X.shape[0]
+    if stacked is not None:  # one read per row block instead of xarray's per variable (see _stacked)
+        stacked = stacked_rows(ds, stacked, _zarr_group(path, storage_options), path)
+    if stacked is not None:  # positions ride along the selections below, to read the rows they keep
+        X = X.assign_coords({_POSITION: (row, da.arange(n_all, chunks=X.chunks[0]))})
     if rows is not None:
         X = X.isel({row: rows})
     if time is not None:
@@ -802,4 +801,40 @@ def open_archive(
         _refuse_empty(X.shape[0], n_all, rows, time)
     n, p = X.shape
     store_rows = X.chunks[0][0] if X.chunks and X.chunks[0] else None
-    return X.chunk({row: _row_chunk(n, p, store_rows, block_values), X.dims[1]: -1})
+    block_rows = _row_chunk(n, p, store_rows, block_values)
+    if stacked is not None:
+        span = _span(X[_POSITION].data) if n else None
+        X = X.drop_vars(_POSITION)
+        if span is not None:
+            return X.copy(data=_stacked_blocks(stacked, *span, block_rows))
+    return X.chunk({row: block_rows, X.dims[1]: -1})
+
+
+def _zarr_group(path: str, storage_options: dict | None):
+    """The Zarr group xarray opened at ``path`` (a directory or a URL), or None where Zarr cannot open it."""
+    import zarr
+
+    try:
+        return _url_node(path, storage_options) if is_url(path) else zarr.open_group(os.path.abspath(path), mode="r")
+    except Exception:  # a layout zarr does not open alone: xarray's stack reads it
+        return None
+
+
+#: A temporary coordinate of the stacked rows: each row's position in the archive.
+_POSITION = "_dask_mcpca_position"
+
+
+def _span(positions: da.Array) -> tuple[int, int] | None:
+    """``(start, stop)`` when the selected ``positions`` are one run of rows, else None."""
+    n = positions.shape[0]
+    first, last = (int(v) for v in da.compute(positions[0], positions[-1], scheduler="synchronous"))
+    return (first, last + 1) if last + 1 - first == n else None
+
+
+def _stacked_blocks(stacked, start: int, stop: int, block_rows: int) -> da.Array:
+    """Rows ``start:stop`` of :class:`._stacked.StackedRows` ``stacked`` in blocks of ``block_rows`` rows."""
+    from dask.base import tokenize
+
+    part = stacked.rows(start, stop)
+    name = "xarray-stacked-" + tokenize(part.arrays, part.where, part.names, start, stop, block_rows)
+    return da.from_array(part, chunks=(block_rows, part.shape[1]), asarray=False, lock=False, name=name)
