@@ -575,11 +575,11 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         holds one of ``repeated_values_`` (a stuck sensor's value) or equals
         one of ``repeated_rows_`` (a frozen logger's record), which the fit
         gave no weight, or holds a sensor stuck since the fit: rows are
-        read in order, and a channel continuous at the fit that holds one
-        value, at its dtype's full precision, in ``STUCK_RUN`` (10)
-        consecutive rows is stuck from the tenth on, unless it repeated
-        values in the 1,024 rows before (a slow sensor logged faster than
-        it updates; :func:`dask_mcpca._model.stuck_cells`).
+        read in order, and a channel continuous at the fit, moving by far
+        more than the resolution it is written at, that holds one value in
+        ``STUCK_RUN`` (10) consecutive rows is stuck from the tenth on,
+        unless it repeated values in the 1,024 rows before (a slow sensor
+        logged faster than it updates; :func:`dask_mcpca._model.stuck_cells`).
 
         Parameters
         ----------

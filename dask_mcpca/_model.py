@@ -612,8 +612,8 @@ def _full_precision(values: np.ndarray, dtype, digits: dict = FULL_DIGITS) -> np
 def stuck_cells(model: Any, block, before) -> np.ndarray:
     """Cells of ``block`` (rows in order, as stored) that a sensor stuck since the fit holds.
 
-    A channel continuous at the fit (``quantization_steps_`` 0) that holds one value, at near its
-    dtype's full precision (:data:`RUN_DIGITS`) and not at a saturation limit
+    A channel continuous at the fit (``quantization_steps_`` 0), that moved by far more than it is
+    written to before (:func:`_moving_channels`), holding one value, not at a saturation limit
     (``saturation_limits_``), in :data:`._repeated.STUCK_RUN` consecutive rows, having repeated no
     other value in the :data:`._repeated.HOLD_WINDOW` rows before (:func:`._repeated.stuck_runs`).
     The fit's row sample learns a value stuck in the fitted rows (``repeated_values_``); this
@@ -629,7 +629,7 @@ def stuck_cells(model: Any, block, before) -> np.ndarray:
     cells, began = stuck_runs(block, before, np.asarray(steps) == 0, starts=True)
     if cells.any():
         at = np.nonzero(cells)
-        keep = _written_in_full(block, before, at, began[at])
+        keep = _moving_channels(block, before, at, began[at])
         limits = getattr(model, "saturation_limits_", None)
         if limits is not None:
             keep &= (block[at] != limits[at[1], 0]) & (block[at] != limits[at[1], 1])
@@ -637,18 +637,38 @@ def stuck_cells(model: Any, block, before) -> np.ndarray:
     return cells
 
 
-#: Values of a channel before a run that say how the channel writes its values (:func:`_written_in_full`).
+#: Values of a channel before a run that say how it moves and how finely it is written (:func:`_moving_channels`).
 WRITTEN_VALUES = 32
 
+#: A channel whose typical change from one row to the next is at least this many times the resolution it is
+#: written at (the last digit of its values' shortest spelling) repeats a value exactly with probability
+#: about 1 / (this ratio) a row, so nine repeats in a row (:data:`._repeated.STUCK_RUN`) are not chance.
+RESOLUTION_RATIO = 10.0
 
-def _written_in_full(block: np.ndarray, before, at: tuple[np.ndarray, np.ndarray], began: np.ndarray) -> np.ndarray:
+
+#: A run whose value is written this many times more coarsely than the channel's values before it is a set
+#: point (an idle device's 20.5), not a reading that stuck (:func:`_moving_channels`).
+SET_POINT_RATIO = 1000.0
+
+
+def _resolution(values: np.ndarray, dtype) -> np.ndarray:
+    """The power of ten of each value's last significant digit in its shortest spelling in ``dtype``."""
+    values = np.asarray(values, dtype)
+    with np.errstate(divide="ignore"):
+        return 10.0 ** (np.floor(np.log10(np.abs(values.astype(np.float64)))) - _digits(values) + 1)
+
+
+def _moving_channels(block: np.ndarray, before, at: tuple[np.ndarray, np.ndarray], began: np.ndarray) -> np.ndarray:
     """Whether each run of the cells ``at`` (rows, columns of ``block``; its run began at row ``began``)
-    is on a channel that writes its values at near its dtype's full precision (:data:`RUN_DIGITS`):
-    by the median digits of the channel's last :data:`WRITTEN_VALUES` values before the run, within
-    the cell's window of :data:`._repeated.HOLD_WINDOW` rows (so that no verdict depends on the
-    chunking); where none lies there, by the run's own value.  A channel on a coarser grid (a
-    recording logged to a few decimals) is left to the fit's rules; one value spelled short by
-    chance (one float32 value in ten or a hundred) is not.
+    is on a channel that moves by much more than it is written to: the median change between
+    consecutive rows of its last :data:`WRITTEN_VALUES` values before the run is at least
+    :data:`RESOLUTION_RATIO` times their median resolution (:func:`_resolution`), those values taken
+    within the cell's window of :data:`._repeated.HOLD_WINDOW` rows (so that no verdict depends on the
+    chunking).  Where fewer than two lie there (a run longer than the window), the run's own value
+    must need near its dtype's full precision (:data:`RUN_DIGITS`).  A channel written on a grid as
+    coarse as its movement (a slow temperature in tenths of a degree) is left to the fit's rules;
+    a recording logged to six decimals whose values move by far more is judged.  A run of a value
+    written :data:`SET_POINT_RATIO` times more coarsely than the values before it is a set point.
     """
     rows, cols = at
     head = np.full((0, block.shape[1]), np.nan, block.dtype) if before is None else np.asarray(before, block.dtype)
@@ -661,10 +681,16 @@ def _written_in_full(block: np.ndarray, before, at: tuple[np.ndarray, np.ndarray
     groups, which = np.unique(np.stack([cols, first, start]), axis=1, return_inverse=True)
     for g, (col, a, b) in enumerate(groups.T):
         values = X[a:b, col]
-        values = values[np.isfinite(values) & (values != 0)]
-        if not len(values):  # the run began before the window: its own value
-            values = X[b : b + 1, col]
-        keep[which.ravel() == g] = np.median(_digits(values)) >= RUN_DIGITS.get(block.dtype, 12)
+        steps = np.abs(np.diff(values.astype(np.float64)))
+        steps = steps[np.isfinite(steps)]
+        written = values[np.isfinite(values) & (values != 0)]
+        if len(steps) and len(written):
+            resolution = np.median(_resolution(written, block.dtype))
+            moving = (np.median(steps) >= RESOLUTION_RATIO * resolution
+                      and _resolution(X[b : b + 1, col], block.dtype)[0] < SET_POINT_RATIO * resolution)
+        else:  # the run began before the window: its own value
+            moving = _full_precision(X[b : b + 1, col], block.dtype, RUN_DIGITS)[0]
+        keep[which.ravel() == g] = moving
     return keep
 
 

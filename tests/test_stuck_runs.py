@@ -169,3 +169,25 @@ def test_an_update_gives_a_sensor_stuck_since_the_fit_no_weight(monitored, chunk
     assert a.n_samples_ == len(later)
     # the held rows are not ones the kernel would have ignored anyway: most lie inside it
     assert np.median(model.score_samples(later[run])) > 0.1
+
+
+def test_a_recording_written_to_six_decimals_is_judged_by_how_far_it_moves():
+    """Values logged to 6 decimals that move by far more (an accelerometer) stick as a float would; a slow
+    channel written in tenths, which repeats by nature, does not."""
+    rng = np.random.default_rng(5)
+    n = 20_000
+    X = rng.normal(size=(n, 3))
+    X[:, 0] = np.round(X[:, 0], 6)  # moves by ~1, written to 1e-6
+    X[:, 1] = np.round(20 + np.cumsum(rng.normal(size=n)) * 0.002, 1)  # drifts by 0.002 a row, written in tenths
+    model = MCPCA().fit(X[:10_000])
+    assert model.quantization_steps_[0] == 0
+    model.quantization_steps_[1] = 0.0  # a fit whose row sample missed the lattice of tenths
+    later = X[10_000:].copy()
+    later[3_000:3_500, 0] = later[2_999, 0]
+    later[6_000:6_500, 1] = later[5_999, 1]  # as its own runs are
+    from dask_mcpca import _model
+
+    stuck = _model.stuck_cells(model, later, None)
+    # the run holds row 2,999's value from row 2,999 on: 501 rows, stuck from its tenth
+    assert stuck[2_999 + STUCK_RUN - 1 : 3_500, 0].all() and stuck[:, 0].sum() == 501 - STUCK_RUN + 1
+    assert not stuck[:, 1].any()
