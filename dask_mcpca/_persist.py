@@ -358,6 +358,7 @@ def validate_fitted(model) -> None:
             and rows.dtype.kind == "f" and np.isfinite(rows).all()):
         raise ValueError(f"repeated_rows_ must be a finite float array of shape (m, {p})")
     model.repeated_rows_ = rows
+    found_steps = hasattr(model, "quantization_steps_")
     steps = getattr(model, "quantization_steps_", np.zeros(p))  # none in a file written before they were found
     if not (isinstance(steps, np.ndarray) and steps.shape == (p,) and steps.dtype.kind == "f"
             and np.isfinite(steps).all() and (steps >= 0).all()):
@@ -377,7 +378,7 @@ def validate_fitted(model) -> None:
     if not isinstance(model.converged_, (bool, np.bool_)):
         raise ValueError(f"converged_={model.converged_!r} must be true or false")
     _validate_steps(model, p)
-    _validate_update(model, p)
+    _validate_update(model, p, found_steps=found_steps)
 
 
 def _validate_variances(model) -> None:
@@ -440,7 +441,7 @@ _KERNELS = ("the core kernel's", "the final kernel's")
 _FIX = "the file was changed after it was saved, or mixes two models; restore it, or refit"
 
 
-def _validate_update(model, p: int) -> None:
+def _validate_update(model, p: int, *, found_steps: bool = True) -> None:
     """Check the sums kept for ``partial_fit`` (a model without them, written before it existed, passes).
 
     They are checked against their own invariants and against the model they
@@ -463,6 +464,9 @@ def _validate_update(model, p: int) -> None:
             raise ValueError(f"{name} holds non-finite value(s)")
     _int(model, "update_unit_", -1100, 1100)
     _int(model, "n_samples_seen_", 1)
+    if not found_steps:  # the steps came first (5e5dcf8, then the sums in ad364ff): no model of ours lacks them
+        raise ValueError("quantization_steps_ missing beside partial_fit's sums (update_*), which every model that "
+                         f"keeps the sums has (they floor the channels' variances in an update); {_FIX}")
     _check_update_invariants(model, p)
     _check_update_gives_model(model, p)
 

@@ -262,3 +262,13 @@ def test_a_checkpoint_whose_state_breaks_its_rules_is_refused(tmp_path, field, v
     with pytest.raises(CheckpointMismatchError, match=fragment) as err:
         MCPCA(checkpoint=path, random_state=0).fit(X)
     assert "\n" not in str(err.value) and "delete it" in str(err.value)
+
+
+def test_update_sums_without_the_quantization_steps_are_refused(models, tmp_path):
+    """The steps came first: every model file that keeps partial_fit's sums has them."""
+    path = tmp_path / "model.json"
+    models["robust"].save(path)
+    doc = json.loads(path.read_text())
+    del doc["attributes"]["quantization_steps_"]
+    path.write_text(json.dumps(doc))
+    _refused_in_one_line(str(path), "quantization_steps_ missing")
