@@ -506,6 +506,28 @@ def _conditional_model(scatter: bytes, p: int, observed: bytes) -> _missing.Cond
     return _missing.conditional_model(np.frombuffer(scatter, dtype=np.float64).reshape(p, p), mask)
 
 
+@functools.lru_cache(maxsize=16)
+def _estep_scales(offsets: bytes, shape: tuple, kernel_size2: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`._missing.estep_scales`, once per pass's radii in a process."""
+    return _missing.estep_scales(np.frombuffer(offsets, dtype=np.float64).reshape(shape), kernel_size2)
+
+
+def estep_scales(part_plan) -> tuple[np.ndarray, np.ndarray]:
+    """The E-step's scales of a :class:`PartialPlan`'s kernels (:func:`._missing.estep_scales`):
+    ``c_p`` per kernel, for the conditional covariances, and ``c_p / c_k`` per kernel and count,
+    for the completed rows' second moments."""
+    offsets = np.ascontiguousarray(part_plan.offsets, dtype=np.float64)
+    return _estep_scales(offsets.tobytes(), offsets.shape, float(part_plan.kernel_size2))
+
+
+def _completed_scatter(Y: np.ndarray, G: np.ndarray, ratio: np.ndarray, counts: np.ndarray):
+    """``sum G``, ``sum G y`` and ``sum G (c_p / c_k) y y^T`` per kernel of completed rows judged
+    on ``counts`` cells (the E-step's consistent second moments, :mod:`._missing`)."""
+    G2 = G * ratio[:, counts]
+    _, _, scatter = _weighted_sums(Y, G2, Workspace(np.float64))
+    return G.sum(axis=1), G @ Y, scatter
+
+
 def _partial_weights(part_plan, d2: np.ndarray, counts: np.ndarray, excluded: np.ndarray | None):
     """The weights of rows judged on ``counts`` cells each (:class:`PartialPlan`): kernel ``j`` gives
     ``exp(min(offsets[j, k] - d2 / (2 c^2), 0))``, rows ``excluded`` none; and the log-scales."""
@@ -523,8 +545,13 @@ def completed_sums(plan: PassPlan, Y: np.ndarray, d2: np.ndarray, counts: np.nda
     :class:`PartialPlan`, the weighted sums, the covariance terms of the E-step.  Rows ``excluded``
     enter no sums.  (A cellwise pass's sums, :func:`._cells.cell_sums`.)"""
     G, log_scale = _partial_weights(plan.partial, d2, counts, excluded)
-    weight, wsum, scatter = _weighted_sums(Y, G, Workspace(np.float64))
-    scatter += cond.covariance_sums(G, Y.shape[1])
+    if plan.cells is not None and np.isfinite(plan.cells.cutoff2):  # cells judged: not missing at random
+        weight, wsum, scatter = _weighted_sums(Y, G, Workspace(np.float64))
+        scatter += cond.covariance_sums(G, Y.shape[1])
+    else:  # missing cells only (a partial fit's start): the consistent E-step of partial_stats
+        shrink, ratio = estep_scales(plan.partial)
+        weight, wsum, scatter = _completed_scatter(Y, G, ratio, counts)
+        scatter += cond.covariance_sums(G, Y.shape[1]) * shrink[:, None, None]
     return from_sums(len(Y), log_scale, weight, wsum, scatter, plan.center)
 
 
@@ -586,21 +613,24 @@ def partial_stats(
         d2[far] = np.inf
         Y[far] = 0.0
     G, log_scale = _partial_weights(part_plan, d2, counts, excluded)
+    # The E-step's consistency (:mod:`._missing`): second moments times c_p / c_k, C times c_p.
+    shrink, ratio = estep_scales(part_plan)
     gaps = {}
     for mask, rows, model, key in slices:
         if key is not None:
             g, Yo = G[:, rows], Y[rows][:, model.observed]
-            second = np.stack([(Yo * gj[:, None]).T @ Yo for gj in g])
+            r = ratio[:, len(model.observed)]
+            second = np.stack([(Yo * (gj * rj)[:, None]).T @ Yo for gj, rj in zip(g, r, strict=True)])
             gaps[key] = _missing.GapSums(mask, g.sum(axis=1), g @ Yo, second)
     kept = slice(None) if done.all() else done
-    weight, wsum, scatter = _weighted_sums(Y[kept], G[:, kept], Workspace(np.float64))
+    weight, wsum, scatter = _completed_scatter(Y[kept], G[:, kept], ratio, counts[kept])
     for _, rows, model, key in slices:
         if len(model.missing) and key is None:
             cell = np.ix_(model.missing, model.missing)
             for j in range(J):
-                scatter[j][cell] += G[j, rows].sum() * model.residual
+                scatter[j][cell] += (G[j, rows].sum() * shrink[j]) * model.residual
     if cond is not None:
-        scatter += cond.covariance_sums(G[:, tail], p)
+        scatter += cond.covariance_sums(G[:, tail], p) * shrink[:, None, None]
     part = from_sums(n, log_scale, weight, wsum, scatter, plan.center)
     part.n_far = int(far.sum())
     part.n_partial = n

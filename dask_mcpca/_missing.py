@@ -18,6 +18,23 @@ row and its missing cells ``M`` obey
   to the scatter, where ``yhat`` is the row completed by ``B y_O``
   (:func:`._block.block_stats` adds these terms for a plan's ``partial`` rows).
 
+A robust fit weighs a row by its distance on the observed cells, so the
+weighted moments of ``y_O`` are shrunk (by the kernel's consistency factor
+in k dimensions, ``c_k``), while ``y_M - B y_O`` is independent of the
+weight and is not: the weighted second moment of a completed row is
+``c_k B~ S_OO B~^T + C`` (``B~ = [I; B]``), not ``c_k S``.  The fit
+divides every row's moments by the p-channel ``c_p``, so an E-step that
+added ``C`` as it stands would inflate the missing cells' conditional
+variance by ``1 / c_p`` at every EM step; with a share ``g`` of the rows
+missing a channel, EM's fixed point multiplies it by
+``(1 - g) / (1 - g / c_p)`` (about 1.4 at ``g = 0.9`` under the core
+kernel, and without bound as ``g`` nears ``c_p``), which turned the
+components towards that channel.  Hence (:func:`estep_scales`) a row
+judged on k cells enters with its completed second moment times
+``c_p / c_k`` and with ``c_p C``: its expected contribution is then
+``c_p S``, as a complete row's is, and the fit is consistent at the
+Gaussian however many rows have gaps.
+
 Rows with different numbers of observed cells are compared on one scale by
 the chi-square probability: :func:`equivalent_d2` maps ``d^2_O`` with k
 degrees of freedom to the p-channel distance with the same upper-tail
@@ -39,6 +56,8 @@ import numpy as np
 from scipy import stats
 from scipy.special import gammaln
 
+from ._schedule import flat_top_consistency
+
 __all__ = [
     "partial_rows",
     "nonfinite_rows",
@@ -54,6 +73,7 @@ __all__ = [
     "GapSums",
     "merge_gaps",
     "em_moments",
+    "estep_scales",
     "MAX_PATTERNS",
     "EM_TOL",
     "Conditional",
@@ -394,6 +414,27 @@ def merge_gaps(a: dict | None, fa: np.ndarray, b: dict | None, fb: np.ndarray) -
     return out
 
 
+def estep_scales(offsets: np.ndarray, kernel_size2: float) -> tuple[np.ndarray, np.ndarray]:
+    """The E-step's consistency scales of a pass's kernels (see the module docstring).
+
+    ``offsets[j, k]`` is kernel j's flat-top radius for rows judged on k
+    cells over ``2 kernel_size2`` (:class:`._stats.PartialPlan`).  Returns
+    ``shrink`` (J,), the p-channel kernel's shrink ``c_p`` of the covariance
+    of Gaussian rows (1 / :func:`._schedule.flat_top_consistency`), which
+    multiplies the conditional covariance ``C`` of a row's missing cells,
+    and ``ratio`` (J, p + 1), ``c_p / c_k``, which multiplies the weighted
+    second moment of a row judged on k cells (1 for k = 0 and k = p).
+    """
+    offsets = np.asarray(offsets, np.float64)
+    J, p = offsets.shape[0], offsets.shape[1] - 1
+    shrink = np.ones((J, p + 1))
+    for j in range(J):
+        for k in range(1, p + 1):
+            q = 2.0 * kernel_size2 * offsets[j, k]
+            shrink[j, k] = 1.0 / flat_top_consistency(k, kernel_size2, q) if np.isfinite(q) else 1.0
+    return shrink[:, p].copy(), shrink[:, p:] / shrink
+
+
 def em_moments(
     weight: float, mean: np.ndarray, scatter: np.ndarray, gaps: list[tuple[np.ndarray, float, np.ndarray, np.ndarray]],
     center: np.ndarray, *, location: np.ndarray, covariance: np.ndarray, factor: float,
@@ -416,8 +457,11 @@ def em_moments(
     :data:`EM_TOL`.  The first completion uses ``(location, covariance)``
     (the pass's model); later ones the weighted mean (or ``fixed_center``)
     and the covariance about it times ``factor`` (the kernel's consistency
-    factor, as the fit applies it).  Returns the weighted mean and the
-    covariance about it, without ``factor``.
+    factor, as the fit applies it).  The conditional covariance enters as
+    ``W C / factor`` (the module docstring: the pattern sums ``T`` come with
+    their rows' ``c_p / c_k`` from the pass), so that EM's fixed point is
+    the weighted fit's, however many rows have gaps.  Returns the weighted
+    mean and the covariance about it, without ``factor``.
     """
     base_w = float(weight)
     d0 = mean - center
@@ -427,6 +471,7 @@ def em_moments(
     if not total_w > 0 or not gaps:
         return mean, scatter / max(base_w, np.finfo(float).tiny)
     loc, cur = np.asarray(location, np.float64), np.asarray(covariance, np.float64)
+    shrink = 1.0 / factor
     for _ in range(EM_MAX_ITER):
         sy, syy = base_y.copy(), base_yy.copy()
         for observed, W, s_o, T in gaps:
@@ -443,7 +488,7 @@ def em_moments(
             syy[np.ix_(obs, mis)] += cross
             syy[np.ix_(mis, obs)] += cross.T
             syy[np.ix_(mis, mis)] += (B @ TB + np.outer(a, Bs) + np.outer(Bs, a)
-                                      + W * np.outer(a, a) + W * model.residual)
+                                      + W * np.outer(a, a) + (W * shrink) * model.residual)
         mean_new = center + sy / total_w
         d = mean_new - center
         cov = syy / total_w - np.outer(d, d)

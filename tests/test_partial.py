@@ -16,7 +16,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
-from scipy import stats
+from scipy import integrate, stats
 from scipy.linalg import subspace_angles
 
 from dask_mcpca import MCPCA
@@ -44,9 +44,26 @@ def _archive(n: int = 40_000, seed: int = 0):
     return X, Xg, Q @ np.diag(lam) @ Q.T
 
 
+def _shrink(k: int, c2: float, radius: float) -> float:
+    """``E[w d^2] / (k E[w])`` for ``d^2 ~ chi^2_k`` and ``w = exp(-max(d^2 - radius, 0) / (2 c2))``,
+    by quadrature: how much the kernel shrinks the covariance of Gaussian rows judged on k cells."""
+    def w(x):
+        return np.exp(-max(x - radius, 0.0) / (2 * c2)) * stats.chi2.pdf(x, k)
+
+    pieces = ((0.0, radius), (radius, np.inf))
+    mass = sum(integrate.quad(w, a, b)[0] for a, b in pieces)
+    moment = sum(integrate.quad(lambda x: x * w(x), a, b)[0] for a, b in pieces)
+    return moment / (k * mass)
+
+
 def _plain_partial_sums(X, center, S, c2, offsets):
-    """The E-step of a weighted EM, one row at a time: weight, sum of w yhat, sum of w (yhat yhat^T + C)."""
+    """The consistent E-step of a weighted EM, one row at a time: weight, sum of w yhat, and
+    sum of w ((c_p / c_k) yhat yhat^T + c_p C), ``c_k`` the kernel's shrink of the covariance of
+    Gaussian rows judged on the row's k observed cells (so that a row with gaps contributes
+    ``c_p S`` in expectation, as a complete row does; dask_mcpca._missing's docstring)."""
     J = offsets.shape[0]
+    shrink = np.array([[_shrink(k, c2, 2 * c2 * offsets[j, k]) if k else 1.0 for k in range(P + 1)]
+                       for j in range(J)])
     weight, wsum, second = np.zeros(J), np.zeros((J, P)), np.zeros((J, P, P))
     for x in X:
         o = ~np.isnan(x)
@@ -62,7 +79,8 @@ def _plain_partial_sums(X, center, S, c2, offsets):
             w = np.exp(min(offsets[j, o.sum()] - d2 / (2 * c2), 0.0))
             weight[j] += w
             wsum[j] += w * yhat
-            second[j] += w * (np.outer(yhat, yhat) + C)
+            k = o.sum()
+            second[j] += w * (shrink[j, P] / shrink[j, k] * np.outer(yhat, yhat) + shrink[j, P] * C)
     return weight, wsum, second
 
 
