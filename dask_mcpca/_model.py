@@ -603,9 +603,10 @@ CONTEXT_ROWS = HOLD_WINDOW
 RUN_DIGITS = {dtype: digits - 1 for dtype, digits in FULL_DIGITS.items()}
 
 
-def _full_precision(values: np.ndarray, dtype, digits: dict = FULL_DIGITS) -> np.ndarray:
+def _full_precision(values: np.ndarray, dtype, digits: dict | None = None) -> np.ndarray:
     """True for the ``values`` whose shortest spelling in ``dtype`` needs near its full precision
-    (``digits``: :data:`FULL_DIGITS` by dtype)."""
+    (``digits``: by dtype; :data:`FULL_DIGITS` by default)."""
+    digits = FULL_DIGITS if digits is None else digits
     return _digits(values) >= digits.get(np.dtype(dtype), digits[np.dtype(np.float64)])
 
 
