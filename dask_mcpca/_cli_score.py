@@ -56,7 +56,7 @@ DEFAULT_OUTPUTS, DEFAULT_DTYPE = "monitoring", "float32"
 def _cmd_score(args, out) -> int:
     from . import _append
     from ._estimator import load
-    from ._score_store import as_dataset, quiet_consolidated
+    from ._score_store import as_dataset, count_true, quiet_consolidated
 
     _refuse_inside_input(args.output, args.store, "--output")
     if _overlaps(args.model, args.output):
@@ -101,7 +101,7 @@ def _cmd_score(args, out) -> int:
         flags = ds.get("outlier")
         # counted in the same computation as the writes (the blocks are made once), as --append does,
         # not by reading the written store back
-        counted = [flags.data.sum()] if flags is not None else []
+        counted = [count_true(flags.data)] if flags is not None else []
         results = _compute_settled(*writes, *counted, progress=not args.no_progress)
         n_out = int(results[-1]) if counted else None
     elapsed = time.perf_counter() - started
@@ -160,7 +160,7 @@ def _score_append(args, out, options) -> int:
     from . import _append
     from ._atomic import atomic_path
     from ._estimator import load
-    from ._score_store import as_dataset, dimension_names, quiet_consolidated
+    from ._score_store import as_dataset, count_true, dimension_names, quiet_consolidated
 
     output = local_path(args.output)
     if output is None:
@@ -232,7 +232,7 @@ def _score_append(args, out, options) -> int:
                 region = (slice(n_old, n_old + n_new),) + (slice(None),) * (arr.ndim - 1)
                 writes.append(arr.store(z, regions=[region], lock=False, compute=False))
             flags = plain.get("outlier")
-        counted = [flags.sum()] if flags is not None else []  # the blocks written
+        counted = [count_true(flags)] if flags is not None else []  # the blocks written
         results = _compute_settled(*writes, *counted, progress=not args.no_progress)
         n_out = int(results[-1]) if counted else None
         group = zarr.open_group(tmp, mode="r+")

@@ -22,8 +22,8 @@ import numpy as np
 
 from ._labels import COMPONENT_DIM, is_dataarray
 
-__all__ = ["ROW_DIM", "CHANNEL_DIM", "CHANNELS_ATTR", "NO_CHANNEL", "quiet_consolidated", "channel_names",
-           "dimension_names", "as_dataset", "top_channel_flags", "top_channel_names", "open_scores"]
+__all__ = ["ROW_DIM", "CHANNEL_DIM", "CHANNELS_ATTR", "NO_CHANNEL", "quiet_consolidated", "count_true",
+           "channel_names", "dimension_names", "as_dataset", "top_channel_flags", "top_channel_names", "open_scores"]
 
 #: Row dimension of the arrays scored from a plain (unlabelled) input.
 ROW_DIM = "row"
@@ -41,6 +41,13 @@ def quiet_consolidated() -> None:
     import warnings
 
     warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part", category=UserWarning)
+
+
+def count_true(flags):
+    """The number of True in the dask array ``flags``, as a Delayed to compute with a Delayed write of
+    the same blocks: beside a Delayed, an Array is optimized apart, under other keys, and the blocks
+    it is computed from would be made twice (the scoring twice)."""
+    return flags.sum().to_delayed(optimize_graph=False).item()
 
 
 def channel_names(model, X: Any) -> list[str]:

@@ -132,6 +132,35 @@ def test_an_appended_score_store_opens_with_xarray_as_a_full_score(kind, data, t
         assert appended.attrs[key] == whole.attrs[key], key
 
 
+@pytest.mark.parametrize("kind", ("zarr", "xarray"))
+def test_a_score_scores_each_block_once(kind, data, tmp_path, capsys, monkeypatch):
+    """The store's writes and the outlier count are one computation: each row block is scored once,
+    also where xarray writes the store (an Array computed beside xarray's Delayed write was optimized
+    apart, and every block of an xarray archive was scored twice).  Counted by wrapping the function
+    that scores a block; it still does the work."""
+    from dask_mcpca import _model as scoring
+    from dask_mcpca import open_archive
+
+    scored = []
+    real = scoring.row_outputs
+
+    def counted(*args, **kwargs):
+        fused = real(*args, **kwargs)
+
+        def one_block(*blocks, **options):
+            scored.append(len(blocks[0]))
+            return fused(*blocks, **options)
+
+        return one_block
+
+    monkeypatch.setattr(scoring, "row_outputs", counted)
+    store = _write(kind, tmp_path / "a.zarr", data)
+    model_path, _ = _model(kind, _as_scored(kind, data), tmp_path)
+    rc, _, err = _cli(capsys, "score", store, "-m", model_path, "-o", tmp_path / "s.zarr", "--outputs", "all")
+    assert rc == 0, err
+    assert len(scored) == len(open_archive(store).chunks[0]) > 1
+
+
 def test_top_channel_reads_as_names(data, tmp_path, capsys):
     """A fault planted on channel ``press`` (written third, sorted second) is named ``press``."""
     store = _write("xarray", tmp_path / "a.zarr", data)
