@@ -36,6 +36,8 @@ import tempfile
 import time
 import uuid
 
+from ._waits import DEFAULT_WAIT_LIMIT, fix_hint, is_timeout, s3_config
+
 __all__ = [
     "atomic_path",
     "atomic_open",
@@ -53,6 +55,8 @@ __all__ = [
     "is_zarr_store",
     "url_store_state",
     "with_timeouts",
+    "info_or_none",
+    "answered",
     "PUBLISHING_MARKER",
     "S3_TIMEOUTS",
 ]
@@ -142,17 +146,15 @@ _STILL_ACTIVE = 259
 
 
 def _resolved(path) -> str:
-    """``path`` made absolute with its parent folder's symlinks resolved, as the OS resolves it.
+    """``path`` made absolute with its symlinks resolved, as the OS resolves it.
 
     ``os.path.abspath`` drops ``link/..`` as text, where the OS goes to the link's target's
     parent; the checks of the command line resolve paths the OS's way, so the write must too.
-    The last component is kept: a symlink named as the output is replaced, not followed.
+    A symlink named as the output is followed: the file or store it points to is replaced (its
+    checks are that target's), and the link stays a link naming the new version.
     """
     path = os.path.join(os.getcwd(), os.fspath(path))  # joined, not normalised: keeps "link/.."
-    parent, base = os.path.split(path.rstrip(os.sep) or os.sep)
-    if base in ("", ".", ".."):
-        return os.path.realpath(path)
-    return os.path.join(os.path.realpath(parent), base)
+    return os.path.realpath(path.rstrip(os.sep) or os.sep)
 
 
 def _is_temporary_of(name: str, base: str, host: str | None = None) -> bool:
@@ -216,8 +218,8 @@ def _kind(mode: int) -> str:
 
 def check_file_target(path) -> None:
     """Refuse to write a file over ``path`` when it exists and is neither a regular file nor a symlink
-    (a symlink named as the output is replaced, not followed): a directory, a device node, a FIFO, a
-    socket would be replaced by a regular file (as root even ``/dev/null``)."""
+    (callers pass the path :func:`_resolved`, a symlink followed to its target): a directory, a device
+    node, a FIFO, a socket would be replaced by a regular file (as root even ``/dev/null``)."""
     try:
         mode = os.lstat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):  # nothing there (what cannot be created says so later)
@@ -338,20 +340,17 @@ def local_path(path) -> str | None:
     return None
 
 
-#: Timeouts of every request to an ``s3://`` store (s3fs, through botocore's ``Config``), unless the
-#: storage options set them (``config_kwargs.connect_timeout=...``, ``config_kwargs.read_timeout=...``,
-#: ``config_kwargs.retries.total_max_attempts=...``): seconds to connect, seconds to wait for each answer
-#: (between two reads of a response, not for the whole transfer), and botocore's attempts per request
-#: (s3fs tries a timed-out request 5 times over).  An endpoint that accepts and never answers fails a
-#: request within about 5 x 2 x 10 s plus backoff (2 min), where botocore's and s3fs's defaults wait
-#: 5 x 5 x 15 s for each of the several requests of an open.
-S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 10, "retries": {"mode": "standard", "total_max_attempts": 2}}
+#: The botocore ``Config`` of every request to an ``s3://`` URL at the default wait limit (120 s), as
+#: :func:`with_timeouts` gives it unless the storage options set a key (``config_kwargs.read_timeout=...``):
+#: see :func:`._waits.s3_config`, which sizes them to ``$DASK_MCPCA_WAIT_LIMIT`` when that is set.
+S3_TIMEOUTS = s3_config(DEFAULT_WAIT_LIMIT, session=False)
 
 
 def with_timeouts(url, storage_options: dict | None = None) -> dict | None:
-    """``storage_options`` for ``url`` with :data:`S3_TIMEOUTS` where the URL is ``s3://`` and the
-    options do not set them (the user's keys win, key by key).  Other URLs' options are returned as
-    given: their backends have their own (fsspec's HTTP: aiohttp's 5 min per request)."""
+    """``storage_options`` for ``url`` with :func:`._waits.s3_config` where the URL is ``s3://`` and the
+    options do not set its keys (the user's keys win, key by key): an endpoint that stops answering
+    fails a request within the wait limit (``$DASK_MCPCA_WAIT_LIMIT``, 120 s).  Other URLs' options
+    are returned as given: their backends have their own (fsspec's HTTP: aiohttp's 5 min per request)."""
     if not is_url(url) or local_path(url) is not None or _protocol(url) != "s3":
         return storage_options
     options = dict(storage_options or {})
@@ -363,7 +362,7 @@ def with_timeouts(url, storage_options: dict | None = None) -> dict | None:
         value = config.get(key, 1.0)
         if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 < value < float("inf")):
             raise ValueError(f"storage option config_kwargs.{key}={value!r} must be a number of seconds > 0")
-    options["config_kwargs"] = {**S3_TIMEOUTS, **config}
+    options["config_kwargs"] = {**s3_config(), **config}
     return options
 
 
@@ -412,7 +411,8 @@ def write_bytes(path, data: bytes, *, storage_options: dict | None = None) -> No
     try:
         if local is None:
             fs, where = url_to_fs(path, storage_options)
-            fs.pipe_file(where, data)
+            with answered(path, "write"):
+                fs.pipe_file(where, data)
             return
         check_file_target(_resolved(local))  # before the work, and again at the rename
         with atomic_path(local) as tmp, open(tmp, "wb") as f:
@@ -456,12 +456,48 @@ def read_bytes(path, *, storage_options: dict | None = None, limit: int | None =
             return f.read(-1 if limit is None else limit + 1)
     fs, where = url_to_fs(path, storage_options)
     fs.invalidate_cache(where)  # fsspec caches listings: the object may be newer than this process's last look
-    if not fs.isfile(where):
-        if fs.isdir(where):
+    with answered(path, "read"):
+        info = info_or_none(fs, where)
+        if info is None:
+            raise FileNotFoundError(path)
+        if info.get("type") != "file":
             raise IsADirectoryError(path)
-        raise FileNotFoundError(path)
-    with fs.open(where, "rb") as f:
-        return f.read(-1 if limit is None else limit + 1)
+        with fs.open(where, "rb") as f:
+            return f.read(-1 if limit is None else limit + 1)
+
+
+def info_or_none(fs, path: str) -> dict | None:
+    """``fs.info(path)``, or None when nothing is there; any other error (a timeout) is raised.
+
+    Never fsspec's ``isfile``/``isdir``/``exists`` on a URL: they say False for any error, so an
+    endpoint that did not answer reads as no object, and the next question (s3fs's ``isdir`` lists
+    the path as a folder) waits on it once more.
+    """
+    try:
+        return fs.info(path)
+    except FileNotFoundError:
+        return None
+
+
+def _is_object(fs, path: str) -> bool:
+    info = info_or_none(fs, path)
+    return info is not None and info.get("type") == "file"
+
+
+@contextlib.contextmanager
+def answered(url, doing: str):
+    """Inside the block, a timeout of the object store of ``url`` is a one-line ``TimeoutError`` that names
+    ``url``, what was being done (``doing``: "read", "write") and the wait limit that changes it."""
+    try:
+        yield
+    except Exception as err:
+        if not is_timeout(err):
+            raise
+        cause = " ".join(str(err).split()) or type(err).__name__
+        raise TimeoutError(
+            f"cannot {doing} {os.fspath(url)!r}: its object store did not answer ({cause}); "
+            f"check its endpoint, or {fix_hint()}"
+        ) from None
 
 
 #: Metadata objects of a Zarr node (v3; v2 and its consolidated metadata): published after the chunks.
@@ -521,13 +557,14 @@ def url_store_state(fs, root: str) -> str:
     object named as the store, or a prefix of other objects, which is never replaced)."""
     root = root.rstrip("/")
     fs.invalidate_cache(root)
-    if not fs.exists(root):
+    info = info_or_none(fs, root)  # a timeout is raised, never read as "absent" (see info_or_none)
+    if info is None:
         return "absent"
-    if fs.isfile(root):
+    if info.get("type") == "file":
         return "other"
-    if any(fs.isfile(f"{root}/{m}") for m in _ZARR_ROOTS):
+    if any(_is_object(fs, f"{root}/{m}") for m in _ZARR_ROOTS):
         return "zarr"
-    if fs.isfile(f"{root}/{PUBLISHING_MARKER}"):
+    if _is_object(fs, f"{root}/{PUBLISHING_MARKER}"):
         return "interrupted"
     return "other"
 
@@ -586,17 +623,24 @@ def atomic_url_store(url: str, *, storage_options: dict | None = None, overwrite
     parent, _, name = root.rpartition("/")
     if not parent or not name:
         raise ValueError(f"{url!r} names no key prefix inside its bucket; name one, as s3://bucket/scores.zarr")
-    _refuse_url_target(url, url_store_state(fs, root), overwrite)
-    for stale in _stale_url_temporaries(fs, parent, name):
-        fs.rm(stale, recursive=True)
+    with answered(url, "write"):
+        _refuse_url_target(url, url_store_state(fs, root), overwrite)
+        for stale in _stale_url_temporaries(fs, parent, name):
+            fs.rm(stale, recursive=True)
     tmp = f"{parent}/{_url_temporary_name(name)}"
+    silent = False
     try:
         yield fs.unstrip_protocol(tmp)
-        _refuse_url_target(url, url_store_state(fs, root), overwrite)
-        _publish(fs, tmp, root)
+        with answered(url, "write"):
+            _refuse_url_target(url, url_store_state(fs, root), overwrite)
+            _publish(fs, tmp, root)
+    except BaseException as err:
+        silent = is_timeout(err)
+        raise
     finally:
-        with contextlib.suppress(Exception):  # best effort; the next write from this host deletes a leftover
-            fs.rm(tmp, recursive=True)
+        if not silent:  # an endpoint that did not answer would make the error wait once more
+            with contextlib.suppress(Exception):  # best effort; the next write from this host deletes a leftover
+                fs.rm(tmp, recursive=True)
 
 
 def _publish(fs, source: str, target: str) -> None:
@@ -655,13 +699,16 @@ def atomic_open(path, mode: str = "w", *, storage_options: dict | None = None, *
             raise _naming(err, path) from None
         return
     fs, where = url_to_fs(path, storage_options)
+    with answered(path, "write"):  # before the block's work: an endpoint that does not answer is found now
+        info_or_none(fs, where)
     fd, tmp = tempfile.mkstemp(prefix="dask-mcpca-", suffix=TMP_SUFFIX)
     os.close(fd)
     try:
         with open(tmp, mode, **open_kwargs) as f:
             yield f
         try:
-            fs.put_file(tmp, where)
+            with answered(path, "write"):
+                fs.put_file(tmp, where)
         except OSError as err:
             raise _naming(err, path) from None
     finally:

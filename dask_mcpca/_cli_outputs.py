@@ -95,13 +95,14 @@ def _refuse_replacing_other_data(path: str, options: dict | None = None) -> None
     its own marker (:data:`._atomic.PUBLISHING_MARKER`), not by missing metadata.  Checked again
     when the new store is put in place (:func:`_output_store`).
     """
-    from ._atomic import url_store_state, url_to_fs
+    from ._atomic import answered, url_store_state, url_to_fs
 
     local = local_path(path)
     if local is None:
         fs, root = url_to_fs(path, options)
-        if url_store_state(fs, root) in ("zarr", "interrupted", "absent"):
-            return
+        with answered(path, "write"):
+            if url_store_state(fs, root) in ("zarr", "interrupted", "absent"):
+                return
     elif is_zarr_store(local):
         return
     raise _UsageError(
@@ -111,14 +112,16 @@ def _refuse_replacing_other_data(path: str, options: dict | None = None) -> None
 
 
 def _exists(path: str, options: dict | None) -> bool:
-    from ._atomic import local_path, url_to_fs
+    """Whether something is at ``path``; on an object store a timeout is a one-line TimeoutError, never False."""
+    from ._atomic import answered, info_or_none, local_path, url_to_fs
 
     local = local_path(path)
     if local is not None:
         return os.path.lexists(local)
     fs, root = url_to_fs(path, options)
     fs.invalidate_cache(root)
-    return fs.exists(root)
+    with answered(path, "write"):
+        return info_or_none(fs, root) is not None
 
 
 @contextlib.contextmanager
