@@ -1,6 +1,12 @@
 """``--scheduler``: connecting to a ``dask.distributed`` scheduler within ``--connect-timeout``, and its loss.
 
-Without ``--scheduler`` a command runs on the local threaded scheduler.
+Without ``--scheduler`` a command runs on the local threaded scheduler.  With
+it, a thread watches the scheduler's workers while the command runs
+(:class:`_WorkerWatch`): a scheduler with no worker holds its tasks until
+one comes, which may be never, so once it has had none for the wait limit
+(:func:`._waits.wait_limit`, 120 s, ``$DASK_MCPCA_WAIT_LIMIT``) the
+command's tasks are cancelled and it ends with one line (:class:`_NoWorkers`).
+A long computation with workers is never cut short.
 """
 
 from __future__ import annotations
@@ -8,11 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 
 from ._cli_common import _one_line
+from ._waits import WAIT_LIMIT_ENV, wait_limit
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT", "MAX_CONNECT_TIMEOUT", "CLOSE_TIMEOUT", "_SchedulerLost", "_scheduler"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT", "MAX_CONNECT_TIMEOUT", "CLOSE_TIMEOUT", "WORKER_POLL", "_SchedulerLost", "_NoWorkers",
+    "_scheduler",
+]
 
 #: Seconds to wait for a ``--scheduler`` before giving up.
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -20,10 +31,75 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_CONNECT_TIMEOUT = 3600.0
 #: Seconds ``Client.close`` may take (the scheduler may be gone).
 CLOSE_TIMEOUT = 5.0
+#: Seconds between two looks at the scheduler's workers (:class:`_WorkerWatch`).
+WORKER_POLL = 1.0
 
 
 class _SchedulerLost(Exception):
     """The scheduler went away during the computation."""
+
+
+class _NoWorkers(_SchedulerLost):
+    """The scheduler had no worker for the wait limit; the computation was cancelled."""
+
+
+class _WorkerWatch:
+    """A daemon thread that cancels ``client``'s tasks once its scheduler has had no worker for ``limit`` s.
+
+    It asks the scheduler how many workers it has every :data:`WORKER_POLL` seconds; a question
+    that fails (the scheduler gone) is left to the computation, which says so itself.  Once it
+    has fired, it cancels whatever the client holds at each look, so nothing waits after it.
+    """
+
+    def __init__(self, client, limit: float):
+        self.client, self.limit = client, limit
+        self.fired, self.most = False, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="dask-mcpca-worker-watch", daemon=True)
+
+    def __enter__(self) -> _WorkerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(CLOSE_TIMEOUT)
+
+    def _count(self) -> int:
+        info = self.client.scheduler_info(n_workers=1)
+        return int(info.get("n_workers", len(info.get("workers", {}))))
+
+    def _watch(self) -> None:
+        since = time.monotonic()
+        while not self._stop.wait(WORKER_POLL):
+            try:
+                n = self._count()
+            except Exception:
+                continue
+            if n:
+                self.most, since = max(self.most, n), time.monotonic()
+                continue
+            if self.fired or time.monotonic() - since >= self.limit:
+                self.fired = True
+                with contextlib.suppress(Exception):
+                    self._cancel()
+
+    def _cancel(self) -> None:
+        from distributed import Future
+
+        keys = list(self.client.futures)
+        if keys:
+            futures = [Future(key, self.client) for key in keys]
+            self.client.cancel(futures, force=True, reason="no workers", msg=f"no workers for {self.limit:g} s")
+
+    def error(self, address: str) -> _NoWorkers:
+        """The one-line error: what happened, and what to do."""
+        had = f"it lost its {self.most} worker{'s' * (self.most != 1)}" if self.most else "it had none"
+        return _NoWorkers(
+            f"the dask scheduler at {address!r} has had no workers for {self.limit:g} s ({had}), so the "
+            f"computation was cancelled and nothing written; start workers for it (dask worker {address}), "
+            f"or set {WAIT_LIMIT_ENV}=SECONDS to wait longer for them"
+        )
 
 
 def _identify(address: str, timeout: float) -> dict:
@@ -107,10 +183,15 @@ def _scheduler(address: str | None, timeout: float):
     for name in ["distributed", *logging.root.manager.loggerDict]:
         if name.split(".")[0] == "distributed":
             logging.getLogger(name).setLevel(logging.CRITICAL)
+    limit = wait_limit()  # a bad $DASK_MCPCA_WAIT_LIMIT is refused before connecting
     client = _client(address, timeout)
+    watch = _WorkerWatch(client, limit)
     try:
-        yield client
+        with watch:
+            yield client
     except BaseException as err:
+        if watch.fired and not isinstance(err, KeyboardInterrupt):
+            raise watch.error(address) from None
         if _is_scheduler_loss(err):
             raise _SchedulerLost(
                 f"lost the dask scheduler at {address!r} during the computation ({type(err).__name__})"

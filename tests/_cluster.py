@@ -201,6 +201,16 @@ class ProcessCluster:
             log.close()
         self._procs, self._logs = [], []
 
+    def kill_workers(self) -> None:
+        """SIGKILL every worker with its nanny (each worker's process group): none comes back."""
+        for name, proc in self._procs:
+            if name.startswith("worker-") and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+
     def logs(self, tail: int = 3000) -> str:
         """The last ``tail`` characters of each process's log, for error messages."""
         out = []
