@@ -72,7 +72,11 @@ def _cmd_report(args, out) -> int:
     # blocks of about _report.BLOCK_VALUES values, and the time coordinate read with its rows (no index in memory)
     X = _open(args, block_values=_report.BLOCK_VALUES, row_index=False)
     check_channel_names(model, X, args.store)
-    print(f"report on {args.store}: {_describe(X)}", file=out, flush=True)
+    from ._append import model_digest
+
+    # the model's SHA-256, as a score store's segments name the model that scored each span of rows
+    print(f"report on {args.store}: {_describe(X)}\nmodel {args.model} (SHA-256 "
+          f"{model_digest(args.model, options)[:12]})", file=out, flush=True)
     selection = " ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in ("rows", "time")
                          if getattr(args, o, None) is not None)
     reference = _reference_rows(args, model, X) if window is not None else None
@@ -117,14 +121,17 @@ def _cmd_report(args, out) -> int:
 
 def _reference_rows(args, model, X) -> tuple[int, int] | None:
     """The rows of ``X`` (the report's numbering) the model was fitted on, from its ``archive_rows_``
-    and the rows ``--rows``/``--time`` select; None when either is unknown or they do not meet."""
+    and the rows ``--rows``/``--time`` select: of the runs it records, the one that shares the most
+    rows with them; None when either is unknown or they do not meet."""
     fitted = getattr(model, "archive_rows_", None)
-    if fitted is None or len(fitted) != 2:
+    if fitted is None:
         return None
     span = _archive_span(args, X)
     if span is None:
         return None
-    a, b = max(int(fitted[0]), span[0]) - span[0], min(int(fitted[1]), span[1]) - span[0]
+    shared = [(max(int(a), span[0]) - span[0], min(int(b), span[1]) - span[0])
+              for a, b in np.asarray(fitted).reshape(-1, 2)]
+    a, b = max(shared, key=lambda r: r[1] - r[0])
     return (a, b) if a < b else None
 
 

@@ -152,7 +152,10 @@ def open_scores(path: str | os.PathLike, **kwargs):
     -------
     xarray.Dataset
         The store's arrays, with ``top_channel_name`` (:func:`top_channel_names`)
-        beside ``top_channel`` where the store holds it.
+        beside ``top_channel`` where the store holds it, and ``segment``: for
+        each row, its index in ``attrs["segments"]``, the list of which model
+        file (path and SHA-256) scored which rows (``score --append`` with an
+        updated model starts a segment).
 
     Examples
     --------
@@ -165,4 +168,26 @@ def open_scores(path: str | os.PathLike, **kwargs):
     ds = xr.open_zarr(os.fspath(path) if isinstance(path, os.PathLike) else path, **kwargs)
     if "top_channel" in ds:
         ds["top_channel_name"] = top_channel_names(ds)
+    segments = _row_segments(ds)
+    if segments is not None:
+        ds["segment"] = segments
     return ds
+
+
+def _row_segments(ds):
+    """Each row's segment (its index in the store's segments), lazily; None where the store records none."""
+    import dask.array as da
+    import numpy as np
+
+    from ._append import ROWS_ATTR, segments_of
+
+    first = next((ds[name] for name in ds.data_vars if ds[name].ndim >= 1), None)
+    if first is None or ROWS_ATTR not in ds.attrs:
+        return None
+    row_dim = first.dims[0]
+    starts = np.array([s["rows"][0] for s in segments_of(ds.attrs)]) - ds.attrs[ROWS_ATTR][0]
+    chunks = first.chunks[0] if first.chunks else (ds.sizes[row_dim],)
+    rows = da.arange(ds.sizes[row_dim], chunks=(chunks,))
+    index = rows.map_blocks(lambda r: (np.searchsorted(starts, r, side="right") - 1).astype(np.int16),
+                            dtype=np.int16)
+    return (row_dim,), index

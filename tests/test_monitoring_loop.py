@@ -59,7 +59,9 @@ def test_fit_then_update_and_append_each_period(tmp_path, capsys):
         assert f"({a:,}:{b:,})" in out
         models.append(load(model))
         report = tmp_path / f"report_{b}.png"
-        _cli(capsys, "report", store, "-m", model, "--rows", f"{a}:{b}", "--window", "1000", "-o", report)
+        text = _cli(capsys, "report", store, "-m", model, "--rows", f"{a}:{b}", "--window", "1000", "-o", report)
+        digest = zarr.open_group(str(scores), mode="r").attrs["segments"][-1]["model_sha256"]
+        assert f"(SHA-256 {digest[:12]})" in text  # the report names the model of the segment it looks at
         with open(tmp_path / f"report_{b}_windows.csv") as f:
             windows = list(csv.DictReader(f))
         assert [int(w["rows"]) for w in windows] == [1000] * ((b - a) // 1000)  # the new rows only
@@ -81,3 +83,23 @@ def test_fit_then_update_and_append_each_period(tmp_path, capsys):
     found = np.arange(start + STUCK_RUN - 1, stop)
     assert ds["outlier"].values[found].all()
     assert (ds["top_channel"].values[found] == channel).mean() > 0.99
+
+
+def test_open_scores_gives_each_row_its_segment(tmp_path, capsys):
+    from dask_mcpca import open_scores
+
+    X = _archive(1)
+    store, model, scores = tmp_path / "archive.zarr", tmp_path / "model.json", tmp_path / "scores.zarr"
+    z = zarr.create_array(str(store), shape=(PERIODS[1], P), chunks=(CHUNK, P), dtype=X.dtype)
+    z[:] = X[: PERIODS[1]]
+    _cli(capsys, "fit", store, "-o", model)
+    _cli(capsys, "score", store, "-m", model, "-o", scores)
+    z.resize((PERIODS[2], P))
+    z[PERIODS[1] :] = X[PERIODS[1] : PERIODS[2]]
+    _cli(capsys, "update", store, "-m", model)
+    _cli(capsys, "score", store, "-m", model, "-o", scores, "--append")
+    ds = open_scores(scores)
+    want = np.repeat([0, 1], [PERIODS[1], PERIODS[2] - PERIODS[1]])
+    np.testing.assert_array_equal(ds["segment"].values, want)
+    shas = [s["model_sha256"] for s in ds.attrs["segments"]]
+    assert shas[0] != shas[1] and len(shas) == 2
