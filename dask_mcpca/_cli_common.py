@@ -83,8 +83,12 @@ def _slice_text(s: slice, option: str = "rows") -> str:
 
 def _archive_span(args, X) -> tuple[int, int] | None:
     """``[start, stop)``: the positions in the whole archive of the rows ``X`` selected by ``--rows``
-    and ``--time``; None when they are not one run of rows (``--time`` on a row coordinate with
-    repeated labels)."""
+    and ``--time``; None when they are not one run of rows.
+
+    ``--time`` is mapped to positions as xarray selects labels: from the first row holding the first
+    label selected to the last holding the last, so a label repeated across rows (a sorted time
+    coordinate with repeats) counts all of them.  None only where the labels repeat out of order.
+    """
     n = X.shape[0]
     if args.rows is None and args.time is None:
         return 0, n
@@ -93,15 +97,17 @@ def _archive_span(args, X) -> tuple[int, int] | None:
         start, stop, _ = args.rows.indices(whole.shape[0])
         return (start, stop) if stop - start == n else None
     row = X.dims[0]
-    index = whole.indexes[row]
-    try:
-        start = index.get_loc(X.indexes[row][0])
-        stop = index.get_loc(X.indexes[row][-1])
-    except KeyError:
+    index, chosen, base = whole.indexes[row], X.indexes[row], 0
+    if args.rows is not None:  # --rows, then --time within the rows it selects (as open_archive does)
+        base, last, _ = args.rows.indices(whole.shape[0])
+        index = index[base:last]
+    try:  # a slice of positions: by get_loc on unique labels, by binary search on sorted ones (repeats too)
+        start, stop, step = index.slice_indexer(chosen[0], chosen[-1]).indices(len(index))
+    except (KeyError, ValueError, TypeError):
+        return None  # labels repeated out of order: their positions are not one run
+    if step != 1 or stop - start != n:
         return None
-    if not (isinstance(start, int) and isinstance(stop, int)) or stop + 1 - start != n:
-        return None  # a repeated label (get_loc gives a slice or a mask): positions are not known
-    return start, stop + 1
+    return base + start, base + stop
 
 
 def _fmt_seconds(s: float) -> str:

@@ -1,15 +1,20 @@
 """``dask-mcpca fit`` and ``dask-mcpca update``: a model from an archive, and new rows into it.
 
-Both record in the model the archive rows it has read (``archive_rows_``),
-from which ``update`` goes on by default.
+Both record in the model the archive rows it has read (``archive_rows_``: runs,
+gaps kept) and their fingerprint (``archive_samples_``, :mod:`._rowprints`);
+``update`` goes on after the last run by default, refuses rows already read,
+and refuses an archive whose rows read have changed.
 """
 
 from __future__ import annotations
 
+import argparse
+import io
 import time
 
 import numpy as np
 
+from . import _rowprints
 from ._choices import CLI_CENTERS as _CENTERS
 from ._cli_common import (
     _archive_span,
@@ -69,7 +74,7 @@ def _cmd_fit(args, out) -> int:
     started = time.perf_counter()
     model.fit(X)
     elapsed = time.perf_counter() - started
-    _record_span(model, _archive_span(args, X))
+    _record_span(model, _archive_span(args, X), X)
     model.set_params(progress=False)  # the command's progress line, not a setting a notebook should inherit
     model.save(args.output, storage_options=_storage_options(args.storage_options))
     used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
@@ -88,22 +93,63 @@ def _cmd_fit(args, out) -> int:
     return 0
 
 
-def _record_span(model, span: tuple[int, int] | None) -> None:
-    """Record in ``model`` the archive rows it has read (``archive_rows_``; see :class:`MCPCA`)."""
+def _read_rows(X, positions: list[int]) -> np.ndarray:
+    """The rows of ``X`` (an archive as :func:`._cli_common._open` gives it) at ``positions``: one
+    small read, of the chunks that hold them."""
+    data = getattr(X, "data", X)
+    if not positions:
+        return np.empty((0, X.shape[1]))
+    rows = data[list(positions)]
+    return np.asarray(rows.compute() if hasattr(rows, "compute") else rows)
+
+
+def _record_span(model, span: tuple[int, int] | None, X=None, *, runs=(), samples=()) -> None:
+    """Record in ``model`` the archive rows it has read (``archive_rows_``, runs; see :class:`MCPCA`) and
+    their fingerprint (``archive_samples_``, :mod:`._rowprints`): ``runs`` and ``samples`` it read before,
+    with ``span`` added, whose sampled rows are read from ``X`` (the rows ``span`` selects) unless
+    ``samples`` already holds them."""
+    runs, samples = list(runs), list(samples)
     if span is not None:
-        model.archive_rows_ = np.array(span, dtype=np.int64)
+        if X is not None:
+            positions = _rowprints.run_positions(*span)
+            rows = _read_rows(X, [pos - span[0] for pos in positions])
+            samples += zip(positions, _rowprints.digests(rows), strict=True)
+        runs = _rowprints.add_run(runs, span)
+    if runs:
+        model.archive_rows_ = np.array(runs, dtype=np.int64).reshape(-1, 2)
+        model.archive_samples_ = np.array(_rowprints.thin(sorted(samples)), dtype=np.int64).reshape(-1, 2)
 
 
-def _model_span(model, model_path: str) -> tuple[int, int] | None:
-    """The ``archive_rows_`` a model file records, checked; None when it records none."""
-    span = getattr(model, "archive_rows_", None)
-    if span is None:
-        return None
-    if not (isinstance(span, np.ndarray) and span.shape == (2,) and span.dtype.kind in "iu"
-            and 0 <= span[0] < span[1]):
-        raise _UsageError(f"--model {model_path!r}: archive_rows_ must be two whole numbers 0 <= start < stop, "
-                          f"got {span!r}")
-    return int(span[0]), int(span[1])
+def _model_runs(model) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The runs of archive rows a model file records (``archive_rows_``, checked by :func:`load`) and
+    their fingerprint's samples; empty where it records none (a model fitted in Python)."""
+    recorded = getattr(model, "archive_rows_", None)
+    if recorded is None:
+        return [], []
+    runs = _rowprints.as_runs(recorded)
+    samples = getattr(model, "archive_samples_", np.empty((0, 2), dtype=np.int64))
+    return runs, [(int(pos), int(digest)) for pos, digest in samples]
+
+
+def _check_fingerprint(args, whole, runs, samples, new_positions: list[int]) -> list[tuple[int, int]]:
+    """Refuse when rows the model read changed in the archive ``whole`` (:func:`._rowprints.checked`: the
+    newest row read and one older sample); return the samples of the new rows at ``new_positions``,
+    read in the same small read."""
+    check = _rowprints.checked(samples, salt=runs[-1][1]) if runs else []
+    n_all = whole.shape[0]
+    if any(pos >= n_all for pos, _ in check):
+        raise _UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the model has read (rows "
+                          f"{_rowprints.runs_text(runs)}): is it the archive the model was fitted on?")
+    got = _rowprints.digests(_read_rows(whole, [pos for pos, _ in check] + list(new_positions)))
+    changed = _rowprints.changed_rows(check, got[: len(check)])
+    if changed:
+        run = next(r for r in runs if r[0] <= changed[0] < r[1])
+        raise _UsageError(
+            f"{args.store}'s rows {run[0]:,}:{run[1]:,} changed since the model read them (row {changed[0]:,} "
+            "differs from the model's fingerprint), or it is another archive: the model no longer describes "
+            "them; fit it again"
+        )
+    return list(zip(new_positions, got[len(check):], strict=True))
 
 
 def _cmd_update(args, out) -> int:
@@ -113,51 +159,58 @@ def _cmd_update(args, out) -> int:
     _check_output_location(output, is_file=True)
     model = load(args.model, storage_options=options)
     model.set_params(progress=not args.no_progress)
-    seen = _model_span(model, args.model)
+    runs, samples = _model_runs(model)
+    whole_args = argparse.Namespace(**{**vars(args), "rows": None, "time": None})
+    whole = check_channel_names(model, _open(whole_args, row_index=False), args.store)
     if args.rows is None and args.time is None:
-        if seen is None:
+        if not runs:
             raise _UsageError(
                 f"--model {args.model!r} does not record which rows of the archive it has read (it was not "
                 "written by 'dask-mcpca fit' or 'update'); name the new rows with --rows START:STOP or "
                 "--time START:STOP"
             )
-        n_all = _open(args, row_index=False).shape[0]
-        if n_all < seen[1]:
+        n_all, last = whole.shape[0], runs[-1][1]
+        if n_all < last:
             raise _UsageError(
-                f"{args.store!r} has {n_all:,} rows, fewer than the {seen[1]:,} the model has read "
-                f"(rows {seen[0]:,}:{seen[1]:,}): is it the archive the model was fitted on? Name the new rows "
-                "with --rows"
+                f"{args.store!r} has {n_all:,} rows, fewer than the {last:,} the model has read "
+                f"(rows {_rowprints.runs_text(runs)}): is it the archive the model was fitted on? Name the new "
+                "rows with --rows"
             )
-        if n_all == seen[1]:
-            print(f"no new rows: the model has read rows {seen[0]:,}:{seen[1]:,} of the {n_all:,} in {args.store}; "
-                  f"{args.model} left as it is", file=out)
+        if n_all == last:
+            print(f"no new rows: the model has read rows {_rowprints.runs_text(runs)} of the {n_all:,} in "
+                  f"{args.store}; {args.model} left as it is", file=out)
             return 0
-        args.rows = slice(seen[1], None)
-    X = check_channel_names(model, _open(args, row_index=args.time is not None), args.store)
+        args.rows = slice(last, None)
+    X = check_channel_names(model, _open(args, row_index=args.time is not None), args.store, err=io.StringIO())
     span = _archive_span(args, X)
-    if seen is not None and span is not None and span[0] < seen[1] and seen[0] < span[1]:
-        chosen = " with ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in ("rows", "time")
-                               if getattr(args, o) is not None)
+    chosen = " with ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in ("rows", "time")
+                           if getattr(args, o) is not None)
+    if span is None and runs:  # its rows could not be recorded, nor checked against those read
         raise _UsageError(
-            f"{chosen} selects rows {span[0]:,}:{span[1]:,}, which overlap rows {seen[0]:,}:{seen[1]:,} the model "
-            "has already read (they would be counted twice); select rows it has not read"
+            f"{chosen} selects rows that are not one run of positions (the row coordinate repeats labels out "
+            "of order); select the new rows with --rows START:STOP"
         )
+    if span is not None and (read := _rowprints.overlap(runs, span)):
+        raise _UsageError(
+            f"{chosen} selects rows {span[0]:,}:{span[1]:,}, which include rows {_rowprints.runs_text(read)} the "
+            "model has already read (they would be counted twice); select rows it has not read"
+        )
+    new_samples = [] if whole.shape[1] != model.n_features_in_ else _check_fingerprint(  # partial_fit says so
+        args, whole, runs, samples, _rowprints.run_positions(*span, n=1) if span is not None else [])
     where = f"rows {span[0]:,}:{span[1]:,}" if span is not None else "the rows selected"
     print(f"updating {args.model} with {where} of {args.store}: {_describe(X)}", file=out, flush=True)
     started = time.perf_counter()
-    model.partial_fit(X)
+    model.partial_fit(X)  # removes archive_rows_ (partial_fit does not know the archive): recorded again here
     elapsed = time.perf_counter() - started
-    if span is not None:
-        _record_span(model, span if seen is None else (min(seen[0], span[0]), max(seen[1], span[1])))
+    _record_span(model, span, runs=runs, samples=samples + new_samples)
     model.set_params(progress=False)
     model.save(output, storage_options=options)
-    recorded = getattr(model, "archive_rows_", None)
+    recorded = _model_runs(model)[0]
     print(
         f"read {model.n_samples_:,} new rows in {model.n_passes_} pass ({_fmt_seconds(elapsed)}); the model's sums "
         f"now hold {model.n_samples_seen_:,} rows"
-        + (f", archive rows {recorded[0]:,}:{recorded[1]:,}" if recorded is not None else "")
+        + (f", archive rows {_rowprints.runs_text(recorded)}" if recorded else "")
         + f"\nmodel written to {output}",
         file=out,
     )
     return 0
-

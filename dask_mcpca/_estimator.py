@@ -298,12 +298,16 @@ class MCPCA(_BaseMCPCA):
     feature_dim_in_ : str
         Name of the channel dimension of an ``xarray.DataArray`` seen during
         :meth:`fit` (only for DataArray input).
-    archive_rows_ : ndarray of shape ``(2,)``, dtype int64
+    archive_rows_ : ndarray of shape ``(n_runs, 2)``, dtype int64
         Set only by the command line (``dask-mcpca fit`` and ``update``):
-        the span ``[start, stop)`` of archive rows, by position, that the
-        model's sums were read from; ``dask-mcpca update`` reads the rows
-        from ``stop`` on by default.  Removed by :meth:`fit` and
-        :meth:`partial_fit`, which do not know where their rows come from.
+        the runs ``[start, stop)`` of archive rows, by position, sorted and
+        apart, that the model's sums were read from (a file written before
+        runs were kept holds one ``[start, stop)``, read as one run);
+        ``dask-mcpca update`` reads the rows after the last run by default.
+        ``archive_samples_``, ``(m, 2)`` ``[position, digest]`` pairs, is
+        their fingerprint (a few rows' digests, checked by ``update``).
+        Both removed by :meth:`fit` and :meth:`partial_fit`, which do not
+        know where their rows come from.
     cell_cutoff_ : float
         Set only with ``cellwise=True``: the squared standardized residual
         above which :meth:`cell_outliers` flags a cell (the chi-square(1)
@@ -506,6 +510,7 @@ class MCPCA(_BaseMCPCA):
             )
         self._forget_update_sums()
         vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
+        vars(self).pop("archive_samples_", None)
         warm = (self._robust_state, self._robust_unit) if getattr(self, "_robust_state", None) is not None else None
         with single_threaded_blas():
             result = fit_rows(X, self, warm=warm)
@@ -648,6 +653,7 @@ class MCPCA(_BaseMCPCA):
                 "partial_fit); refit it with fit, then update it with partial_fit"
             )
         vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
+        vars(self).pop("archive_samples_", None)
         with single_threaded_blas():
             result = update_rows(X, self)
         self._set_fitted(result)

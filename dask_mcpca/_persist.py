@@ -379,6 +379,31 @@ def validate_fitted(model) -> None:
         raise ValueError(f"converged_={model.converged_!r} must be true or false")
     _validate_steps(model, p)
     _validate_update(model, p, found_steps=found_steps)
+    _validate_archive_rows(model)
+
+
+def _validate_archive_rows(model) -> None:
+    """The archive rows a model read (``archive_rows_``) as runs ``(k, 2)``, sorted and apart (a file written
+    before runs were kept holds one ``[start, stop)``), and their fingerprint ``archive_samples_``:
+    ``[position, digest]`` pairs at rows of those runs (see :mod:`._rowprints`)."""
+    from ._rowprints import as_runs
+
+    if not hasattr(model, "archive_rows_"):
+        if hasattr(model, "archive_samples_"):
+            raise ValueError("archive_samples_ without the archive_rows_ they sample")
+        return
+    runs = as_runs(model.archive_rows_)
+    model.archive_rows_ = np.array(runs, dtype=np.int64).reshape(-1, 2)
+    samples = getattr(model, "archive_samples_", None)
+    if samples is None:
+        return
+    if not (isinstance(samples, np.ndarray) and samples.dtype.kind in "iu" and samples.ndim == 2
+            and samples.shape[1] == 2 and (samples[:, 1] >= 0).all()
+            and all(any(a <= pos < b for a, b in runs) for pos in samples[:, 0].tolist())
+            and (np.diff(samples[:, 0]) > 0).all()):
+        raise ValueError("archive_samples_ must be [position, digest] pairs of whole numbers >= 0, positions "
+                         "increasing and inside archive_rows_")
+    model.archive_samples_ = samples.astype(np.int64)
 
 
 def _validate_variances(model) -> None:
