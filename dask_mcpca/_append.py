@@ -18,6 +18,13 @@ another model, the model ``dask-mcpca update`` made of the one before, as the
 monitoring loop does (fit once, then each period ``update`` and
 ``score --append``).  The new rows then start a segment of their own
 (:func:`segments_after`), and ``model_sha256`` names the model of the last.
+
+The input rows scored are fingerprinted (:data:`ROW_DIGESTS_ATTR`, see
+:mod:`._rowprints`): a row every 65,536 and the last one, read in the pass
+that scores them.  ``score --append`` reads, in its own pass, the last row
+before the new ones and one older sample (:func:`old_rows_changed`), and
+refuses when either changed: the old rows' scores would no longer be those
+of the input.
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ import itertools
 import os
 import shutil
 
+from . import _rowprints
 from ._atomic import read_bytes
 
 __all__ = ["AppendError", "model_digest", "provenance", "check_appendable", "clone_for_append", "aligned_chunks",
-           "segments_of", "segments_after", "ROWS_ATTR", "MODEL_ATTR", "SEGMENTS_ATTR"]
+           "segments_of", "segments_after", "stored_digests", "digests_after", "old_rows_changed", "ROWS_ATTR",
+           "MODEL_ATTR", "SEGMENTS_ATTR", "ROW_DIGESTS_ATTR"]
 
 #: Attribute of a score store: ``[start, stop)``, the archive rows it holds, by position.
 ROWS_ATTR = "rows"
@@ -39,6 +48,9 @@ MODEL_ATTR = "model_sha256"
 #: Attribute of a score store: which model scored which rows, in row order, one dict a segment:
 #: ``{"rows": [start, stop], "model": path or URL, "model_sha256": hex}``.
 SEGMENTS_ATTR = "segments"
+#: Attribute of a score store: the fingerprint of the input rows scored, ``[[position, digest], ...]``
+#: (:func:`._rowprints.store_positions`, :func:`._rowprints.row_digest`); absent in older stores.
+ROW_DIGESTS_ATTR = "row_digests"
 #: What must be the same for rows to be appended: attribute -> what it is, in words.
 _SAME = {"source": "input store", "dataset": "--dataset", "variables": "--variables", "n_features": "channels"}
 #: Metadata files of a Zarr node (v2 and v3): always copied, never linked (zarr rewrites them in place).
@@ -111,6 +123,38 @@ def check_appendable(attrs: dict, expected: dict, output: str) -> tuple[int, int
             raise AppendError(f"--output {output!r} was scored from other data: its {what} is {attrs.get(key)!r}, "
                               f"this command's {expected[key]!r}")
     return rows[0], rows[1]
+
+
+def stored_digests(attrs: dict, output: str) -> list[tuple[int, int]]:
+    """The fingerprint a score store records (:data:`ROW_DIGESTS_ATTR`): ``[(position, digest), ...]``
+    inside its rows; empty for a store written before stores kept one."""
+    pairs = attrs.get(ROW_DIGESTS_ATTR)
+    if pairs is None:
+        return []
+    start, stop = attrs[ROWS_ATTR]
+    if not (isinstance(pairs, list) and all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(v, int) and v >= 0 for v in p)
+            and start <= p[0] < stop for p in pairs)):
+        raise AppendError(f"--output {output!r} has a damaged {ROW_DIGESTS_ATTR!r} attribute; score it again with "
+                          "--overwrite")
+    return sorted((p[0], p[1]) for p in pairs)
+
+
+def old_rows_changed(samples: list[tuple[int, int]], got: list[int], rows: tuple[int, int], output: str) -> str | None:
+    """One line refusing an append whose checked ``samples`` of the old rows ``[start, stop)`` now read as
+    ``got`` (their digests); None when they are unchanged."""
+    changed = _rowprints.changed_rows(samples, got)
+    if not changed:
+        return None
+    return (f"the input's rows {rows[0]:,}:{rows[1]:,} changed since they were scored into --output {output!r} "
+            f"(row {changed[0]:,} differs from the store's fingerprint); score again with --overwrite")
+
+
+def digests_after(old: list[tuple[int, int]], new: list[tuple[int, int]]) -> list[list[int]]:
+    """The fingerprint once rows with the samples ``new`` are appended: the old regular samples (a row every
+    :data:`._rowprints.EVERY`; the old last row is a last row no more) and the new rows'."""
+    kept = [pair for pair in old if pair[0] % _rowprints.EVERY == 0]
+    return [[int(a), int(b)] for a, b in sorted({*kept, *new})]
 
 
 def aligned_chunks(n_old: int, n_new: int, chunk: int) -> tuple[int, ...]:

@@ -54,7 +54,9 @@ DEFAULT_OUTPUTS, DEFAULT_DTYPE = "monitoring", "float32"
 
 
 def _cmd_score(args, out) -> int:
-    from . import _append
+    import zarr
+
+    from . import _append, _rowprints
     from ._estimator import load
     from ._score_store import as_dataset, count_true, quiet_consolidated
 
@@ -102,8 +104,14 @@ def _cmd_score(args, out) -> int:
         # counted in the same computation as the writes (the blocks are made once), as --append does,
         # not by reading the written store back
         counted = [count_true(flags.data)] if flags is not None else []
-        results = _compute_settled(*writes, *counted, progress=not args.no_progress)
-        n_out = int(results[-1]) if counted else None
+        # the input's fingerprint (a row every 65,536 and the last): read in this pass, no chunk twice
+        positions = _rowprints.store_positions(*span) if span is not None else []
+        sampled = [_rows_at(X, [pos - span[0] for pos in positions])] if positions else []
+        results = _compute_settled(*writes, *counted, *sampled, progress=not args.no_progress)
+        n_out = int(results[len(writes)]) if counted else None
+        if sampled:
+            zarr.open_group(tmp, mode="r+", **so).attrs[_append.ROW_DIGESTS_ATTR] = [
+                [pos, d] for pos, d in zip(positions, _rowprints.digests(results[-1]), strict=True)]
     elapsed = time.perf_counter() - started
     n = X.shape[0]
     shapes = {"scores": f" ({n:,} x {model.n_components_})", "contributions": f" ({n:,} x {model.n_features_in_})",
@@ -147,6 +155,12 @@ def _score_source(args, model, options) -> dict:
     }
 
 
+def _rows_at(X, positions: list[int]):
+    """The rows of the archive ``X`` at ``positions``, lazily: computed with the pass that reads ``X``,
+    they share its reads."""
+    return getattr(X, "data", X)[list(positions)]
+
+
 def _model_path(path: str) -> str:
     """How a score store names the model file that scored it: its URL, or its absolute path."""
     return path if is_url(path) else os.path.abspath(path)
@@ -157,7 +171,7 @@ def _score_append(args, out, options) -> int:
     import dask.array as da
     import zarr
 
-    from . import _append
+    from . import _append, _rowprints
     from ._atomic import atomic_path
     from ._estimator import load
     from ._score_store import as_dataset, count_true, dimension_names, quiet_consolidated
@@ -174,6 +188,7 @@ def _score_append(args, out, options) -> int:
     attrs = dict(zarr.open_group(output, mode="r").attrs)
     try:
         start, stop = _append.check_appendable(attrs, _append.provenance(**source, rows=(0, 0)), args.output)
+        old_samples = _append.stored_digests(attrs, args.output)
     except _append.AppendError as err:
         raise _UsageError(str(err)) from None
     whole = check_channel_names(model, _open(args), args.store)
@@ -233,12 +248,22 @@ def _score_append(args, out, options) -> int:
                 writes.append(arr.store(z, regions=[region], lock=False, compute=False))
             flags = plain.get("outlier")
         counted = [count_true(flags)] if flags is not None else []  # the blocks written
-        results = _compute_settled(*writes, *counted, progress=not args.no_progress)
-        n_out = int(results[-1]) if counted else None
+        # In the same pass: the old rows' fingerprint checked (the last row, read anyway for context, and
+        # one older sample: one chunk more) and the new rows' taken (their chunks are read anyway).
+        checked = _rowprints.checked(old_samples, salt=stop)
+        positions = _rowprints.store_positions(stop, n_all)
+        sampled = _rows_at(whole, [pos for pos, _ in checked] + positions)
+        results = _compute_settled(*writes, *counted, sampled, progress=not args.no_progress)
+        n_out = int(results[len(writes)]) if counted else None
+        got = _rowprints.digests(results[-1])
+        if refusal := _append.old_rows_changed(checked, got[: len(checked)], (start, stop), args.output):
+            raise _UsageError(refusal)  # the temporary is removed, the store left as it was
         group = zarr.open_group(tmp, mode="r+")
         segments = _append.segments_after(attrs, (stop, n_all), source["digest"], _model_path(args.model))
         group.attrs.update({_append.ROWS_ATTR: [start, n_all], "complete": True, _append.SEGMENTS_ATTR: segments,
-                            _append.MODEL_ATTR: source["digest"], "model": _model_path(args.model)})
+                            _append.MODEL_ATTR: source["digest"], "model": _model_path(args.model),
+                            _append.ROW_DIGESTS_ATTR: _append.digests_after(
+                                old_samples, list(zip(positions, got[len(checked):], strict=True)))})
         if named:
             zarr.consolidate_metadata(tmp)
     elapsed = time.perf_counter() - started

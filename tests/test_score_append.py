@@ -102,8 +102,9 @@ def test_append_reads_only_the_new_rows_and_equals_a_full_score(grown, model, tm
     assert rc == 0, err
     assert f"{N - FIRST:,} new rows ({FIRST:,}:{N:,})" in text
     chunks = sorted(int(name.split("/")[1]) for name in reads.opened if name.startswith("c/"))
-    # each chunk holding a new row or one of the CONTEXT_ROWS rows before them (a stuck run), once
-    assert chunks == list(range((FIRST - CONTEXT_ROWS) // CHUNK, -(-N // CHUNK)))
+    # each chunk holding a new row or one of the CONTEXT_ROWS rows before them (a stuck run), once, and
+    # chunk 0: row 0, the older row of the store's fingerprint checked (the other, row FIRST - 1, is in those)
+    assert chunks == [0, *range((FIRST - CONTEXT_ROWS) // CHUNK, -(-N // CHUNK))]
 
     full = tmp_path / "full.zarr"
     assert _cli(capsys, "score", store, "-m", model, "-o", full)[0] == 0
@@ -316,6 +317,72 @@ def test_an_append_at_a_chunk_boundary_reads_the_new_chunks_and_the_one_before(d
     with FileOpens(store) as reads:
         assert _cli(capsys, "score", store, "-m", model, "-o", out, "--append")[0] == 0
     chunks = sorted(int(name.split("/")[1]) for name in reads.opened if name.startswith("c/"))
-    assert chunks == list(range((first - CONTEXT_ROWS) // CHUNK, -(-N // CHUNK)))
+    assert chunks == [0, *range((first - CONTEXT_ROWS) // CHUNK, -(-N // CHUNK))]  # 0: row 0, fingerprinted
     assert _cli(capsys, "score", store, "-m", model, "-o", full)[0] == 0
     _assert_same_scores(out, full)
+
+
+def _digest(row) -> int:
+    """63 bits of BLAKE2b over the row as float64 (the fingerprint's documented digest, computed here)."""
+    return int.from_bytes(hashlib.blake2b(np.asarray(row, "<f8").tobytes(), digest_size=8).digest(), "little") >> 1
+
+
+def test_rewritten_old_rows_are_refused(grown, data, model, capsys):
+    """The input's scored rows rewritten (same shape, path and model): the store's fingerprint no longer
+    matches, and the append refuses in one line (it used to add rows to 20,500 stale ones)."""
+    store, out = grown
+    attrs = zarr.open_group(str(out), mode="r").attrs
+    assert attrs["row_digests"] == [[0, _digest(data[0])], [FIRST - 1, _digest(data[FIRST - 1])]]
+    zarr.open_array(str(store), mode="r+")[:FIRST] = data[:FIRST] * 1.5  # recalibrated in place
+    before = _snapshot(out)
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"rows 0:{FIRST:,} changed since they were scored" in err and "--overwrite" in err
+    assert _snapshot(out) == before
+    assert sorted(os.listdir(out.parent)) == ["scores.zarr"]
+
+
+def test_one_rewritten_sample_row_is_refused(grown, data, model, capsys):
+    store, out = grown
+    zarr.open_array(str(store), mode="r+")[0, 1] += 1e-9  # one cell of a sampled row, by a hair
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+    assert rc == 2 and "changed since they were scored" in err
+
+
+def test_the_fingerprint_samples_a_row_in_65536_and_follows_appends(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(140_000, 3))
+    path = tmp_path / "m.json"
+    MCPCA().fit(X[:5000]).save(path)
+    store, out = tmp_path / "archive.zarr", tmp_path / "scores.zarr"
+    zarr.create_array(str(store), shape=(70_000, 3), chunks=(10_000, 3), dtype="f8")[:] = X[:70_000]
+    assert _cli(capsys, "score", store, "-m", path, "-o", out)[0] == 0
+    got = zarr.open_group(str(out), mode="r").attrs["row_digests"]
+    assert got == [[i, _digest(X[i])] for i in (0, 65_536, 69_999)]
+    z = zarr.open_array(str(store), mode="r+")
+    z.resize((140_000, 3))
+    z[70_000:] = X[70_000:]
+    assert _cli(capsys, "score", store, "-m", path, "-o", out, "--append")[0] == 0
+    got = zarr.open_group(str(out), mode="r").attrs["row_digests"]
+    assert got == [[i, _digest(X[i])] for i in (0, 65_536, 131_072, 139_999)]  # 69,999 a last row no more
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_a_symlinked_output_store_is_written_through_the_link(data, model, tmp_path, capsys, append):
+    """``-o link.zarr`` naming a store elsewhere: that store is replaced (or appended to) and the link stays."""
+    store = tmp_path / "archive.zarr"
+    _grow(store, data[:FIRST])
+    (tmp_path / "stores").mkdir()
+    real, link = tmp_path / "stores" / "scores.zarr", tmp_path / "scores.zarr"
+    assert _cli(capsys, "score", store, "-m", model, "-o", real)[0] == 0
+    os.symlink(real, link)
+    _grow(store, data)
+    extra = ["--append"] if append else ["--overwrite"]
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", link, *extra)
+    assert rc == 0, err
+    assert os.path.islink(link) and os.readlink(link) == str(real)
+    assert zarr.open_group(str(real), mode="r").attrs["rows"] == [0, N]
+    assert sorted(os.listdir(tmp_path / "stores")) == ["scores.zarr"]
+    full = tmp_path / "full.zarr"
+    assert _cli(capsys, "score", store, "-m", model, "-o", full)[0] == 0
+    _assert_same_scores(real, full)
