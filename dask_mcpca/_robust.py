@@ -110,8 +110,11 @@ def working_exponent(sample: np.ndarray | None, col_min: np.ndarray, col_max: np
     above the sample's largest magnitude, so nothing overflows; ``c * X``
     for a power of two c gives k + log2(c), exactly.  Why one unit, not one
     per column: ``components_`` are eigenvectors in the data's units, which
-    a common factor keeps and a per-column one does not.
+    a common factor keeps and a per-column one does not.  Rows of the sample
+    with a missing cell (a ``"partial"`` fit's) are left out.
     """
+    if sample is not None:
+        sample = sample[~np.isnan(sample).any(axis=1)]  # rows with gaps (a "partial" sample): complete ones only
     if sample is not None and len(sample):
         top = _top_exponent(sample)
         Z = np.ldexp(sample, -top)  # |Z| <= 1

@@ -339,3 +339,15 @@ def test_partial_beats_omit_over_seeds_when_most_rows_have_a_gap():
     angles, errors = np.array(angles), np.array(errors)
     assert np.all(angles[:, 1] <= angles[:, 0] + 0.25), angles
     assert np.median(errors[:, 1]) <= np.median(errors[:, 0]), errors
+
+
+def test_a_warm_start_refit_takes_a_row_sample_with_gaps():
+    """A warm refit's first pass draws rows with gaps too; the working unit comes from the complete ones."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(5_000, 5)) @ rng.normal(size=(5, 5))
+    X[rng.random(X.shape) < 0.05] = np.nan  # a quarter of the rows hold a gap
+    warm = MCPCA(nan_policy="partial", warm_start=True).fit(X)
+    cold = MCPCA(nan_policy="partial").fit(X)
+    warm.fit(X)
+    s = np.linalg.svd(warm.components_[:2] @ cold.components_[:2].T, compute_uv=False)
+    assert np.degrees(np.arccos(min(1.0, s.min()))) < 1.0
