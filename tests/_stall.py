@@ -40,13 +40,18 @@ def stalled_last_chunk(array: str | os.PathLike) -> Iterator[Path]:
         last.write_bytes(saved)
 
 
+def wait_until_writing(proc: subprocess.Popen, folder: str | os.PathLike) -> None:
+    """Return once a hidden ``.tmp`` temporary appears in ``folder`` (``proc`` still running)."""
+    deadline = time.monotonic() + DEADLINE
+    while not any(n.endswith(".tmp") for n in os.listdir(folder)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+
+
 def kill_once_writing(proc: subprocess.Popen, folder: str | os.PathLike) -> None:
     """SIGKILL ``proc`` once a hidden ``.tmp`` temporary appears in ``folder``."""
     try:
-        deadline = time.monotonic() + DEADLINE
-        while not any(n.endswith(".tmp") for n in os.listdir(folder)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.01)
+        wait_until_writing(proc, folder)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:

@@ -25,6 +25,7 @@ from _cluster import subprocess_env
 
 from dask_mcpca import MCPCA, ModelFormatError, load
 from dask_mcpca._atomic import PUBLISHING_MARKER, S3_TIMEOUTS, atomic_path, url_store_state, with_timeouts
+from dask_mcpca._waits import DEFAULT_WAIT_LIMIT, MIN_WAIT_LIMIT, WAIT_LIMIT_ENV
 
 pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
 
@@ -32,11 +33,11 @@ pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes
 NO_HANG = 120
 
 
-def _cli(*args, timeout: float = NO_HANG, cwd=None):
-    """``dask-mcpca ARGS`` as a real subprocess: (exit code, stdout, stderr)."""
+def _cli(*args, timeout: float = NO_HANG, cwd=None, env=None):
+    """``dask-mcpca ARGS`` as a real subprocess: (exit code, stdout, stderr); ``env`` added to the environment."""
     proc = subprocess.run(
         [sys.executable, "-m", "dask_mcpca", *map(str, args)], capture_output=True, text=True,
-        timeout=timeout, env=subprocess_env(), cwd=cwd,
+        timeout=timeout, env={**subprocess_env(), **(env or {})}, cwd=cwd,
     )
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -294,12 +295,23 @@ def _silent_server(lifetime: float = 2 * NO_HANG):
         thread.join(5)
 
 
-def test_s3_urls_get_timeouts_the_user_can_change():
+def test_s3_urls_get_timeouts_the_user_can_change(monkeypatch):
     pytest.importorskip("s3fs")
     from dask_mcpca._atomic import url_to_fs
 
+    monkeypatch.delenv(WAIT_LIMIT_ENV, raising=False)
     options = with_timeouts("s3://b/x.zarr", {"endpoint_url": "http://127.0.0.1:1"})
-    assert options["config_kwargs"] == S3_TIMEOUTS and options["endpoint_url"] == "http://127.0.0.1:1"
+    assert {k: v for k, v in options["config_kwargs"].items() if k != "http_session_cls"} == S3_TIMEOUTS
+    assert options["endpoint_url"] == "http://127.0.0.1:1"
+    # 5 s3fs tries x 2 botocore attempts x the read timeout, and their backoff (7 s), fill the limit exactly
+    assert S3_TIMEOUTS["read_timeout"] == pytest.approx((DEFAULT_WAIT_LIMIT - 7) / 10)
+    monkeypatch.setenv(WAIT_LIMIT_ENV, "17")
+    assert with_timeouts("s3://b/x.zarr", None)["config_kwargs"]["read_timeout"] == pytest.approx(1.0)
+    for bad in ("abc", "inf", "5"):
+        monkeypatch.setenv(WAIT_LIMIT_ENV, bad)
+        with pytest.raises(ValueError, match=f"{WAIT_LIMIT_ENV}='{bad}' must be a number of seconds"):
+            with_timeouts("s3://b/x.zarr", None)
+    monkeypatch.delenv(WAIT_LIMIT_ENV)
     mine = with_timeouts("s3://b/x.zarr", {"config_kwargs": {"read_timeout": 3}})["config_kwargs"]
     assert mine["read_timeout"] == 3 and mine["connect_timeout"] == S3_TIMEOUTS["connect_timeout"]
     assert with_timeouts("gs://b/x.zarr", {"token": "anon"}) == {"token": "anon"}  # another backend's own
@@ -326,6 +338,83 @@ def test_a_fit_from_an_endpoint_that_never_answers_fails_within_its_timeout(tmp_
                           "--storage-option", "config_kwargs.read_timeout=0.3",
                           "--storage-option", "config_kwargs.retries.total_max_attempts=1")
         assert rc == 2 and "timeout" in _error_line(err).lower()
+
+
+# ------------------------------------------------- every wait ends within the one wait limit
+#: The wait limit these tests run under (the shortest $DASK_MCPCA_WAIT_LIMIT accepted), and the seconds a
+#: command may take beyond it (interpreter start-up, imports and the work before the wait, on a loaded
+#: CI machine): a command still running then is the failure, raised as subprocess.TimeoutExpired.
+LIMIT, MARGIN = MIN_WAIT_LIMIT, 60
+LIMITED = {WAIT_LIMIT_ENV: str(LIMIT), "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def _waited_out(err: str, what: str) -> str:
+    """The one error line of a wait that reached the limit: names ``what`` and the variable that changes it."""
+    line = _error_line(err)
+    assert what in line and WAIT_LIMIT_ENV in line and "Traceback" not in err, line
+    return line
+
+
+@pytest.mark.parametrize("command", ["update", "score", "report"])
+def test_a_model_on_an_endpoint_that_never_answers_ends_within_the_wait_limit(plant, tmp_path, command):
+    """One request, bounded, then one line: the model's path is never asked about again as a folder."""
+    pytest.importorskip("s3fs")
+    outputs = {"update": [], "score": ["--output", tmp_path / "s.zarr"], "report": ["--output", tmp_path / "r.png"]}
+    with _silent_server() as (endpoint, accepted):
+        rc, _, err = _cli(command, plant["plain"], "--model", "s3://b/model.json", *outputs[command], "--no-progress",
+                          "--storage-option", f"endpoint_url={endpoint}", env=LIMITED, timeout=LIMIT + MARGIN)
+        assert accepted  # it reached the server, which never answered
+    line = _waited_out(err, "'s3://b/model.json'")
+    assert rc == 2 and "did not answer" in line and "cannot read" in line
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command, output", [
+    ("report", "s3://b/r.png"), ("score", "s3://b/s.zarr"), ("update", "s3://b/m.json"), ("fit", "s3://b/m.json"),
+])
+def test_an_output_on_an_endpoint_that_never_answers_ends_within_the_wait_limit(plant, model_file, command, output):
+    """``report -o``: before the pass (the events CSV is the first object), a PNG that would not be answered."""
+    pytest.importorskip("s3fs")
+    model = ["--model", model_file] if command != "fit" else []
+    rows = ["--rows", "0:1000"] if command == "update" else []
+    quiet = {"PYTHONWARNINGS": "ignore"}  # update warns about the model's rows, which is not what is tested
+    with _silent_server() as (endpoint, accepted):
+        rc, _, err = _cli(command, plant["plain"], *model, *rows, "--output", output, "--no-progress",
+                          "--storage-option", f"endpoint_url={endpoint}", env={**LIMITED, **quiet},
+                          timeout=LIMIT + MARGIN)
+        assert accepted
+    line = _waited_out(err, "s3://b/")
+    assert rc == 2 and "did not answer" in line and "cannot write" in line
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="stalls a read on a named pipe")
+def test_a_score_whose_workers_are_all_killed_ends_within_the_wait_limit(tmp_path, model_file):
+    """Every worker (and its nanny) killed mid-score: the scheduler would hold the tasks forever. Cancelled
+    once it has had no worker for the limit, in one line, and no output published."""
+    from _cluster import ProcessCluster
+    from _stall import stalled_last_chunk, wait_until_writing
+
+    big = str(tmp_path / "big.zarr")
+    z = zarr.create_array(big, shape=(20_000, 4), chunks=(2_000, 4), dtype="f8")
+    z[:] = np.random.default_rng(5).normal(size=z.shape)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    with ProcessCluster(tmp_path / "cluster", n_workers=2) as cluster, stalled_last_chunk(big):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dask_mcpca", "score", big, "--model", str(model_file), "--output",
+             str(out_dir / "scores.zarr"), "--no-progress", "--scheduler", cluster.address],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**subprocess_env(), **LIMITED},
+        )
+        try:
+            wait_until_writing(proc, out_dir)  # the computation has started (its last read stalled)
+            cluster.kill_workers()
+            _, err = proc.communicate(timeout=LIMIT + MARGIN)
+        finally:
+            proc.kill()
+    line = _waited_out(err, "has had no workers")
+    assert proc.returncode == 2 and cluster.address in line and "lost its 2 workers" in line, line
+    assert "scores.zarr" not in os.listdir(out_dir)
 
 
 # ------------------------------------------------------------------- object-store outputs
