@@ -138,7 +138,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     # ---------------------------------------------------------- transforms
     def _map_rows(
         self, X, func, n_out: int | None, dtype=np.float64, *, columns=None, storage_options=None, nan_policy=None,
-        frame_columns=None, in_order: bool = False,
+        frame_columns=None, in_order: bool = False, as_stored: bool = False,
     ):
         """Apply ``func`` to row blocks: lazily for dask input, eagerly otherwise.
 
@@ -147,10 +147,18 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         DataFrame gives a Series or a DataFrame with its index (columns:
         ``frame_columns``, or ``X``'s for a per-channel result).
         ``nan_policy`` overrides the estimator's for this call.  ``in_order``: ``func(block, before)``
-        also gets the rows before the block (:func:`._passes.rows_before`; None for numpy input).
+        also gets the rows before the block (:func:`._passes.rows_before`; None for numpy input),
+        as stored; otherwise ``func`` gets them in the model's units (:func:`._model.model_rows`),
+        unless ``as_stored``.
         """
         check_is_fitted(self, "components_")
         _labels.check_feature_names(self, X, reset=False)
+        if not (in_order or as_stored) and getattr(self, "scale_", None) is not None:
+            inner = func
+
+            def func(b):
+                return inner(_model.model_rows(self, b))
+
         out = self._map_row_blocks(X, func, n_out, dtype, storage_options, nan_policy=nan_policy, in_order=in_order)
         return _labels.like_rows(out, X, columns=columns, frame_columns=frame_columns)
 
@@ -266,11 +274,14 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                 f"inverse_transform takes scores of shape (n_samples, {self.n_components_}) "
                 f"(n_components_={self.n_components_}); got shape {tuple(shape)}"
             )
+        scale = getattr(self, "scale_", None)
+        scale = 1.0 if scale is None else scale  # scale="robust": from the model's units to the data's
         if _labels.is_dataarray(X):
-            return _labels.like_rows(X.data @ self.components_ + self.mean_, X, columns=self._feature_columns(None))
+            return _labels.like_rows((X.data @ self.components_ + self.mean_) * scale, X,
+                                     columns=self._feature_columns(None))
         if isinstance(X, da.Array):
-            return X @ self.components_ + self.mean_
-        out = np.asarray(X) @ self.components_ + self.mean_
+            return (X @ self.components_ + self.mean_) * scale
+        out = (np.asarray(X) @ self.components_ + self.mean_) * scale
         if _labels.is_dataframe(X):  # pandas in, pandas out: the rows' index, the fit's channel names
             import pandas as pd
 
@@ -316,6 +327,8 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         if not complete.any():
             return float("nan")
         logdet = np.linalg.slogdet(self.get_covariance())[1]
+        if getattr(self, "scale_", None) is not None:  # the density of the rows in the data's units
+            logdet += 2.0 * float(np.sum(np.log(self.scale_)))
         return float(-0.5 * (d2[complete].mean() + self.n_features_in_ * np.log(2 * np.pi) + logdet))
 
     def n_observed(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
@@ -420,19 +433,24 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         mean, cov = self.mean_, self.get_covariance()
         cellwise = getattr(self, "cell_cutoff_", None) is not None
 
+        scale = getattr(self, "scale_", None)
+
         def func(b):
             b = np.asarray(b, np.float64)
+            y = _model.model_rows(self, b)
             gaps = np.isnan(b)
             if cellwise:  # flagged cells are left out too, and filled like missing ones
-                gaps |= _model.cell_flags(self, b)
+                gaps |= _model.cell_flags(self, y)
             if not gaps.any():
                 return b.copy()
-            filled = _missing.completed(np.where(gaps, np.nan, b) - mean, cov) + mean
+            filled = _missing.completed(np.where(gaps, np.nan, y) - mean, cov) + mean
+            if scale is not None:
+                filled = filled * scale  # back to the data's units
             return np.where(gaps, filled, b)  # the good cells exactly as given
 
         out = self._map_rows(
             X, func, self.n_features_in_, columns=self._feature_columns(X), storage_options=storage_options,
-            nan_policy="partial",
+            nan_policy="partial", as_stored=True,
         )
         return _frame_like(out, X)
 
@@ -618,7 +636,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         def flags(block, before=None):
             stuck = _model.stuck_cells(self, block, before)
-            block = np.asarray(block, np.float64)
+            block = _model.model_rows(self, np.asarray(block, np.float64))
             return _model.outlier_flags(self, block, _model.calibrated_d2(self, block), stuck)
 
         return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options, in_order=True)
@@ -856,7 +874,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         def labels(block, before=None):
             stuck = _model.stuck_cells(self, block, before)
-            block = np.asarray(block, np.float64)
+            block = _model.model_rows(self, np.asarray(block, np.float64))
             flags = _model.outlier_flags(self, block, _model.calibrated_d2(self, block), stuck)
             return np.where(flags, -1, 1).astype(np.int64)
 
@@ -907,7 +925,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         def margin(block, before=None):
             stuck = _model.stuck_cells(self, block, before)
-            block = np.asarray(block, np.float64)
+            block = _model.model_rows(self, np.asarray(block, np.float64))
             d2 = _model.calibrated_d2(self, block)
             out = _model.weight(self, d2) - offset
             flags = _model.outlier_flags(self, block, d2, stuck)

@@ -9,7 +9,7 @@ with the same tuples.
 
 from __future__ import annotations
 
-__all__ = ["SOLVERS", "CENTERS", "NAN_POLICIES", "CLI_CENTERS"]
+__all__ = ["SOLVERS", "CENTERS", "NAN_POLICIES", "CLI_CENTERS", "CLI_SCALES"]
 
 SOLVERS = ("auto", "paper")
 CENTERS = ("robust", "mean", False)
@@ -17,3 +17,6 @@ NAN_POLICIES = ("raise", "omit", "partial")
 
 #: ``--center`` as the command line spells it: the estimator's values, with ``none`` for ``center=False``.
 CLI_CENTERS = {("none" if c is False else c): c for c in CENTERS}
+
+#: ``--scale`` as the command line spells it: ``none`` for ``scale=None`` (:data:`._scale.SCALES`).
+CLI_SCALES = {"none": None, "robust": "robust"}

@@ -64,7 +64,7 @@ import re
 import sys
 import threading
 
-from ._choices import CLI_CENTERS, NAN_POLICIES, SOLVERS
+from ._choices import CLI_CENTERS, CLI_SCALES, NAN_POLICIES, SOLVERS
 from ._cli_common import PROG, _one_line, _UsageError
 from ._cli_scheduler import DEFAULT_CONNECT_TIMEOUT, MAX_CONNECT_TIMEOUT, _scheduler, _SchedulerLost
 from ._cli_score import OUTPUT_SETS, SCORE_ARRAYS
@@ -249,6 +249,10 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--output", "-o", default="model.json", metavar="PATH", help="model file (default model.json)")
     fit.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     fit.add_argument("--no-progress", action="store_true", help="do not draw a progress line per pass")
+    fit.add_argument("--scale", choices=tuple(CLI_SCALES), default="none",
+                     help="units of the model: none (the data's, the default) or robust (each channel over its "
+                     "robust scale, learned in the first pass: flags that do not depend on the channels' units; "
+                     "components, loadings and drift windows in those units)")
     scheduler_options(fit)
 
     update = sub.add_parser(
@@ -361,6 +365,7 @@ _OPTION_SPELLING = {
     "solver": "--solver",
     "center": "--center",
     "dataset": "--dataset",
+    "scale": "--scale",
     "variables": "--variables",
 }
 _PARAMETER = re.compile(r"\b(" + "|".join(_OPTION_SPELLING) + r")=('[^']*'|\"[^\"]*\"|[^\s,;)]+)")

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _rowprints
 from ._choices import CLI_CENTERS as _CENTERS
+from ._choices import CLI_SCALES as _SCALES
 from ._cli_common import (
     _archive_span,
     _describe,
@@ -30,6 +31,7 @@ from ._cli_common import (
 from ._cli_outputs import _check_output_location, _exists, _refuse_inside_input
 from ._estimator import MCPCA, check_params, load
 from ._labels import feature_names_of
+from ._scale import scale_text
 
 __all__ = ["MAX_TABLE_ROWS", "_CENTERS", "summary_table", "_cmd_fit", "_cmd_update"]
 
@@ -64,6 +66,7 @@ def _cmd_fit(args, out) -> int:
         center=_CENTERS[args.center],
         nan_policy=args.nan_policy,
         cellwise=args.cellwise,
+        scale=_SCALES[args.scale],
         progress=not args.no_progress,
     )
     check_params(model)
@@ -79,7 +82,9 @@ def _cmd_fit(args, out) -> int:
     model.save(args.output, storage_options=_storage_options(args.storage_options))
     used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
     cellwise = ", cellwise=True" if args.cellwise else ""
-    print(f"\nMCPCA(solver={args.solver!r}, center={args.center!r}{cellwise}): robust explained variance", file=out)
+    scale = f", scale={args.scale!r}"
+    print(f"\nMCPCA(solver={args.solver!r}, center={args.center!r}{cellwise}{scale}): robust explained variance",
+          file=out)
     print(summary_table(model), file=out)
     print(
         f"\npasses {model.n_passes_}   rows {used}   time {_fmt_seconds(elapsed)}   "
@@ -89,6 +94,7 @@ def _cmd_fit(args, out) -> int:
     if args.cellwise:
         print(f"cells above the cutoff are left out (r^2 > {model.cell_cutoff_:.2f}); score writes them as 'cells'",
               file=out)
+    print(scale_text(model), file=out)
     print(f"model written to {args.output}", file=out)
     return 0
 

@@ -73,10 +73,11 @@ def _cmd_report(args, out) -> int:
     X = _open(args, block_values=_report.BLOCK_VALUES, row_index=False)
     check_channel_names(model, X, args.store)
     from ._append import model_digest
+    from ._scale import scale_text
 
     # the model's SHA-256, as a score store's segments name the model that scored each span of rows
     print(f"report on {args.store}: {_describe(X)}\nmodel {args.model} (SHA-256 "
-          f"{model_digest(args.model, options)[:12]})", file=out, flush=True)
+          f"{model_digest(args.model, options)[:12]}); {scale_text(model)}", file=out, flush=True)
     selection = " ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in ("rows", "time")
                          if getattr(args, o, None) is not None)
     reference = _reference_rows(args, model, X) if window is not None else None

@@ -31,6 +31,7 @@ from ._fit import UPDATE_ATTRIBUTES, FitResult, fit_rows, update_rows
 from ._io import as_row_blocks, split_store_path
 from ._passes import single_threaded_blas
 from ._robust import SAMPLE_SIZE
+from ._scale import SCALES
 
 __all__ = ["MCPCA", "check_params", "load"]
 
@@ -186,6 +187,23 @@ class MCPCA(_BaseMCPCA):
         data has at most ``sample_size`` rows) is flagged.  It changes only
         the cutoff (``is_outlier``, ``predict``, ``decision_function``),
         never the fit.
+    scale : {None, "robust"}, default=None
+        The units the model works in.  None: the data's own units (a
+        channel in small units, volts beside kilowatts, counts for little
+        in the components and, where ``n_components < n_features`` or
+        channels differ by many orders of magnitude, in the flags).
+        ``"robust"``: each channel divided by its robust scale
+        (``scale_``: the MAD times 1.4826 on the first pass's row sample,
+        no extra pass), so that multiplying a channel by a constant changes
+        no flag.  Then, as for scikit-learn's ``StandardScaler`` followed
+        by ``PCA``, ``mean_``, ``components_``, the variances,
+        ``covariance_``, :meth:`get_precision`, :meth:`transform`'s scores,
+        the contributions, ``quantization_steps_``, ``repeated_values_``,
+        ``repeated_rows_``, ``saturation_limits_`` and the ``update_*``
+        sums are in those units (a channel's value over ``scale_``); every
+        method takes rows in the data's units, and :meth:`inverse_transform`
+        and :meth:`impute` return them.  A ``warm_start`` refit and
+        :meth:`partial_fit` keep the fit's ``scale_``.
 
     Attributes
     ----------
@@ -308,6 +326,12 @@ class MCPCA(_BaseMCPCA):
         their fingerprint (a few rows' digests, checked by ``update``).
         Both removed by :meth:`fit` and :meth:`partial_fit`, which do not
         know where their rows come from.
+    scale_ : ndarray of shape (n_features,)
+        Set only with ``scale="robust"``: each channel's robust scale in
+        the data's units (its MAD on the first pass's row sample times
+        1.4826; where that is 0, its interquartile range over 1.349, then
+        its mean absolute deviation times 1.2533, then 1).  The model's
+        units are the data's divided by it.
     cell_cutoff_ : float
         Set only with ``cellwise=True``: the squared standardized residual
         above which :meth:`cell_outliers` flags a cell (the chi-square(1)
@@ -409,6 +433,7 @@ class MCPCA(_BaseMCPCA):
         "warm_start": ["boolean"],
         "contamination": [StrOptions({"auto"}), Interval(Real, 0, 0.5, closed="right")],
         "cellwise": ["boolean"],
+        "scale": [StrOptions({s for s in SCALES if s}), None],
     }
 
     def __init__(
@@ -430,6 +455,7 @@ class MCPCA(_BaseMCPCA):
         warm_start: bool = False,
         contamination: Literal["auto"] | float = "auto",
         cellwise: bool = False,
+        scale: Literal["robust"] | None = None,
     ):
         self.n_components = n_components
         self.solver = solver
@@ -447,6 +473,7 @@ class MCPCA(_BaseMCPCA):
         self.warm_start = warm_start
         self.contamination = contamination
         self.cellwise = cellwise
+        self.scale = scale
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: None = None, *, storage_options: dict | None = None) -> MCPCA:
@@ -511,7 +538,9 @@ class MCPCA(_BaseMCPCA):
         self._forget_update_sums()
         vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
         vars(self).pop("archive_samples_", None)
-        warm = (self._robust_state, self._robust_unit) if getattr(self, "_robust_state", None) is not None else None
+        warm = ((self._robust_state, self._robust_unit, getattr(self, "scale_", None))
+                if getattr(self, "_robust_state", None) is not None else None)
+        vars(self).pop("scale_", None)  # set again by a fit with scale="robust"
         with single_threaded_blas():
             result = fit_rows(X, self, warm=warm)
         self._set_fitted(result)

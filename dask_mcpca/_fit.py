@@ -16,7 +16,7 @@ built (distances, the repeated rows, the outlier cutoff) is
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any
 
@@ -44,6 +44,7 @@ from ._robust import (
     warm_step,
     working_exponent,
 )
+from ._scale import in_model_units, robust_scales
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
 __all__ = ["FitResult", "UPDATE_ATTRIBUTES", "fingerprint_params", "fit_rows", "update_rows"]
@@ -124,6 +125,7 @@ class FitResult:
     n_samples_seen_: int | None = None
     cell_cutoff_: float | None = None
     saturation_limits_: np.ndarray | None = None
+    scale_: np.ndarray | None = None
     robust_state: RobustState | None = None
     robust_unit: int | None = None
     unconverged: str | None = None
@@ -211,9 +213,10 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
         Full-row blocks (:func:`._io.as_row_blocks`), at least 2 rows.
     est : MCPCA
         The estimator; only its constructor parameters are read.
-    warm : (RobustState, int), optional
-        The previous fit's robust state and its working unit, for
-        ``warm_start``; used when the width and ``center`` allow.
+    warm : (RobustState, int, ndarray or None), optional
+        The previous fit's robust state, its working unit and its
+        ``scale_``, for ``warm_start``; used when the width, ``center``
+        and ``scale`` allow.
 
     Returns
     -------
@@ -261,6 +264,7 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
     if refit is not None:
         robust, moments, unit = refit
         work = moments
+        res.scale_ = runner.scale
     else:
         moments, work, unit, robust = _cold_fit(est, res, runner, ckpt, seed=seed, max_iter=max_iter)
     fixed = {"mean": work.mean[0], False: np.zeros(p)}.get(est.center)
@@ -347,6 +351,9 @@ def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
         raise ValueError(f"only {moments.n_rows} usable row(s); at least 2 are needed")
     if blocks is not None:  # the share of usable rows in the blocks read, until a full pass counts them
         moments.n_rows = round(moments.n_rows * n / rows_read)
+    if getattr(est, "scale", None) == "robust":  # every later pass and all the fit's work: X / scale_
+        runner.scale = res.scale_ = robust_scales(moments.sample)
+        moments, partial_sample = _to_scaled(moments, partial_sample, runner.scale)
 
     # Working units (see _block): every later pass and the in-memory work
     # see X * 2**-unit, whose bulk has a spread near 1; results are mapped
@@ -391,15 +398,30 @@ def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
     return moments, work, unit, robust
 
 
+def _to_scaled(moments, partial_sample: np.ndarray, scale: np.ndarray):
+    """The first read's statistics of ``X / scale`` from those of ``X`` (exact up to round-off: the
+    mean divides by ``scale``, the scatter by its outer product), without reading the rows again."""
+    with np.errstate(over="ignore", under="ignore"):
+        scaled = replace(
+            moments, mean=moments.mean / scale, scatter=moments.scatter / np.outer(scale, scale),
+            sample=in_model_units(moments.sample, scale), col_min=moments.col_min / scale,
+            col_max=moments.col_max / scale,
+        )
+    return scaled, in_model_units(partial_sample, scale)
+
+
 def _warm_state(est, warm, p: int):
-    """The previous fit's robust state and its working unit, if ``warm_start`` and one of the same width exists."""
+    """The previous fit's robust state, working unit and scales, if ``warm_start`` and one of the same
+    width and ``scale`` exists (a state is in the units of its fit's scales)."""
     state = None if warm is None else warm[0]
     if not est.warm_start or est.center == "mean" or state is None or len(state.location) != p:
+        return None
+    if (warm[2] is not None) != (getattr(est, "scale", None) == "robust"):
         return None
     return warm  # the unit is set with every robust state
 
 
-def _warm_refit(est, res: FitResult, runner, state, unit: int, *, seed: int, max_iter: int):
+def _warm_refit(est, res: FitResult, runner, state, unit: int, scale, *, seed: int, max_iter: int):
     """A warm start: the previous fit's state goes straight into the full-data passes.
 
     Units: the previous state is in the previous fit's working unit, so the
@@ -410,13 +432,17 @@ def _warm_refit(est, res: FitResult, runner, state, unit: int, *, seed: int, max
     mapped state is not representable (the data's scale changed by
     ~1e150 or more) the warm start is refused: None, and the caller makes
     a cold fit (the warm step's pass then counts as one more pass).
+    With ``scale="robust"`` the refit keeps the previous fit's scales
+    (``scale``), in which the state is expressed.
     """
     n, p = runner.n_rows, runner.n_features
+    runner.scale = scale
     fixed = {False: np.zeros(p)}.get(est.center)
     rate = min(1.0, est.sample_size / n)
     runner.unit_exp = unit
     moments, state = warm_step(runner, state, fixed_center=fixed, sample_rate=rate, seed=seed)
     if state is None:
+        runner.scale = None  # the cold fit learns its own
         return None
     robust = fit_robust(
         runner,
@@ -455,6 +481,8 @@ def _fit_in_span(X, est, k: int) -> FitResult:
                 "clean them, or pass nan_policy='omit' to leave such rows out of the fit"
             )
         rows = rows[finite]
+    scale = robust_scales(rows) if getattr(est, "scale", None) == "robust" else None
+    rows = in_model_units(rows, scale)  # the rows' robust scales, from every row: they are few
     n, p = rows.shape
     if k > n - 2:
         raise ValueError(f"only {n} usable rows for n_components={k}: fitting in their span needs k <= n - 2")
@@ -468,7 +496,8 @@ def _fit_in_span(X, est, k: int) -> FitResult:
     half = np.argsort(outlyingness(scores, seed=seed), kind="stable")[:h]
     _, W = descending_eigh(np.atleast_2d(np.cov(scores[half], rowvar=False)))
     basis = span @ W[:, :k]  # p x k, orthonormal columns
-    inner_est = clone(est).set_params(n_components=None, checkpoint=None)
+    inner_est = clone(est).set_params(n_components=None, checkpoint=None, **(
+        {"scale": None} if "scale" in est.get_params() else {}))
     inner = fit_rows(as_row_blocks((rows - origin) @ basis), inner_est)
     if inner.unconverged:
         warnings.warn(inner.unconverged, ConvergenceWarning, stacklevel=4)
@@ -484,6 +513,7 @@ def _fit_in_span(X, est, k: int) -> FitResult:
     _set_variances(res, lam, noise, lam.sum() + noise.sum(), location, inner.kernel_scale_)
     res.support_ = inner.support_
     res.quantization_steps_ = np.zeros(p)  # too few rows to tell a lattice
+    res.scale_ = scale
     d2 = mahalanobis_d2(res, data_rows)
     _set_cutoff(res, calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n, law="fitted"))
     if est.contamination != "auto":
@@ -635,6 +665,7 @@ def update_rows(X, model) -> FitResult:
     runner = PassRunner(X, nan_policy=model.nan_policy, progress=model.progress,
                         hold_out=partial(_stuck_rows, model), context=CONTEXT_ROWS)
     runner.unit_exp = unit
+    runner.scale = getattr(model, "scale_", None)  # the fit's scales: the sums are in its units
     fixed = None if model.center == "robust" else state.location
     state, merged, new = update_robust(runner, state, sums, fixed_center=fixed)
     share = float(new.weight[1] * np.exp(new.log_scale[1]) / max(new.n_rows, 1))

@@ -15,6 +15,15 @@ it reads (``components_``, ``explained_variance_``, ``noise_variance_``,
 being built (:class:`._fit.FitResult`).  The report (:mod:`._report`) and the
 estimator's methods (:mod:`._base`) use them; no one reaches into the
 estimator's private methods.
+
+Units: a model fitted with ``scale="robust"`` works in the data's units
+divided by ``scale_`` (:func:`model_rows`).  The functions here take rows
+in the model's units, except those that read rows as stored, in order
+(:func:`stuck_cells`, :func:`held_cells`, :func:`isolated_top`: a run
+and its digits are judged on the stored values), which divide only what
+they compare with the learned values; the row-block functions of the
+per-row methods (:func:`row_outputs`, and :mod:`._base`) take rows as
+stored.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from ._contributions import channel_scales, contributions_with_gaps
 from ._passes import NonFiniteRowsError
 from ._power import variance_floor
 from ._repeated import HOLD_WINDOW, held_out, stuck_runs, value_matches
+from ._scale import in_model_units
 
 __all__ = [
     "CONTRIBUTION_METHODS",
@@ -47,6 +57,7 @@ __all__ = [
     "judge_cells",
     "CellJudgement",
     "mahalanobis_d2",
+    "model_rows",
     "nan_for_nonfinite_rows",
     "unusable_rows",
     "nearest_in_cells",
@@ -76,6 +87,17 @@ ROW_OUTPUTS = {
 
 #: The methods of :meth:`MCPCA.channel_contributions` (``"residual"``: ``"reconstruction"``'s former name).
 CONTRIBUTION_METHODS = ("reconstruction", "whitened", "product", "residual")
+
+
+def model_rows(model: Any, block):
+    """Rows as stored in the model's units: divided by ``scale_`` (``scale="robust"``), else as given."""
+    return in_model_units(block, getattr(model, "scale_", None))
+
+
+def _model_cells(model: Any, values: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """Cells ``values`` (as stored) of the channels ``columns`` in the model's units."""
+    scale = getattr(model, "scale_", None)
+    return values if scale is None else np.asarray(values, np.float64) / scale[columns]
 
 
 # ----------------------------------------------------------- variances, precision
@@ -587,8 +609,9 @@ def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
         values, which = np.unique(rows[at], return_inverse=True)
         held[at] = _full_precision(values, rows.dtype)[which.ravel()]
     learned = getattr(model, "repeated_values_", None)
-    for column, value in () if learned is None else learned:
-        held[:, int(column)] |= value_matches(rows[:, int(column)], value)
+    for column, value in () if learned is None else learned:  # learned in the model's units
+        j = int(column)
+        held[:, j] |= value_matches(_model_cells(model, rows[:, j], j), value)
     return held
 
 
@@ -633,7 +656,8 @@ def stuck_cells(model: Any, block, before) -> np.ndarray:
         keep = _moving_channels(block, before, at, began[at])
         limits = getattr(model, "saturation_limits_", None)
         if limits is not None:
-            keep &= (block[at] != limits[at[1], 0]) & (block[at] != limits[at[1], 1])
+            values = _model_cells(model, block[at], at[1])  # limits are in the model's units
+            keep &= (values != limits[at[1], 0]) & (values != limits[at[1], 1])
         cells[at[0][~keep], at[1][~keep]] = False
     return cells
 
@@ -724,7 +748,7 @@ def isolated_top(model: Any, block, before, d2, calibrated, flags, top, contribu
     held = held_cells(model, rows, previous)
     if len(_missing.nonfinite_rows(rows)):  # a held cell is a value; a row with inf names none
         held &= np.isfinite(rows) & ~np.isinf(rows).any(axis=1)[:, None]
-    rows = np.asarray(rows, np.float64)
+    rows = model_rows(model, np.asarray(rows, np.float64))
     some = np.flatnonzero(held.any(axis=1))
     if not len(some):
         return top
@@ -839,13 +863,13 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
 
     cellwise = getattr(model, "cell_cutoff_", None) is not None
 
-    def distances(block, before, original):
+    def distances(block, before, original, whole):
         parts = {}
         top = d2 = calibrated = flags = None
         stuck = stuck_cells(model, original, before) if {"outlier", "top_channel", "cells"} & wanted else None
         # a cellwise model judges the block's cells once, for every output that reads them
         judged = judge_cells(model, block) if cellwise and wanted - {"scores", "contributions"} else None
-        if judged is not None and "n_observed" in wanted and block is original:  # no row masked out
+        if judged is not None and "n_observed" in wanted and whole:  # no row masked out
             parts["n_observed"] = observed_counts(block) - judged.flags.sum(axis=1).astype(np.int16)
         if {"weight", "outlier", "d2", "top_channel"} & wanted:
             d2, top = distances_and_top(model, block, top=top_with_d2, judged=judged)
@@ -875,14 +899,16 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
         return parts
 
     def fused(block, before=None):
-        """The outputs of ``block``; ``before``: the :data:`CONTEXT_ROWS` rows before it, or None."""
+        """The outputs of ``block`` (as stored); ``before``: the :data:`CONTEXT_ROWS` rows before it, or None."""
+        original, block = block, model_rows(model, block)
         if not len(_missing.nonfinite_rows(block)):  # complete rows, as most blocks hold: no masks to make
-            parts = distances(block, before, block)
+            parts = distances(block, before, original, True)
             if "n_observed" in outputs and "n_observed" not in parts:
                 parts["n_observed"] = judged_counts(model, block)
             return parts
         bad = unusable_rows(block, policy)
-        parts = distances(np.where(bad[:, None], 0.0, block) if bad.any() else block, before, block)
+        parts = distances(np.where(bad[:, None], 0.0, block) if bad.any() else block, before, original,
+                          not bad.any())
         for name, out in parts.items():
             if bad.any():
                 out[bad] = np.nan if out.dtype.kind == "f" else (-1 if name == "top_channel" else 0)

@@ -22,6 +22,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from ._block import block_stats
 from ._progress import PassProgress
+from ._scale import in_model_units
 from ._stats import BlockStats, PassPlan, combine
 
 __all__ = [
@@ -173,13 +174,16 @@ def held_block_stats(block, plan: PassPlan, row_offset: int, held: np.ndarray) -
     return stats
 
 
-def _block_task(block, plan: PassPlan, row_offset: int, before=None, hold_out=None) -> BlockStats:
+def _block_task(block, plan: PassPlan, row_offset: int, before=None, hold_out=None, scale=None) -> BlockStats:
     """:func:`block_stats` inside a dask task, with single-threaded BLAS (:func:`limit_blas_in_task`);
-    with ``hold_out``, the rows ``hold_out(block, before)`` flags get no weight (:func:`held_block_stats`)."""
+    with ``hold_out``, the rows ``hold_out(block, before)`` flags (read as stored) get no weight
+    (:func:`held_block_stats`); with ``scale``, the pass sees each channel divided by it
+    (:func:`._scale.in_model_units`)."""
     limit_blas_in_task()
     if hold_out is None:
-        return block_stats(block, plan, row_offset)
-    return held_block_stats(block, plan, row_offset, hold_out(block, before))
+        return block_stats(in_model_units(block, scale), plan, row_offset)
+    held = hold_out(block, before)
+    return held_block_stats(in_model_units(block, scale), plan, row_offset, held)
 
 
 def _tree_reduce(parts: list, split_every: int):
@@ -230,6 +234,8 @@ class PassRunner:
         self._blocks = None
         #: Kernel passes see ``X * 2**-unit_exp`` (set by the fit after the first pass).
         self.unit_exp = 0
+        #: Every pass sees each channel divided by this (``scale="robust"``; set by the fit after the first read).
+        self.scale = None
 
     def _dask_blocks(self):
         if self._blocks is None:
@@ -261,13 +267,13 @@ class PassRunner:
                 plan_d = dask.delayed(plan, pure=True)
                 all_blocks = self._dask_blocks()
                 if self.hold_out is None:
-                    parts = [dask.delayed(_block_task, pure=True)(all_blocks[i], plan_d, int(offsets[i]))
-                             for i in chosen]
+                    parts = [dask.delayed(_block_task, pure=True)(all_blocks[i], plan_d, int(offsets[i]),
+                                                                  None, None, self.scale) for i in chosen]
                 else:  # both from the unoptimised graph, whose keys they share: each block is read once
                     read = self.X.to_delayed(optimize_graph=False)[:, 0]
                     before = rows_before(self.X, self.context).to_delayed(optimize_graph=False)[:, 0]
                     parts = [dask.delayed(_block_task, pure=True)(read[i], plan_d, int(offsets[i]), before[i],
-                                                                  self.hold_out) for i in chosen]
+                                                                  self.hold_out, self.scale) for i in chosen]
                 stats = bar.compute(_tree_reduce(parts, SPLIT_EVERY), blocks=parts)
             else:
                 stats = None
@@ -275,12 +281,13 @@ class PassRunner:
                     start = int(offsets[i])
                     block = self.X[start : start + NUMPY_BLOCK_ROWS]
                     if self.hold_out is None:
-                        part = block_stats(block, plan, start)
+                        part = block_stats(in_model_units(block, self.scale), plan, start)
                     else:
                         before = self.X[max(start - self.context, 0) : start]
                         before = np.concatenate([np.full((self.context - len(before), self.n_features), np.nan),
                                                  before])
-                        part = held_block_stats(block, plan, start, self.hold_out(block, before))
+                        held = self.hold_out(block, before)
+                        part = held_block_stats(in_model_units(block, self.scale), plan, start, held)
                     stats = part if stats is None else combine(stats, part)
                     bar.advance(1)
         if blocks is None:

@@ -330,6 +330,13 @@ def validate_fitted(model) -> None:
     if not np.allclose(cov, cov.T, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(cov).max()))):
         raise ValueError("covariance_ is not symmetric")
     _real(model, "noise_variance_", lambda v: math.isfinite(v) and v >= 0, "a finite float >= 0")
+    scale = getattr(model, "scale_", None)  # scale="robust": the channels' robust scales; none before scale existed
+    if (scale is not None) != (getattr(model, "scale", None) == "robust"):
+        raise ValueError(f"scale={getattr(model, 'scale', None)!r} and scale_ disagree (scale_ is set exactly "
+                         "for scale='robust')")
+    if scale is not None and not (isinstance(scale, np.ndarray) and scale.shape == (p,) and scale.dtype.kind == "f"
+                                  and np.isfinite(scale).all() and (scale > 0).all()):
+        raise ValueError(f"scale_ must be {p} finite floats > 0")
     if getattr(model, "cell_cutoff_", None) is not None:  # a cellwise fit's: a chi-square(1) quantile
         _real(model, "cell_cutoff_", lambda v: 1.0 <= v < 1e4, "a squared cell cutoff in [1, 1e4)")
     _validate_variances(model)

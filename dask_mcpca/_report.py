@@ -62,7 +62,7 @@ from ._drift import (
 from ._io import as_row_blocks
 from ._kernels import _shifted
 from ._labels import is_dataarray
-from ._model import calibrated_d2, contribution_matrix, judge_cells, outlier_flags
+from ._model import calibrated_d2, contribution_matrix, judge_cells, model_rows, outlier_flags
 from ._passes import NonFiniteRowsError
 
 __all__ = [
@@ -199,7 +199,7 @@ def summarize_block(
     two_c2 = 2 * float(model.kernel_scale_) ** 2
     cutoff = float(model.outlier_cutoff_)
     for a in range(0, n, SLICE_ROWS):
-        X = np.asarray(block[a : a + SLICE_ROWS], np.float64)
+        X = model_rows(model, np.asarray(block[a : a + SLICE_ROWS], np.float64))  # scale="robust": X / scale_
         bad = _missing.nonfinite_rows(X)
         complete = np.ones(len(X), bool)
         complete[bad] = False
