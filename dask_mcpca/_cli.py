@@ -242,7 +242,10 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--n-components", type=_positive_int, metavar="K", help="components to keep (default: all)")
     fit.add_argument("--solver", choices=SOLVERS, default="auto")
     fit.add_argument("--center", choices=tuple(CLI_CENTERS), default="robust")
-    fit.add_argument("--nan-policy", choices=NAN_POLICIES, default="raise")
+    fit.add_argument("--nan-policy", choices=NAN_POLICIES, default="raise",
+                     help="rows holding NaN or inf: raise (refuse them, the default), omit (leave them out), or "
+                     "partial (rows with some cells missing are used by their observed cells; rows with an inf "
+                     "or no cell observed are left out)")
     fit.add_argument("--cellwise", action="store_true",
                      help="judge each cell on its own and leave out the ones the model cannot explain (glitches in "
                      "single channels of a wide archive); score then also writes the flagged cells")
@@ -386,7 +389,7 @@ def _user_spelling(text: str) -> str:
 
 
 #: An fsspec file system refusing a storage option: ``TypeError: AioSession.__init__() got an unexpected ...``.
-_UNKNOWN_OPTION = re.compile(r"(?:TypeError: )?\S+\(\) got an unexpected keyword argument '([^']+)'")
+_UNKNOWN_OPTION = re.compile(r"(?:TypeError: )?[\w.]{1,200}\(\) got an unexpected keyword argument '([^']+)'")
 
 
 def _quiet_unraisable(unraisable) -> None:

@@ -643,7 +643,7 @@ def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel
     if dataset is not None:
         name = dataset.strip("/")
         if name not in ds.data_vars:
-            raise KeyError(f"the archive has no variable {dataset!r}; it has {names}")
+            raise KeyError(f"the archive has no variable {dataset!r}; it has [{_few(names, quote=True)}]")
         X = ds[name]
         if X.ndim != 2:
             raise ValueError(f"variable {name!r} has dims {X.dims}; name a 2-D (row, channel) variable, or "
@@ -658,14 +658,15 @@ def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel
         one_d = [n for n in names if ds[n].ndim == 1]
         if two_d or len({ds[n].dims for n in one_d}) != 1:
             raise KeyError(
-                f"the archive holds variables {names} with dims "
+                f"the archive holds variables [{_few(names, quote=True)}] with dims "
                 f"{sorted({str(ds[n].dims) for n in names})}; name the channels with variables (--variables a,b,c) "
                 "or a 2-D variable with dataset (--dataset NAME)"
             )
         variables = one_d  # in sorted order
     missing = [v for v in variables if v not in ds.data_vars]
     if missing:
-        raise KeyError(f"the archive has no variable(s) {missing}; it has {names}")
+        raise KeyError(f"the archive has no variable(s) [{_few(missing, quote=True)}]; it has "
+                       f"[{_few(names, quote=True)}]")
     dims = {ds[v].dims for v in variables}
     if len(dims) != 1 or len(next(iter(dims))) != 1:
         raise ValueError(
@@ -675,16 +676,28 @@ def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel
     return ds[list(variables)].to_dataarray(dim=channel_dim).transpose(row, channel_dim), list(variables)
 
 
+#: Names an error message lists before it says how many there are in all.
+_LISTED = 8
+
+
+def _few(names, sep: str = ", ", quote: bool = False) -> str:
+    """The first :data:`_LISTED` of ``names`` joined by ``sep``, then how many there are in all: an error
+    naming 50,000 variables stays one short line."""
+    names = list(names)
+    shown = sep.join(repr(n) if quote else str(n) for n in names[:_LISTED])
+    return shown + (f"{sep}... ({len(names):,} in all)" if len(names) > _LISTED else "")
+
+
 def _refuse_duplicates(variables: list[str]) -> None:
     """Refuse ``variables`` that name a variable twice: it would be fitted as two channels."""
-    seen, twice = set(), []
+    seen, twice = set(), {}
     for name in variables:
-        if name in seen and name not in twice:
-            twice.append(name)
+        if name in seen:
+            twice[name] = None
         seen.add(name)
     if twice:
-        raise ValueError(f"variables={','.join(map(str, variables))} name {', '.join(map(repr, twice))} more than "
-                         "once; name each variable once")
+        raise ValueError(f"variables={_few(variables, ',')} name {_few(twice, quote=True)} more than once; "
+                         "name each variable once")
 
 
 def open_archive(
@@ -792,6 +805,13 @@ def open_archive(
         try:
             X = X.sel({row: time})
         except (TypeError, ValueError, KeyError) as err:  # pandas: a label its index cannot compare
+            if not (index.is_monotonic_increasing or index.is_monotonic_decreasing):
+                unsorted = (f"the row coordinate {row!r} is not sorted, so a range of labels is no range of rows "
+                            "(only bounds that are each the label of exactly one row could be used); sort the "
+                            f"archive by {row!r} (xarray: ds.sortby({row!r}).to_zarr(...)) or select rows by "
+                            "position with ")
+                raise SelectionError(f"time={time.start!r}:{time.stop!r}: {unsorted}rows=", ("time",),
+                                     f"{unsorted}--rows START:STOP") from None
             text = " ".join(str(err.args[0] if isinstance(err, KeyError) and err.args else err).split())
             raise SelectionError(
                 f"{time.start!r}:{time.stop!r} are not labels of the row coordinate {row!r}, which holds "

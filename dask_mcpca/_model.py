@@ -778,7 +778,8 @@ def unusable_rows(block, nan_policy: str) -> np.ndarray:
     if bad.any() and nan_policy == "raise":
         raise NonFiniteRowsError(
             f"{int(bad.sum())} of {len(bad)} rows hold NaN or inf; clean them, or fit with "
-            "nan_policy='omit' to get NaN for such rows"
+            "nan_policy='omit' to get NaN for such rows, or nan_policy='partial' to have rows with some cells "
+            "missing used by their observed cells"
         )
     return bad
 

@@ -299,7 +299,8 @@ class PassRunner:
         if stats.n_nonfinite and self.nan_policy == "raise":
             raise NonFiniteRowsError(
                 f"{stats.n_nonfinite} of {self.n_rows} rows hold NaN or inf; "
-                "clean them, or pass nan_policy='omit' to leave such rows out of the fit"
+                "clean them, or pass nan_policy='omit' to leave such rows out of the fit, or "
+                "nan_policy='partial' to fit rows with some cells missing by their observed cells"
             )
         if stats.n_rows == 0:
             raise ValueError("no rows left to fit: every row holds NaN or inf")

@@ -648,3 +648,66 @@ def test_load_reads_a_bounded_amount(tmp_path, what):
             f.truncate(_persist.MAX_MODEL_BYTES + 1)
     with pytest.raises(_persist.ModelFormatError, match=fragment):
         load(path)
+
+
+# ------------------------------------------------- errors in the user's terms (issue 35, point 6)
+def _xarray_store(path, times):
+    xr = pytest.importorskip("xarray")
+    X = _data(n=len(times))
+    xr.Dataset({c: ("time", X[:, j]) for j, c in enumerate("abc")}, coords={"time": times}).to_zarr(
+        path, mode="w", consolidated=False)
+    return str(path)
+
+
+def _cli_error(capsys, *argv) -> str:
+    from dask_mcpca._cli import main
+
+    assert main([*map(str, argv), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_time_on_an_unsorted_coordinate_says_it_is_not_sorted(tmp_path, capsys):
+    pd = pytest.importorskip("pandas")
+    times = pd.date_range("2024-01-01", periods=300, freq="min")[np.random.default_rng(2).permutation(300)]
+    store = _xarray_store(tmp_path / "unsorted.zarr", times)
+    err = _cli_error(capsys, "fit", store, "--time", "2024-01-01:2024-01-02", "-o", tmp_path / "m.json")
+    assert "'time' is not sorted" in err and "sortby('time')" in err and "--rows START:STOP" in err
+    assert "not labels" not in err and not (tmp_path / "m.json").exists()
+    from dask_mcpca import open_archive
+    from dask_mcpca._io import SelectionError
+
+    with pytest.raises(SelectionError, match="is not sorted.*with rows="):
+        open_archive(store, time=slice("2024-01-01", "2024-01-02"))
+
+
+@pytest.mark.parametrize("names, twice", [
+    (["a"] * 50_000, "'a'"),
+    ([f"v{i}" for i in range(25_000)] * 2, "'v0', 'v1'"),
+])
+def test_fifty_thousand_variables_are_refused_in_one_short_line(tmp_path, capsys, names, twice):
+    pd = pytest.importorskip("pandas")
+    store = _xarray_store(tmp_path / "x.zarr", pd.date_range("2024-01-01", periods=300, freq="min"))
+    err = _cli_error(capsys, "fit", store, "--variables", ",".join(names), "-o", tmp_path / "m.json")
+    assert f"name {twice}" in err and "(50,000 in all)" in err and len(err) < 400, err
+
+
+def test_fifty_thousand_unknown_variables_are_named_in_one_short_line(tmp_path, capsys):
+    pd = pytest.importorskip("pandas")
+    store = _xarray_store(tmp_path / "x.zarr", pd.date_range("2024-01-01", periods=300, freq="min"))
+    names = ",".join(f"v{i}" for i in range(50_000))
+    err = _cli_error(capsys, "fit", store, "--variables", names, "-o", tmp_path / "m.json")
+    assert "no variable(s) ['v0', 'v1'" in err and "(50,000 in all)" in err and "it has ['a', 'b', 'c']" in err
+    assert len(err) < 400, err
+
+
+def test_the_nan_refusal_names_partial_in_the_callers_spelling(tmp_path, capsys):
+    X = _data()
+    X[7, 1] = np.nan
+    with pytest.raises(NonFiniteRowsError, match="nan_policy='omit'.*nan_policy='partial'.*observed cells"):
+        MCPCA().fit(X)
+    with pytest.raises(NonFiniteRowsError, match="nan_policy='partial'"):
+        MCPCA().fit(_data()).transform(X)
+    err = _cli_error(capsys, "fit", _zarr_store(tmp_path / "nan.zarr", X), "-o", tmp_path / "m.json")
+    assert "--nan-policy omit" in err and "--nan-policy partial" in err and "nan_policy" not in err
