@@ -10,7 +10,7 @@ them, saves the model and cancels the jobs::
         --queue compute --account proj123 --jobs 4 --cores 8 --memory 32GiB \\
         --walltime 01:00:00 --output model.json
 
-    python cluster/jobqueue_slurm.py STORE --dry-run   # print the job script only
+    python cluster/jobqueue_slurm.py STORE --dry-run   # print what it would run; start nothing
 
 The store takes the options of ``dask-mcpca fit``: ``--dataset``,
 ``--variables a,b,c`` (the 1-D variables of an xarray store),
@@ -44,9 +44,18 @@ import sys
 import tempfile
 import time
 
-from dask_mcpca._malloc import WORKER_ENV as MALLOC_ENV  # light: the package's names load on first use
-
 PROG = "jobqueue_slurm.py"
+
+try:
+    from dask_mcpca._malloc import WORKER_ENV as MALLOC_ENV  # light: the package's names load on first use
+except ImportError as err:  # run by an interpreter without the package: one line, not a traceback
+    print(f"{PROG}: error: {sys.executable} cannot import dask_mcpca ({err}); install it there "
+          f"({sys.executable} -m pip install dask-mcpca) or run this script with the interpreter that has it",
+          file=sys.stderr)
+    sys.exit(2)
+
+#: How to install what the script imports beyond dask_mcpca, by the name Python imports.
+INSTALL = {"dask_jobqueue": "dask-jobqueue", "distributed": "'dask[distributed]'"}
 
 
 def _row_slice(text: str) -> slice:
@@ -112,7 +121,8 @@ def _parse(argv):
                    help="the workers' interpreter (default: 'python' after a --prologue, else this one's path)")
     p.add_argument("--system", choices=["slurm", "pbs", "local"], default="slurm",
                    help="batch system (local: run the jobs as processes here, for a trial)")
-    p.add_argument("--dry-run", action="store_true", help="print the batch script and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would run (the cluster, the batch script, the fit) and exit; starts nothing")
     return p.parse_args(argv)
 
 
@@ -167,15 +177,48 @@ def cluster_kwargs(args) -> dict:
     )
 
 
-def make_cluster(args):
-    """The dask-jobqueue cluster object (starts a scheduler here; submits nothing yet)."""
+def cluster_class(system: str):
+    """The dask-jobqueue cluster class of ``--system`` (importing it starts nothing)."""
     from dask_jobqueue import PBSCluster, SLURMCluster
     from dask_jobqueue.local import LocalCluster
 
+    return {"local": LocalCluster, "pbs": PBSCluster, "slurm": SLURMCluster}[system]
+
+
+def missing_dependency(err: ImportError) -> str:
+    """One line: what this interpreter cannot import, and how to install it."""
+    name = (err.name or "dask_jobqueue").split(".")[0]
+    package = INSTALL.get(name, name.replace("_", "-"))
+    return (f"this script needs {package.strip(chr(39))}, which {sys.executable} cannot import ({err}); install it: "
+            f"{sys.executable} -m pip install {package}")
+
+
+def make_cluster(args):
+    """The dask-jobqueue cluster object (starts a scheduler here; submits nothing yet)."""
+    cls = cluster_class(args.system)
     if args.system == "local":
         os.environ.update(WORKER_ENV)  # the local "jobs" inherit it
-    cls = {"local": LocalCluster, "pbs": PBSCluster, "slurm": SLURMCluster}[args.system]
     return cls(**cluster_kwargs(args))
+
+
+def dry_run(args) -> str:
+    """What a run would do, the batch script included, rendered without a scheduler (nothing started)."""
+    kwargs = cluster_kwargs(args)
+    n_workers = args.jobs * (args.processes or args.cores)
+    lines = [f"# dry run: nothing started or submitted. {PROG} would open {args.store}, then start a scheduler "
+             f"here and submit {args.jobs} {args.system} job(s) of {kwargs['processes']} worker process(es), "
+             f"{args.cores} cores and {args.memory} each ({n_workers} workers), fit MCPCA(n_components="
+             f"{args.n_components}, solver={args.solver!r}, nan_policy={args.nan_policy!r}) through them and "
+             f"save the model to {args.output}."]
+    try:
+        cls = cluster_class(args.system)
+    except ImportError as err:
+        lines.append(f"# the batch script is written by dask-jobqueue: {missing_dependency(err)}")
+        return "\n".join(lines)
+    job_kwargs = {k: v for k, v in kwargs.items() if k != "scheduler_options"}  # the cluster's, not a job's
+    job = cls.job_cls("tcp://<this host's address>:<the port the scheduler picks>", name="dummy-name", **job_kwargs)
+    lines += [f"# each job ({cls.__name__}):", job.job_script()]
+    return "\n".join(lines)
 
 
 def open_store(args):
@@ -206,9 +249,7 @@ def _as_typed(err: BaseException, args) -> str:
 def main(argv=None) -> int:
     args = _parse(argv)
     if args.dry_run:
-        cluster = make_cluster(args)
-        print(cluster.job_script())
-        cluster.close()
+        print(dry_run(args))
         return 0
 
     from dask_mcpca import MCPCA, check_params
@@ -220,8 +261,12 @@ def main(argv=None) -> int:
     except (ValueError, TypeError, KeyError, OSError) as err:
         print(f"{PROG}: error: {_as_typed(err, args)}", file=sys.stderr)
         return 2
-
-    from distributed import Client
+    try:
+        cluster_class(args.system)  # what is missing, in one line, before anything starts
+        from distributed import Client
+    except ImportError as err:
+        print(f"{PROG}: error: {missing_dependency(err)}", file=sys.stderr)
+        return 2
 
     n_workers = args.jobs * (args.processes or args.cores)
     try:

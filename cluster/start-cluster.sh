@@ -22,6 +22,7 @@
 #       --timeout SECONDS     how long to wait for all workers [60]
 #   -d, --dir DIR             state directory: pid files, logs, scheduler file
 #                             [$DASK_CLUSTER_DIR or ./.dask-cluster]
+#       --dry-run             print the commands start would run; start nothing
 # Environment: PYTHON (interpreter with dask_mcpca installed) [python3].
 set -euo pipefail
 
@@ -35,6 +36,7 @@ PORT=8786
 SCHED_HOST=
 DASHBOARD=:8787
 TIMEOUT=60
+DRY_RUN=0
 
 # The workers' glibc malloc, as `dask-mcpca fit` sets it for its own process
 # (dask_mcpca/_malloc.py, WORKER_ENV; docs/performance.md): each chunk read
@@ -64,6 +66,10 @@ case $cmd in
     *) die "unknown command $cmd (start, status or stop; see --help)" ;;
 esac
 while [[ $# -gt 0 ]]; do
+    case $1 in  # an option without its value: one line, not bash's "unbound variable"
+        -H|--hosts|-n|--workers|-t|--nthreads|-m|--memory-limit|-p|--port|-s|--scheduler-host|--dashboard|--timeout|-d|--dir)
+            [[ $# -ge 2 ]] || die "$1 needs a value (see --help)" ;;
+    esac
     case $1 in
         -H|--hosts) HOSTS=$2; shift 2 ;;
         -n|--workers) WORKERS=$2; shift 2 ;;
@@ -74,16 +80,30 @@ while [[ $# -gt 0 ]]; do
         --dashboard) DASHBOARD=$2; shift 2 ;;
         --timeout) TIMEOUT=$2; shift 2 ;;
         -d|--dir) DIR=$2; shift 2 ;;
+        --dry-run) DRY_RUN=1; shift ;;
         -h|--help) usage 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done
-[[ $cmd == start ]] && mkdir -p "$DIR"
-if [[ ! -d $DIR ]]; then
+[[ $DRY_RUN == 0 || $cmd == start ]] || die "--dry-run goes with start only"
+
+# The interpreter and its distributed, or one line saying how to get them (not a Python traceback).
+need_distributed() {
+    command -v "$PYTHON" >/dev/null 2>&1 \
+        || die "no $PYTHON on PATH: set PYTHON to the interpreter that has dask_mcpca installed (PYTHON=/path/to/venv/bin/python)"
+    "$PYTHON" -c 'import distributed' >/dev/null 2>&1 \
+        || die "$PYTHON ($(command -v "$PYTHON")) cannot import distributed: install it there ($PYTHON -m pip install 'dask[distributed]'; installing dask_mcpca brings it) or set PYTHON to the interpreter that has it"
+}
+
+if [[ $cmd == start && $DRY_RUN == 0 ]]; then
+    need_distributed
+    mkdir -p "$DIR"
+fi
+if [[ ! -d $DIR && $DRY_RUN == 0 ]]; then
     [[ $cmd == stop ]] && { say "nothing was started from $DIR"; exit 0; }
     die "no state directory $DIR (nothing was started from it)"
 fi
-DIR=$(cd "$DIR" && pwd)
+[[ -d $DIR ]] && DIR=$(cd "$DIR" && pwd)
 IFS=, read -r -a HOST_LIST <<< "$HOSTS"
 
 # Start a command detached from this shell (own session where setsid exists),
@@ -98,6 +118,23 @@ spawn() {
     echo $!
 }
 
+# What start would run, one command a line (the port 0 picks is known only once the scheduler runs).
+dry_run() {
+    local address="tcp://$SCHED_HOST:$PORT" h
+    [[ $PORT == 0 ]] && address="tcp://$SCHED_HOST:<the port the scheduler picks>"
+    echo "# dry run: nothing started; start would run, with $DIR as its state directory:"
+    printf '%q ' "$PYTHON" -m distributed.cli.dask_scheduler --host "$SCHED_HOST" --port "$PORT" "$@" \
+        --scheduler-file "$DIR/scheduler.json"; echo
+    local wargs=("$address" --nworkers "$WORKERS" --nthreads "$NTHREADS" --memory-limit "$MEMORY" --nanny)
+    [[ $SCHED_HOST == 127.0.0.1 || $SCHED_HOST == localhost ]] && wargs+=(--host 127.0.0.1)
+    for h in "${HOST_LIST[@]}"; do
+        is_local "$h" || printf 'ssh %q ' "$h"
+        printf '%q ' env "${WORKER_ENV[@]}" "$PYTHON" -m distributed.cli.dask_worker "${wargs[@]}" \
+            --local-directory "$DIR/work-$h"; echo
+    done
+    echo "# then wait up to ${TIMEOUT}s for $(( ${#HOST_LIST[@]} * WORKERS )) workers and print the address"
+}
+
 start() {
     if [[ -f $DIR/scheduler.pid ]] && alive "$(cat "$DIR/scheduler.pid")"; then
         die "a scheduler started from $DIR is running ($(cat "$DIR/address" 2>/dev/null)); stop it first"
@@ -108,6 +145,7 @@ start() {
     fi
     local dash=(--dashboard-address "$DASHBOARD")
     [[ $DASHBOARD == none ]] && dash=(--no-dashboard)
+    if [[ $DRY_RUN == 1 ]]; then dry_run "${dash[@]}"; return; fi
     rm -f "$DIR/scheduler.json" "$DIR/address" "$DIR"/worker-*.pid
 
     spawn "$DIR/scheduler.log" "$PYTHON" -m distributed.cli.dask_scheduler \
@@ -185,6 +223,7 @@ stop() {
 
 status() {
     [[ -f $DIR/scheduler.pid ]] && alive "$(cat "$DIR/scheduler.pid")" || { say "not running ($DIR)"; return 1; }
+    need_distributed
     local address
     address=$(cat "$DIR/address")
     "$PYTHON" - "$address" <<'EOF'
