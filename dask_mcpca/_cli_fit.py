@@ -91,6 +91,10 @@ def _cmd_fit(args, out) -> int:
         f"converged {'yes' if model.converged_ else 'no'}",
         file=out,
     )
+    if args.nan_policy == "partial" or args.cellwise:  # elsewhere every row used is whole
+        why = " or ".join(w for w, on in (("missing", args.nan_policy == "partial"), ("flagged", args.cellwise)) if on)
+        print(f"rows judged on fewer channels {model.n_samples_partial_:,} of {model.n_samples_:,} (some cells "
+              f"{why}: judged by their other cells)", file=out)
     if args.cellwise:
         print(f"cells above the cutoff are left out (r^2 > {model.cell_cutoff_:.2f}); score writes them as 'cells'",
               file=out)

@@ -305,6 +305,13 @@ class MCPCA(_BaseMCPCA):
         Rows used (rows with NaN or inf left out under ``nan_policy="omit"``;
         under ``"partial"``, rows with some observed cells included); after
         an update by :meth:`partial_fit`, the new rows it read.
+    n_samples_partial_ : int
+        Of those rows, the ones judged on fewer channels, by their observed
+        cells only in the final pass: rows with some cells missing
+        (``nan_policy="partial"``) and, with ``cellwise=True``, rows with
+        some cells flagged; 0 when every row was judged whole (always for
+        ``"raise"`` and ``"omit"`` without ``cellwise``, and for
+        ``solver="paper"``).  ``dask-mcpca fit`` prints it.
     n_components_ : int
         Number of components kept: ``n_components``, or n_features if None.
     n_features_in_ : int

@@ -110,6 +110,7 @@ class FitResult:
     quantization_steps_: np.ndarray | None = None
     support_: float | None = None
     n_samples_: int | None = None
+    n_samples_partial_: int | None = None
     n_iter_: int | None = None
     converged_: bool | None = None
     n_passes_: int | None = None
@@ -305,6 +306,8 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
         res.converged_ = state.converged and (robust is None or robust.converged)
     res.n_passes_ = runner.n_passes
     res.n_partial_reads_, res.n_blocks_read_ = runner.n_partial_reads, runner.n_blocks_read
+    final = getattr(runner, "last_sums", None) if solver == "auto" else None  # the final pass, over every row
+    res.n_samples_partial_ = 0 if final is None else int(final.n_partial)
     if est.contamination != "auto":
         _set_cutoff(res, contamination_cutoff(res, sample, est.contamination))
     if solver == "auto" and getattr(runner, "last_sums", None) is not None:
@@ -478,7 +481,8 @@ def _fit_in_span(X, est, k: int) -> FitResult:
         if est.nan_policy == "raise":
             raise NonFiniteRowsError(
                 f"{int((~finite).sum())} of {len(rows)} rows hold NaN or inf; "
-                "clean them, or pass nan_policy='omit' to leave such rows out of the fit"
+                "clean them, or pass nan_policy='omit' to leave such rows out of the fit, or "
+                "nan_policy='partial' to fit rows with some cells missing by their observed cells"
             )
         rows = rows[finite]
     scale = robust_scales(rows) if getattr(est, "scale", None) == "robust" else None
@@ -519,6 +523,7 @@ def _fit_in_span(X, est, k: int) -> FitResult:
     if est.contamination != "auto":
         _set_cutoff(res, contamination_cutoff(res, data_rows, est.contamination))
     res.n_samples_, res.n_iter_, res.converged_ = n, inner.n_iter_, inner.converged_
+    res.n_samples_partial_ = 0  # rows with a gap were left out above
     res.n_passes_, res.n_partial_reads_, res.n_blocks_read_ = 1, 0, 0
     res.robust_state = None
     return res
@@ -689,6 +694,7 @@ def update_rows(X, model) -> FitResult:
     res.support_ = state.support
     _keep_update_sums(res, state, merged, unit)
     res.n_samples_, res.n_passes_ = int(new.n_rows), runner.n_passes
+    res.n_samples_partial_ = int(new.n_partial)
     res.n_partial_reads_, res.n_blocks_read_, res.n_iter_ = 0, 0, 1
     res.robust_state, res.robust_unit = state, unit  # a warm_start refit continues from the update
     return res

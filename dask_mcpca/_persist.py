@@ -380,6 +380,8 @@ def validate_fitted(model) -> None:
                              "each channel's lower limit below its upper one")
         model.saturation_limits_ = limits
     _int(model, "n_samples_", 1)
+    if hasattr(model, "n_samples_partial_"):  # none in a file written before it was counted
+        _int(model, "n_samples_partial_", 0, model.n_samples_)
     _int(model, "n_passes_", 0)
     _int(model, "n_iter_", 0)
     if not isinstance(model.converged_, (bool, np.bool_)):

@@ -711,3 +711,50 @@ def test_the_nan_refusal_names_partial_in_the_callers_spelling(tmp_path, capsys)
         MCPCA().fit(_data()).transform(X)
     err = _cli_error(capsys, "fit", _zarr_store(tmp_path / "nan.zarr", X), "-o", tmp_path / "m.json")
     assert "--nan-policy omit" in err and "--nan-policy partial" in err and "nan_policy" not in err
+
+
+# -------------------------------------- rows judged on fewer channels (issue 35, point 7)
+def _with_gaps_in(n=3000, gaps=240, seed=4):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4)) * np.array([3.0, 1.0, 0.5, 0.2])
+    rows = rng.choice(n, gaps, replace=False)
+    X[rows, rng.integers(0, 4, gaps)] = np.nan  # one cell each: the rows with a gap are these
+    return X
+
+
+def test_the_rows_judged_on_fewer_channels_are_counted_saved_and_printed(tmp_path, capsys):
+    from dask_mcpca import load
+    from dask_mcpca._cli import main
+
+    X = _with_gaps_in()
+    gappy = int(np.isnan(X).any(axis=1).sum())
+    assert gappy == 240
+    assert MCPCA(nan_policy="partial").fit(X).n_samples_partial_ == gappy
+    assert MCPCA(nan_policy="omit").fit(X).n_samples_partial_ == 0
+    updated = MCPCA(nan_policy="partial").fit(X[:2000]).partial_fit(X[2000:])  # the update's rows
+    assert updated.n_samples_partial_ == int(np.isnan(X[2000:]).any(axis=1).sum())
+    store, model = _zarr_store(tmp_path / "gaps.zarr", X), tmp_path / "m.json"
+    assert main(["fit", store, "--nan-policy", "partial", "-o", str(model), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"rows judged on fewer channels {gappy} of {len(X):,} (some cells missing" in out
+    assert load(model).n_samples_partial_ == gappy
+    assert main(["fit", _zarr_store(tmp_path / "whole.zarr", _data()), "-o", str(tmp_path / "w.json"),
+                 "--no-progress"]) == 0
+    assert "fewer channels" not in capsys.readouterr().out  # raise: every row used is whole
+
+
+def test_a_count_of_partial_rows_above_the_rows_used_is_refused_on_load(tmp_path):
+    import json
+
+    from dask_mcpca import ModelFormatError, load
+
+    path = tmp_path / "m.json"
+    MCPCA(nan_policy="partial").fit(_with_gaps_in()).save(path)
+    doc = json.loads(path.read_text())
+    doc["attributes"]["n_samples_partial_"] = doc["attributes"]["n_samples_"] + 1
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ModelFormatError, match=r"n_samples_partial_=3001 must be an int in \[0, 3000\]"):
+        load(path)
+    del doc["attributes"]["n_samples_partial_"]  # a file written before the count: loads without it
+    path.write_text(json.dumps(doc))
+    assert not hasattr(load(path), "n_samples_partial_")
