@@ -258,6 +258,9 @@ def test_the_command_line_fits_with_robust_scales_and_says_so(tmp_path, capsys):
     assert "scale='robust'" in printed and "scale robust" in printed
     model = load(out)
     np.testing.assert_array_equal(model.is_outlier(X), MCPCA(scale="robust").fit(X).is_outlier(X))
+    assert main(["report", str(tmp_path / "a.zarr"), "--model", str(out), "--output", str(tmp_path / "r.png"),
+                 "--no-progress"]) == 0
+    assert "scale robust" in capsys.readouterr().out
     assert main(["fit", str(tmp_path / "a.zarr"), "-o", str(tmp_path / "n.json"), "--no-progress"]) == 0
     assert "scale none" in capsys.readouterr().out
     assert load(tmp_path / "n.json").scale is None
