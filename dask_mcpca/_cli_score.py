@@ -176,6 +176,7 @@ def _score_append(args, out, options) -> int:
     from ._estimator import load
     from ._score_store import as_dataset, count_true, dimension_names, quiet_consolidated
 
+    quiet_consolidated()  # before the store is first listed
     output = local_path(args.output)
     if output is None:
         raise _UsageError(f"--append needs --output on a local disk (or a file:// URL), not {args.output!r}: an "
@@ -230,7 +231,6 @@ def _score_append(args, out, options) -> int:
         row_dim = ds[names[0]].dims[0]
     row_arrays = [name for name, arr in old.arrays() if arr.shape and arr.shape[0] == n_old and (
         not named or (dimension_names(arr) or [None])[0] == row_dim)]
-    quiet_consolidated()
     with atomic_path(output, replace=is_zarr_store) as tmp:
         _append.clone_for_append(output, tmp, n_old, row_arrays)
         if named:

@@ -590,6 +590,20 @@ def _numeric_label(value, dtype, row: str):
         ) from None
 
 
+def _refuse_non_times(time: slice, row: str) -> None:
+    """Refuse bounds of a time coordinate that are no times (pandas' error names its own indexers)."""
+    import pandas as pd
+
+    for value in (time.start, time.stop):
+        if isinstance(value, str):
+            try:
+                pd.Timestamp(value)
+            except ValueError:
+                raise SelectionError(
+                    f"{value!r} is not a time, and the row coordinate {row!r} holds times; write them as "
+                    "2024-01-31 or 2024-01-31T12:00", ("time",)) from None
+
+
 def _refuse_empty(n: int, n_all: int, rows: slice | None, time: slice | None) -> None:
     """A selection of no rows is the selection's error, not the estimator's (``X is empty``)."""
     if n:
@@ -669,9 +683,10 @@ def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel
                        f"[{_few(names, quote=True)}]")
     dims = {ds[v].dims for v in variables}
     if len(dims) != 1 or len(next(iter(dims))) != 1:
-        raise ValueError(
-            f"variables {variables} must all be 1-D along the same dimension; got dims {sorted(map(str, dims))}"
-        )
+        along = ", ".join(f"{v} along {', '.join(map(str, ds[v].dims)) or 'no dimension'} ({ds[v].size:,} values)"
+                          for v in variables[:_LISTED])
+        raise ValueError(f"variables={_few(variables, ',')} are not all 1-D along one row dimension: {along}; "
+                         "name variables that share their rows")
     row = next(iter(dims))[0]
     return ds[list(variables)].to_dataarray(dim=channel_dim).transpose(row, channel_dim), list(variables)
 
@@ -802,6 +817,8 @@ def open_archive(
         index = X.indexes[row]
         if index.dtype.kind in "iuf":  # labels given as text ("10", from the command line) are numbers here:
             time = slice(*(_numeric_label(v, index.dtype, row) for v in (time.start, time.stop)))
+        elif index.dtype.kind == "M":
+            _refuse_non_times(time, row)
         try:
             X = X.sel({row: time})
         except (TypeError, ValueError, KeyError) as err:  # pandas: a label its index cannot compare

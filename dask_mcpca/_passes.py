@@ -303,7 +303,9 @@ class PassRunner:
                 "nan_policy='partial' to fit rows with some cells missing by their observed cells"
             )
         if stats.n_rows == 0:
-            raise ValueError("no rows left to fit: every row holds NaN or inf")
+            partial = ("; nan_policy='partial' starts from the rows with every cell observed, so a channel "
+                       "missing in every row cannot be fitted: leave it out") if self.nan_policy == "partial" else ""
+            raise ValueError(f"no rows left to fit: every row holds NaN or inf{partial}")
         if plan.kernels is not None:
             _check_finite(stats, label)
         return stats

@@ -37,10 +37,14 @@ NO_CHANNEL = "none"
 
 def quiet_consolidated() -> None:
     """Silence zarr's warning that consolidated metadata is not in the Zarr v3 specification: a score
-    store is written consolidated (xarray opens it in one read) and the command line says one line."""
+    store is written consolidated (xarray opens it in one read) and the command line says one line.
+    Also its warning, naming its source file, for a file in the store that is no Zarr node (a note, a
+    ``.DS_Store``): such a file is kept as it is."""
     import warnings
 
     warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part", category=UserWarning)
+    warnings.filterwarnings("ignore", message="Object at .* is not recognized as a component of a Zarr hierarchy",
+                            category=UserWarning)
 
 
 def count_true(flags):
