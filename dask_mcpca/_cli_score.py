@@ -156,9 +156,9 @@ def _score_source(args, model, options) -> dict:
 
 
 def _rows_at(X, positions: list[int]):
-    """The rows of the archive ``X`` at ``positions``, lazily: computed with the pass that reads ``X``,
-    they share its reads."""
-    return getattr(X, "data", X)[list(positions)]
+    """The rows of the archive ``X`` at ``positions``, as a Delayed to compute with the pass that reads
+    ``X``: they share its reads (a Delayed, not an Array, for :func:`._score_store.count_true`'s reason)."""
+    return getattr(X, "data", X)[list(positions)].rechunk(-1).to_delayed(optimize_graph=False).item()
 
 
 def _model_path(path: str) -> str:

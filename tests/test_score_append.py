@@ -386,3 +386,12 @@ def test_a_symlinked_output_store_is_written_through_the_link(data, model, tmp_p
     full = tmp_path / "full.zarr"
     assert _cli(capsys, "score", store, "-m", model, "-o", full)[0] == 0
     _assert_same_scores(real, full)
+
+
+def test_a_store_without_a_fingerprint_is_appended_to_and_gets_one(grown, data, model, capsys):
+    """A store written before stores kept a fingerprint: nothing to check, the new rows' is recorded."""
+    store, out = grown
+    del zarr.open_group(str(out), mode="r+").attrs["row_digests"]
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", out, "--append")
+    assert rc == 0, err
+    assert zarr.open_group(str(out), mode="r").attrs["row_digests"] == [[N - 1, _digest(data[N - 1])]]
