@@ -122,7 +122,7 @@ def plot(path, result: DemoResult, pca_components, model, sample, seed) -> None:
         _panel_variances(fig.add_subplot(gs[1, 0:3]), result)
         _panel_flagged(fig.add_subplot(gs[1, 3:6]), result)
         _panel_scores(fig.add_subplot(gs[2, :]), result, sample)
-        with atomic_open(path, "wb") as f:  # whole or not at all, and never through a symlink named as it
+        with atomic_open(path, "wb") as f:  # whole or not at all (a symlink named as it: its target)
             fig.savefig(f, format="png", bbox_inches="tight")
 
 
