@@ -102,6 +102,7 @@ CONSOLE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a fresh process that fits or reports: seconds
 @needs_faults
 @pytest.mark.parametrize("command, reused", [("fit", True), ("report", False)])
 def test_the_console_script_sets_it_for_the_streaming_commands(small_store, tmp_path, command, reused):
@@ -120,6 +121,7 @@ def test_the_console_script_sets_it_for_the_streaming_commands(small_store, tmp_
         assert faults >= PAGES * 0.9
 
 
+@pytest.mark.slow  # a fresh process that fits or reports: seconds
 @needs_faults
 def test_main_called_from_python_leaves_the_process_alone(small_store, tmp_path):
     code = textwrap.dedent(
@@ -143,6 +145,7 @@ def _module(*args: str, code: str | None = None, cwd=None) -> subprocess.Complet
     return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
+@pytest.mark.slow  # a fresh process that fits or reports: seconds
 def test_the_quick_exit_keeps_the_status_the_output_and_the_model(small_store, tmp_path):
     model = tmp_path / "model.json"
     done = _module("fit", small_store, "-o", str(model), "--no-progress")
