@@ -218,6 +218,8 @@ def load(path: str | os.PathLike, cls: type[T], *, storage_options: dict | None 
         raise FileNotFoundError(f"no such model file: {path!r}") from None
     except IsADirectoryError:
         raise ModelFormatError(f"{path!r} is a directory, not a dask-mcpca model file") from None
+    except UnicodeDecodeError as err:
+        raise ModelFormatError(f"{path!r} is not a dask-mcpca model file (not JSON: {err})") from None
     try:
         document = json.loads(raw, parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError) as err:  # includes JSONDecodeError
