@@ -212,16 +212,16 @@ def load(path: str | os.PathLike, cls: type[T], *, storage_options: dict | None 
         The file is not a dask-mcpca model, or was written by a newer format.
     """
     path = os.fspath(path)
-    try:  # read apart from the parse: a bad DASK_MCPCA_WAIT_LIMIT is a ValueError of its own, not "not JSON"
-        raw = _read_capped(path, storage_options)
+    if "://" in path:  # a bad DASK_MCPCA_WAIT_LIMIT says so, not "not JSON" (the read below wraps ValueErrors)
+        from ._waits import wait_limit
+
+        wait_limit()
+    try:
+        document = json.loads(_read_capped(path, storage_options), parse_constant=_reject_constant)
     except FileNotFoundError:
         raise FileNotFoundError(f"no such model file: {path!r}") from None
     except IsADirectoryError:
         raise ModelFormatError(f"{path!r} is a directory, not a dask-mcpca model file") from None
-    except UnicodeDecodeError as err:
-        raise ModelFormatError(f"{path!r} is not a dask-mcpca model file (not JSON: {err})") from None
-    try:
-        document = json.loads(raw, parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError) as err:  # includes JSONDecodeError
         raise ModelFormatError(f"{path!r} is not a dask-mcpca model file (not JSON: {err})") from None
     except RecursionError:

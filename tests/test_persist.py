@@ -196,3 +196,10 @@ def test_repeated_rows_round_trip_and_older_files(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=r"repeated_rows_ must be a finite float array of shape \(m, 4\)"):
         load(path)
+
+
+def test_a_bad_wait_limit_is_named_when_a_model_url_is_read(monkeypatch):
+    """The variable is checked before the read, whose errors a model file's message wraps."""
+    monkeypatch.setenv("DASK_MCPCA_WAIT_LIMIT", "abc")
+    with pytest.raises(ValueError, match="DASK_MCPCA_WAIT_LIMIT='abc'"):
+        load("s3://bucket/model.json")
