@@ -7,10 +7,12 @@ warm from the previous fit's robust state; data with fewer rows than
 ``n_features + 2`` are fitted in the span of the rows.  :func:`update_rows`
 is :meth:`MCPCA.partial_fit`'s update by new rows in one pass.  Both read
 only the estimator's constructor parameters (and, for an update, its public
-fitted attributes) and return a :class:`FitResult`, which the estimator
-copies onto itself; the model's algebra they need while the result is
-built (distances, the repeated rows, the outlier cutoff) is
-:mod:`._model`'s.
+fitted attributes) and return a :class:`FitResult`, built once at the end
+and never changed, which the estimator copies onto itself in one place.
+The helpers compute values and return them: the model as a
+:class:`ModelView` (what :mod:`._model`'s algebra reads while the fit is
+assembled: distances, the repeated rows, the outlier cutoff), the kept
+sums as :class:`UpdateSums`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, fields, replace
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import dask.array as da
 import numpy as np
@@ -75,22 +77,69 @@ MIN_KERNEL_FACTOR = 0.5
 SAMPLE_SHORT_PROB = 1e-9
 
 
-@dataclass
+@dataclass(frozen=True)
+class ModelView:
+    """The model as :mod:`._model`'s algebra reads it while a fit is assembled, built once as a value.
+
+    The centre, components, variances and cutoff of a fit, with what its
+    distances depend on (``scale_``, ``quantization_steps_``,
+    ``saturation_limits_``, ``repeated_*``, ``cell_cutoff_``); a field left
+    None was not set.  The outlier cutoff is calibrated on distances under
+    such a view; a new cutoff gives a new view (:func:`_with_cutoff`).
+    """
+
+    components_: np.ndarray
+    mean_: np.ndarray
+    explained_variance_: np.ndarray
+    explained_variance_ratio_: np.ndarray
+    noise_variance_: float
+    n_components_: int
+    kernel_scale_: float
+    sigmas_: np.ndarray
+    covariance_: np.ndarray
+    repeated_values_: np.ndarray
+    repeated_rows_: np.ndarray
+    outlier_cutoff_: float
+    outlier_threshold_: float
+    n_features_in_: int | None = None
+    support_: float | None = None
+    quantization_steps_: np.ndarray | None = None
+    saturation_limits_: np.ndarray | None = None
+    scale_: np.ndarray | None = None
+    cell_cutoff_: float | None = None
+
+
+@dataclass(frozen=True)
+class UpdateSums:
+    """The sums of every row seen and the state that weighs new rows, kept for ``partial_fit``."""
+
+    update_log_weights_: np.ndarray
+    update_means_: np.ndarray
+    update_covariances_: np.ndarray
+    update_location_: np.ndarray
+    update_scatter_: np.ndarray
+    update_radii_: np.ndarray
+    update_unit_: int
+    n_samples_seen_: int
+
+
+@dataclass(frozen=True)
 class FitResult:
     """What a fit or an update sets on the estimator: its fitted attributes, under their names.
 
-    A field left None was not set by this fit (an update keeps
-    ``quantization_steps_`` and ``converged_``; the paper's solver sets no
-    ``support_`` and no ``update_*`` sums).  While the fit runs, the result
-    is the model that :mod:`._model`'s algebra reads (the outlier cutoff is
-    calibrated on distances under the fitted components).  ``robust_state``
-    and ``robust_unit`` are what a ``warm_start`` refit continues from (the
-    default solver's state, in the working unit ``2**robust_unit``; None for
-    the state when there is none, None for the unit when it is unchanged);
-    ``unconverged`` is the ``ConvergenceWarning`` message of a fit that
-    stopped before converging, and ``breakdown`` the
-    :class:`._cells.BreakdownWarning` message of one that found no clean
-    majority, for the estimator to warn once its attributes are set.
+    Built once, at the end of :func:`fit_rows` or :func:`update_rows`, from
+    the :class:`ModelView`, the :class:`UpdateSums` and the fit's counts
+    (:func:`_result`), and never changed after.  A field left None was not
+    set by this fit (an update keeps ``quantization_steps_`` and
+    ``converged_``; the paper's solver sets no ``support_`` and no
+    ``update_*`` sums).  ``robust_state`` and ``robust_unit`` are what a
+    ``warm_start`` refit continues from (the default solver's state, in the
+    working unit ``2**robust_unit``; None for the state when there is none,
+    None for the unit when it is unchanged); ``unconverged`` is the
+    ``ConvergenceWarning`` message of a fit that stopped before converging,
+    and ``breakdown`` the :class:`._cells.BreakdownWarning` message of one
+    that found no clean majority, for the estimator to warn once its
+    attributes are set.
     """
 
     n_features_in_: int | None = None
@@ -136,6 +185,12 @@ class FitResult:
         """The fitted attributes this result sets: name -> value (names ending in ``_``, not None)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name.endswith("_") and getattr(self, f.name) is not None}
+
+
+def _result(view: ModelView, sums: UpdateSums | None = None, **rest: Any) -> FitResult:
+    """The one :class:`FitResult` of a fit: the model, the update sums (if any) and the rest by name."""
+    parts = [view] if sums is None else [view, sums]
+    return FitResult(**{f.name: getattr(part, f.name) for part in parts for f in fields(part)}, **rest)
 
 
 # ------------------------------------------------------------------ helpers
@@ -257,29 +312,30 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
     runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress)
     ckpt = _checkpoint.Checkpoint.open(est.checkpoint, params=fingerprint_params(est), shape=(n, p))
 
-    res = FitResult()
     seed = 0 if est.random_state is None else est.random_state
-    res.n_features_in_ = p
     warm = _warm_state(est, warm, p) if solver == "auto" else None
-    refit = None if warm is None else _warm_refit(est, res, runner, *warm, seed=seed, max_iter=max_iter)
+    refit = None if warm is None else _warm_refit(est, runner, *warm, seed=seed, max_iter=max_iter)
     if refit is not None:
         robust, moments, unit = refit
-        work = moments
-        res.scale_ = runner.scale
+        start = _Start(moments, moments, unit, robust, runner.scale, None)
     else:
-        moments, work, unit, robust = _cold_fit(est, res, runner, ckpt, seed=seed, max_iter=max_iter)
+        start = _cold_fit(est, runner, ckpt, seed=seed, max_iter=max_iter)
+    moments, work, unit, robust = start.moments, start.work, start.unit, start.robust
     fixed = {"mean": work.mean[0], False: np.zeros(p)}.get(est.center)
     center = robust.location if robust is not None else fixed
     sample = moments.sample if moments.sample is not None else np.empty((0, p))
-    res.quantization_steps_ = quantization_steps(sample)  # before the cutoff, which is calibrated on cells
+    steps = quantization_steps(sample)  # before the cutoff, which is calibrated on cells
+    limits = None
     if robust is not None:  # before the cutoff, which judges a saturated cell as censored
         stuck = None if robust.repeated is None else robust.repeated.copy()
         if stuck is not None:
             stuck[:, 1] = np.ldexp(stuck[:, 1], unit)  # to the sample's units, as repeated_values_ are
-        res.saturation_limits_ = saturation_limits(sample, res.quantization_steps_, stuck)
+        limits = saturation_limits(sample, steps, stuck)
+    known = {"n_features_in_": p, "quantization_steps_": steps, "saturation_limits_": limits,
+             "scale_": start.scale, "cell_cutoff_": start.cell_cutoff}
     if solver == "auto":
-        _set_from_robust(res, robust, k, moments, unit, kernel_factor=est.kernel_factor)
-        res.n_iter_, res.converged_ = robust.n_iter, robust.converged
+        view = _from_robust(robust, k, moments, unit, kernel_factor=est.kernel_factor, known=known)
+        n_iter, converged = robust.n_iter, robust.converged
     else:
         scatter0 = work.covariance(about=center)
         if not np.all(np.isfinite(scatter0)):
@@ -301,32 +357,46 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
             state=ckpt.load("paper"),
             on_step=lambda s: ckpt.save("paper", s),
         )
-        _set_from_paper(res, state, center, scatter0, k, unit)
-        res.n_iter_ = state.n_iter
-        res.converged_ = state.converged and (robust is None or robust.converged)
-    res.n_passes_ = runner.n_passes
-    res.n_partial_reads_, res.n_blocks_read_ = runner.n_partial_reads, runner.n_blocks_read
+        view = _from_paper(state, center, scatter0, k, unit, known=known)
+        n_iter = state.n_iter
+        converged = state.converged and (robust is None or robust.converged)
     final = getattr(runner, "last_sums", None) if solver == "auto" else None  # the final pass, over every row
-    res.n_samples_partial_ = 0 if final is None else int(final.n_partial)
     if est.contamination != "auto":
-        _set_cutoff(res, contamination_cutoff(res, sample, est.contamination))
-    if solver == "auto" and getattr(runner, "last_sums", None) is not None:
-        _keep_update_sums(res, robust, runner.last_sums, unit)
-    res.robust_state = robust if solver == "auto" else None
-    res.robust_unit = unit  # the working unit the robust state is in (for warm_start)
-    if not res.converged_:
-        res.unconverged = (
+        view = _with_cutoff(view, contamination_cutoff(view, sample, est.contamination))
+    unconverged = breakdown = None
+    if not converged:
+        unconverged = (
             f"MCPCA(solver={solver!r}) stopped before converging (tol={tol}, max_iter={max_iter}, "
-            f"{res.n_passes_} passes); raise max_iter or tol"
+            f"{runner.n_passes} passes); raise max_iter or tol"
         )
     if solver == "auto":
         rows = sample[: _cells.BREAKDOWN_ROWS]
-        res.breakdown = _cells.breakdown_message(cell_flags(res, rows), res.support_ if res.support_ else np.nan,
-                                                 cellwise=res.cell_cutoff_ is not None)
-    return res
+        breakdown = _cells.breakdown_message(cell_flags(view, rows), view.support_ if view.support_ else np.nan,
+                                             cellwise=view.cell_cutoff_ is not None)
+    return _result(
+        view,
+        None if final is None else _update_sums(robust, final, unit),
+        n_samples_=int(moments.n_rows), n_samples_partial_=0 if final is None else int(final.n_partial),
+        n_iter_=n_iter, converged_=converged, n_passes_=runner.n_passes,
+        n_partial_reads_=runner.n_partial_reads, n_blocks_read_=runner.n_blocks_read,
+        robust_state=robust if solver == "auto" else None,
+        robust_unit=unit,  # the working unit the robust state is in (for warm_start)
+        unconverged=unconverged, breakdown=breakdown,
+    )
 
 
-def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
+class _Start(NamedTuple):
+    """Where the fit stands after its first read and robust stage (:func:`_cold_fit`, :func:`_warm_refit`)."""
+
+    moments: Any  # the first read's moments, as stored
+    work: Any  # the same in working units, with the mapped sample
+    unit: int  # the working unit 2**unit
+    robust: RobustState | None  # the robust state, None for none
+    scale: np.ndarray | None  # the channels' robust scales (scale="robust"), None for none
+    cell_cutoff: float | None  # the cellwise fit's cell cutoff, None for a rowwise fit
+
+
+def _cold_fit(est, runner, ckpt, *, seed: int, max_iter: int) -> _Start:
     """The first read (moments, the row sample, the NaN check), then the robust stage.
 
     The first read is a full pass, except for the default solver with
@@ -337,7 +407,8 @@ def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
     partial alike, and the sample is mapped to it.
 
     Returns the first read's moments (as stored), the same in working
-    units (``work``, with the mapped sample), the unit and the robust state.
+    units (``work``, with the mapped sample), the unit, the robust state,
+    the channels' scales and the cell cutoff, as a :class:`_Start`.
     """
     n, p = runner.n_rows, runner.n_features
     solver = est.solver
@@ -354,8 +425,9 @@ def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
         raise ValueError(f"only {moments.n_rows} usable row(s); at least 2 are needed")
     if blocks is not None:  # the share of usable rows in the blocks read, until a full pass counts them
         moments.n_rows = round(moments.n_rows * n / rows_read)
+    scale = None
     if getattr(est, "scale", None) == "robust":  # every later pass and all the fit's work: X / scale_
-        runner.scale = res.scale_ = robust_scales(moments.sample)
+        runner.scale = scale = robust_scales(moments.sample)
         moments, partial_sample = _to_scaled(moments, partial_sample, runner.scale)
 
     # Working units (see _block): every later pass and the in-memory work
@@ -375,8 +447,8 @@ def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
         )
     robust = None
     cellwise = bool(getattr(est, "cellwise", False)) and solver == "auto"
-    if cellwise:  # read before the cutoff is calibrated: the rows are judged on their good cells
-        res.cell_cutoff_ = _cells.cell_cutoff2()
+    # read before the cutoff is calibrated: the rows are judged on their good cells
+    cell_cutoff = _cells.cell_cutoff2() if cellwise else None
     if solver == "auto" or est.center == "robust":
         with np.errstate(over="ignore"):
             partial_sample = np.ldexp(partial_sample, -unit)
@@ -397,8 +469,7 @@ def _cold_fit(est, res: FitResult, runner, ckpt, *, seed: int, max_iter: int):
         )
     if runner.n_usable_rows is not None:
         moments.n_rows = work.n_rows = runner.n_usable_rows
-    res.n_samples_ = int(moments.n_rows)
-    return moments, work, unit, robust
+    return _Start(moments, work, unit, robust, scale, cell_cutoff)
 
 
 def _to_scaled(moments, partial_sample: np.ndarray, scale: np.ndarray):
@@ -424,7 +495,7 @@ def _warm_state(est, warm, p: int):
     return warm  # the unit is set with every robust state
 
 
-def _warm_refit(est, res: FitResult, runner, state, unit: int, scale, *, seed: int, max_iter: int):
+def _warm_refit(est, runner, state, unit: int, scale, *, seed: int, max_iter: int):
     """A warm start: the previous fit's state goes straight into the full-data passes.
 
     Units: the previous state is in the previous fit's working unit, so the
@@ -457,7 +528,6 @@ def _warm_refit(est, res: FitResult, runner, state, unit: int, scale, *, seed: i
         state=state,
         seed=seed,
     )
-    res.n_samples_ = int(moments.n_rows)
     return robust, moments, runner.unit_exp
 
 
@@ -505,40 +575,37 @@ def _fit_in_span(X, est, k: int) -> FitResult:
     inner = fit_rows(as_row_blocks((rows - origin) @ basis), inner_est)
     if inner.unconverged:
         warnings.warn(inner.unconverged, ConvergenceWarning, stacklevel=4)
-    res = FitResult()
-    res.components_ = orient_rows(inner.components_ @ basis.T)
-    res.n_features_in_ = p
     centred = rows[half] - origin
     residual2 = np.einsum("ij,ij->i", centred, centred) - np.sum((centred @ basis) ** 2, axis=1)
     noise = np.full(p - k, max(float(np.median(residual2)), 0.0) / (p - k)) if p > k else np.empty(0)
     lam = _variances_in_data_units(np.concatenate([inner.explained_variance_, noise]), unit)
     lam, noise = lam[:k], lam[k:]
     location = np.ldexp(origin + inner.mean_ @ basis.T, unit)
-    _set_variances(res, lam, noise, lam.sum() + noise.sum(), location, inner.kernel_scale_)
-    res.support_ = inner.support_
-    res.quantization_steps_ = np.zeros(p)  # too few rows to tell a lattice
-    res.scale_ = scale
-    d2 = mahalanobis_d2(res, data_rows)
-    _set_cutoff(res, calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n, law="fitted"))
+    view = _model_view(orient_rows(inner.components_ @ basis.T), lam, noise, lam.sum() + noise.sum(), location,
+                       inner.kernel_scale_, n_features_in_=p, support_=inner.support_,
+                       quantization_steps_=np.zeros(p),  # too few rows to tell a lattice
+                       scale_=scale)
+    d2 = mahalanobis_d2(view, data_rows)
+    view = _with_cutoff(view, calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n,
+                                                law="fitted"))
     if est.contamination != "auto":
-        _set_cutoff(res, contamination_cutoff(res, data_rows, est.contamination))
-    res.n_samples_, res.n_iter_, res.converged_ = n, inner.n_iter_, inner.converged_
-    res.n_samples_partial_ = 0  # rows with a gap were left out above
-    res.n_passes_, res.n_partial_reads_, res.n_blocks_read_ = 1, 0, 0
-    res.robust_state = None
-    return res
+        view = _with_cutoff(view, contamination_cutoff(view, data_rows, est.contamination))
+    return _result(view, n_samples_=n, n_iter_=inner.n_iter_, converged_=inner.converged_,
+                   n_samples_partial_=0,  # rows with a gap were left out above
+                   n_passes_=1, n_partial_reads_=0, n_blocks_read_=0, robust_state=None)
 
 
 # ------------------------------------------------------- fitted attributes
-def _set_from_robust(res: FitResult, robust, k, moments, unit, *, kernel_factor: float) -> None:
-    """Components and variances from the final, inclusive step of the last pass.
+def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[str, Any]) -> ModelView:
+    """The model from the final, inclusive step of the last pass, with its calibrated cutoff.
 
     Without a full-data step (a fit resumed from a checkpoint that had
-    converged) the core fixed point gives them.  The robust state is in
+    converged) the core fixed point gives it.  The robust state is in
     working units ``2**unit``; it is mapped back to the data's units here.
     The outlier cutoff is then calibrated on the sample's distances under
     the fitted model (:func:`._schedule.calibrated_cutoff`), at the
-    effective number of rows.
+    effective number of rows.  ``known`` holds the fields fixed before
+    (the scales, the quantization steps, the saturation limits...).
     """
     final = robust.final_scatter is not None
     scatter = robust.final_scatter if final else robust.scatter
@@ -546,82 +613,102 @@ def _set_from_robust(res: FitResult, robust, k, moments, unit, *, kernel_factor:
     support = robust.support if final else robust.core_support
     lam, V = descending_eigh(scatter)
     lam = _variances_in_data_units(np.maximum(lam, 0.0), unit)
-    res.components_ = orient_rows(V[:, :k].T)
     kernel_scale = np.sqrt(robust_kernel_size2(len(lam))) * kernel_factor
-    _set_variances(res, lam[:k], lam[k:], lam.sum(), np.ldexp(location, unit), kernel_scale)
-    res.support_ = float(support)
     repeated_values = np.empty((0, 2)) if robust.repeated is None else robust.repeated.copy()
     repeated_values[:, 1] = np.ldexp(repeated_values[:, 1], unit)  # exact: a power of two
-    res.repeated_values_ = repeated_values
+    found = {"repeated_values_": repeated_values}
     if robust.repeated_rows is not None:
-        res.repeated_rows_ = np.ldexp(robust.repeated_rows, unit)
+        found["repeated_rows_"] = np.ldexp(robust.repeated_rows, unit)
+    view = _model_view(orient_rows(V[:, :k].T), lam[:k], lam[k:], lam.sum(), np.ldexp(location, unit),
+                       kernel_scale, support_=float(support), **found, **known)
     rank = int(np.sum(lam > 0))
-    free = moments.sample[~repeated(res, moments.sample)]  # both in data units
+    free = moments.sample[~repeated(view, moments.sample)]  # both in data units
     n_effective = support * moments.n_rows
-    cutoff = calibrated_cutoff(calibrated_d2(res, free), OUTLIER_QUANTILE, p=max(rank, 1),
+    cutoff = calibrated_cutoff(calibrated_d2(view, free), OUTLIER_QUANTILE, p=max(rank, 1),
                                n_effective=n_effective, law="fitted")
     if not np.isfinite(cutoff):  # too few rows to calibrate on (n <= p + 1): the Gaussian quantile
         cutoff = outlier_cutoff_d2(max(rank, 1))
-    _set_cutoff(res, cutoff)
+    return _with_cutoff(view, cutoff)
 
 
-def _set_from_paper(res: FitResult, state, center, scatter0, k, unit) -> None:
+def _from_paper(state, center, scatter0, k, unit, *, known: dict[str, Any]) -> ModelView:
+    """The model from the paper solver's last step (``known`` as for :func:`_from_robust`)."""
     # The power iteration stops within tol of K's eigenvector, so rows are
     # orthogonal only to ~tol; Gram-Schmidt in order makes them exactly so.
     q, r = np.linalg.qr(np.array(state.components).T)
-    res.components_ = orient_rows((q * np.sign(np.diag(r))).T)
+    components = orient_rows((q * np.sign(np.diag(r))).T)
     variances = np.maximum(np.array(state.variances), 0.0)
     total = max(float(np.trace(scatter0)), float(variances.sum()))
     rest = total - variances.sum()
     rest_lam = np.full(len(center) - k, rest / (len(center) - k)) if k < len(center) else np.empty(0)
     lam = _variances_in_data_units(np.concatenate([variances, rest_lam]), unit)
     kernel_scale = np.sqrt(robust_kernel_size2(len(center)))
-    _set_variances(res, lam[:k], lam[k:], np.ldexp(total, 2 * unit), np.ldexp(center, unit), kernel_scale)
-    res.sigmas_ = np.ldexp(np.array(state.sigmas), unit)
+    return _model_view(components, lam[:k], lam[k:], np.ldexp(total, 2 * unit), np.ldexp(center, unit),
+                       kernel_scale, sigmas_=np.ldexp(np.array(state.sigmas), unit), **known)
 
 
-def _set_variances(res: FitResult, lam, rest, total, center, kernel_scale) -> None:
-    """The centre, variances, covariance and kernel scale (``res.components_`` set before)."""
+def _model_view(components, lam, rest, total, center, kernel_scale, **known: Any) -> ModelView:
+    """The model of these components, variances, centre and kernel scale, or a named error.
+
+    The covariance, the variance ratios, the kernel widths ``sigmas_`` and
+    the Gaussian outlier cutoff follow; no repeated values or rows.  Fields
+    in ``known`` are set as given, over those that follow.
+    """
     p = len(center)
-    res.mean_ = np.asarray(center, dtype=np.float64)
-    res.explained_variance_ = lam
-    res.explained_variance_ratio_ = lam / total if total > 0 else np.zeros_like(lam)
-    res.noise_variance_ = float(rest.mean()) if len(rest) else 0.0
-    res.n_components_ = len(lam)
-    res.kernel_scale_ = float(kernel_scale)
-    res.sigmas_ = kernel_scale * np.sqrt(lam)
+    noise_variance = float(rest.mean()) if len(rest) else 0.0
     with np.errstate(over="ignore"):
-        C = (res.components_.T * lam) @ res.components_
+        C = (components.T * lam) @ components
         if len(rest):
-            C += res.noise_variance_ * (np.eye(p) - res.components_.T @ res.components_)
+            C += noise_variance * (np.eye(p) - components.T @ components)
     if not (np.all(np.isfinite(C)) and np.isfinite(total)):
         raise NumericalRangeError(
             "the robust covariance of these data overflows float64 (total variance "
             f"{total:.3g}); multiply the data by a power of two such as 2**-100 before fitting: "
             "the components do not change and the variances scale by its square"
         )
-    res.covariance_ = C
-    res.repeated_values_ = np.empty((0, 2))
-    res.repeated_rows_ = np.empty((0, p))
-    _set_cutoff(res, outlier_cutoff_d2(p))
+    cutoff = outlier_cutoff_d2(p)
+    fields_ = {
+        "components_": components,
+        "mean_": np.asarray(center, dtype=np.float64),
+        "explained_variance_": lam,
+        "explained_variance_ratio_": lam / total if total > 0 else np.zeros_like(lam),
+        "noise_variance_": noise_variance,
+        "n_components_": len(lam),
+        "kernel_scale_": float(kernel_scale),
+        "sigmas_": kernel_scale * np.sqrt(lam),
+        "covariance_": C,
+        "repeated_values_": np.empty((0, 2)),
+        "repeated_rows_": np.empty((0, p)),
+        "outlier_cutoff_": float(cutoff),
+        "outlier_threshold_": _threshold(cutoff, kernel_scale),
+    }
+    return ModelView(**{**fields_, **known})
 
 
-def _set_cutoff(res: FitResult, cutoff: float) -> None:
-    res.outlier_cutoff_ = float(cutoff)
-    res.outlier_threshold_ = float(np.exp(-cutoff / (2 * res.kernel_scale_**2)))
+def _threshold(cutoff: float, kernel_scale: float) -> float:
+    """The kernel weight at the outlier cutoff: ``outlier_threshold_``."""
+    return float(np.exp(-cutoff / (2 * float(kernel_scale)**2)))
 
 
-def _keep_update_sums(res: FitResult, state, sums: BlockStats, unit: int) -> None:
-    """Keep the core and final kernels' sums of every row seen, and the state that weighs new rows."""
+def _with_cutoff(view: ModelView, cutoff: float) -> ModelView:
+    """The same model with another outlier cutoff (and its threshold)."""
+    return replace(view, outlier_cutoff_=float(cutoff), outlier_threshold_=_threshold(cutoff, view.kernel_scale_))
+
+
+def _update_sums(state, sums: BlockStats, unit: int) -> UpdateSums:
+    """The core and final kernels' sums of every row seen, and the state that weighs new rows."""
     with np.errstate(divide="ignore"):
-        res.update_log_weights_ = np.log(np.asarray(sums.weight, np.float64)) + sums.log_scale
-    res.update_means_ = np.array(sums.mean, np.float64)
-    res.update_covariances_ = np.stack([sums.covariance(j) for j in range(2)])
-    res.update_location_ = np.array(state.location, np.float64)
-    res.update_scatter_ = np.array(state.scatter, np.float64)
-    res.update_radii_ = np.array([state.kernel_size2, state.cutoff, state.final_cutoff], np.float64)
-    res.update_unit_ = int(unit)
-    res.n_samples_seen_ = int(sums.n_rows)
+        log_weights = np.log(np.asarray(sums.weight, np.float64)) + sums.log_scale
+    return UpdateSums(
+        update_log_weights_=log_weights,
+        update_means_=np.array(sums.mean, np.float64),
+        update_covariances_=np.stack([sums.covariance(j) for j in range(2)]),
+        update_location_=np.array(state.location, np.float64),
+        update_scatter_=np.array(state.scatter, np.float64),
+        update_radii_=np.array([state.kernel_size2, state.cutoff, state.final_cutoff], np.float64),
+        update_unit_=int(unit),
+        n_samples_seen_=int(sums.n_rows),
+    )
 
 
 # ------------------------------------------------------------------- update
@@ -686,15 +773,12 @@ def update_rows(X, model) -> FitResult:
     cutoff, repeated_values, repeated_rows = model.outlier_cutoff_, model.repeated_values_, model.repeated_rows_
     lam, V = descending_eigh(state.final_scatter)
     lam = _variances_in_data_units(np.maximum(lam, 0.0), unit)
-    res = FitResult()
-    res.components_ = orient_rows(V[:, :k].T)
-    _set_variances(res, lam[:k], lam[k:], lam.sum(), np.ldexp(state.final_location, unit), model.kernel_scale_)
-    res.repeated_values_, res.repeated_rows_ = repeated_values, repeated_rows
-    _set_cutoff(res, cutoff)
-    res.support_ = state.support
-    _keep_update_sums(res, state, merged, unit)
-    res.n_samples_, res.n_passes_ = int(new.n_rows), runner.n_passes
-    res.n_samples_partial_ = int(new.n_partial)
-    res.n_partial_reads_, res.n_blocks_read_, res.n_iter_ = 0, 0, 1
-    res.robust_state, res.robust_unit = state, unit  # a warm_start refit continues from the update
-    return res
+    view = _model_view(orient_rows(V[:, :k].T), lam[:k], lam[k:], lam.sum(), np.ldexp(state.final_location, unit),
+                       model.kernel_scale_, repeated_values_=repeated_values, repeated_rows_=repeated_rows,
+                       support_=state.support)
+    return _result(
+        _with_cutoff(view, cutoff), _update_sums(state, merged, unit),
+        n_samples_=int(new.n_rows), n_passes_=runner.n_passes, n_samples_partial_=int(new.n_partial),
+        n_partial_reads_=0, n_blocks_read_=0, n_iter_=1,
+        robust_state=state, robust_unit=unit,  # a warm_start refit continues from the update
+    )

@@ -61,7 +61,7 @@ import numpy as np
 
 from . import _missing
 
-__all__ = ["PassPlan", "PartialPlan", "BlockStats", "combine", "empty", "from_sums"]
+__all__ = ["PassPlan", "PartialPlan", "BlockStats", "combine", "empty", "from_sums", "merge_moments"]
 
 #: ``unit_exp`` of an empty moments result: any unit, its weight is 0.
 _NO_UNIT = -(2**20)
@@ -335,16 +335,8 @@ def combine(a: BlockStats, b: BlockStats) -> BlockStats:
     with np.errstate(invalid="ignore"):
         fa = np.where(finite, np.exp(a.log_scale - log_scale), 0.0)
         fb = np.where(finite, np.exp(b.log_scale - log_scale), 0.0)
-    wa, wb = a.weight * fa, b.weight * fb
-    weight = wa + wb
-    safe = np.where(weight > 0, weight, 1.0)
-    delta = mean_b - mean_a
-    mean = mean_a + delta * (wb / safe)[:, None]
-    scatter = (
-        scatter_a * fa[:, None, None]
-        + scatter_b * fb[:, None, None]
-        + (wa * wb / safe)[:, None, None] * delta[:, :, None] * delta[:, None, :]
-    )
+    weight, mean, scatter = merge_moments(a.weight * fa, mean_a, scatter_a * fa[:, None, None],
+                                          b.weight * fb, mean_b, scatter_b * fb[:, None, None])
     ranged = a.col_min is not None or b.col_min is not None
     return BlockStats(
         n_rows=a.n_rows + b.n_rows,
@@ -363,6 +355,27 @@ def combine(a: BlockStats, b: BlockStats) -> BlockStats:
         routes=_added(a.routes, b.routes),
         cells_flagged=_summed(a.cells_flagged, b.cells_flagged),
     )
+
+
+def merge_moments(wa, mean_a: np.ndarray, scatter_a: np.ndarray, wb, mean_b: np.ndarray, scatter_b: np.ndarray):
+    """Two sets' (weight, mean, scatter about the mean) merged: the pairwise formula of Chan, Golub and LeVeque.
+
+    ``weight = wa + wb``, ``mean = mean_a + delta * wb / weight`` and
+    ``scatter = scatter_a + scatter_b + delta delta^T * wa * wb / weight``
+    with ``delta = mean_b - mean_a``: exact at any offset of the data (no
+    sum of squares about the origin).  The weights are scalars (counts of
+    rows) or arrays of shape (m,) for m stacked sets (means (m, p),
+    scatters (m, p, p)); a total weight of 0 keeps ``mean_a``.  The one
+    home of this rule: :func:`combine` and the report (:mod:`._report`,
+    :mod:`._report_block`) merge with it.  Returns ``(weight, mean, scatter)``.
+    """
+    wa, wb = np.asarray(wa, np.float64), np.asarray(wb, np.float64)
+    weight = wa + wb
+    safe = np.where(weight > 0, weight, 1.0)
+    delta = mean_b - mean_a
+    mean = mean_a + delta * (wb / safe)[..., None]
+    scatter = scatter_a + scatter_b + (wa * wb / safe)[..., None, None] * delta[..., :, None] * delta[..., None, :]
+    return weight, mean, scatter
 
 
 def _in_unit(stats: BlockStats, unit: int) -> tuple[np.ndarray, np.ndarray]:
