@@ -1,34 +1,29 @@
 """A report for any fitted archive, without the generator's truth: one streaming pass.
 
 :func:`summarize` reads the archive once, one task per row block, each task
-returning a small :class:`BlockSummary`: row counts, the mean and scatter
-of the complete rows for the classical covariance (merged by Chan et al.'s
-update, exact at any offset), the robust distance decimated to ``N_BINS``
-bins over the row axis (largest, sum and count of d² per bin, the rows
-flagged, the mean d² of the rows not flagged, each channel's summed
-contribution), the runs of flagged rows with each channel's summed
-contribution, their severity and the row coordinate (time) at both ends,
-and with ``window`` the kernel-weighted sums of each drift window
-(:mod:`._drift`).  A task reads its block ``SLICE_ROWS`` rows at a time and
-keeps no per-row array of its own.  ``dask-mcpca report`` opens an xarray
-archive without the index of its row coordinate, so the time labels are
-read with the rows they label, never all at once.
+returning a small :class:`._report_block.BlockSummary` (:mod:`._report_block`:
+row counts, the classical moments, the robust distance decimated to
+``N_BINS`` bins over the row axis, the runs of flagged rows, the drift
+windows' sums).  ``dask-mcpca report`` opens an xarray archive without the
+index of its row coordinate, so the time labels are read with the rows
+they label, never all at once.
 
-The client takes the summaries in row order, with at most ``WINDOW_PER_THREAD``
-blocks per scheduler thread in flight, and folds each one in before the next:
-runs at most ``max_gap`` rows apart become one event (also across block
-borders); an event is kept only while it is one of the ``MAX_EVENTS`` most
-severe (the CSV lists those, the worst first, and the PNG the first
-``EVENTS_SHOWN``; with ``max_events=0`` the CSV lists every event in row
-order, each written as soon as a later run, or the end, closes it); a drift
-window is closed as soon as the pass is past it.  Memory is flat in the
-number of rows: a block holds at most about ``BLOCK_VALUES`` values of the
-archive (whole store chunks, one chunk at least), the client holds one open
-event, at most twice ``MAX_EVENTS`` kept ones, the open drift windows
-(p x p each), ``N_BINS``-sized arrays, a p x p sum and a few numbers per
-block and per window.  (The runs of one block are kept until
-it is folded in: at most one per two rows of the block, all rows flagged
-alternately.)
+This module is the fold on the client. It takes the summaries in row order
+(:func:`._report_block.block_summaries`, with at most ``WINDOW_PER_THREAD``
+blocks per scheduler thread in flight), and folds each one in before the
+next (:class:`_ArchiveFold`; the classical moments with
+:func:`._stats.merge_moments`): runs at most ``max_gap`` rows apart become
+one event (also across block borders); an event is kept only while it is one
+of the ``MAX_EVENTS`` most severe (the CSV lists those, the worst first, and
+the PNG the first ``EVENTS_SHOWN``; with ``max_events=0`` the CSV lists
+every event in row order, each written as soon as a later run, or the end,
+closes it); a drift window is closed as soon as the pass is past it. Memory
+is flat in the number of rows: a block holds at most about ``BLOCK_VALUES``
+values of the archive (whole store chunks, one chunk at least), the client
+holds one open event, at most twice ``MAX_EVENTS`` kept ones, the open drift
+windows (p x p each), ``N_BINS``-sized arrays, a p x p sum and a few numbers
+per block and per window. (The runs of one block are kept until it is folded
+in: at most one per two rows of the block, all rows flagged alternately.)
 
 :func:`plot` (:mod:`._report_plot`) draws the PNG; ``dask-mcpca report``
 calls :func:`summarize` with the CSV open and then :func:`plot`.
@@ -37,33 +32,25 @@ calls :func:`summarize` with the CSV open and then :func:`plot`.
 from __future__ import annotations
 
 import csv
-import os
-from collections import deque
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, TextIO
 
 import numpy as np
 
-from . import _missing
-from ._contributions import contributions_with_gaps
 from ._drift import (
     Window,
     WindowFold,
-    WindowSums,
-    add_windows,
     calibrate,
     drift_components,
     parse_window,
     window_columns,
-    window_sums,
     write_windows,
 )
 from ._io import as_row_blocks
-from ._kernels import _shifted
 from ._labels import is_dataarray
-from ._model import calibrated_d2, contribution_matrix, judge_cells, model_rows, outlier_flags
-from ._passes import NonFiniteRowsError
+from ._report_block import N_BINS, BlockSummary, block_summaries, summarize_block
+from ._stats import merge_moments
 
 __all__ = [
     "Window",
@@ -83,17 +70,11 @@ __all__ = [
     "BLOCK_VALUES",
 ]
 
-#: Bins of the robust-distance curve over the row axis.
-N_BINS = 2000
 #: Channels named per event (the largest shares of its summed contributions).
 TOP_CHANNELS = 3
-#: Rows of a block processed at once (bounds the float64 working set of a task).
-SLICE_ROWS = 65_536
 #: Values (rows x columns) of the archive in one block of the report (whole
 #: store chunks, at least one): 32 MiB of float32, 64 MiB of float64.
 BLOCK_VALUES = 8 * 2**20
-#: Block summaries in flight (computing or waiting to be folded in), per scheduler thread.
-WINDOW_PER_THREAD = 2
 #: Events listed in the PNG.
 EVENTS_SHOWN = 8
 #: Events listed in the CSV by default: the most severe, worst first (``report --max-events``;
@@ -103,238 +84,6 @@ EVENTS_SHOWN = 8
 MAX_EVENTS = 10_000
 #: Events formatted at once for the CSV (a column at a time: Python's per-value work, not numpy's per-item access).
 WRITE_ROWS = 4096
-
-
-@dataclass
-class BlockSummary:
-    """What one row block owes the report (small: no per-row arrays)."""
-
-    start: int
-    n_rows: int
-    n_scored: int
-    n_flagged: int
-    mean: np.ndarray  # (p,) mean of the rows without a missing cell
-    scatter: np.ndarray  # (p, p) their scatter about ``mean`` (sum of outer products of the deviations)
-    bins: np.ndarray  # global bin index of each entry below
-    bin_max: np.ndarray  # largest d^2 in the bin (NaN: no scored row, or an infinite one)
-    bin_sum: np.ndarray  # sum of d^2 in the bin
-    bin_count: np.ndarray  # scored rows in the bin
-    bin_flagged: np.ndarray  # flagged rows in the bin
-    bin_quiet_sum: np.ndarray  # sum of d^2 over the bin's scored rows not flagged
-    bin_contrib: np.ndarray  # (width, p) summed channel contributions of the scored rows in the bin
-    runs: np.ndarray  # (m, 2) global [start, stop) of the runs of flagged rows, in row order
-    run_peak: np.ndarray  # (m,) largest d^2 of the run
-    run_contrib: np.ndarray  # (m, p) summed channel contributions of the run
-    run_severity: np.ndarray  # (m,) summed decades of d^2 above the cutoff over the run's flagged rows
-    labelled_bins: np.ndarray | None = None  # bins whose first row is in this block
-    bin_labels: np.ndarray | None = None  # the row coordinate at those first rows
-    run_labels: np.ndarray | None = None  # (m, 2) the row coordinate at the first and last row of each run
-    n_complete: int = 0  # rows without a missing cell (those in sum_x, sum_xx)
-    bin_missing: np.ndarray | None = None  # (width, p) missing (NaN) cells per bin and channel
-    bin_cells: np.ndarray | None = None  # (width, p) flagged cells per bin and channel (a cellwise model's)
-    windows: WindowSums | None = None  # the drift windows the block's rows fall in (``--window``)
-
-
-def _runs(flags: np.ndarray) -> np.ndarray:
-    """[start, stop) of the runs of True in ``flags``, shape (m, 2)."""
-    edges = np.diff(np.concatenate([[0], flags.astype(np.int8), [0]]))
-    return np.column_stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)])
-
-
-def summarize_block(
-    block: np.ndarray,
-    start: int,
-    n_total: int,
-    model,
-    labels: np.ndarray | None = None,
-    window: Window | None = None,
-) -> BlockSummary:
-    """The :class:`BlockSummary` of rows ``start:start + len(block)`` of an archive of ``n_total`` rows.
-
-    The block is processed ``SLICE_ROWS`` rows at a time, so the working set
-    in float64 stays a few MB whatever the block's size, and nothing per row
-    is kept.  A run of flagged rows that crosses a slice border comes out as
-    two touching runs; the client joins them as it joins runs across block
-    borders.
-
-    Parameters
-    ----------
-    block : array of shape (n, p)
-    start : int
-        The block's first row in the archive.
-    n_total : int
-        Rows of the archive (the bins span them).
-    model : MCPCA
-        Fitted.
-    labels : array of shape (n,), optional
-        The row coordinate (time) of the block's rows.
-    window : Window, optional
-        Drift windows: their weighted sums are added to the summary.
-
-    Raises
-    ------
-    NonFiniteRowsError
-        The block holds rows with NaN or inf and the model was fitted with
-        ``nan_policy="raise"`` (as :meth:`MCPCA.is_outlier` raises).
-    """
-    n, p = block.shape
-    scale = max(n_total, 1)
-    first_bin = start * N_BINS // scale
-    width = (start + max(n, 1) - 1) * N_BINS // scale - first_bin + 1
-    bin_max = np.full(width, -np.inf)
-    bin_sum, bin_count = np.zeros(width), np.zeros(width, dtype=np.int64)
-    bin_flagged = np.zeros(width, dtype=np.int64)
-    bin_quiet_sum = np.zeros(width)
-    bin_contrib = np.zeros((width, p))
-    mean, scatter = np.zeros(p), np.zeros((p, p))
-    n_scored, n_flagged, n_complete = 0, 0, 0
-    bin_missing = np.zeros((width, p), dtype=np.int64)
-    cellwise = getattr(model, "cell_cutoff_", None) is not None
-    bin_cells = np.zeros((width, p), dtype=np.int64) if cellwise else None
-    runs, peaks, contribs, severities, run_labels, labelled_bins, bin_labels = [], [], [], [], [], [], []
-    win: dict[int, list] = {}  # window id -> [first row, first label, rows, scored, flagged, sw, sw2, swy, swyy]
-    centre = model.mean_
-    P, cov = model.get_precision(), model.get_covariance()  # d^2 = y^T P y
-    M = contribution_matrix(model)  # (y M)_j^2 = (P y)_j^2 / P_jj
-    two_c2 = 2 * float(model.kernel_scale_) ** 2
-    cutoff = float(model.outlier_cutoff_)
-    for a in range(0, n, SLICE_ROWS):
-        X = model_rows(model, np.asarray(block[a : a + SLICE_ROWS], np.float64))  # scale="robust": X / scale_
-        bad = _missing.nonfinite_rows(X)
-        complete = np.ones(len(X), bool)
-        complete[bad] = False
-        whole = not len(bad)  # the usual slice: every row complete, no masked copies below
-        ok = complete if whole or model.nan_policy != "partial" else complete | _missing.partial_rows(X)
-        if model.nan_policy == "raise" and not complete.all():
-            first = start + a + int(np.flatnonzero(~complete)[0])
-            raise NonFiniteRowsError(
-                f"row {first:,} holds NaN or inf, and the model was fitted with nan_policy='raise'; "
-                "refit with nan_policy='partial' (rows judged on their observed cells) or nan_policy='omit' (such rows "
-                "not scored), or clean the rows"
-            )
-        Xs = X if whole else np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf): the centre
-        judged = judge_cells(model, Xs) if cellwise else None  # once, for the distance and the cells
-        d = calibrated_d2(model, Xs, judged=judged)  # rows with gaps: on their observed cells, as is_outlier does
-        flags = ok & outlier_flags(model, Xs, d)
-        Y = _shifted(X, centre) if whole else np.where(complete[:, None], X - centre, 0.0)
-        Yc = Y if whole else Y[complete]
-        m_c = len(Yc)
-        if m_c:  # Chan et al.'s merge of (count, mean, scatter): exact at any offset of the data
-            mean_y = np.ones(m_c) @ Yc / m_c  # a product, not Yc.mean(axis=0)'s slow narrow reduction
-            slice_scatter = _centred_scatter(Yc, mean_y)
-            delta = centre + mean_y - mean
-            total = n_complete + m_c
-            scatter += slice_scatter + np.outer(delta, delta) * (n_complete * m_c / total)
-            mean += delta * (m_c / total)
-        n_scored += int(ok.sum())
-        n_complete += m_c
-        n_flagged += int(flags.sum())
-
-        contrib = Y @ M
-        np.square(contrib, out=contrib)  # (P y)_j^2 / P_jj: reconstruction-based contributions (gaps below)
-        if not whole:
-            gaps = ok & ~complete
-            contrib[~ok] = 0.0
-            if gaps.any():
-                contrib[gaps] = np.nan_to_num(contributions_with_gaps(X[gaps] - centre, P, cov))
-
-        first, at = _bin_heads(start + a, len(X), scale)
-        at -= first_bin
-        bin_max[at] = np.fmax(bin_max[at], np.maximum.reduceat(np.where(ok, d, -np.inf), first))
-        bin_sum[at] += np.add.reduceat(np.where(ok, d, 0.0), first)
-        bin_count[at] += np.add.reduceat(ok.astype(np.int64), first)
-        bin_flagged[at] += np.add.reduceat(flags.astype(np.int64), first)
-        bin_quiet_sum[at] += np.add.reduceat(np.where(ok & ~flags, d, 0.0), first)
-        bin_contrib[at] += np.add.reduceat(contrib, first, axis=0)
-        if not whole:
-            bin_missing[at] += np.add.reduceat(np.isnan(X).astype(np.int64), first, axis=0)
-        if cellwise:
-            bin_cells[at] += np.add.reduceat((judged.flags & ok[:, None]).astype(np.int64), first, axis=0)
-        lab = None if labels is None else np.asarray(labels[a : a + len(X)])
-        if lab is not None:
-            head = start + a + first  # the first row of a bin is the one whose predecessor is in another bin
-            own = (head == 0) | ((head - 1) * N_BINS // scale != at + first_bin)
-            labelled_bins.append((at + first_bin)[own])
-            bin_labels.append(lab[first[own]])
-        if window is not None:
-            add_windows(win, window, start + a, lab, Y, d, ok, complete, flags, two_c2)
-
-        r = _runs(flags)
-        if len(r):
-            flagged = np.flatnonzero(flags)
-            heads = np.concatenate([[0], np.cumsum(r[:, 1] - r[:, 0])[:-1]])  # each run's first flagged row
-            contribs.append(np.add.reduceat(contrib[flagged], heads, axis=0))
-            peaks.append(np.maximum.reduceat(d[flagged], heads))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                excess = np.nan_to_num(np.maximum(np.log10(d[flagged] / cutoff), 0.0), nan=0.0, posinf=np.inf)
-            severities.append(np.add.reduceat(excess, heads))
-            runs.append(r + start + a)
-            if lab is not None:
-                run_labels.append(np.column_stack([lab[r[:, 0]], lab[r[:, 1] - 1]]))
-    bin_max = np.where(np.isfinite(bin_max), bin_max, np.nan)
-    return BlockSummary(
-        start=int(start),
-        n_rows=n,
-        n_scored=n_scored,
-        n_flagged=n_flagged,
-        mean=mean,
-        scatter=scatter,
-        bins=np.arange(first_bin, first_bin + width),
-        bin_max=bin_max,
-        bin_sum=bin_sum,
-        bin_count=bin_count,
-        bin_flagged=bin_flagged,
-        bin_quiet_sum=bin_quiet_sum,
-        bin_contrib=bin_contrib,
-        runs=np.concatenate(runs) if runs else np.empty((0, 2), dtype=np.int64),
-        run_peak=np.concatenate(peaks) if peaks else np.empty(0),
-        run_contrib=np.concatenate(contribs) if contribs else np.empty((0, p)),
-        run_severity=np.concatenate(severities) if severities else np.empty(0),
-        labelled_bins=np.concatenate(labelled_bins) if labels is not None and labelled_bins else None,
-        bin_labels=np.concatenate(bin_labels) if labels is not None and bin_labels else None,
-        run_labels=np.concatenate(run_labels) if run_labels else None,
-        n_complete=n_complete,
-        bin_missing=bin_missing,
-        bin_cells=bin_cells,
-        windows=None if window is None else window_sums(win, p, labels is not None),
-    )
-
-
-#: A slice's scatter is formed as ``Y^T Y - m ybar ybar^T`` (no centred copy) when each column's
-#: mean squared lies within this share of its mean square: at most one bit of the centred sums is
-#: lost to cancellation.  Otherwise (the rows far from the model's centre) as ``D^T D``, ``D = Y - ybar``.
-_CANCEL_SHARE = 0.5
-
-
-def _centred_scatter(Y: np.ndarray, mean_y: np.ndarray) -> np.ndarray:
-    """``sum_k (y_k - ybar)(y_k - ybar)^T`` of the rows ``Y`` whose mean is ``mean_y`` (see ``_CANCEL_SHARE``)."""
-    m = len(Y)
-    S = Y.T @ Y  # numpy's product of an array with its own transpose: BLAS's SYRK
-    if np.all(m * mean_y**2 <= _CANCEL_SHARE * np.diag(S)):
-        return S - m * np.outer(mean_y, mean_y)
-    D = Y - mean_y
-    return D.T @ D
-
-
-def _bin_heads(first_row: int, n: int, scale: int) -> tuple[np.ndarray, np.ndarray]:
-    """For rows ``first_row .. first_row + n - 1`` of an archive of ``scale`` rows, binned by
-    ``row * N_BINS // scale`` (``n`` >= 1): the position of each bin's first row among them, and the bins."""
-    b0, b1 = first_row * N_BINS // scale, (first_row + n - 1) * N_BINS // scale
-    if scale >= N_BINS:  # every bin holds a row: bin k starts at row ceil(k * scale / N_BINS)
-        bins = np.arange(b0, b1 + 1, dtype=np.int64)
-        heads = (bins[1:] * scale + N_BINS - 1) // N_BINS - first_row
-        return np.concatenate([[0], heads]).astype(np.intp), bins
-    bins = np.arange(first_row, first_row + n, dtype=np.int64) * N_BINS // scale
-    heads = np.flatnonzero(np.diff(bins, prepend=-1))  # fewer rows than bins: some bins hold none
-    return heads, bins[heads]
-
-
-def _summarize_task(block, start: int, n_total: int, model, labels=None, window=None) -> BlockSummary:
-    """:func:`summarize_block` in a dask task, with single-threaded BLAS (as a fit's passes)."""
-    from ._passes import limit_blas_in_task
-
-    limit_blas_in_task()
-    return summarize_block(block, start, n_total, model, None if labels is None else np.asarray(labels), window)
 
 
 @dataclass
@@ -601,66 +350,6 @@ def _row_coordinate(X):
     return None
 
 
-#: Names of dask's synchronous scheduler (``dask.config.set(scheduler=...)``).
-_SYNCHRONOUS = ("sync", "synchronous", "single-threaded")
-
-
-def _scheduler_threads(client) -> int:
-    if client is not None:
-        return max(1, sum(client.nthreads().values()))
-    import dask
-
-    if dask.config.get("scheduler", None) in _SYNCHRONOUS:
-        return 1
-    return max(1, int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
-
-
-def _in_row_order(tasks: list, *, window: int, client):
-    """Compute the Delayed ``tasks`` and yield their results in order, ``window`` at most in flight.
-
-    With a ``distributed.Client``, each task is a future; with dask's
-    synchronous scheduler each task runs in this thread, one after the
-    other; otherwise a pool of ``_scheduler_threads`` threads runs each
-    task's small graph (read the block, summarize it) with the synchronous
-    scheduler, so that results come back while later blocks run.
-    """
-    import dask
-
-    if client is None and dask.config.get("scheduler", None) in _SYNCHRONOUS:
-        for task in tasks:
-            yield dask.compute(task, scheduler="sync")[0]
-        return
-    pool = None
-    if client is not None:
-        submit = client.compute
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        pool = ThreadPoolExecutor(max_workers=_scheduler_threads(None), thread_name_prefix="dask-mcpca-report")
-
-        def submit(task):
-            return pool.submit(lambda: dask.compute(task, scheduler="sync")[0])
-
-    pending: deque = deque()
-    todo = iter(tasks)
-    try:
-        for task in todo:
-            pending.append(submit(task))
-            if len(pending) >= window:
-                break
-        while pending:
-            value = pending.popleft().result()
-            task = next(todo, None)
-            if task is not None:
-                pending.append(submit(task))
-            yield value
-    finally:
-        for future in pending:
-            future.cancel()
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-
 def summarize(
     model,
     X: Any,
@@ -723,27 +412,67 @@ def summarize(
         A duration ``window`` on an archive without a time coordinate, or
         rows out of time order.
     """
-    import dask
-    import dask.array as da
-
     from ._passes import single_threaded_blas
-    from ._progress import PassProgress, _active_client
+    from ._progress import PassProgress
 
     X = _in_model_order(model, X)
     rows = as_row_blocks(X, storage_options=storage_options, block_values=BLOCK_VALUES)
     if rows.shape[1] != model.n_features_in_:
         raise ValueError(f"X has {rows.shape[1]} features, but the model expects {model.n_features_in_}")
+    if max_events < 0:
+        raise ValueError(f"max_events must be 0 (every event) or positive; got {max_events}")
     n, p = rows.shape
     coordinate = _row_coordinate(X)
     row_label = str(X.dims[0]) if is_dataarray(X) else "row"
     channels = _channel_names(model, X)
-    if max_events < 0:
-        raise ValueError(f"max_events must be 0 (every event) or positive; got {max_events}")
     writer = None
     if events is not None:
         writer = csv.writer(events)
         writer.writerow(event_columns(row_label if coordinate is not None else None))
-    fold = _Events(channels, max_gap, writer, coordinate is not None, max_events)
+    events_fold = _Events(channels, max_gap, writer, coordinate is not None, max_events)
+    window = _checked_window(window, coordinate)
+    drift = WindowFold(model, window, reference_rows) if window is not None else None
+    starts, sizes, results = block_summaries(rows, coordinate, model, window)
+    fold = _ArchiveFold(n, p, len(sizes), cellwise=getattr(model, "cell_cutoff_", None) is not None)
+    runner = SimpleNamespace(n_rows=n, n_blocks=len(sizes), n_passes=0)
+    with single_threaded_blas(), PassProgress(runner, "report", enabled=progress) as bar:
+        for i, s in enumerate(results):
+            fold.add(i, s)
+            if drift is not None:
+                drift.add(s.windows)
+            events_fold.add(s)
+            bar.advance(1)
+    events_fold.finish()
+    windows = None
+    if drift is not None:
+        drift.finish()
+        windows = drift.table()
+    return ArchiveSummary(
+        n_rows=n,
+        n_scored=fold.n_scored,
+        n_flagged=fold.n_flagged,
+        cutoff=float(model.outlier_cutoff_),
+        channels=channels,
+        components=model.components_,
+        robust_ratio=np.asarray(model.explained_variance_ratio_),
+        classical_ratio=fold.classical_ratio(),
+        block_starts=starts,
+        block_share=fold.block_share,
+        n_events=events_fold.count,
+        worst_events=events_fold.worst(),
+        row_label=row_label,
+        has_row_coordinate=coordinate is not None,
+        windows=windows,
+        window_text="" if window is None else window.text,
+        drift_threshold=np.nan if drift is None else drift.threshold,
+        drift_calibration="" if drift is None else drift.calibration,
+        drift_components=0 if drift is None else drift.k,
+        **fold.curves(),
+    )
+
+
+def _checked_window(window: str | Window | None, coordinate) -> Window | None:
+    """The drift windows as a :class:`Window` (None: none); a duration needs a time coordinate."""
     if isinstance(window, str):
         window = parse_window(window)
     if window is not None and window.nanoseconds is not None:
@@ -753,129 +482,79 @@ def summarize(
                 f"--window {window.text!r} is a duration, but the archive has no time coordinate; "
                 "give a row count (e.g. --window 100000)"
             )
-    drift = WindowFold(model, window, reference_rows) if window is not None else None
+    return window
 
-    if isinstance(rows, da.Array):
-        sizes = rows.chunks[0]
-        data_blocks = rows.to_delayed().ravel()
-    else:
-        sizes = tuple(min(SLICE_ROWS * 16, n - a) for a in range(0, n, SLICE_ROWS * 16)) or (0,)
-        data_blocks = None
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
-    label_blocks = [None] * len(sizes)
-    if coordinate is not None:
-        if isinstance(coordinate, da.Array):
-            label_blocks = coordinate.rechunk((sizes,)).to_delayed().ravel()
-        else:
-            label_blocks = [coordinate[s : s + m] for s, m in zip(starts, sizes, strict=True)]
 
-    mean, scatter, n_scored, n_flagged, n_complete = np.zeros(p), np.zeros((p, p)), 0, 0, 0
-    bin_flagged, bin_contrib = np.zeros(N_BINS, dtype=np.int64), np.zeros((N_BINS, p))
-    bin_quiet_sum = np.zeros(N_BINS)
-    bin_missing = np.zeros((N_BINS, p), dtype=np.int64)
-    bin_cells = np.zeros((N_BINS, p), dtype=np.int64) if getattr(model, "cell_cutoff_", None) is not None else None
-    bin_max = np.full(N_BINS, np.nan)
-    bin_sum, bin_count = np.zeros(N_BINS), np.zeros(N_BINS, dtype=np.int64)
-    bin_labels = None
-    block_share = np.zeros(len(sizes))
-    client = _active_client()
-    runner = SimpleNamespace(n_rows=n, n_blocks=len(sizes), n_passes=0)
-    with single_threaded_blas(), PassProgress(runner, "report", enabled=progress) as bar:
-        if data_blocks is None:
-            results = (
-                summarize_block(rows[s : s + m], int(s), n, model, lab, window)
-                for s, m, lab in zip(starts, sizes, label_blocks, strict=True)
-            )
-        else:
-            tasks = [
-                dask.delayed(_summarize_task, pure=True)(b, int(s), n, model, lab, window)
-                for b, s, lab in zip(data_blocks, starts, label_blocks, strict=True)
-            ]
-            results = _in_row_order(tasks, window=WINDOW_PER_THREAD * _scheduler_threads(client), client=client)
-        for i, s in enumerate(results):
-            if s.n_complete:  # Chan et al.'s merge of (count, mean, scatter)
-                total = n_complete + s.n_complete
-                delta = s.mean - mean
-                scatter += s.scatter + np.outer(delta, delta) * (n_complete * s.n_complete / total)
-                mean += delta * (s.n_complete / total)
-            n_scored += s.n_scored
-            n_flagged += s.n_flagged
-            n_complete += s.n_complete
-            if s.bin_missing is not None:
-                bin_missing[s.bins] += s.bin_missing
-            if bin_cells is not None and s.bin_cells is not None:
-                bin_cells[s.bins] += s.bin_cells
-            bin_flagged[s.bins] += s.bin_flagged
-            bin_quiet_sum[s.bins] += s.bin_quiet_sum
-            bin_contrib[s.bins] += s.bin_contrib
-            if drift is not None:
-                drift.add(s.windows)
-            bin_max[s.bins] = np.fmax(bin_max[s.bins], s.bin_max)
-            bin_sum[s.bins] += s.bin_sum
-            bin_count[s.bins] += s.bin_count
-            if s.bin_labels is not None and len(s.bin_labels):
-                if bin_labels is None:
-                    bin_labels = np.empty(N_BINS, dtype=s.bin_labels.dtype)
-                bin_labels[s.labelled_bins] = s.bin_labels
-            block_share[i] = s.n_flagged / max(s.n_scored, 1)
-            fold.add(s)
-            bar.advance(1)
-    fold.finish()
-    windows = None
-    if drift is not None:
-        drift.finish()
-        windows = drift.table()
+class _ArchiveFold:
+    """The block summaries' counts, classical moments and bins, folded in row order on the client."""
 
-    cov = scatter / max(n_complete, 1)
-    classical = np.clip(np.linalg.eigvalsh(cov)[::-1], 0, None)
-    bin_rows = -(-np.arange(N_BINS) * n // N_BINS)  # first row r of bin b: r * N_BINS // n == b
-    used = slice(None) if n > N_BINS else np.flatnonzero(_bins_with_rows(n))
-    bin_rows, bin_max, bin_sum, bin_count = bin_rows[used], bin_max[used], bin_sum[used], bin_count[used]
-    bin_flagged, bin_contrib, bin_quiet_sum = bin_flagged[used], bin_contrib[used], bin_quiet_sum[used]
-    rows_in_bin = np.diff(np.append(-(-np.arange(N_BINS) * n // N_BINS), n))[used]
-    missing_share = bin_missing[used] / np.maximum(rows_in_bin, 1)[:, None] if bin_missing.any() else None
-    cells_share = None if bin_cells is None else bin_cells[used] / np.maximum(rows_in_bin, 1)[:, None]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        bin_mean = np.where(bin_count > 0, bin_sum / bin_count, np.nan)
-        bin_share = np.where(bin_count > 0, bin_flagged / bin_count, np.nan)
-        quiet = bin_count - bin_flagged
-        bin_quiet_mean = np.where(quiet > 0, bin_quiet_sum / np.maximum(quiet, 1), np.nan)
-        bin_contrib = np.where(bin_count[:, None] > 0, bin_contrib / np.maximum(bin_count, 1)[:, None], np.nan)
-    return ArchiveSummary(
-        n_rows=n,
-        n_scored=n_scored,
-        n_flagged=n_flagged,
-        cutoff=float(model.outlier_cutoff_),
-        channels=channels,
-        components=model.components_,
-        robust_ratio=np.asarray(model.explained_variance_ratio_),
-        classical_ratio=classical / classical.sum() if classical.sum() > 0 else classical,
-        bin_rows=bin_rows,
-        bin_max=bin_max,
-        bin_mean=bin_mean,
-        block_starts=starts,
-        block_share=block_share,
-        n_events=fold.count,
-        worst_events=fold.worst(),
-        row_label=row_label,
-        row_values=None if bin_labels is None else bin_labels[used],
-        has_row_coordinate=coordinate is not None,
-        bin_missing_share=missing_share,
-        bin_cells_share=cells_share,
-        bin_share=bin_share,
-        bin_quiet_mean=bin_quiet_mean,
-        bin_contrib=bin_contrib,
-        bin_count=bin_count,
-        windows=windows,
-        window_text="" if window is None else window.text,
-        drift_threshold=np.nan if drift is None else drift.threshold,
-        drift_calibration="" if drift is None else drift.calibration,
-        drift_components=0 if drift is None else drift.k,
-    )
+    def __init__(self, n: int, p: int, n_blocks: int, *, cellwise: bool):
+        self.n = n
+        self.mean, self.scatter, self.n_scored, self.n_flagged, self.n_complete = np.zeros(p), np.zeros((p, p)), 0, 0, 0
+        self.bin_flagged, self.bin_contrib = np.zeros(N_BINS, dtype=np.int64), np.zeros((N_BINS, p))
+        self.bin_quiet_sum = np.zeros(N_BINS)
+        self.bin_missing = np.zeros((N_BINS, p), dtype=np.int64)
+        self.bin_cells = np.zeros((N_BINS, p), dtype=np.int64) if cellwise else None
+        self.bin_max = np.full(N_BINS, np.nan)
+        self.bin_sum, self.bin_count = np.zeros(N_BINS), np.zeros(N_BINS, dtype=np.int64)
+        self.bin_labels = None
+        self.block_share = np.zeros(n_blocks)
+
+    def add(self, i: int, s: BlockSummary) -> None:
+        """Fold in the summary ``s`` of the ``i``-th block."""
+        if s.n_complete:
+            _, self.mean, self.scatter = merge_moments(self.n_complete, self.mean, self.scatter,
+                                                       s.n_complete, s.mean, s.scatter)
+        self.n_scored += s.n_scored
+        self.n_flagged += s.n_flagged
+        self.n_complete += s.n_complete
+        if s.bin_missing is not None:
+            self.bin_missing[s.bins] += s.bin_missing
+        if self.bin_cells is not None and s.bin_cells is not None:
+            self.bin_cells[s.bins] += s.bin_cells
+        self.bin_flagged[s.bins] += s.bin_flagged
+        self.bin_quiet_sum[s.bins] += s.bin_quiet_sum
+        self.bin_contrib[s.bins] += s.bin_contrib
+        self.bin_max[s.bins] = np.fmax(self.bin_max[s.bins], s.bin_max)
+        self.bin_sum[s.bins] += s.bin_sum
+        self.bin_count[s.bins] += s.bin_count
+        if s.bin_labels is not None and len(s.bin_labels):
+            if self.bin_labels is None:
+                self.bin_labels = np.empty(N_BINS, dtype=s.bin_labels.dtype)
+            self.bin_labels[s.labelled_bins] = s.bin_labels
+        self.block_share[i] = s.n_flagged / max(s.n_scored, 1)
+
+    def classical_ratio(self) -> np.ndarray:
+        """The classical covariance's explained-variance ratios, from the complete rows."""
+        cov = self.scatter / max(self.n_complete, 1)
+        classical = np.clip(np.linalg.eigvalsh(cov)[::-1], 0, None)
+        return classical / classical.sum() if classical.sum() > 0 else classical
+
+    def curves(self) -> dict[str, Any]:
+        """The per-bin curves of :class:`ArchiveSummary`, over the bins that hold a row, by field name."""
+        n = self.n
+        bin_rows = -(-np.arange(N_BINS) * n // N_BINS)  # first row r of bin b: r * N_BINS // n == b
+        used = slice(None) if n > N_BINS else np.flatnonzero(_bins_with_rows(n))
+        bin_count, bin_flagged = self.bin_count[used], self.bin_flagged[used]
+        rows_in_bin = np.diff(np.append(bin_rows, n))[used]
+        missing_share = (self.bin_missing[used] / np.maximum(rows_in_bin, 1)[:, None]
+                         if self.bin_missing.any() else None)
+        cells_share = None if self.bin_cells is None else self.bin_cells[used] / np.maximum(rows_in_bin, 1)[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            bin_mean = np.where(bin_count > 0, self.bin_sum[used] / bin_count, np.nan)
+            bin_share = np.where(bin_count > 0, bin_flagged / bin_count, np.nan)
+            quiet = bin_count - bin_flagged
+            bin_quiet_mean = np.where(quiet > 0, self.bin_quiet_sum[used] / np.maximum(quiet, 1), np.nan)
+            bin_contrib = np.where(bin_count[:, None] > 0,
+                                   self.bin_contrib[used] / np.maximum(bin_count, 1)[:, None], np.nan)
+        return {
+            "bin_rows": bin_rows[used], "bin_max": self.bin_max[used], "bin_mean": bin_mean,
+            "row_values": None if self.bin_labels is None else self.bin_labels[used],
+            "bin_missing_share": missing_share, "bin_cells_share": cells_share, "bin_share": bin_share,
+            "bin_quiet_mean": bin_quiet_mean, "bin_contrib": bin_contrib, "bin_count": bin_count,
+        }
 
 
 def _bins_with_rows(n: int) -> np.ndarray:
     """1 for each of the ``N_BINS`` bins that holds a row of an ``n``-row archive (``n <= N_BINS``)."""
     return np.bincount(np.arange(n) * N_BINS // max(n, 1), minlength=N_BINS)
-
-

@@ -27,6 +27,7 @@ from _cluster import ProcessCluster
 
 from dask_mcpca import MCPCA
 from dask_mcpca import _report as report
+from dask_mcpca import _report_block as report_block
 from dask_mcpca._cli import main
 
 N_ROWS, P, CHUNK = 24_000, 4, 1_000
@@ -86,7 +87,7 @@ def stores(data, tmp_path_factory):
 def small_blocks(monkeypatch):
     """Blocks of one store chunk and short slices, so that runs cross both kinds of border."""
     monkeypatch.setattr(report, "BLOCK_VALUES", 1)
-    monkeypatch.setattr(report, "SLICE_ROWS", SLICE)
+    monkeypatch.setattr(report_block, "SLICE_ROWS", SLICE)
 
 
 def expected_events(model, X: np.ndarray, max_gap: int) -> list[dict]:

@@ -30,6 +30,7 @@ import zarr
 
 from dask_mcpca import MCPCA, _block
 from dask_mcpca import _report as report
+from dask_mcpca import _report_block as report_block
 from dask_mcpca._cli import main
 from dask_mcpca._report_plot import plot
 
@@ -98,7 +99,7 @@ def test_windows_csv_matches_a_plain_computation(archive, kind, window, size, co
     if not compiled:
         monkeypatch.setattr(_block, "COMPILED", False)
     monkeypatch.setattr(report, "BLOCK_VALUES", 1)  # blocks of one chunk: windows cross block borders
-    monkeypatch.setattr(report, "SLICE_ROWS", 700)  # and slice borders
+    monkeypatch.setattr(report_block, "SLICE_ROWS", 700)  # and slice borders
     m = archive["model"]
     png, windows = tmp_path / "r.png", tmp_path / "w.csv"
     assert main(["report", archive[kind], "--model", archive["model_path"], "--output", str(png),
@@ -328,7 +329,7 @@ def test_memory_of_the_pass_with_windows_does_not_grow_with_the_rows(tmp_path, m
 
 def test_the_curves_over_time_match_a_numpy_computation(archive, monkeypatch):
     """Per bin: the share flagged, the mean d² of the rows not flagged, each channel's mean contribution."""
-    monkeypatch.setattr(report, "SLICE_ROWS", 700)
+    monkeypatch.setattr(report_block, "SLICE_ROWS", 700)
     m, X = archive["model"], archive["X"]
     s = report.summarize(m, X)
     d2, flags, contributions = m.mahalanobis(X), m.is_outlier(X), m.channel_contributions(X)

@@ -1,0 +1,439 @@
+"""The report's per-block summary: what one row block owes :func:`._report.summarize`, in one task.
+
+:func:`summarize_block` scores a block ``SLICE_ROWS`` rows at a time under
+the fitted model and returns a small :class:`BlockSummary`: row counts, the
+mean and scatter of the complete rows for the classical covariance (merged
+slice by slice with :func:`._stats.merge_moments`, exact at any offset),
+the robust distance decimated to ``N_BINS`` bins over the row axis
+(largest, sum and count of d² per bin, the rows flagged, the mean d² of
+the rows not flagged, each channel's summed contribution), the runs of
+flagged rows with each channel's summed contribution, their severity and
+the row coordinate (time) at both ends, and with ``window`` the
+kernel-weighted sums of each drift window (:mod:`._drift`).  Nothing per
+row is kept beyond one slice.  :func:`block_summaries` cuts an archive
+into blocks and yields their summaries in row order, computed in dask
+tasks with a bounded number in flight.  The client's fold of the
+summaries is :mod:`._report`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _missing
+from ._contributions import contributions_with_gaps
+from ._drift import Window, WindowSums, add_windows, window_sums
+from ._kernels import _shifted
+from ._model import calibrated_d2, contribution_matrix, judge_cells, model_rows, outlier_flags
+from ._passes import NonFiniteRowsError
+from ._stats import merge_moments
+
+__all__ = ["BlockSummary", "block_summaries", "summarize_block", "summarize_task", "N_BINS", "SLICE_ROWS"]
+
+#: Bins of the robust-distance curve over the row axis.
+N_BINS = 2000
+#: Rows of a block processed at once (bounds the float64 working set of a task).
+SLICE_ROWS = 65_536
+#: A numpy archive is read in blocks of this many times ``SLICE_ROWS`` rows.
+NUMPY_BLOCK_SLICES = 16
+#: Block summaries in flight (computing or waiting to be folded in), per scheduler thread.
+WINDOW_PER_THREAD = 2
+
+#: A slice's scatter is formed as ``Y^T Y - m ybar ybar^T`` (no centred copy) when each column's
+#: mean squared lies within this share of its mean square: at most one bit of the centred sums is
+#: lost to cancellation.  Otherwise (the rows far from the model's centre) as ``D^T D``, ``D = Y - ybar``.
+_CANCEL_SHARE = 0.5
+
+
+@dataclass
+class BlockSummary:
+    """What one row block owes the report (small: no per-row arrays)."""
+
+    start: int
+    n_rows: int
+    n_scored: int
+    n_flagged: int
+    mean: np.ndarray  # (p,) mean of the rows without a missing cell
+    scatter: np.ndarray  # (p, p) their scatter about ``mean`` (sum of outer products of the deviations)
+    bins: np.ndarray  # global bin index of each entry below
+    bin_max: np.ndarray  # largest d^2 in the bin (NaN: no scored row, or an infinite one)
+    bin_sum: np.ndarray  # sum of d^2 in the bin
+    bin_count: np.ndarray  # scored rows in the bin
+    bin_flagged: np.ndarray  # flagged rows in the bin
+    bin_quiet_sum: np.ndarray  # sum of d^2 over the bin's scored rows not flagged
+    bin_contrib: np.ndarray  # (width, p) summed channel contributions of the scored rows in the bin
+    runs: np.ndarray  # (m, 2) global [start, stop) of the runs of flagged rows, in row order
+    run_peak: np.ndarray  # (m,) largest d^2 of the run
+    run_contrib: np.ndarray  # (m, p) summed channel contributions of the run
+    run_severity: np.ndarray  # (m,) summed decades of d^2 above the cutoff over the run's flagged rows
+    labelled_bins: np.ndarray | None = None  # bins whose first row is in this block
+    bin_labels: np.ndarray | None = None  # the row coordinate at those first rows
+    run_labels: np.ndarray | None = None  # (m, 2) the row coordinate at the first and last row of each run
+    n_complete: int = 0  # rows without a missing cell (those in sum_x, sum_xx)
+    bin_missing: np.ndarray | None = None  # (width, p) missing (NaN) cells per bin and channel
+    bin_cells: np.ndarray | None = None  # (width, p) flagged cells per bin and channel (a cellwise model's)
+    windows: WindowSums | None = None  # the drift windows the block's rows fall in (``--window``)
+
+
+class _Scored(NamedTuple):
+    """One slice scored under the model (:func:`_score_slice`)."""
+
+    X: np.ndarray  # the rows, in the model's units
+    ok: np.ndarray  # rows scored
+    complete: np.ndarray  # rows without a missing cell
+    whole: bool  # every row complete (no masked copies were made)
+    judged: object  # the cellwise judgement of the cells, or None
+    d: np.ndarray  # the calibrated d^2 of each row
+    flags: np.ndarray  # rows flagged (scored and beyond the cutoff)
+    Y: np.ndarray  # the rows about the model's centre (0 for a row with a gap)
+    contrib: np.ndarray  # each row's channel contributions (0 for a row not scored)
+
+
+class _Model(NamedTuple):
+    """What scoring a slice reads of the model, computed once per block."""
+
+    model: object
+    centre: np.ndarray
+    P: np.ndarray  # precision: d^2 = y^T P y
+    cov: np.ndarray
+    M: np.ndarray  # (y M)_j^2 = (P y)_j^2 / P_jj
+    cellwise: bool
+
+
+def summarize_block(
+    block: np.ndarray,
+    start: int,
+    n_total: int,
+    model,
+    labels: np.ndarray | None = None,
+    window: Window | None = None,
+) -> BlockSummary:
+    """The :class:`BlockSummary` of rows ``start:start + len(block)`` of an archive of ``n_total`` rows.
+
+    The block is processed ``SLICE_ROWS`` rows at a time, so the working set
+    in float64 stays a few MB whatever the block's size, and nothing per row
+    is kept.  A run of flagged rows that crosses a slice border comes out as
+    two touching runs; the client joins them as it joins runs across block
+    borders.
+
+    Parameters
+    ----------
+    block : array of shape (n, p)
+    start : int
+        The block's first row in the archive.
+    n_total : int
+        Rows of the archive (the bins span them).
+    model : MCPCA
+        Fitted.
+    labels : array of shape (n,), optional
+        The row coordinate (time) of the block's rows.
+    window : Window, optional
+        Drift windows: their weighted sums are added to the summary.
+
+    Raises
+    ------
+    NonFiniteRowsError
+        The block holds rows with NaN or inf and the model was fitted with
+        ``nan_policy="raise"`` (as :meth:`MCPCA.is_outlier` raises).
+    """
+    n, p = block.shape
+    cellwise = getattr(model, "cell_cutoff_", None) is not None
+    m = _Model(model, model.mean_, model.get_precision(), model.get_covariance(), contribution_matrix(model), cellwise)
+    fold = _BlockFold(start, n, n_total, p, centre=m.centre, cellwise=cellwise, window=window,
+                      two_c2=2 * float(model.kernel_scale_) ** 2, cutoff=float(model.outlier_cutoff_))
+    for a in range(0, n, SLICE_ROWS):
+        X = model_rows(model, np.asarray(block[a : a + SLICE_ROWS], np.float64))  # scale="robust": X / scale_
+        lab = None if labels is None else np.asarray(labels[a : a + len(X)])
+        fold.add(_score_slice(m, X, start + a), start + a, lab)
+    return fold.summary(labelled=labels is not None)
+
+
+def block_summaries(rows, coordinate, model, window: Window | None):
+    """The archive's row blocks: their first rows, their sizes, and their summaries in row order (lazily).
+
+    A dask array's blocks are its chunks, summarized in dask tasks
+    (:func:`_in_row_order`); a numpy array's are ``NUMPY_BLOCK_SLICES *
+    SLICE_ROWS`` rows, summarized here.  The row coordinate is cut (or
+    rechunked) to the same blocks.
+    """
+    import dask
+    import dask.array as da
+
+    from ._progress import _active_client
+
+    n = rows.shape[0]
+    if isinstance(rows, da.Array):
+        sizes = rows.chunks[0]
+        data_blocks = rows.to_delayed().ravel()
+    else:
+        step = SLICE_ROWS * NUMPY_BLOCK_SLICES
+        sizes = tuple(min(step, n - a) for a in range(0, n, step)) or (0,)
+        data_blocks = None
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+    label_blocks = [None] * len(sizes)
+    if coordinate is not None:
+        if isinstance(coordinate, da.Array):
+            label_blocks = coordinate.rechunk((sizes,)).to_delayed().ravel()
+        else:
+            label_blocks = [coordinate[s : s + m] for s, m in zip(starts, sizes, strict=True)]
+    if data_blocks is None:
+        results = (
+            summarize_block(rows[s : s + m], int(s), n, model, lab, window)
+            for s, m, lab in zip(starts, sizes, label_blocks, strict=True)
+        )
+    else:
+        client = _active_client()
+        tasks = [
+            dask.delayed(summarize_task, pure=True)(b, int(s), n, model, lab, window)
+            for b, s, lab in zip(data_blocks, starts, label_blocks, strict=True)
+        ]
+        results = _in_row_order(tasks, window=WINDOW_PER_THREAD * _scheduler_threads(client), client=client)
+    return starts, sizes, results
+
+
+#: Names of dask's synchronous scheduler (``dask.config.set(scheduler=...)``).
+_SYNCHRONOUS = ("sync", "synchronous", "single-threaded")
+
+
+def _scheduler_threads(client) -> int:
+    if client is not None:
+        return max(1, sum(client.nthreads().values()))
+    import dask
+
+    if dask.config.get("scheduler", None) in _SYNCHRONOUS:
+        return 1
+    return max(1, int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
+
+
+def _in_row_order(tasks: list, *, window: int, client):
+    """Compute the Delayed ``tasks`` and yield their results in order, ``window`` at most in flight.
+
+    With a ``distributed.Client``, each task is a future; with dask's
+    synchronous scheduler each task runs in this thread, one after the
+    other; otherwise a pool of ``_scheduler_threads`` threads runs each
+    task's small graph (read the block, summarize it) with the synchronous
+    scheduler, so that results come back while later blocks run.
+    """
+    import dask
+
+    if client is None and dask.config.get("scheduler", None) in _SYNCHRONOUS:
+        for task in tasks:
+            yield dask.compute(task, scheduler="sync")[0]
+        return
+    pool = None
+    if client is not None:
+        submit = client.compute
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=_scheduler_threads(None), thread_name_prefix="dask-mcpca-report")
+
+        def submit(task):
+            return pool.submit(lambda: dask.compute(task, scheduler="sync")[0])
+
+    pending: deque = deque()
+    todo = iter(tasks)
+    try:
+        for task in todo:
+            pending.append(submit(task))
+            if len(pending) >= window:
+                break
+        while pending:
+            value = pending.popleft().result()
+            task = next(todo, None)
+            if task is not None:
+                pending.append(submit(task))
+            yield value
+    finally:
+        for future in pending:
+            future.cancel()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def summarize_task(block, start: int, n_total: int, model, labels=None, window=None) -> BlockSummary:
+    """:func:`summarize_block` in a dask task, with single-threaded BLAS (as a fit's passes)."""
+    from ._passes import limit_blas_in_task
+
+    limit_blas_in_task()
+    return summarize_block(block, start, n_total, model, None if labels is None else np.asarray(labels), window)
+
+
+def _score_slice(m: _Model, X: np.ndarray, first_row: int) -> _Scored:
+    """Score the rows ``X`` (the archive's from ``first_row``): distances, flags, contributions.
+
+    Rows with a gap are scored on their observed cells with
+    ``nan_policy="partial"`` (as :meth:`MCPCA.is_outlier` does) and not
+    scored otherwise; with ``nan_policy="raise"`` they are an error.
+    """
+    model, centre = m.model, m.centre
+    bad = _missing.nonfinite_rows(X)
+    complete = np.ones(len(X), bool)
+    complete[bad] = False
+    whole = not len(bad)  # the usual slice: every row complete, no masked copies below
+    ok = complete if whole or model.nan_policy != "partial" else complete | _missing.partial_rows(X)
+    if model.nan_policy == "raise" and not complete.all():
+        first = first_row + int(np.flatnonzero(~complete)[0])
+        raise NonFiniteRowsError(
+            f"row {first:,} holds NaN or inf, and the model was fitted with nan_policy='raise'; "
+            "refit with nan_policy='partial' (rows judged on their observed cells) or nan_policy='omit' (such rows "
+            "not scored), or clean the rows"
+        )
+    Xs = X if whole else np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf): the centre
+    judged = judge_cells(model, Xs) if m.cellwise else None  # once, for the distance and the cells
+    d = calibrated_d2(model, Xs, judged=judged)  # rows with gaps: on their observed cells, as is_outlier does
+    flags = ok & outlier_flags(model, Xs, d)
+    Y = _shifted(X, centre) if whole else np.where(complete[:, None], X - centre, 0.0)
+    contrib = Y @ m.M
+    np.square(contrib, out=contrib)  # (P y)_j^2 / P_jj: reconstruction-based contributions (gaps below)
+    if not whole:
+        gaps = ok & ~complete
+        contrib[~ok] = 0.0
+        if gaps.any():
+            contrib[gaps] = np.nan_to_num(contributions_with_gaps(X[gaps] - centre, m.P, m.cov))
+    return _Scored(X, ok, complete, whole, judged, d, flags, Y, contrib)
+
+
+class _BlockFold:
+    """A block's sums, slice by slice: moments, bins, runs and drift windows (:func:`summarize_block`)."""
+
+    def __init__(self, start: int, n: int, n_total: int, p: int, *, centre: np.ndarray, cellwise: bool,
+                 window: Window | None, two_c2: float, cutoff: float):
+        self.centre = centre  # the model's: the slices' rows Y are about it
+        self.start, self.n, self.p, self.window, self.two_c2, self.cutoff = start, n, p, window, two_c2, cutoff
+        self.scale = max(n_total, 1)
+        self.first_bin = start * N_BINS // self.scale
+        width = (start + max(n, 1) - 1) * N_BINS // self.scale - self.first_bin + 1
+        self.bin_max = np.full(width, -np.inf)
+        self.bin_sum, self.bin_count = np.zeros(width), np.zeros(width, dtype=np.int64)
+        self.bin_flagged = np.zeros(width, dtype=np.int64)
+        self.bin_quiet_sum = np.zeros(width)
+        self.bin_contrib = np.zeros((width, p))
+        self.bin_missing = np.zeros((width, p), dtype=np.int64)
+        self.bin_cells = np.zeros((width, p), dtype=np.int64) if cellwise else None
+        self.mean, self.scatter = np.zeros(p), np.zeros((p, p))
+        self.n_scored, self.n_flagged, self.n_complete = 0, 0, 0
+        self.runs, self.peaks, self.contribs, self.severities, self.run_labels = [], [], [], [], []
+        self.labelled_bins, self.bin_labels = [], []
+        self.win: dict[int, list] = {}  # window id -> [first row, first label, rows, scored, flagged, sw, ...]
+
+    def add(self, s: _Scored, first_row: int, lab: np.ndarray | None) -> None:
+        """Fold in one scored slice, the archive's rows from ``first_row`` (``lab``: their row coordinate)."""
+        self._add_moments(s)
+        self._add_bins(s, first_row, lab)
+        if self.window is not None:
+            add_windows(self.win, self.window, first_row, lab, s.Y, s.d, s.ok, s.complete, s.flags, self.two_c2)
+        self._add_runs(s, first_row, lab)
+
+    def _add_moments(self, s: _Scored) -> None:
+        """The complete rows' count, mean and scatter, merged in (:func:`._stats.merge_moments`)."""
+        Yc = s.Y if s.whole else s.Y[s.complete]
+        m_c = len(Yc)
+        if m_c:
+            mean_y = np.ones(m_c) @ Yc / m_c  # a product, not Yc.mean(axis=0)'s slow narrow reduction
+            _, self.mean, self.scatter = merge_moments(self.n_complete, self.mean, self.scatter,
+                                                       m_c, self.centre + mean_y, _centred_scatter(Yc, mean_y))
+        self.n_scored += int(s.ok.sum())
+        self.n_complete += m_c
+        self.n_flagged += int(s.flags.sum())
+
+    def _add_bins(self, s: _Scored, first_row: int, lab: np.ndarray | None) -> None:
+        """The slice's rows added to their bins (and the row coordinate at each bin's first row)."""
+        ok, d, flags = s.ok, s.d, s.flags
+        first, at = _bin_heads(first_row, len(s.X), self.scale)
+        at -= self.first_bin
+        self.bin_max[at] = np.fmax(self.bin_max[at], np.maximum.reduceat(np.where(ok, d, -np.inf), first))
+        self.bin_sum[at] += np.add.reduceat(np.where(ok, d, 0.0), first)
+        self.bin_count[at] += np.add.reduceat(ok.astype(np.int64), first)
+        self.bin_flagged[at] += np.add.reduceat(flags.astype(np.int64), first)
+        self.bin_quiet_sum[at] += np.add.reduceat(np.where(ok & ~flags, d, 0.0), first)
+        self.bin_contrib[at] += np.add.reduceat(s.contrib, first, axis=0)
+        if not s.whole:
+            self.bin_missing[at] += np.add.reduceat(np.isnan(s.X).astype(np.int64), first, axis=0)
+        if self.bin_cells is not None:
+            self.bin_cells[at] += np.add.reduceat((s.judged.flags & ok[:, None]).astype(np.int64), first, axis=0)
+        if lab is not None:
+            head = first_row + first  # the first row of a bin is the one whose predecessor is in another bin
+            own = (head == 0) | ((head - 1) * N_BINS // self.scale != at + self.first_bin)
+            self.labelled_bins.append((at + self.first_bin)[own])
+            self.bin_labels.append(lab[first[own]])
+
+    def _add_runs(self, s: _Scored, first_row: int, lab: np.ndarray | None) -> None:
+        """The slice's runs of flagged rows: where, their peak, severity and summed contributions."""
+        r = _runs(s.flags)
+        if not len(r):
+            return
+        flagged = np.flatnonzero(s.flags)
+        heads = np.concatenate([[0], np.cumsum(r[:, 1] - r[:, 0])[:-1]])  # each run's first flagged row
+        self.contribs.append(np.add.reduceat(s.contrib[flagged], heads, axis=0))
+        self.peaks.append(np.maximum.reduceat(s.d[flagged], heads))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            excess = np.nan_to_num(np.maximum(np.log10(s.d[flagged] / self.cutoff), 0.0), nan=0.0, posinf=np.inf)
+        self.severities.append(np.add.reduceat(excess, heads))
+        self.runs.append(r + first_row)
+        if lab is not None:
+            self.run_labels.append(np.column_stack([lab[r[:, 0]], lab[r[:, 1] - 1]]))
+
+    def summary(self, *, labelled: bool) -> BlockSummary:
+        """The block's :class:`BlockSummary` (``labelled``: the rows had a row coordinate)."""
+        p = self.p
+        return BlockSummary(
+            start=int(self.start),
+            n_rows=self.n,
+            n_scored=self.n_scored,
+            n_flagged=self.n_flagged,
+            mean=self.mean,
+            scatter=self.scatter,
+            bins=np.arange(self.first_bin, self.first_bin + len(self.bin_max)),
+            bin_max=np.where(np.isfinite(self.bin_max), self.bin_max, np.nan),
+            bin_sum=self.bin_sum,
+            bin_count=self.bin_count,
+            bin_flagged=self.bin_flagged,
+            bin_quiet_sum=self.bin_quiet_sum,
+            bin_contrib=self.bin_contrib,
+            runs=np.concatenate(self.runs) if self.runs else np.empty((0, 2), dtype=np.int64),
+            run_peak=np.concatenate(self.peaks) if self.peaks else np.empty(0),
+            run_contrib=np.concatenate(self.contribs) if self.contribs else np.empty((0, p)),
+            run_severity=np.concatenate(self.severities) if self.severities else np.empty(0),
+            labelled_bins=np.concatenate(self.labelled_bins) if labelled and self.labelled_bins else None,
+            bin_labels=np.concatenate(self.bin_labels) if labelled and self.bin_labels else None,
+            run_labels=np.concatenate(self.run_labels) if self.run_labels else None,
+            n_complete=self.n_complete,
+            bin_missing=self.bin_missing,
+            bin_cells=self.bin_cells,
+            windows=None if self.window is None else window_sums(self.win, p, labelled),
+        )
+
+
+def _runs(flags: np.ndarray) -> np.ndarray:
+    """[start, stop) of the runs of True in ``flags``, shape (m, 2)."""
+    edges = np.diff(np.concatenate([[0], flags.astype(np.int8), [0]]))
+    return np.column_stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)])
+
+
+def _centred_scatter(Y: np.ndarray, mean_y: np.ndarray) -> np.ndarray:
+    """``sum_k (y_k - ybar)(y_k - ybar)^T`` of the rows ``Y`` whose mean is ``mean_y`` (see ``_CANCEL_SHARE``)."""
+    m = len(Y)
+    S = Y.T @ Y  # numpy's product of an array with its own transpose: BLAS's SYRK
+    if np.all(m * mean_y**2 <= _CANCEL_SHARE * np.diag(S)):
+        return S - m * np.outer(mean_y, mean_y)
+    D = Y - mean_y
+    return D.T @ D
+
+
+def _bin_heads(first_row: int, n: int, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """For rows ``first_row .. first_row + n - 1`` of an archive of ``scale`` rows, binned by
+    ``row * N_BINS // scale`` (``n`` >= 1): the position of each bin's first row among them, and the bins."""
+    b0, b1 = first_row * N_BINS // scale, (first_row + n - 1) * N_BINS // scale
+    if scale >= N_BINS:  # every bin holds a row: bin k starts at row ceil(k * scale / N_BINS)
+        bins = np.arange(b0, b1 + 1, dtype=np.int64)
+        heads = (bins[1:] * scale + N_BINS - 1) // N_BINS - first_row
+        return np.concatenate([[0], heads]).astype(np.intp), bins
+    bins = np.arange(first_row, first_row + n, dtype=np.int64) * N_BINS // scale
+    heads = np.flatnonzero(np.diff(bins, prepend=-1))  # fewer rows than bins: some bins hold none
+    return heads, bins[heads]
