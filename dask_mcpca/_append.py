@@ -35,7 +35,7 @@ import os
 import shutil
 
 from . import _rowprints
-from ._atomic import read_bytes
+from ._urls import read_bytes
 
 __all__ = ["AppendError", "model_digest", "provenance", "check_appendable", "clone_for_append", "aligned_chunks",
            "segments_of", "segments_after", "stored_digests", "digests_after", "old_rows_changed", "ROWS_ATTR",

@@ -24,9 +24,10 @@ import typing
 
 import numpy as np
 
-from ._atomic import atomic_path, local_path, recover
+from ._atomic import atomic_path, recover
 from ._paper import PaperState
 from ._robust import RobustState
+from ._urls import local_path
 
 __all__ = ["Checkpoint", "CheckpointMismatchError"]
 

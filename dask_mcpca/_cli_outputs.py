@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import os
 
-from ._atomic import check_file_target, is_url, is_zarr_store, local_path, with_timeouts
-from ._atomic import overlaps as _overlaps
+from ._atomic import check_file_target, is_zarr_store
 from ._cli_common import _one_line, _store_root, _UsageError
+from ._urls import is_url, local_path, with_timeouts
+from ._urls import overlaps as _overlaps
 
 __all__ = [
     "_refuse_inside_input", "_check_output_location", "_compute_settled", "_refuse_replacing_other_data", "_exists",
@@ -95,7 +96,8 @@ def _refuse_replacing_other_data(path: str, options: dict | None = None) -> None
     its own marker (:data:`._atomic.PUBLISHING_MARKER`), not by missing metadata.  Checked again
     when the new store is put in place (:func:`_output_store`).
     """
-    from ._atomic import answered, url_store_state, url_to_fs
+    from ._atomic import url_store_state
+    from ._urls import answered, url_to_fs
 
     local = local_path(path)
     if local is None:
@@ -113,7 +115,7 @@ def _refuse_replacing_other_data(path: str, options: dict | None = None) -> None
 
 def _exists(path: str, options: dict | None) -> bool:
     """Whether something is at ``path``; on an object store a timeout is a one-line TimeoutError, never False."""
-    from ._atomic import answered, info_or_none, local_path, url_to_fs
+    from ._urls import answered, info_or_none, local_path, url_to_fs
 
     local = local_path(path)
     if local is not None:
@@ -139,7 +141,8 @@ def _output_store(path: str, options: dict | None, *, overwrite: bool = False):
     """
     import zarr
 
-    from ._atomic import atomic_path, atomic_url_store, local_path
+    from ._atomic import atomic_path, atomic_url_store
+    from ._urls import local_path
 
     def replaceable(existing: str) -> bool:
         return overwrite and is_zarr_store(existing)

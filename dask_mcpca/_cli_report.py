@@ -10,8 +10,7 @@ import time
 import numpy as np
 
 from . import _malloc
-from ._atomic import atomic_open, is_url
-from ._atomic import overlaps as _overlaps
+from ._atomic import atomic_open
 from ._cli_common import (
     _archive_span,
     _describe,
@@ -25,6 +24,8 @@ from ._cli_common import (
 )
 from ._cli_outputs import _check_output_location, _refuse_inside_input
 from ._estimator import load
+from ._urls import is_url
+from ._urls import overlaps as _overlaps
 
 __all__ = ["_cmd_report", "_cmd_demo"]
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from ._atomic import is_url, is_zarr_store, local_path, with_timeouts
-from ._atomic import overlaps as _overlaps
+from ._atomic import is_zarr_store
 from ._cli_common import (
     PROG,
     _archive_span,
@@ -25,6 +24,8 @@ from ._cli_outputs import (
     _refuse_inside_input,
     _refuse_replacing_other_data,
 )
+from ._urls import is_url, local_path, with_timeouts
+from ._urls import overlaps as _overlaps
 
 __all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "default_outputs", "_cmd_score"]
 

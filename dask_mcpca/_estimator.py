@@ -23,7 +23,6 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
 
 from . import _labels, _persist
-from ._atomic import overlaps
 from ._base import _BaseMCPCA
 from ._cells import BreakdownWarning
 from ._choices import CENTERS, NAN_POLICIES, SOLVERS
@@ -32,6 +31,7 @@ from ._io import as_row_blocks, split_store_path
 from ._passes import single_threaded_blas
 from ._robust import SAMPLE_SIZE
 from ._scale import SCALES
+from ._urls import overlaps
 
 __all__ = ["MCPCA", "check_params", "load"]
 

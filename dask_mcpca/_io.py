@@ -24,9 +24,9 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from ._atomic import is_url, with_timeouts
 from ._stacked import local_root as _local_root
 from ._stacked import stacked_rows
+from ._urls import is_url, with_timeouts
 
 __all__ = [
     "as_row_blocks",
@@ -215,7 +215,7 @@ def _refuse_special(path: str) -> None:
     """Refuse a local store that is neither a directory nor a regular file (a FIFO would block the open)."""
     import stat
 
-    from ._atomic import _kind
+    from ._urls import file_kind as _kind
 
     mode = os.stat(path).st_mode
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
@@ -224,7 +224,7 @@ def _refuse_special(path: str) -> None:
 
 def _open_url(url: str, dataset: str | None, storage_options: dict | None):
     """A Zarr store at a URL that fsspec understands (``s3://``, ``gs://``, ``https://``, ``file://``);
-    an ``s3://`` one with :data:`._atomic.S3_TIMEOUTS` unless ``storage_options`` set them."""
+    an ``s3://`` one with :data:`._urls.S3_TIMEOUTS` unless ``storage_options`` set them."""
     return _array_in(_url_node(url, storage_options), url, dataset)
 
 
@@ -239,7 +239,7 @@ def _url_node(url: str, storage_options: dict | None):
     except FileNotFoundError as err:
         raise FileNotFoundError(f"no Zarr store at {url!r} ({err})") from None
     except ImportError as err:
-        from ._atomic import missing_backend
+        from ._urls import missing_backend
 
         raise ImportError(missing_backend(url, err)) from None
     except Exception as err:

@@ -71,9 +71,10 @@ from typing import Any, TypeVar
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ._atomic import read_bytes, write_bytes
+from ._atomic import write_bytes
 from ._robust import FALL_OFF2, _floored
 from ._schedule import flat_top_consistency, robust_kernel_size2
+from ._urls import read_bytes
 from ._version import __version__
 
 T = TypeVar("T")

@@ -24,7 +24,8 @@ import zarr
 from _cluster import subprocess_env
 
 from dask_mcpca import MCPCA, ModelFormatError, load
-from dask_mcpca._atomic import PUBLISHING_MARKER, S3_TIMEOUTS, atomic_path, url_store_state, with_timeouts
+from dask_mcpca._atomic import PUBLISHING_MARKER, atomic_path, url_store_state
+from dask_mcpca._urls import S3_TIMEOUTS, with_timeouts
 from dask_mcpca._waits import DEFAULT_WAIT_LIMIT, MIN_WAIT_LIMIT, WAIT_LIMIT_ENV
 
 pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
@@ -297,7 +298,7 @@ def _silent_server(lifetime: float = 2 * NO_HANG):
 
 def test_s3_urls_get_timeouts_the_user_can_change(monkeypatch):
     pytest.importorskip("s3fs")
-    from dask_mcpca._atomic import url_to_fs
+    from dask_mcpca._urls import url_to_fs
 
     monkeypatch.delenv(WAIT_LIMIT_ENV, raising=False)
     options = with_timeouts("s3://b/x.zarr", {"endpoint_url": "http://127.0.0.1:1"})
