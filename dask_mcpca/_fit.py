@@ -4,21 +4,21 @@
 check) and hands over to one solver: :func:`._paper.fit_paper` (Algorithms
 1-3 as published) or :func:`._robust.fit_robust` (the default), or refits
 warm from the previous fit's robust state; data with fewer rows than
-``n_features + 2`` are fitted in the span of the rows.  :func:`update_rows`
-is :meth:`MCPCA.partial_fit`'s update by new rows in one pass.  Both read
+``n_features + 2`` are fitted in the span of the rows. :func:`update_rows`
+is :meth:`MCPCA.partial_fit`'s update by new rows in one pass. Both read
 only the estimator's constructor parameters (and, for an update, its public
 fitted attributes) and return a :class:`FitResult`, built once at the end
-and never changed, which the estimator copies onto itself in one place.
-The helpers compute values and return them: the model as a
-:class:`ModelView` (what :mod:`._model`'s algebra reads while the fit is
-assembled: distances, the repeated rows, the outlier cutoff), the kept
-sums as :class:`UpdateSums`.
+and never changed, which the estimator copies onto itself in one place. The
+helpers compute values and return them: the model as a
+:class:`._fit_result.ModelView` (what :mod:`._model`'s algebra reads while
+the fit is assembled: distances, the repeated rows, the outlier cutoff), the
+kept sums as :class:`._fit_result.UpdateSums`.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -29,6 +29,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from . import _cells, _checkpoint
 from ._block import BlockStats, PassPlan
+from ._fit_result import FitResult, ModelView, fit_result, model_view, update_sums, with_cutoff
 from ._io import as_row_blocks
 from ._model import CONTEXT_ROWS, calibrated_d2, cell_flags, contamination_cutoff, mahalanobis_d2, repeated, stuck_cells
 from ._paper import fit_paper
@@ -75,122 +76,6 @@ MIN_KERNEL_FACTOR = 0.5
 
 #: Accepted chance that the row sample of the robust start is too small.
 SAMPLE_SHORT_PROB = 1e-9
-
-
-@dataclass(frozen=True)
-class ModelView:
-    """The model as :mod:`._model`'s algebra reads it while a fit is assembled, built once as a value.
-
-    The centre, components, variances and cutoff of a fit, with what its
-    distances depend on (``scale_``, ``quantization_steps_``,
-    ``saturation_limits_``, ``repeated_*``, ``cell_cutoff_``); a field left
-    None was not set.  The outlier cutoff is calibrated on distances under
-    such a view; a new cutoff gives a new view (:func:`_with_cutoff`).
-    """
-
-    components_: np.ndarray
-    mean_: np.ndarray
-    explained_variance_: np.ndarray
-    explained_variance_ratio_: np.ndarray
-    noise_variance_: float
-    n_components_: int
-    kernel_scale_: float
-    sigmas_: np.ndarray
-    covariance_: np.ndarray
-    repeated_values_: np.ndarray
-    repeated_rows_: np.ndarray
-    outlier_cutoff_: float
-    outlier_threshold_: float
-    n_features_in_: int | None = None
-    support_: float | None = None
-    quantization_steps_: np.ndarray | None = None
-    saturation_limits_: np.ndarray | None = None
-    scale_: np.ndarray | None = None
-    cell_cutoff_: float | None = None
-
-
-@dataclass(frozen=True)
-class UpdateSums:
-    """The sums of every row seen and the state that weighs new rows, kept for ``partial_fit``."""
-
-    update_log_weights_: np.ndarray
-    update_means_: np.ndarray
-    update_covariances_: np.ndarray
-    update_location_: np.ndarray
-    update_scatter_: np.ndarray
-    update_radii_: np.ndarray
-    update_unit_: int
-    n_samples_seen_: int
-
-
-@dataclass(frozen=True)
-class FitResult:
-    """What a fit or an update sets on the estimator: its fitted attributes, under their names.
-
-    Built once, at the end of :func:`fit_rows` or :func:`update_rows`, from
-    the :class:`ModelView`, the :class:`UpdateSums` and the fit's counts
-    (:func:`_result`), and never changed after.  A field left None was not
-    set by this fit (an update keeps ``quantization_steps_`` and
-    ``converged_``; the paper's solver sets no ``support_`` and no
-    ``update_*`` sums).  ``robust_state`` and ``robust_unit`` are what a
-    ``warm_start`` refit continues from (the default solver's state, in the
-    working unit ``2**robust_unit``; None for the state when there is none,
-    None for the unit when it is unchanged); ``unconverged`` is the
-    ``ConvergenceWarning`` message of a fit that stopped before converging,
-    and ``breakdown`` the :class:`._cells.BreakdownWarning` message of one
-    that found no clean majority, for the estimator to warn once its
-    attributes are set.
-    """
-
-    n_features_in_: int | None = None
-    components_: np.ndarray | None = None
-    mean_: np.ndarray | None = None
-    explained_variance_: np.ndarray | None = None
-    explained_variance_ratio_: np.ndarray | None = None
-    noise_variance_: float | None = None
-    n_components_: int | None = None
-    kernel_scale_: float | None = None
-    sigmas_: np.ndarray | None = None
-    covariance_: np.ndarray | None = None
-    repeated_values_: np.ndarray | None = None
-    repeated_rows_: np.ndarray | None = None
-    outlier_cutoff_: float | None = None
-    outlier_threshold_: float | None = None
-    quantization_steps_: np.ndarray | None = None
-    support_: float | None = None
-    n_samples_: int | None = None
-    n_samples_partial_: int | None = None
-    n_iter_: int | None = None
-    converged_: bool | None = None
-    n_passes_: int | None = None
-    n_partial_reads_: int | None = None
-    n_blocks_read_: int | None = None
-    update_log_weights_: np.ndarray | None = None
-    update_means_: np.ndarray | None = None
-    update_covariances_: np.ndarray | None = None
-    update_location_: np.ndarray | None = None
-    update_scatter_: np.ndarray | None = None
-    update_radii_: np.ndarray | None = None
-    update_unit_: int | None = None
-    n_samples_seen_: int | None = None
-    cell_cutoff_: float | None = None
-    saturation_limits_: np.ndarray | None = None
-    scale_: np.ndarray | None = None
-    robust_state: RobustState | None = None
-    robust_unit: int | None = None
-    unconverged: str | None = None
-    breakdown: str | None = None
-
-    def fitted_attributes(self) -> dict[str, Any]:
-        """The fitted attributes this result sets: name -> value (names ending in ``_``, not None)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name.endswith("_") and getattr(self, f.name) is not None}
-
-
-def _result(view: ModelView, sums: UpdateSums | None = None, **rest: Any) -> FitResult:
-    """The one :class:`FitResult` of a fit: the model, the update sums (if any) and the rest by name."""
-    parts = [view] if sums is None else [view, sums]
-    return FitResult(**{f.name: getattr(part, f.name) for part in parts for f in fields(part)}, **rest)
 
 
 # ------------------------------------------------------------------ helpers
@@ -344,25 +229,15 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
                 "where its kernel sizes start) overflows float64: rows far beyond the bulk, near the "
                 "float64 limit, dominate it; use solver='auto', or remove those rows"
             )
-        state = fit_paper(
-            runner,
-            center=center,
-            scatter0=scatter0,
-            n_components=k,
-            eta=est.eta,
-            n_decay=est.n_decay,
-            kernel_factor=est.kernel_factor,
-            tol=tol,
-            max_iter=max_iter,
-            state=ckpt.load("paper"),
-            on_step=lambda s: ckpt.save("paper", s),
-        )
+        state = fit_paper(runner, center=center, scatter0=scatter0, n_components=k, eta=est.eta,
+                          n_decay=est.n_decay, kernel_factor=est.kernel_factor, tol=tol, max_iter=max_iter,
+                          state=ckpt.load("paper"), on_step=lambda s: ckpt.save("paper", s))
         view = _from_paper(state, center, scatter0, k, unit, known=known)
         n_iter = state.n_iter
         converged = state.converged and (robust is None or robust.converged)
     final = getattr(runner, "last_sums", None) if solver == "auto" else None  # the final pass, over every row
     if est.contamination != "auto":
-        view = _with_cutoff(view, contamination_cutoff(view, sample, est.contamination))
+        view = with_cutoff(view, contamination_cutoff(view, sample, est.contamination))
     unconverged = breakdown = None
     if not converged:
         unconverged = (
@@ -373,9 +248,9 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
         rows = sample[: _cells.BREAKDOWN_ROWS]
         breakdown = _cells.breakdown_message(cell_flags(view, rows), view.support_ if view.support_ else np.nan,
                                              cellwise=view.cell_cutoff_ is not None)
-    return _result(
+    return fit_result(
         view,
-        None if final is None else _update_sums(robust, final, unit),
+        None if final is None else update_sums(robust, final, unit),
         n_samples_=int(moments.n_rows), n_samples_partial_=0 if final is None else int(final.n_partial),
         n_iter_=n_iter, converged_=converged, n_passes_=runner.n_passes,
         n_partial_reads_=runner.n_partial_reads, n_blocks_read_=runner.n_blocks_read,
@@ -581,16 +456,16 @@ def _fit_in_span(X, est, k: int) -> FitResult:
     lam = _variances_in_data_units(np.concatenate([inner.explained_variance_, noise]), unit)
     lam, noise = lam[:k], lam[k:]
     location = np.ldexp(origin + inner.mean_ @ basis.T, unit)
-    view = _model_view(orient_rows(inner.components_ @ basis.T), lam, noise, lam.sum() + noise.sum(), location,
+    view = model_view(orient_rows(inner.components_ @ basis.T), lam, noise, lam.sum() + noise.sum(), location,
                        inner.kernel_scale_, n_features_in_=p, support_=inner.support_,
                        quantization_steps_=np.zeros(p),  # too few rows to tell a lattice
                        scale_=scale)
     d2 = mahalanobis_d2(view, data_rows)
-    view = _with_cutoff(view, calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n,
+    view = with_cutoff(view, calibrated_cutoff(d2, OUTLIER_QUANTILE, p=k, n_effective=inner.support_ * n,
                                                 law="fitted"))
     if est.contamination != "auto":
-        view = _with_cutoff(view, contamination_cutoff(view, data_rows, est.contamination))
-    return _result(view, n_samples_=n, n_iter_=inner.n_iter_, converged_=inner.converged_,
+        view = with_cutoff(view, contamination_cutoff(view, data_rows, est.contamination))
+    return fit_result(view, n_samples_=n, n_iter_=inner.n_iter_, converged_=inner.converged_,
                    n_samples_partial_=0,  # rows with a gap were left out above
                    n_passes_=1, n_partial_reads_=0, n_blocks_read_=0, robust_state=None)
 
@@ -619,7 +494,7 @@ def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[
     found = {"repeated_values_": repeated_values}
     if robust.repeated_rows is not None:
         found["repeated_rows_"] = np.ldexp(robust.repeated_rows, unit)
-    view = _model_view(orient_rows(V[:, :k].T), lam[:k], lam[k:], lam.sum(), np.ldexp(location, unit),
+    view = model_view(orient_rows(V[:, :k].T), lam[:k], lam[k:], lam.sum(), np.ldexp(location, unit),
                        kernel_scale, support_=float(support), **found, **known)
     rank = int(np.sum(lam > 0))
     free = moments.sample[~repeated(view, moments.sample)]  # both in data units
@@ -628,7 +503,7 @@ def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[
                                n_effective=n_effective, law="fitted")
     if not np.isfinite(cutoff):  # too few rows to calibrate on (n <= p + 1): the Gaussian quantile
         cutoff = outlier_cutoff_d2(max(rank, 1))
-    return _with_cutoff(view, cutoff)
+    return with_cutoff(view, cutoff)
 
 
 def _from_paper(state, center, scatter0, k, unit, *, known: dict[str, Any]) -> ModelView:
@@ -643,72 +518,8 @@ def _from_paper(state, center, scatter0, k, unit, *, known: dict[str, Any]) -> M
     rest_lam = np.full(len(center) - k, rest / (len(center) - k)) if k < len(center) else np.empty(0)
     lam = _variances_in_data_units(np.concatenate([variances, rest_lam]), unit)
     kernel_scale = np.sqrt(robust_kernel_size2(len(center)))
-    return _model_view(components, lam[:k], lam[k:], np.ldexp(total, 2 * unit), np.ldexp(center, unit),
+    return model_view(components, lam[:k], lam[k:], np.ldexp(total, 2 * unit), np.ldexp(center, unit),
                        kernel_scale, sigmas_=np.ldexp(np.array(state.sigmas), unit), **known)
-
-
-def _model_view(components, lam, rest, total, center, kernel_scale, **known: Any) -> ModelView:
-    """The model of these components, variances, centre and kernel scale, or a named error.
-
-    The covariance, the variance ratios, the kernel widths ``sigmas_`` and
-    the Gaussian outlier cutoff follow; no repeated values or rows.  Fields
-    in ``known`` are set as given, over those that follow.
-    """
-    p = len(center)
-    noise_variance = float(rest.mean()) if len(rest) else 0.0
-    with np.errstate(over="ignore"):
-        C = (components.T * lam) @ components
-        if len(rest):
-            C += noise_variance * (np.eye(p) - components.T @ components)
-    if not (np.all(np.isfinite(C)) and np.isfinite(total)):
-        raise NumericalRangeError(
-            "the robust covariance of these data overflows float64 (total variance "
-            f"{total:.3g}); multiply the data by a power of two such as 2**-100 before fitting: "
-            "the components do not change and the variances scale by its square"
-        )
-    cutoff = outlier_cutoff_d2(p)
-    fields_ = {
-        "components_": components,
-        "mean_": np.asarray(center, dtype=np.float64),
-        "explained_variance_": lam,
-        "explained_variance_ratio_": lam / total if total > 0 else np.zeros_like(lam),
-        "noise_variance_": noise_variance,
-        "n_components_": len(lam),
-        "kernel_scale_": float(kernel_scale),
-        "sigmas_": kernel_scale * np.sqrt(lam),
-        "covariance_": C,
-        "repeated_values_": np.empty((0, 2)),
-        "repeated_rows_": np.empty((0, p)),
-        "outlier_cutoff_": float(cutoff),
-        "outlier_threshold_": _threshold(cutoff, kernel_scale),
-    }
-    return ModelView(**{**fields_, **known})
-
-
-def _threshold(cutoff: float, kernel_scale: float) -> float:
-    """The kernel weight at the outlier cutoff: ``outlier_threshold_``."""
-    return float(np.exp(-cutoff / (2 * float(kernel_scale)**2)))
-
-
-def _with_cutoff(view: ModelView, cutoff: float) -> ModelView:
-    """The same model with another outlier cutoff (and its threshold)."""
-    return replace(view, outlier_cutoff_=float(cutoff), outlier_threshold_=_threshold(cutoff, view.kernel_scale_))
-
-
-def _update_sums(state, sums: BlockStats, unit: int) -> UpdateSums:
-    """The core and final kernels' sums of every row seen, and the state that weighs new rows."""
-    with np.errstate(divide="ignore"):
-        log_weights = np.log(np.asarray(sums.weight, np.float64)) + sums.log_scale
-    return UpdateSums(
-        update_log_weights_=log_weights,
-        update_means_=np.array(sums.mean, np.float64),
-        update_covariances_=np.stack([sums.covariance(j) for j in range(2)]),
-        update_location_=np.array(state.location, np.float64),
-        update_scatter_=np.array(state.scatter, np.float64),
-        update_radii_=np.array([state.kernel_size2, state.cutoff, state.final_cutoff], np.float64),
-        update_unit_=int(unit),
-        n_samples_seen_=int(sums.n_rows),
-    )
 
 
 # ------------------------------------------------------------------- update
@@ -773,11 +584,11 @@ def update_rows(X, model) -> FitResult:
     cutoff, repeated_values, repeated_rows = model.outlier_cutoff_, model.repeated_values_, model.repeated_rows_
     lam, V = descending_eigh(state.final_scatter)
     lam = _variances_in_data_units(np.maximum(lam, 0.0), unit)
-    view = _model_view(orient_rows(V[:, :k].T), lam[:k], lam[k:], lam.sum(), np.ldexp(state.final_location, unit),
+    view = model_view(orient_rows(V[:, :k].T), lam[:k], lam[k:], lam.sum(), np.ldexp(state.final_location, unit),
                        model.kernel_scale_, repeated_values_=repeated_values, repeated_rows_=repeated_rows,
                        support_=state.support)
-    return _result(
-        _with_cutoff(view, cutoff), _update_sums(state, merged, unit),
+    return fit_result(
+        with_cutoff(view, cutoff), update_sums(state, merged, unit),
         n_samples_=int(new.n_rows), n_passes_=runner.n_passes, n_samples_partial_=int(new.n_partial),
         n_partial_reads_=0, n_blocks_read_=0, n_iter_=1,
         robust_state=state, robust_unit=unit,  # a warm_start refit continues from the update
