@@ -20,6 +20,9 @@ Where things live:
   ``_append``: ``score --append``
 - ``testing``: generated data with known truth, for the tests and the benchmarks
 - ``_checkpoint``, ``_persist``: resumable fits, the saved-model codec
+- ``_exceptions``: the public errors and warnings (all exported here)
+- ``_urls``: what a path or URL names, its filesystem and bytes (the read path); ``_atomic``:
+  files and stores written whole or not at all
 - ``_labels``: names in, names out (feature names, DataArray rows and coordinates)
 - ``_report``: ``dask-mcpca report``, one streaming pass summarised as a PNG and events
 - ``_console``: the console script (the process's malloc, see ``_malloc``), then
@@ -45,11 +48,13 @@ _HOMES = {
     "check_params": "._estimator",
     "open_archive": "._io",
     "open_scores": "._score_store",
-    "NonFiniteRowsError": "._passes",
-    "NumericalRangeError": "._passes",
-    "CheckpointMismatchError": "._checkpoint",
-    "ModelFormatError": "._persist",
-    "BreakdownWarning": "._cells",
+    "NonFiniteRowsError": "._exceptions",
+    "NumericalRangeError": "._exceptions",
+    "CheckpointMismatchError": "._exceptions",
+    "ModelFormatError": "._exceptions",
+    "SelectionError": "._exceptions",
+    "AppendError": "._exceptions",
+    "BreakdownWarning": "._exceptions",
 }
 
 __all__ = [
@@ -62,17 +67,24 @@ __all__ = [
     "NumericalRangeError",
     "CheckpointMismatchError",
     "ModelFormatError",
+    "SelectionError",
+    "AppendError",
     "BreakdownWarning",
     "__version__",
 ]
 
 if TYPE_CHECKING:  # what static tools see
-    from ._cells import BreakdownWarning
-    from ._checkpoint import CheckpointMismatchError
     from ._estimator import MCPCA, check_params, load
+    from ._exceptions import (
+        AppendError,
+        BreakdownWarning,
+        CheckpointMismatchError,
+        ModelFormatError,
+        NonFiniteRowsError,
+        NumericalRangeError,
+        SelectionError,
+    )
     from ._io import open_archive
-    from ._passes import NonFiniteRowsError, NumericalRangeError
-    from ._persist import ModelFormatError
     from ._score_store import open_scores
 
 

@@ -35,9 +35,10 @@ import os
 import shutil
 
 from . import _rowprints
+from ._exceptions import AppendError
 from ._urls import read_bytes
 
-__all__ = ["AppendError", "model_digest", "provenance", "check_appendable", "clone_for_append", "aligned_chunks",
+__all__ = ["model_digest", "provenance", "check_appendable", "clone_for_append", "aligned_chunks",
            "segments_of", "segments_after", "stored_digests", "digests_after", "old_rows_changed", "ROWS_ATTR",
            "MODEL_ATTR", "SEGMENTS_ATTR", "ROW_DIGESTS_ATTR"]
 
@@ -55,10 +56,6 @@ ROW_DIGESTS_ATTR = "row_digests"
 _SAME = {"source": "input store", "dataset": "--dataset", "variables": "--variables", "n_features": "channels"}
 #: Metadata files of a Zarr node (v2 and v3): always copied, never linked (zarr rewrites them in place).
 _METADATA = {"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"}
-
-
-class AppendError(ValueError):
-    """Rows cannot be appended to this store; the message says why, in one line."""
 
 
 def model_digest(path: str, storage_options: dict | None = None) -> str:

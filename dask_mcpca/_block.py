@@ -43,6 +43,7 @@ import numpy as np
 
 from . import _compiled, _missing
 from ._cells import cell_stats
+from ._compiled import SPLITMIX_GOLDEN, SPLITMIX_MIX1, SPLITMIX_MIX2
 from ._kernels import (
     Workspace,
     compiled_moments,
@@ -264,10 +265,10 @@ def _with_partial_rows(result: BlockStats, X: np.ndarray, plan: PassPlan) -> Blo
 def _row_uniforms(rows: np.ndarray, seed: int) -> np.ndarray:
     """A uniform number in [0, 1) per global row index (splitmix64 hash)."""
     with np.errstate(over="ignore"):
-        z = rows.astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
-        z += np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = rows.astype(np.uint64) + np.uint64(seed) * SPLITMIX_GOLDEN
+        z += SPLITMIX_GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * SPLITMIX_MIX1
+        z = (z ^ (z >> np.uint64(27))) * SPLITMIX_MIX2
         z ^= z >> np.uint64(31)
     return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 

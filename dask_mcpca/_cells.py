@@ -46,7 +46,6 @@ from ._kernels import completed_sums
 from ._missing import conditional, equivalent_d2
 
 __all__ = [
-    "BreakdownWarning",
     "breakdown_message",
     "CELL_QUANTILE",
     "CellPlan",
@@ -69,17 +68,6 @@ GREEDY_SHARE = 0.5
 
 #: Rounds of :func:`flag_cells` (each leaves the cells flagged so far out and judges the rest).
 MAX_ROUNDS = 12
-
-
-class BreakdownWarning(UserWarning):
-    """A fit that found no clean majority: its components may be those of the faults.
-
-    Raised as a warning by :meth:`MCPCA.fit` when, under the fitted model,
-    half of the row sample or more holds a cell the model cannot explain
-    (a row-wise fit then has no majority of clean rows), when a cellwise fit
-    left out a quarter of the cells or more, or when fewer than half of the
-    rows keep weight in the final step.  The message says what to try.
-    """
 
 
 #: A row-wise fit warns when at least this share of the sample rows holds a flagged cell.

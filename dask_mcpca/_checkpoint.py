@@ -25,11 +25,12 @@ import typing
 import numpy as np
 
 from ._atomic import atomic_path, recover
+from ._exceptions import CheckpointMismatchError
 from ._paper import PaperState
 from ._robust import RobustState
 from ._urls import local_path
 
-__all__ = ["Checkpoint", "CheckpointMismatchError"]
+__all__ = ["Checkpoint"]
 
 #: Version 3: the fingerprint holds the columns' ranges; version 4: the robust
 #: state is the calibrated re-weighting (radii, supports, repeated values);
@@ -55,10 +56,6 @@ _MAY_BE_NAN = ("sigmas", "last_change", "cutoff", "final_cutoff", "support", "co
 _STATES = {"paper": PaperState, "robust": RobustState}
 #: Negative eigenvalue accepted in a saved scatter, relative to its largest variance (round-off).
 PSD_TOL = 1e-9
-
-
-class CheckpointMismatchError(ValueError):
-    """The checkpoint on disk belongs to another fit."""
 
 
 def _encode(state: RobustState | PaperState) -> tuple[dict, dict]:

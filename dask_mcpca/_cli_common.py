@@ -56,7 +56,8 @@ def _open(args, **options):
 
     ``options`` go to :func:`open_archive` (``block_values``, ``row_index``).
     """
-    from ._io import SelectionError, open_archive
+    from ._exceptions import SelectionError
+    from ._io import open_archive
 
     try:
         return open_archive(

@@ -100,6 +100,9 @@ __all__ = [
     "flat_top_sums",
     "row_distances",
     "sampled_rows",
+    "SPLITMIX_GOLDEN",
+    "SPLITMIX_MIX1",
+    "SPLITMIX_MIX2",
     "transposed_quadratic_form",
     "transposed_rows",
     "transposed_weighted_sums",
@@ -381,9 +384,11 @@ def flat_top_sums(X, center, scale, U, offsets, log_tiny, excluded, weight, wsum
     return n_bad
 
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+#: The splitmix64 hash's constants (the golden-ratio increment, then the two multipliers), shared
+#: by :func:`sampled_rows` and numpy's spelling of the same draw (``_block._row_uniforms``).
+SPLITMIX_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+SPLITMIX_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+SPLITMIX_MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 @_compiled
@@ -393,11 +398,11 @@ def sampled_rows(first, n, seed, rate):  # pragma: no cover - compiled
     its three n-long temporaries."""
     out = np.empty(n, np.int64)
     m = 0
-    start = np.uint64(first) + np.uint64(seed) * _GOLDEN + _GOLDEN
+    start = np.uint64(first) + np.uint64(seed) * SPLITMIX_GOLDEN + SPLITMIX_GOLDEN
     for k in range(n):
         z = start + np.uint64(k)
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = (z ^ (z >> np.uint64(30))) * SPLITMIX_MIX1
+        z = (z ^ (z >> np.uint64(27))) * SPLITMIX_MIX2
         z ^= z >> np.uint64(31)
         if np.float64(z >> np.uint64(11)) * 2.0**-53 < rate:
             out[m] = k

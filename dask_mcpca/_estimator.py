@@ -24,8 +24,8 @@ from sklearn.utils._param_validation import Interval, Options, StrOptions, valid
 
 from . import _labels, _persist
 from ._base import _BaseMCPCA
-from ._cells import BreakdownWarning
 from ._choices import CENTERS, NAN_POLICIES, SOLVERS
+from ._exceptions import BreakdownWarning
 from ._fit import UPDATE_ATTRIBUTES, FitResult, fit_rows, update_rows
 from ._io import as_row_blocks, split_store_path
 from ._passes import single_threaded_blas

@@ -3,7 +3,7 @@
 Whatever the user hands to ``fit``, :func:`as_row_blocks` returns either an
 in-memory numpy array (processed without a task graph) or a dask array whose
 chunks span full rows.  Stores are opened read-only; the dask chunks follow
-the store's row chunks, grouped so one block holds about ``BLOCK_VALUES`` values.
+the store's row chunks, grouped so one block holds about ``DEFAULT_BLOCK_VALUES`` values.
 
 Paths are made absolute here, before any task graph is built: a worker of a
 distributed cluster runs in its own directory.  A Zarr array on a local disk
@@ -24,6 +24,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from ._exceptions import SelectionError
 from ._stacked import local_root as _local_root
 from ._stacked import stacked_rows
 from ._urls import is_url, with_timeouts
@@ -35,25 +36,16 @@ __all__ = [
     "is_xarray_store",
     "split_store_path",
     "H5Dataset",
-    "BLOCK_VALUES",
-    "SelectionError",
+    "DEFAULT_BLOCK_VALUES",
 ]
 
-
-class SelectionError(ValueError):
-    """``rows`` or ``time`` of :func:`open_archive` select nothing, or cannot select (``options``: which)."""
-
-    def __init__(self, message: str, options: tuple[str, ...], reason: str | None = None):
-        super().__init__(message)
-        self.options = options
-        self.reason = reason or message  #: what is wrong, without the parameters' Python spelling
 
 #: Target size of one row block of a store, in values (rows x columns): 128 MiB
 #: of float64, 64 MiB of float32.  Counted in values, not bytes, so that a
 #: float32 and a float64 store of the same shape and chunks get the same blocks,
 #: hence the same passes, the same partial read of a spread of blocks (which
 #: needs 16 or more blocks, see ``_passes.spread_blocks``) and the same fit.
-BLOCK_VALUES = 16 * 2**20
+DEFAULT_BLOCK_VALUES = 16 * 2**20
 
 #: Smallest number of blocks a store is split into (when its chunks allow).  A constant, not
 #: the client's core count: the blocks decide which blocks the row sample reads (a full pass
@@ -61,7 +53,7 @@ BLOCK_VALUES = 16 * 2**20
 #: which the sums are merged, so a layout that followed the machine gave the same store
 #: another model (and refused its checkpoint) on another machine.  8 blocks give a laptop's
 #: or a workstation's cores work on a small store; a larger store has more blocks anyway,
-#: one per ``BLOCK_VALUES`` values.
+#: one per ``DEFAULT_BLOCK_VALUES`` values.
 MIN_BLOCKS = 8
 
 
@@ -284,7 +276,7 @@ def _single_hdf5_dataset(path: str) -> str:
 
 
 def _row_chunk(n_rows: int, n_cols: int, store_rows: int | None, block_values: int | None = None) -> int:
-    """Rows per dask block: whole store chunks, about ``block_values`` (default ``BLOCK_VALUES``) values in all.
+    """Rows per dask block: whole store chunks, about ``block_values`` (default ``DEFAULT_BLOCK_VALUES``) values in all.
 
     A store smaller than ``MIN_BLOCKS`` blocks of that size is still split
     into about ``MIN_BLOCKS`` blocks (of whole store chunks), so that several
@@ -296,7 +288,7 @@ def _row_chunk(n_rows: int, n_cols: int, store_rows: int | None, block_values: i
     order of the sums, so the same store gives the same fit everywhere, and a
     checkpoint written on one machine resumes on another.
     """
-    target = max(1, (block_values or BLOCK_VALUES) // max(1, n_cols))
+    target = max(1, (block_values or DEFAULT_BLOCK_VALUES) // max(1, n_cols))
     target = max(1, min(target, -(-n_rows // MIN_BLOCKS)))
     if not store_rows:
         return int(min(n_rows, target)) or 1
@@ -516,7 +508,7 @@ def as_row_blocks(
         them fsspec's backends read credentials from the environment.
     block_values : int, optional
         For a store: the values (rows x columns) of one dask block (whole
-        store chunks, at least one); default ``BLOCK_VALUES``.  Dask arrays
+        store chunks, at least one); default ``DEFAULT_BLOCK_VALUES``.  Dask arrays
         keep their chunks.
 
     Returns
@@ -752,7 +744,7 @@ def open_archive(
         fsspec options for a URL.
     block_values : int, optional
         Values (rows x columns) of one dask block (whole store chunks, at
-        least one); default ``BLOCK_VALUES``.
+        least one); default ``DEFAULT_BLOCK_VALUES``.
     row_index : bool, default=True
         For an xarray store: build the in-memory index of the row coordinate
         (8 bytes a row; needed by ``time``).  False leaves the coordinate

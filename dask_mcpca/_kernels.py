@@ -64,10 +64,6 @@ _LOG_TINY = -700.0
 GEMM_ROWS = 4096
 
 
-#: Rows side by side in :func:`_column_reduce`.
-_GROUP = 16
-
-
 _NO_ROWS = np.zeros(0, bool)
 
 
@@ -388,7 +384,7 @@ def _top_exponent(Y: np.ndarray) -> int:
     return int(np.frexp(top)[1]) if top > 0 else 0
 
 
-#: Rows side by side in :func:`_column_reduce`.
+#: Rows side by side in :func:`_column_reduce` and :func:`_shifted`.
 _GROUP = 16
 
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from . import _cells, _compiled, _missing
 from ._contributions import channel_scales, contributions_with_gaps
-from ._passes import NonFiniteRowsError
+from ._exceptions import NonFiniteRowsError
 from ._power import variance_floor
 from ._repeated import HOLD_WINDOW, held_out, stuck_runs, value_matches
 from ._scale import in_model_units

@@ -21,6 +21,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from ._block import block_stats
+from ._exceptions import NonFiniteRowsError, NumericalRangeError
 from ._progress import PassProgress
 from ._scale import in_model_units
 from ._stats import BlockStats, PassPlan, combine
@@ -28,8 +29,6 @@ from ._stats import BlockStats, PassPlan, combine
 __all__ = [
     "PassRunner",
     "PassResult",
-    "NonFiniteRowsError",
-    "NumericalRangeError",
     "single_threaded_blas",
     "spread_blocks",
     "limit_blas_in_task",
@@ -77,18 +76,6 @@ def spread_blocks(n_blocks: int) -> np.ndarray | None:
 #: The merged statistics of one pass: the blocks' :class:`._stats.BlockStats`
 #: merged by the tree, the same type as what each block returns.
 PassResult = BlockStats
-
-
-class NonFiniteRowsError(ValueError):
-    """Raised when rows hold NaN or inf and ``nan_policy="raise"``."""
-
-
-class NumericalRangeError(ValueError):
-    """A quantity of the fit is not representable in float64 (it overflows or underflows).
-
-    Raised with the pass or the quantity named, instead of an error from
-    inside numpy or a non-finite result; the message says what to change.
-    """
 
 
 def _check_finite(stats: BlockStats, label: str) -> None:

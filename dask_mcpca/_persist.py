@@ -72,6 +72,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ._atomic import write_bytes
+from ._exceptions import ModelFormatError
 from ._robust import FALL_OFF2, _floored
 from ._schedule import flat_top_consistency, robust_kernel_size2
 from ._urls import read_bytes
@@ -79,7 +80,7 @@ from ._version import __version__
 
 T = TypeVar("T")
 
-__all__ = ["save", "load", "validate_fitted", "ModelFormatError", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["save", "load", "validate_fitted", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "dask-mcpca-model"
 FORMAT_VERSION = 2
@@ -98,10 +99,6 @@ CONSISTENCY_TOL = 1e-8
 
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _ARRAY_KINDS = "biuf"  # bool, signed / unsigned int, float
-
-
-class ModelFormatError(ValueError):
-    """The file is not a model this version of dask-mcpca can read."""
 
 
 def _encode_float(x: float):

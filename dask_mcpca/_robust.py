@@ -56,9 +56,10 @@ from scipy.spatial import cKDTree
 
 from . import _cells
 from ._block import block_stats
+from ._exceptions import NumericalRangeError
 from ._kernels import _top_exponent
 from ._missing import MAX_PATTERNS, em_moments, pattern_key, radius_for_count, rare_pattern_rows
-from ._passes import NumericalRangeError, PassResult, PassRunner
+from ._passes import PassResult, PassRunner
 from ._power import spread_directions
 from ._repeated import TIGHT_MIN_ROWS, TIGHT_SHARE, find_repeated, held_out, quantization_steps
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile

@@ -126,7 +126,7 @@ def test_float32_and_float64_stores_get_the_same_blocks(tmp_path, monkeypatch):
 
     from dask_mcpca import _io
 
-    monkeypatch.setattr(_io, "BLOCK_VALUES", 6 * 10_000)  # 10,000 rows of 6 columns: 2 store chunks
+    monkeypatch.setattr(_io, "DEFAULT_BLOCK_VALUES", 6 * 10_000)  # 10,000 rows of 6 columns: 2 store chunks
     X = archive()
     fits = {}
     for dtype in (np.float64, np.float32):
