@@ -75,3 +75,144 @@ def test_only_the_estimator_uses_its_private_methods():
         if isinstance(node, ast.Attribute) and node.attr in private
     }
     assert not used, sorted(used)
+
+
+def _package_graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {m: {i for i in _imports(p) if i in files and i != m} for m, p in files.items()}
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules ``start`` imports, directly or through others (the package's ``__init__`` not followed)."""
+    seen, stack = set(), [start]
+    while stack:
+        for nxt in graph[stack.pop()]:
+            if nxt not in seen and nxt != "dask_mcpca":
+                seen.add(nxt)
+                stack.append(nxt)
+    return seen
+
+
+def _underscored_imports() -> set[tuple[str, str, str]]:
+    """``(importer, module, name)`` of each ``from <module> import _name`` between two modules of the package:
+    a name with one leading underscore (private to its module), not a module of the package itself."""
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    found = set()
+    for importer, path in files.items():
+        package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            if not base.startswith("dask_mcpca"):
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and f"{base}.{alias.name}" not in files and base != importer:
+                    found.add((importer.removeprefix("dask_mcpca."), base.removeprefix("dask_mcpca."), alias.name))
+    return found
+
+
+#: The underscored names one module of the package still imports from another (issue 38): most
+#: inside the command line's ``_cli*`` family, which shares private helpers.  This list may only
+#: shrink: a new private import fails the test (make the name public in its module, or move the
+#: code), and one that is gone must be struck from here.  Entries of a module that no longer
+#: exists are ignored (a module split or renamed).
+ALLOWED_UNDERSCORED_IMPORTS = frozenset({
+    ("_cli", "_cli_common", "_one_line"),
+    ("_cli", "_cli_common", "_UsageError"),
+    ("_cli", "_cli_scheduler", "_scheduler"),
+    ("_cli", "_cli_scheduler", "_SchedulerLost"),
+    ("_cli_fit", "_cli_common", "_archive_span"),
+    ("_cli_fit", "_cli_common", "_describe"),
+    ("_cli_fit", "_cli_common", "_fmt_seconds"),
+    ("_cli_fit", "_cli_common", "_listed"),
+    ("_cli_fit", "_cli_common", "_open"),
+    ("_cli_fit", "_cli_common", "_slice_text"),
+    ("_cli_fit", "_cli_common", "_storage_options"),
+    ("_cli_fit", "_cli_common", "_UsageError"),
+    ("_cli_fit", "_cli_outputs", "_check_output_location"),
+    ("_cli_fit", "_cli_outputs", "_exists"),
+    ("_cli_fit", "_cli_outputs", "_refuse_inside_input"),
+    ("_cli_outputs", "_cli_common", "_one_line"),
+    ("_cli_outputs", "_cli_common", "_store_root"),
+    ("_cli_outputs", "_cli_common", "_UsageError"),
+    ("_cli_outputs", "_progress", "_active_client"),
+    ("_cli_report", "_cli_common", "_archive_span"),
+    ("_cli_report", "_cli_common", "_describe"),
+    ("_cli_report", "_cli_common", "_fmt_seconds"),
+    ("_cli_report", "_cli_common", "_open"),
+    ("_cli_report", "_cli_common", "_slice_text"),
+    ("_cli_report", "_cli_common", "_storage_options"),
+    ("_cli_report", "_cli_common", "_store_root"),
+    ("_cli_report", "_cli_common", "_UsageError"),
+    ("_cli_report", "_cli_outputs", "_check_output_location"),
+    ("_cli_report", "_cli_outputs", "_refuse_inside_input"),
+    ("_cli_scheduler", "_cli_common", "_one_line"),
+    ("_cli_score", "_cli_common", "_archive_span"),
+    ("_cli_score", "_cli_common", "_fmt_seconds"),
+    ("_cli_score", "_cli_common", "_open"),
+    ("_cli_score", "_cli_common", "_storage_options"),
+    ("_cli_score", "_cli_common", "_store_root"),
+    ("_cli_score", "_cli_common", "_UsageError"),
+    ("_cli_score", "_cli_outputs", "_check_output_location"),
+    ("_cli_score", "_cli_outputs", "_compute_settled"),
+    ("_cli_score", "_cli_outputs", "_exists"),
+    ("_cli_score", "_cli_outputs", "_output_store"),
+    ("_cli_score", "_cli_outputs", "_refuse_inside_input"),
+    ("_cli_score", "_cli_outputs", "_refuse_replacing_other_data"),
+    ("_estimator", "_base", "_BaseMCPCA"),
+    ("_paper", "_kernels", "_top_exponent"),
+    ("_persist", "_robust", "_floored"),
+    ("_report_block", "_kernels", "_shifted"),
+    ("_report_block", "_progress", "_active_client"),
+    ("_robust", "_kernels", "_top_exponent"),
+    ("_robust", "_start", "_mahalanobis2"),
+    ("_robust", "_start", "_rank"),
+})
+
+
+def test_no_new_underscored_imports_between_modules():
+    found = _underscored_imports()
+    new = sorted(found - ALLOWED_UNDERSCORED_IMPORTS)
+    assert not new, f"private names imported from another module (make them public there): {new}"
+    modules = {_module_name(p).removeprefix("dask_mcpca.") for p in PACKAGE.rglob("*.py")}
+    gone = sorted(e for e in ALLOWED_UNDERSCORED_IMPORTS - found if e[0] in modules)
+    assert not gone, f"no longer imported: strike them from ALLOWED_UNDERSCORED_IMPORTS: {gone}"
+
+
+def test_the_read_path_imports_no_write_code():
+    """Opening and reading data (``_io``, ``_stacked``, ``_urls``) never loads the atomic writes (``_atomic``)."""
+    graph = _package_graph()
+    for reader in ("_io", "_stacked", "_urls"):
+        assert "dask_mcpca._atomic" not in _reached(graph, f"dask_mcpca.{reader}"), reader
+
+
+def test_the_model_algebra_does_not_import_the_fit():
+    """``_model`` (a fitted model's algebra) serves the fit and the per-row methods; it never imports ``_fit``."""
+    assert "dask_mcpca._fit" not in _reached(_package_graph(), "dask_mcpca._model")
+
+
+def test_public_errors_live_in_one_module_and_are_all_exported():
+    """Every exception and warning class the package defines lives in ``_exceptions`` and is exported;
+    the command line's own (``_UsageError``, ``_SchedulerLost``) and ``_rowprints.RunsError``, which
+    ``load`` reports as a damaged model file, are internal."""
+    internal = {"_UsageError", "_SchedulerLost", "RunsError"}
+    defined = {
+        (_module_name(path).removeprefix("dask_mcpca."), node.name)
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name.endswith(("Error", "Warning")) and node.name not in internal
+    }
+    assert {module for module, _ in defined} == {"_exceptions"}, sorted(defined)
+    from dask_mcpca import _exceptions
+
+    assert set(_exceptions.__all__) == {name for _, name in defined}
+    assert set(_exceptions.__all__) <= set(dask_mcpca.__all__)
+    api = (PACKAGE.parent / "docs" / "api.rst").read_text()
+    for name in _exceptions.__all__:
+        assert getattr(dask_mcpca, name) is getattr(_exceptions, name)
+        assert f":: {name}\n" in api, f"docs/api.rst does not list {name}"
