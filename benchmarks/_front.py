@@ -1,0 +1,191 @@
+"""The README's key figures, read from the results files instead of retyped.
+
+Each figure in ``README.md`` sits in a marked span,
+``<!-- figure:NAME -->VALUE<!-- /figure -->``; :data:`FIGURES` says where
+NAME's value lives: a results file, the ``<!-- begin KEY -->`` section of it
+that :func:`benchmarks._results.update_section` writes (or the whole file), and
+either a table row (its first cells) and columns, or a regular expression.
+``python benchmarks/_front.py`` rewrites the spans from the results files;
+``--check`` exits 1 when one is stale.  ``tests/test_figures.py`` runs the
+check in the fast tier, so a re-measured benchmark fails a test until the
+README is regenerated.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["FIGURES", "README", "Figure", "value", "spans", "render", "stale", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The file whose marked spans are generated.
+README = ROOT / "README.md"
+_RESULTS = "benchmarks/RESULTS.md"
+_SPAN = re.compile(r"<!-- figure:([\w.-]+) -->(.*?)<!-- /figure -->", re.S)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Where one figure lives and how it is written.
+
+    Parameters
+    ----------
+    path : str
+        The results file, relative to the repository root.
+    section : str or None
+        The ``<!-- begin KEY -->`` section of ``path``; None: the whole file.
+    rows : tuple of tuple of str
+        Table rows, each named by its first cells (stripped; the first such row
+        of the section); empty with ``pattern``.
+    cols : tuple of int
+        The columns read from each row (0 = the first cell).
+    fmt : str
+        Format of each number read from a cell (its leading number); ``""`` keeps the cell's text.
+    join : str
+        Between the columns of a row.
+    spread : bool
+        Several rows: write ``min-max`` of the numbers instead of each.
+    pattern : str
+        A regular expression searched in the section instead of rows; its groups fill ``template``.
+    template : str
+        ``str.format`` template for the pattern's groups.
+    """
+
+    path: str
+    section: str | None = None
+    rows: tuple[tuple[str, ...], ...] = ()
+    cols: tuple[int, ...] = (1,)
+    fmt: str = ""
+    join: str = " / "
+    spread: bool = False
+    pattern: str = ""
+    template: str = "{0}"
+
+
+def _speed(dtype: str) -> str:
+    return f"speed-20000000x10-{dtype}-console-malloc"
+
+
+def _fit_figures(dtype: str, tag: str) -> dict[str, Figure]:
+    sec = _speed(dtype)
+    return {
+        f"fit-{tag}-s": Figure(_RESULTS, sec, (("MCPCA().fit(store) (auto)",),), (1,), "{:.1f}"),
+        f"fit-{tag}-xtx": Figure(
+            _RESULTS,
+            sec,
+            pattern=r"mcpca_fit / xtx ([\d.]+) \(rounds ([\d.]+-[\d.]+)\)",
+            template="{0} (single rounds {1})",
+        ),
+        f"fit-{tag}-daskml": Figure(_RESULTS, sec, pattern=r"MCPCA fit / dask-ml PCA fit: \*\*([\d.]+)\*\*"),
+        f"fit-{tag}-process-s": Figure(_RESULTS, sec, (("`dask-mcpca fit STORE`, as a process",),), (1,), "{:.1f}"),
+    }
+
+
+def _score_figures(section: str, tag: str) -> dict[str, Figure]:
+    row = (("`score` (default: `monitoring`, float32)",),)
+    return {
+        f"score-{tag}-s": Figure(_RESULTS, section, row, (1,), "{:.1f}"),
+        f"score-{tag}-copy": Figure(_RESULTS, section, row, (4,)),
+        f"score-{tag}-xtx": Figure(_RESULTS, section, row, (5,)),
+    }
+
+
+_PAPER = "docs/comparison.md"
+_BIG_ROWS = (("8,000,000",), ("32,000,000",), ("100,000,000",))
+
+#: Every generated figure of the README, by the name its span carries.
+FIGURES: dict[str, Figure] = {
+    "paper-pca": Figure(_PAPER, None, (("5 % outliers", "PCA"),), (2, 3, 4)),
+    "paper-mcpi": Figure(_PAPER, None, (("5 % outliers", "MCPI, solver='paper'"),), (2, 3, 4)),
+    "paper-default": Figure(_PAPER, None, (("5 % outliers", "MCPCA default"),), (2, 3, 4)),
+    **_fit_figures("float64", "f64"),
+    **_fit_figures("float32", "f32"),
+    **_score_figures("score-floor-20000000x10-float64-console-malloc", "malloc"),
+    **_score_figures("score-floor-20000000x10-float64", "glibc"),
+    "memory-peak": Figure(_RESULTS, "memory-x10", _BIG_ROWS, (4,), "{:.0f}", spread=True),
+    "memory-peak-malloc": Figure(_RESULTS, "memory-x10", _BIG_ROWS, (10,), "{:.0f}", spread=True),
+}
+
+
+def _section(fig: Figure) -> str:
+    text = (ROOT / fig.path).read_text()
+    if fig.section is None:
+        return text
+    begin, end = f"<!-- begin {fig.section} -->", f"<!-- end {fig.section} -->"
+    if text.count(begin) != 1 or end not in text:
+        raise KeyError(f"{fig.path}: no single section {fig.section!r}")
+    return text.split(begin, 1)[1].split(end, 1)[0]
+
+
+def _row(text: str, first: tuple[str, ...]) -> list[str]:
+    found = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if tuple(cells[: len(first)]) == first:
+                found.append(cells)
+    if not found:
+        raise KeyError(f"no table row starts with {first!r}")
+    return found[0]
+
+
+def _number(cell: str) -> float:
+    match = re.match(r"[\d.]+", cell.replace(",", ""))
+    if match is None:
+        raise ValueError(f"no number at the start of {cell!r}")
+    return float(match.group())
+
+
+def value(name: str) -> str:
+    """The text of figure ``name`` as the results files give it now."""
+    fig = FIGURES[name]
+    text = _section(fig)
+    if fig.pattern:
+        hits = re.findall(fig.pattern, text)
+        if len(hits) != 1:
+            raise KeyError(f"{name}: {len(hits)} matches of {fig.pattern!r} in {fig.path}")
+        groups = hits[0] if isinstance(hits[0], tuple) else (hits[0],)
+        return fig.template.format(*groups)
+    rows = [_row(text, first) for first in fig.rows]
+    if fig.spread:
+        nums = [_number(r[c]) for r in rows for c in fig.cols]
+        low, high = fig.fmt.format(min(nums)), fig.fmt.format(max(nums))
+        return low if low == high else f"{low}-{high}"
+    cells = [r[c] for r in rows for c in fig.cols]
+    return fig.join.join(fig.fmt.format(_number(c)) if fig.fmt else c for c in cells)
+
+
+def spans(text: str) -> list[tuple[str, str]]:
+    """The ``(name, written value)`` of every marked span in ``text``."""
+    return _SPAN.findall(text)
+
+
+def render(text: str) -> str:
+    """``text`` with every marked span's value replaced by :func:`value`."""
+    return _SPAN.sub(lambda m: f"<!-- figure:{m.group(1)} -->{value(m.group(1))}<!-- /figure -->", text)
+
+
+def stale(text: str) -> list[str]:
+    """Lines ``name: written != measured`` for each span that differs from the results files."""
+    return [f"{n}: {w!r} != {value(n)!r}" for n, w in spans(text) if w != value(n)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite the README's figures; with ``--check``, only report stale ones (exit 1)."""
+    argv = sys.argv[1:] if argv is None else argv
+    text = README.read_text()
+    if "--check" in argv:
+        bad = stale(text)
+        print("\n".join(bad) or "README figures match the results files")
+        return 1 if bad else 0
+    new = render(text)
+    if new != text:
+        README.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
