@@ -1,0 +1,177 @@
+"""``dask-mcpca score`` and ``report`` on a wide store against the copy floor (issue 37 point 4).
+
+One command::
+
+    python benchmarks/wide_score.py --rows 200000 --cols 300 --repeats 5
+
+Generates (or reuses) a float32 Zarr store with :mod:`make_store`, chunked as
+docs/performance.md recommends for a store under 1 GiB (16 chunks of whole
+rows), fits ``MCPCA()`` once on its first ``--fit-rows`` rows and saves the
+model, then runs three commands as fresh processes, alternated (the order
+rotates each round), ``--repeats`` times, and reports the medians and the
+ratios to the floor:
+
+copy floor
+    ``da.from_zarr`` of the store, and per row block one array of each of the
+    default outputs of ``score`` (``monitoring``: float32 ``d2``, bool
+    ``outlier``, int16 ``top_channel``, int16 ``n_observed``; 9 bytes a
+    row) made from the block's first column (a cast, no arithmetic), written
+    with ``da.store`` to a new Zarr group with the same row chunks: the same
+    bytes read, the same bytes written, the same process start and imports.
+score
+    ``dask-mcpca score STORE --model M --output OUT --overwrite`` (the
+    default outputs).
+report
+    ``dask-mcpca report STORE --model M --output report.png`` (a PNG and
+    the events CSV).
+
+The target of issue 37 point 4: both within 1.5x of the copy floor at
+p = 300.  Writes ``benchmarks/WIDE_SCORE.md`` (unless ``--no-write``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _results import cpu_line, fmt_bytes
+from make_store import make_store
+
+__all__ = ["build_parser", "time_commands", "RESULT"]
+
+#: The results file this script writes.
+RESULT = Path(__file__).resolve().parent / "WIDE_SCORE.md"
+
+#: The copy floor's child: read the store, write arrays of the default outputs' dtypes and rows.
+_COPY = (
+    "import sys, dask.array as da, numpy as np, zarr\n"
+    "X = da.from_zarr(sys.argv[1])\n"
+    "first = X[:, 0]\n"
+    "arrays = {'d2': first.astype(np.float32), 'outlier': first > 0,\n"
+    "          'top_channel': first.astype(np.int16), 'n_observed': first.astype(np.int16)}\n"
+    "g = zarr.open_group(sys.argv[2], mode='w')\n"
+    "targets = [g.create_array(n, shape=a.shape, chunks=(X.chunks[0][0],), dtype=a.dtype)\n"
+    "           for n, a in arrays.items()]\n"
+    "da.store(list(arrays.values()), targets, lock=False)\n"
+)
+
+#: The commands' child: ``python -m dask_mcpca``, what the installed ``dask-mcpca`` runs.
+_CLI = None
+
+
+def _run(code: str | None, args: list[str]) -> float:
+    """Seconds of one child process."""
+    started = time.perf_counter()
+    head = ["-m", "dask_mcpca"] if code is None else ["-c", code]
+    done = subprocess.run([sys.executable, *head, *args], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{args[0]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return time.perf_counter() - started
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def time_commands(store: str, model: str, repeats: int, tmp: Path):
+    """Seconds of each command per round (fresh processes, the order rotating), and the bytes each wrote."""
+    commands = {
+        "copy": (_COPY, [store, str(tmp / "copy.zarr")], tmp / "copy.zarr"),
+        "score": (_CLI, ["score", store, "--model", model, "--output", str(tmp / "scores.zarr"), "--overwrite",
+                         "--no-progress"], tmp / "scores.zarr"),
+        "report": (_CLI, ["report", store, "--model", model, "--output", str(tmp / "report.png"),
+                          "--no-progress"], None),
+    }
+    names = list(commands)
+    for code, args, _ in commands.values():  # once untimed: the page cache and compiled loops
+        _run(code, args)
+    written = {name: _dir_bytes(out) if out else 0 for name, (_, _, out) in commands.items()}
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % 3:] + names[: r % 3]:
+            times[name].append(_run(commands[name][0], commands[name][1]))
+        print(f"round {r + 1}/{repeats}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True)
+    return times, written
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="wide_score.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--cols", type=int, default=300)
+    ap.add_argument("--chunks", type=int, default=16, help="row chunks of the store (docs/performance.md: 16)")
+    ap.add_argument("--fit-rows", type=int, default=100_000, help="rows the model is fitted on, once")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--label", default="", help="a note on the code measured, in the section's title")
+    ap.add_argument("--no-write", action="store_true", help="print, do not update WIDE_SCORE.md")
+    return ap
+
+
+def main(argv=None) -> None:
+    a = build_parser().parse_args(argv)
+    import numpy as np
+
+    from dask_mcpca import MCPCA
+    from dask_mcpca._io import as_row_blocks
+
+    info = make_store(a.rows, a.cols, dtype="float32", chunk_rows=math.ceil(a.rows / a.chunks))
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parent / "data") as tmp:
+        tmp = Path(tmp)
+        model = tmp / "model.json"
+        MCPCA().fit(np.asarray(as_row_blocks(str(info.path))[: a.fit_rows])).save(model)
+        times, written = time_commands(str(info.path), str(model), a.repeats, tmp)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    labels = {"copy": "copy floor (read + write the default outputs' bytes)",
+              "score": "`dask-mcpca score` (default outputs)", "report": "`dask-mcpca report` (PNG + events CSV)"}
+    title = f"## {a.rows:,} x {a.cols} float32, {a.chunks} chunks" + (f": {a.label}" if a.label else "")
+    text = "\n".join([
+        title,
+        "",
+        f"Command: `python benchmarks/wide_score.py --rows {a.rows} --cols {a.cols} --chunks {a.chunks} "
+        f"--repeats {a.repeats}`. Input {fmt_bytes(info.store_bytes)} on disk "
+        f"({fmt_bytes(info.nbytes)} raw). Fresh processes, alternated, medians. 1-min load average before / "
+        f"after: {load:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {cpu_line()}.",
+        "",
+        "| command | median s | runs s | written | / copy floor |",
+        "| --- | ---: | --- | ---: | ---: |",
+        *[f"| {labels[k]} | {med[k]:.2f} | {', '.join(f'{t:.2f}' for t in v)} | "
+          f"{fmt_bytes(written[k]) if written[k] else 'PNG + CSV'} | {med[k] / med['copy']:.2f} |"
+          for k, v in times.items()],
+        "",
+        f"score / copy floor **{med['score'] / med['copy']:.2f}**, report / copy floor "
+        f"**{med['report'] / med['copy']:.2f}** (target: at most 1.5 each).",
+    ])
+    print(text)
+    if not a.no_write:
+        _write_section(f"wide-{a.rows}x{a.cols}" + (f"-{a.label}" if a.label else ""), text)
+
+
+def _write_section(key: str, body: str) -> None:
+    import re
+
+    head = ("# Scoring and reporting wide archives against the copy floor\n\n"
+            "Written by `benchmarks/wide_score.py` (issue 37 point 4): `dask-mcpca score` (the default outputs) and\n"
+            "`dask-mcpca report` on a wide float32 store against the **copy floor**, a process that reads the same\n"
+            "store and writes arrays of the same rows and dtypes as `score`'s default outputs (float32 `d2`, bool\n"
+            "`outlier`, int16 `top_channel` and `n_observed`: 9 bytes a row), cast from each block's first column\n"
+            "with no other arithmetic. Every command runs as a fresh process (interpreter start and imports\n"
+            "included), the order rotating each round. Target: both within 1.5x of the floor at p = 300.\n")
+    text = RESULT.read_text() if RESULT.exists() else head
+    begin, end = f"<!-- begin {key} -->", f"<!-- end {key} -->"
+    block = f"{begin}\n{body.rstrip()}\n{end}"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    RESULT.write_text(text.rstrip() + "\n")
+
+
+if __name__ == "__main__":
+    main()
