@@ -55,7 +55,7 @@ def _read(path) -> list[dict]:
 
 
 def _report(store, model, tmp: Path, extra: list[str], png: str | None = None) -> tuple[list[dict], float]:
-    from dask_mcpca._cli import main as cli
+    from dask_mcpca.cli import main as cli
 
     started = time.perf_counter()
     rc = cli(["report", str(store), "--model", str(model), "--output", png or str(tmp / "report.png"), "--events",
@@ -84,7 +84,7 @@ def _judge(rows: list[dict], first_day: int, days: set[int], saturated: np.ndarr
 
 def run_seed(seed: int, angle: float, tmp: Path, png: str | None = None) -> dict:
     """The three cases of one seed (see the module docstring)."""
-    from dask_mcpca._cli import main as cli
+    from dask_mcpca.cli import main as cli
     from dask_mcpca.testing import plant_archive, write_plant_archive
 
     out = {}

@@ -84,8 +84,8 @@ def _child_report(path: str, model: str, out_dir: str, default_malloc: bool) -> 
     import matplotlib.pyplot  # noqa: F401  (the report draws with it: imported before the baseline)
 
     from dask_mcpca import _malloc, _report
-    from dask_mcpca._cli import main
     from dask_mcpca._io import as_row_blocks
+    from dask_mcpca.cli import main
 
     if default_malloc:
         _malloc.return_large_frees_to_os = lambda *a, **k: False

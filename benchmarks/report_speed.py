@@ -43,7 +43,7 @@ __all__ = ["time_commands"]
 #: The child: the command line, then its own peak resident set size on stderr's last line.
 _CHILD = (
     "import sys\n"
-    "from dask_mcpca._cli import main\n"
+    "from dask_mcpca.cli import main\n"
     "rc = main(sys.argv[1:])\n"
     "hwm = [line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM')]\n"
     "print('VmHWM', hwm[0] if hwm else 0, file=sys.stderr)\n"

@@ -2,7 +2,7 @@
 
 Target: appending 10 % new rows costs <= 0.15 of a full ``score``.  The two
 are timed alternately in one run, as the command line runs them, in this
-process (``dask_mcpca._cli._run``: the interpreter's start and imports, paid
+process (``dask_mcpca.cli.run_args``: the interpreter's start and imports, paid
 by both alike, are left out).  Each round:
 
 1. a full ``score`` of the archive (``benchmarks/make_store.py``: Gaussian
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_store import make_store
 
 from dask_mcpca import MCPCA
-from dask_mcpca._cli import _build_parser, _run
+from dask_mcpca.cli import build_parser, run_args
 
 OUT = Path(__file__).resolve().parent / "MONITORING.md"
 #: The section of ``MONITORING.md`` this benchmark writes (``monitoring.py`` keeps it).
@@ -42,9 +42,9 @@ BEGIN, END = "<!-- score-append: begin -->", "<!-- score-append: end -->"
 
 
 def _timed(argv: list[str]) -> float:
-    args = _build_parser().parse_args(argv + ["--no-progress"])
+    args = build_parser().parse_args(argv + ["--no-progress"])
     started = time.perf_counter()
-    rc = _run(args)  # the command's work; main() adds a gc.collect() for callers in Python, not paid by a process
+    rc = run_args(args)  # the command's work; main() adds a gc.collect() for callers in Python, not paid by a process
     elapsed = time.perf_counter() - started
     if rc != 0:
         raise SystemExit(f"{argv} failed with status {rc}")

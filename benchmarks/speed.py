@@ -449,7 +449,7 @@ def run_score_floor(*, rows: int, cols: int, dtype: str, chunk_rows: int, repeat
     import zarr
 
     from dask_mcpca import MCPCA
-    from dask_mcpca._cli import _build_parser, _run
+    from dask_mcpca.cli import build_parser, run_args
 
     info = make_store(rows, cols, dtype=dtype, chunk_rows=chunk_rows)
     store = str(info.path)
@@ -468,9 +468,9 @@ def run_score_floor(*, rows: int, cols: int, dtype: str, chunk_rows: int, repeat
         def score(*extra):
             def run():
                 target = os.path.join(work, "score.zarr")
-                args = _build_parser().parse_args(["score", store, "-m", model, "-o", target, "--overwrite",
+                args = build_parser().parse_args(["score", store, "-m", model, "-o", target, "--overwrite",
                                                    "--no-progress", *extra])
-                if _run(args) != 0:
+                if run_args(args) != 0:
                     raise SystemExit(f"score {extra} failed")
                 return target
             return run

@@ -26,11 +26,11 @@ Where things live:
 - ``_labels``: names in, names out (feature names, DataArray rows and coordinates)
 - ``_report``: ``dask-mcpca report``, one streaming pass summarised as a PNG and events
 - ``_console``: the console script (the process's malloc, see ``_malloc``), then
-  ``_cli``: the ``dask-mcpca`` command line starts here (the parser, ``main``; the estimator's
+  ``cli``: the ``dask-mcpca`` command line starts here (the parser, ``main``; the estimator's
   option values from ``_choices``, so the parser loads nothing heavy); its commands
-  in ``_cli_fit`` (fit, update), ``_cli_score`` and ``_cli_report`` (report, demo); what they
-  share in ``_cli_common`` (the archive named, one-line errors), ``_cli_scheduler``
-  (``--scheduler``) and ``_cli_outputs`` (output locations and stores)
+  in ``cli.fit`` (fit, update), ``cli.score`` and ``cli.report`` (report, demo); what they
+  share in ``cli.common`` (the archive named, one-line errors), ``cli.scheduler``
+  (``--scheduler``) and ``cli.outputs`` (output locations and stores)
 """
 
 from __future__ import annotations

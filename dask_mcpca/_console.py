@@ -12,7 +12,7 @@ A command run as a program owns its process, so:
 - the process ends without tearing the interpreter down (:func:`_leave`):
   after a fit of 20M rows that teardown took 0.6 s, a tenth of the command.
 
-:func:`._cli.main` called from Python does neither.
+:func:`.cli.main` called from Python does neither.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def run() -> int:
     """Run ``dask-mcpca`` with ``sys.argv`` and the process's settings; return the exit status."""
     if len(sys.argv) > 1 and sys.argv[1] in STREAMING_COMMANDS:
         reuse_large_blocks()
-    from ._cli import main as cli_main
+    from .cli import main as cli_main
 
     return cli_main()
 
@@ -71,6 +71,6 @@ def _leave(status: int) -> NoReturn:
                 stream.flush()
             except (AttributeError, OSError, ValueError):  # closed (>&-), or a reader gone
                 pass
-    except KeyboardInterrupt:  # Ctrl-C on the way out (or re-delivered by _cli's unraisable hook)
+    except KeyboardInterrupt:  # Ctrl-C on the way out (or re-delivered by cli's unraisable hook)
         status = 130
     os._exit(status)

@@ -3,7 +3,7 @@
 Each is raised by one part of the package (named below) and caught by the
 command line, which turns it into one line and an exit status
 (``docs/errors.md``).  The command line's own usage error is internal
-(:mod:`._cli_common`).
+(:mod:`.cli.common`).
 """
 
 from __future__ import annotations

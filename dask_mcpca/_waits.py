@@ -11,7 +11,7 @@ API alike):
   connect and read timeouts (:func:`s3_config`) are sized so that the
   attempts botocore and s3fs make, with their backoff, end within the
   limit; an upload is also given :data:`SECONDS_PER_MIB` per MiB it sends;
-- a ``--scheduler`` that has no worker left (:mod:`._cli_scheduler`): the
+- a ``--scheduler`` that has no worker left (:mod:`.cli.scheduler`): the
   computation is cancelled once it has had none for the limit.
 
 Reaching a ``--scheduler`` has its own, shorter bound, ``--connect-timeout``.

@@ -1,6 +1,6 @@
 """An adversarial list over the command line (issue 35): bad or strange input to fit, update, score, report.
 
-Each case runs one command in process (:func:`dask_mcpca._cli.main`) on small stores made here and
+Each case runs one command in process (:func:`dask_mcpca.cli.main`) on small stores made here and
 asserts what a user must see: exit status 2 for input that cannot be used (0 where the input is
 legitimate), exactly one line on stderr naming the problem (a key word of it; nothing at all after a
 success), no traceback, no output left behind after a refusal, and every input file unchanged (the
@@ -23,7 +23,7 @@ import xarray as xr
 import zarr
 
 from dask_mcpca import MCPCA
-from dask_mcpca._cli import main
+from dask_mcpca.cli import main
 
 pytestmark = pytest.mark.slow
 

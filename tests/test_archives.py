@@ -20,7 +20,7 @@ import zarr
 from _cluster import ProcessCluster
 
 from dask_mcpca import load
-from dask_mcpca._cli import main
+from dask_mcpca.cli import main
 from dask_mcpca.demo.archive import CHANNELS, make_archive
 
 N_ROWS = 60_000

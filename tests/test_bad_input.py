@@ -660,7 +660,7 @@ def _xarray_store(path, times):
 
 
 def _cli_error(capsys, *argv) -> str:
-    from dask_mcpca._cli import main
+    from dask_mcpca.cli import main
 
     assert main([*map(str, argv), "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -724,7 +724,7 @@ def _with_gaps_in(n=3000, gaps=240, seed=4):
 
 def test_the_rows_judged_on_fewer_channels_are_counted_saved_and_printed(tmp_path, capsys):
     from dask_mcpca import load
-    from dask_mcpca._cli import main
+    from dask_mcpca.cli import main
 
     X = _with_gaps_in()
     gappy = int(np.isnan(X).any(axis=1).sum())

@@ -222,7 +222,7 @@ IN_PROCESS_CASES = (
 
 
 def _main_status(args) -> int:
-    from dask_mcpca._cli import main
+    from dask_mcpca.cli import main
 
     try:
         return main(args)
@@ -607,7 +607,7 @@ def test_ctrl_c_mid_fit_exits_130_in_one_line(stores, tmp_path):
 def test_a_ctrl_c_raised_in_a_finalizer_still_stops_the_command():
     """The command line silences "Exception ignored in ..." (abandoned object-store requests); a
     KeyboardInterrupt raised while a finalizer ran went there too, and a fit ran on to exit 0."""
-    from dask_mcpca._cli import _quiet_unraisable
+    from dask_mcpca.cli import _quiet_unraisable
 
     class Finalized:
         def __del__(self):
@@ -659,8 +659,8 @@ def test_overlap_rule_compares_paths_and_urls_both_ways(tmp_path, monkeypatch):
     """One rule for every output check: inside or holding, local paths, file:// URLs and remote URLs,
     a scheme under any of its fsspec names (s3a://, local://); a URL is never split at its scheme's
     colon, even when a local ./s3 exists (it used to be, and then no URL overlapped anything)."""
-    from dask_mcpca._cli_outputs import _overlaps, _refuse_inside_input
     from dask_mcpca._io import split_store_path
+    from dask_mcpca.cli.outputs import _overlaps, refuse_inside_input
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s3").mkdir()
@@ -685,7 +685,7 @@ def test_overlap_rule_compares_paths_and_urls_both_ways(tmp_path, monkeypatch):
     for output, source in refused:
         assert _overlaps(output, source) and _overlaps(source, output), (output, source)
         with pytest.raises(Exception, match="overlap the input store"):
-            _refuse_inside_input(output, source, "--output")
+            refuse_inside_input(output, source, "--output")
     for output, source in accepted:
         assert not _overlaps(output, source), (output, source)
-        _refuse_inside_input(output, source, "--output")
+        refuse_inside_input(output, source, "--output")

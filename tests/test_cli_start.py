@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import dask_mcpca
-from dask_mcpca import _cli
+from dask_mcpca import cli
 
 #: Libraries a command loads when it runs and the parser must not.
 HEAVY = ("dask", "distributed", "numpy", "scipy", "sklearn", "numba", "zarr", "xarray", "pandas", "h5py")
@@ -60,15 +60,15 @@ def test_the_parser_loads_no_heavy_library(case, tmp_path):
 
 
 def test_every_command_has_a_function():
-    parser = _cli._build_parser()
+    parser = cli.build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
-    assert set(commands) == set(_cli.COMMANDS)
+    assert set(commands) == set(cli.COMMANDS)
     for name in commands:
-        assert callable(_cli._command(name))
+        assert callable(cli._command(name))
 
 
 def test_max_events_help_states_the_reports_default():
     from dask_mcpca._report import MAX_EVENTS
 
-    assert _cli._MAX_EVENTS_HELP == f"{MAX_EVENTS:,}"
-    assert _cli._build_parser().parse_args(["report", "s.zarr", "-m", "m.json"]).max_events is None
+    assert cli._MAX_EVENTS_HELP == f"{MAX_EVENTS:,}"
+    assert cli.build_parser().parse_args(["report", "s.zarr", "-m", "m.json"]).max_events is None

@@ -1,6 +1,6 @@
 """``dask-mcpca update``: partial_fit on the rows a model has not read, the model file replaced atomically.
 
-Run in process through :func:`dask_mcpca._cli.main`, on real Zarr stores on
+Run in process through :func:`dask_mcpca.cli.main`, on real Zarr stores on
 disk.  The expected models come from the Python API on the rows the test
 selects itself (``fit`` on the first rows, ``partial_fit`` on the rest), the
 expected row positions from the generated data.
@@ -19,7 +19,7 @@ import zarr
 from conftest import FileOpens, assert_same_fit
 
 from dask_mcpca import MCPCA, load
-from dask_mcpca._cli import main
+from dask_mcpca.cli import main
 
 N, P, CHUNK = 24_000, 4, 2_000
 SCALES = np.array([3.0, 1.0, 0.5, 0.2])

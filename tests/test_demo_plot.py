@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib
 import pytest
 
-from dask_mcpca._cli import main
+from dask_mcpca.cli import main
 
 pytestmark = pytest.mark.slow  # a whole demo run (about 30 s on 2 cores)
 

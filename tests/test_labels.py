@@ -239,7 +239,7 @@ def test_an_xarray_archive_keeps_the_order_its_channels_attribute_gives(attribut
     are the 1-D variables sorted by name, unless the Dataset's ``channels`` attribute lists them (one
     that lists no variables of the store is not a channel list); ``fit`` prints the order it uses."""
     from dask_mcpca import open_archive
-    from dask_mcpca._cli import main
+    from dask_mcpca.cli import main
 
     written = ["temp", "flow", "press", "amp"]
     rng = np.random.default_rng(2)

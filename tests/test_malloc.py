@@ -108,7 +108,7 @@ CONSOLE = textwrap.dedent(
 def test_the_console_script_sets_it_for_the_streaming_commands(small_store, tmp_path, command, reused):
     model = str(tmp_path / "model.json")
     if command == "report":
-        from dask_mcpca._cli import main
+        from dask_mcpca.cli import main
 
         assert main(["fit", small_store, "-o", model, "--no-progress"]) == 0
         args = ["report", small_store, "--model", model, "-o", str(tmp_path / "r.png"), "--no-progress"]
@@ -126,7 +126,7 @@ def test_the_console_script_sets_it_for_the_streaming_commands(small_store, tmp_
 def test_main_called_from_python_leaves_the_process_alone(small_store, tmp_path):
     code = textwrap.dedent(
         f"""
-        from dask_mcpca._cli import main
+        from dask_mcpca.cli import main
         assert main(["fit", {small_store!r}, "-o", {str(tmp_path / "m.json")!r}, "--no-progress"]) == 0
         """
     )

@@ -26,7 +26,7 @@ import zarr
 from conftest import assert_same_model
 
 from dask_mcpca import MCPCA, ModelFormatError, load
-from dask_mcpca._cli import main
+from dask_mcpca.cli import main
 
 N, P = 2000, 4
 

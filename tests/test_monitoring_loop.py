@@ -3,7 +3,7 @@
 Fit once; then, each period, the archive grows, ``update`` reads the new rows,
 ``score --append`` scores them with the updated model into the same store, and
 ``report --window`` looks at them.  Run in process through
-:func:`dask_mcpca._cli.main` on a real Zarr archive that grows on disk.  The
+:func:`dask_mcpca.cli.main` on a real Zarr archive that grows on disk.  The
 expected values come from the Python API on rows the test selects itself:
 each period's rows scored by that period's model, and a sensor that sticks in
 the second period, across its append, found as the generated truth says.
@@ -18,8 +18,8 @@ import xarray as xr
 import zarr
 
 from dask_mcpca import load
-from dask_mcpca._cli import main
 from dask_mcpca._repeated import STUCK_RUN
+from dask_mcpca.cli import main
 
 P, CHUNK = 5, 1_500
 PERIODS = (0, 12_000, 15_000, 18_000)  # fitted rows, then two periods of new rows

@@ -28,7 +28,7 @@ pytest.importorskip("moto")
 from _cluster import ProcessCluster
 
 from dask_mcpca import MCPCA, load, open_archive
-from dask_mcpca._cli import main
+from dask_mcpca.cli import main
 
 pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
 

@@ -28,7 +28,7 @@ from _cluster import ProcessCluster
 from dask_mcpca import MCPCA
 from dask_mcpca import _report as report
 from dask_mcpca import _report_block as report_block
-from dask_mcpca._cli import main
+from dask_mcpca.cli import main
 
 N_ROWS, P, CHUNK = 24_000, 4, 1_000
 #: Rows per slice inside a block in these tests (blocks are one store chunk: BLOCK_VALUES = 1).

@@ -31,8 +31,8 @@ import zarr
 from dask_mcpca import MCPCA, _block
 from dask_mcpca import _report as report
 from dask_mcpca import _report_block as report_block
-from dask_mcpca._cli import main
 from dask_mcpca._report_plot import plot
+from dask_mcpca.cli import main
 
 P, N_ROWS, CHUNK = 5, 24_000, 2_000
 START = pd.Timestamp("2025-03-01")  # midnight: hourly windows start at multiples of 3,600 rows

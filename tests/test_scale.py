@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from dask_mcpca import MCPCA, load
-from dask_mcpca._cli import main
+from dask_mcpca.cli import main
 from tests.conftest import assert_same_fit
 
 #: Channel factors: each channel multiplied by a constant in [1e-3, 1e3], extremes included.

@@ -1,7 +1,7 @@
 """``dask-mcpca score --append``: only the new rows read and scored, the store put in place whole.
 
 Real Zarr stores on disk, grown in place as an archive grows; the command run
-in process through :func:`dask_mcpca._cli.main`.  The expected output of an
+in process through :func:`dask_mcpca.cli.main`.  The expected output of an
 append is a full ``score`` of the grown archive into another store, array for
 array (every output is a function of its row, and ``top_channel`` also of the
 row before; floats to 1e-12, as BLAS may round another block's rows in the
@@ -23,8 +23,8 @@ import zarr
 from conftest import FileOpens
 
 from dask_mcpca import MCPCA
-from dask_mcpca._cli import SCORE_ARRAYS, main
 from dask_mcpca._model import CONTEXT_ROWS
+from dask_mcpca.cli import SCORE_ARRAYS, main
 
 N, P, CHUNK = 30_000, 4, 2_000
 FIRST = 20_500  # rows scored first: not on a chunk boundary of the input or of the output

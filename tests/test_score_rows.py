@@ -17,7 +17,7 @@ import xarray as xr
 import zarr
 
 from dask_mcpca import MCPCA
-from dask_mcpca._cli import main
+from dask_mcpca.cli import main
 
 N, P = 4_000, 4
 POLICIES = ("raise", "omit", "partial")

@@ -19,7 +19,7 @@ import xarray as xr
 import zarr
 
 from dask_mcpca import MCPCA, load, open_scores
-from dask_mcpca._cli import main
+from dask_mcpca.cli import main
 
 N, FIRST, P, CHUNK = 6_000, 4_500, 4, 500
 NAMES = ["temp", "flow", "press", "amp"]  # as written: not sorted

@@ -145,11 +145,11 @@ def test_score_overwrite_replaces_only_a_zarr_store(tmp_path, plant, model_file,
 
 def test_a_folder_put_where_the_store_goes_during_the_write_is_kept(tmp_path):
     """What is checked before the work is checked again at the rename: a folder that appears meanwhile stays."""
-    from dask_mcpca._cli_outputs import _output_store
+    from dask_mcpca.cli.outputs import output_store
 
     out = tmp_path / "scores.zarr"
     with pytest.raises(FileExistsError, match="scores.zarr"):
-        with _output_store(str(out), None, overwrite=True) as tmp:
+        with output_store(str(out), None, overwrite=True) as tmp:
             zarr.open_group(tmp, mode="w").attrs["x"] = 1
             out.mkdir()
             (out / "data.csv").write_text("mine")
@@ -459,7 +459,7 @@ def test_an_interrupted_publication_is_recognised_by_its_marker(stores, data, fi
     """A publication that fails before its root metadata leaves its marker; --overwrite replaces that."""
     import s3fs
 
-    from dask_mcpca._cli import main
+    from dask_mcpca.cli import main
 
     options = stores["options"]
     out = f"s3://{BUCKET}/interrupted.zarr"

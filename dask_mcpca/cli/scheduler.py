@@ -4,8 +4,8 @@ Without ``--scheduler`` a command runs on the local threaded scheduler.  With
 it, a thread watches the scheduler's workers while the command runs
 (:class:`_WorkerWatch`): a scheduler with no worker holds its tasks until
 one comes, which may be never, so once it has had none for the wait limit
-(:func:`._waits.wait_limit`, 120 s, ``$DASK_MCPCA_WAIT_LIMIT``) the
-command's tasks are cancelled and it ends with one line (:class:`_NoWorkers`).
+(:func:`dask_mcpca._waits.wait_limit`, 120 s, ``$DASK_MCPCA_WAIT_LIMIT``) the
+command's tasks are cancelled and it ends with one line (:class:`NoWorkers`).
 A long computation with workers is never cut short.
 """
 
@@ -17,12 +17,12 @@ import logging
 import threading
 import time
 
-from ._cli_common import _one_line
-from ._waits import WAIT_LIMIT_ENV, wait_limit
+from .._waits import WAIT_LIMIT_ENV, wait_limit
+from .common import one_line
 
 __all__ = [
-    "DEFAULT_CONNECT_TIMEOUT", "MAX_CONNECT_TIMEOUT", "CLOSE_TIMEOUT", "WORKER_POLL", "_SchedulerLost", "_NoWorkers",
-    "_scheduler",
+    "DEFAULT_CONNECT_TIMEOUT", "MAX_CONNECT_TIMEOUT", "CLOSE_TIMEOUT", "WORKER_POLL", "SchedulerLost", "NoWorkers",
+    "use_scheduler",
 ]
 
 #: Seconds to wait for a ``--scheduler`` before giving up.
@@ -35,11 +35,11 @@ CLOSE_TIMEOUT = 5.0
 WORKER_POLL = 1.0
 
 
-class _SchedulerLost(Exception):
+class SchedulerLost(Exception):
     """The scheduler went away during the computation."""
 
 
-class _NoWorkers(_SchedulerLost):
+class NoWorkers(SchedulerLost):
     """The scheduler had no worker for the wait limit; the computation was cancelled."""
 
 
@@ -92,10 +92,10 @@ class _WorkerWatch:
             futures = [Future(key, self.client) for key in keys]
             self.client.cancel(futures, force=True, reason="no workers", msg=f"no workers for {self.limit:g} s")
 
-    def error(self, address: str) -> _NoWorkers:
+    def error(self, address: str) -> NoWorkers:
         """The one-line error: what happened, and what to do."""
         had = f"it lost its {self.most} worker{'s' * (self.most != 1)}" if self.most else "it had none"
-        return _NoWorkers(
+        return NoWorkers(
             f"the dask scheduler at {address!r} has had no workers for {self.limit:g} s ({had}), so the "
             f"computation was cancelled and nothing written; start workers for it (dask worker {address}), "
             f"or set {WAIT_LIMIT_ENV}=SECONDS to wait longer for them"
@@ -139,18 +139,18 @@ def _client(address: str, timeout: float):
     try:
         parse_address(address)
     except ValueError as err:
-        raise ValueError(f"bad scheduler address {address!r}: {_one_line(err)}") from None
+        raise ValueError(f"bad scheduler address {address!r}: {one_line(err)}") from None
     started = time.monotonic()
     try:
         reply = _identify(address, timeout)
     except (OSError, TimeoutError, asyncio.TimeoutError) as err:
         raise OSError(
-            f"cannot reach the dask scheduler at {address!r} within {timeout:g} s ({_one_line(err)})"
+            f"cannot reach the dask scheduler at {address!r} within {timeout:g} s ({one_line(err)})"
         ) from None
     except Exception as err:  # whatever a non-Dask service makes the parser do
         raise OSError(
             f"{address!r} is not a dask scheduler: it did not answer the Dask handshake "
-            f"({type(err).__name__}: {_one_line(err)})"
+            f"({type(err).__name__}: {one_line(err)})"
         ) from None
     if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
         raise OSError(f"{address!r} is not a dask scheduler: it answered as {str(reply)[:80]!r}")
@@ -159,7 +159,7 @@ def _client(address: str, timeout: float):
         return Client(address, timeout=remaining, set_as_default=True)
     except (OSError, TimeoutError) as err:
         raise OSError(
-            f"cannot reach the dask scheduler at {address!r} within {timeout:g} s ({_one_line(err)})"
+            f"cannot reach the dask scheduler at {address!r} within {timeout:g} s ({one_line(err)})"
         ) from None
 
 
@@ -172,7 +172,7 @@ def _is_scheduler_loss(err: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def _scheduler(address: str | None, timeout: float):
+def use_scheduler(address: str | None, timeout: float):
     """Use the distributed scheduler at ``address`` inside the block (None: local threads)."""
     if not address:
         yield None
@@ -193,7 +193,7 @@ def _scheduler(address: str | None, timeout: float):
         if watch.fired and not isinstance(err, KeyboardInterrupt):
             raise watch.error(address) from None
         if _is_scheduler_loss(err):
-            raise _SchedulerLost(
+            raise SchedulerLost(
                 f"lost the dask scheduler at {address!r} during the computation ({type(err).__name__})"
             ) from None
         raise

@@ -9,25 +9,25 @@ import time
 
 import numpy as np
 
-from . import _malloc
-from ._atomic import atomic_open
-from ._cli_common import (
-    _archive_span,
-    _describe,
-    _fmt_seconds,
-    _open,
-    _slice_text,
-    _storage_options,
-    _store_root,
-    _UsageError,
+from .. import _malloc
+from .._atomic import atomic_open
+from .._estimator import load
+from .._urls import is_url
+from .._urls import overlaps as _overlaps
+from .common import (
+    UsageError,
+    archive_span,
     check_channel_names,
+    describe,
+    fmt_seconds,
+    open_archive_for,
+    parse_storage_options,
+    slice_text,
+    store_root,
 )
-from ._cli_outputs import _check_output_location, _refuse_inside_input
-from ._estimator import load
-from ._urls import is_url
-from ._urls import overlaps as _overlaps
+from .outputs import check_output_location, refuse_inside_input
 
-__all__ = ["_cmd_report", "_cmd_demo"]
+__all__ = ["cmd_report", "cmd_demo"]
 
 
 def _import_quietly(names) -> None:
@@ -39,14 +39,14 @@ def _import_quietly(names) -> None:
         pass
 
 
-def _cmd_report(args, out) -> int:
-    from . import _report
+def cmd_report(args, out) -> int:
+    from .. import _report
 
     if args.max_events is None:  # left out: the report's own default
         args.max_events = _report.MAX_EVENTS
     events = args.events or os.path.splitext(args.output)[0] + ".csv"
     if _overlaps(args.output, events):
-        raise _UsageError(
+        raise UsageError(
             f"--output {args.output!r} and the events file {events!r} are one file; name the events with --events"
         )
     outputs = [(args.output, "--output"), (events, "--events")]
@@ -55,36 +55,36 @@ def _cmd_report(args, out) -> int:
         try:
             window = _report.parse_window(args.window)
         except ValueError as err:
-            raise _UsageError(str(err)) from None
+            raise UsageError(str(err)) from None
         windows = args.windows or os.path.splitext(args.output)[0] + "_windows.csv"
         if any(_overlaps(windows, path) for path, _ in outputs):
-            raise _UsageError(f"--windows {windows!r} is the PNG or the events file; name another")
+            raise UsageError(f"--windows {windows!r} is the PNG or the events file; name another")
         outputs.append((windows, "--windows"))
     elif args.windows is not None:
-        raise _UsageError("--windows needs --window (the drift windows to write)")
+        raise UsageError("--windows needs --window (the drift windows to write)")
     for path, what in outputs:
-        _refuse_inside_input(path, args.store, what)
+        refuse_inside_input(path, args.store, what)
         if _overlaps(path, args.model):
-            raise _UsageError(f"{what} {path!r} would overwrite the model {args.model!r} being read")
-        _check_output_location(path, is_file=True)
-    options = _storage_options(args.storage_options)
+            raise UsageError(f"{what} {path!r} would overwrite the model {args.model!r} being read")
+        check_output_location(path, is_file=True)
+    options = parse_storage_options(args.storage_options)
     _malloc.return_large_frees_to_os()  # memory flat in the rows: see its docstring
     model = load(args.model, storage_options=options)
     # blocks of about _report.BLOCK_VALUES values, and the time coordinate read with its rows (no index in memory)
-    X = _open(args, block_values=_report.BLOCK_VALUES, row_index=False)
+    X = open_archive_for(args, block_values=_report.BLOCK_VALUES, row_index=False)
     check_channel_names(model, X, args.store)
-    from ._append import model_digest
-    from ._scale import scale_text
+    from .._append import model_digest
+    from .._scale import scale_text
 
     # the model's SHA-256, as a score store's segments name the model that scored each span of rows
-    print(f"report on {args.store}: {_describe(X)}\nmodel {args.model} (SHA-256 "
+    print(f"report on {args.store}: {describe(X)}\nmodel {args.model} (SHA-256 "
           f"{model_digest(args.model, options)[:12]}); {scale_text(model)}", file=out, flush=True)
-    selection = " ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in ("rows", "time")
+    selection = " ".join(f"--{o} {slice_text(getattr(args, o), o)}" for o in ("rows", "time")
                          if getattr(args, o, None) is not None)
     reference = _reference_rows(args, model, X) if window is not None else None
     started = time.perf_counter()
     # matplotlib's import (about 1.4 s) runs while the pass's tasks read and compute, not after
-    from ._report_plot import MATPLOTLIB_MODULES
+    from .._report_plot import MATPLOTLIB_MODULES
 
     plotting = threading.Thread(target=_import_quietly, args=(MATPLOTLIB_MODULES,), daemon=True)
     plotting.start()
@@ -98,15 +98,15 @@ def _cmd_report(args, out) -> int:
         with atomic_open(windows, "w", storage_options=options, newline="") as f:
             _report.write_windows(summary.windows, f)
     title = args.store.rstrip("/").rpartition("/")[2] if is_url(args.store) else os.path.basename(
-        os.path.normpath(_store_root(args.store))
+        os.path.normpath(store_root(args.store))
     )
     plotting.join()
-    from ._report_plot import plot  # matplotlib is imported only there
+    from .._report_plot import plot  # matplotlib is imported only there
 
     plot(summary, args.output, title=title, storage_options=options)
     share = summary.n_flagged / max(summary.n_scored, 1)
     print(
-        f"{summary.n_rows:,} rows in {_fmt_seconds(time.perf_counter() - started)}: {summary.n_flagged:,} flagged "
+        f"{summary.n_rows:,} rows in {fmt_seconds(time.perf_counter() - started)}: {summary.n_flagged:,} flagged "
         f"({share:.2%}) in {summary.n_events:,} events\nreport written to {args.output}, events to {events}"
         + (f" (the {args.max_events:,} most severe)" if 0 < args.max_events < summary.n_events else ""),
         file=out,
@@ -128,7 +128,7 @@ def _reference_rows(args, model, X) -> tuple[int, int] | None:
     fitted = getattr(model, "archive_rows_", None)
     if fitted is None:
         return None
-    span = _archive_span(args, X)
+    span = archive_span(args, X)
     if span is None:
         return None
     shared = [(max(int(a), span[0]) - span[0], min(int(b), span[1]) - span[0])
@@ -137,18 +137,18 @@ def _reference_rows(args, model, X) -> tuple[int, int] | None:
     return (a, b) if a < b else None
 
 
-def _cmd_demo(args, out) -> int:
-    from .demo import run_demo
-    from .demo.run import MARKER
+def cmd_demo(args, out) -> int:
+    from ..demo import run_demo
+    from ..demo.run import MARKER
 
     # The demo writes only into a folder it makes: a new or empty one, or one it marked before.
     if os.path.lexists(args.out):
         if not os.path.isdir(args.out):
-            raise _UsageError(f"--out {args.out!r} exists and is not a folder; name a new or empty folder")
+            raise UsageError(f"--out {args.out!r} exists and is not a folder; name a new or empty folder")
         entries = sorted(os.listdir(args.out))
         if entries and not os.path.isfile(os.path.join(args.out, MARKER)):
             shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
-            raise _UsageError(
+            raise UsageError(
                 f"--out {args.out!r} is a folder the demo did not make: it holds {shown}, which the demo did not "
                 "write; name a new or empty folder"
             )

@@ -1,8 +1,8 @@
 """Where a command writes: output locations checked before any work, and stores that appear whole or not at all.
 
-An output never overlaps the input store (:func:`_refuse_inside_input`);
+An output never overlaps the input store (:func:`refuse_inside_input`);
 ``--overwrite`` replaces only a Zarr store; ``score`` writes into a
-temporary put in place when complete (:func:`_output_store`).
+temporary put in place when complete (:func:`output_store`).
 """
 
 from __future__ import annotations
@@ -10,51 +10,51 @@ from __future__ import annotations
 import contextlib
 import os
 
-from ._atomic import check_file_target, is_zarr_store
-from ._cli_common import _one_line, _store_root, _UsageError
-from ._urls import is_url, local_path, with_timeouts
-from ._urls import overlaps as _overlaps
+from .._atomic import check_file_target, is_zarr_store
+from .._urls import is_url, local_path, with_timeouts
+from .._urls import overlaps as _overlaps
+from .common import UsageError, one_line, store_root
 
 __all__ = [
-    "_refuse_inside_input", "_check_output_location", "_compute_settled", "_refuse_replacing_other_data", "_exists",
-    "_output_store",
+    "refuse_inside_input", "check_output_location", "compute_settled", "refuse_replacing_other_data", "path_exists",
+    "output_store",
 ]
 
 
-def _refuse_inside_input(output: str, store: str, what: str) -> None:
+def refuse_inside_input(output: str, store: str, what: str) -> None:
     """Refuse an output inside the input store, or one that holds it (replacing that output would
     delete the store), for paths and URLs alike (an input store is never written to)."""
-    root = _store_root(store)
+    root = store_root(store)
     if _overlaps(output, root):
-        raise _UsageError(f"{what} {output!r} would overlap the input store {root!r}; choose another path")
+        raise UsageError(f"{what} {output!r} would overlap the input store {root!r}; choose another path")
 
 
-def _check_output_location(output: str, *, is_file: bool) -> None:
+def check_output_location(output: str, *, is_file: bool) -> None:
     """Refuse, before any work, an output that could not be written (read-only, not a folder)."""
     if is_url(output):  # the object store says so when it is written, except for a key it cannot hold
         key = output.split("://", 1)[1].rstrip("/")
         if "" in key.split("/"):
-            raise _UsageError(f"--output {output!r} has an empty path segment ('//'), which an object store "
-                              "cannot hold; write each '/' once")
+            raise UsageError(f"--output {output!r} has an empty path segment ('//'), which an object store "
+                             "cannot hold; write each '/' once")
         return
     path = os.path.abspath(output)
     if is_file and os.path.isdir(path):
-        raise _UsageError(f"--output {output!r} is a directory; name a file")
+        raise UsageError(f"--output {output!r} is a directory; name a file")
     if is_file:
         try:
             check_file_target(path)  # a device node, a FIFO, a socket: never replaced by a file
         except OSError as err:
-            raise _UsageError(f"--output {output!r}: {_one_line(err)}") from None
+            raise UsageError(f"--output {output!r}: {one_line(err)}") from None
     parent = os.path.dirname(path)
     while not os.path.lexists(parent):  # atomic_path creates the missing folders
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        raise _UsageError(f"--output {output!r} cannot be created: {parent!r} is not a directory")
+        raise UsageError(f"--output {output!r} cannot be created: {parent!r} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise _UsageError(f"--output {output!r} cannot be created: directory {parent!r} is not writable")
+        raise UsageError(f"--output {output!r} cannot be created: directory {parent!r} is not writable")
 
 
-def _compute_settled(*collections, progress: bool):
+def compute_settled(*collections, progress: bool):
     """Compute ``collections``; on a failure, return only once no local task still runs.
 
     When one task fails, dask's threaded scheduler raises while the tasks
@@ -71,8 +71,8 @@ def _compute_settled(*collections, progress: bool):
     import dask
     import dask.threaded
 
-    from ._passes import single_threaded_blas
-    from ._progress import _active_client, compute_with_progress
+    from .._passes import single_threaded_blas
+    from .._progress import _active_client, compute_with_progress
 
     if _active_client() is not None:
         return compute_with_progress(*collections, enabled=progress)
@@ -86,18 +86,18 @@ def _compute_settled(*collections, progress: bool):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _refuse_replacing_other_data(path: str, options: dict | None = None) -> None:
+def refuse_replacing_other_data(path: str, options: dict | None = None) -> None:
     """``--overwrite`` replaces a Zarr store, never another directory, file or prefix:
     ``--output ~/projects --overwrite`` would otherwise delete the folder, and
     ``--output s3://bucket/projects --overwrite`` every object under it.
 
-    A local store is a folder with root Zarr metadata that parses (:func:`._atomic.is_zarr_store`);
+    A local store is a folder with root Zarr metadata that parses (:func:`dask_mcpca._atomic.is_zarr_store`);
     on an object store, a prefix with root metadata or an interrupted publication, recognised by
-    its own marker (:data:`._atomic.PUBLISHING_MARKER`), not by missing metadata.  Checked again
-    when the new store is put in place (:func:`_output_store`).
+    its own marker (:data:`dask_mcpca._atomic.PUBLISHING_MARKER`), not by missing metadata.  Checked again
+    when the new store is put in place (:func:`output_store`).
     """
-    from ._atomic import url_store_state
-    from ._urls import answered, url_to_fs
+    from .._atomic import url_store_state
+    from .._urls import answered, url_to_fs
 
     local = local_path(path)
     if local is None:
@@ -107,15 +107,15 @@ def _refuse_replacing_other_data(path: str, options: dict | None = None) -> None
                 return
     elif is_zarr_store(local):
         return
-    raise _UsageError(
+    raise UsageError(
         f"--output {path!r} exists and is not a Zarr store; --overwrite replaces only a Zarr store "
         "(remove it yourself if you mean to replace it)"
     )
 
 
-def _exists(path: str, options: dict | None) -> bool:
+def path_exists(path: str, options: dict | None) -> bool:
     """Whether something is at ``path``; on an object store a timeout is a one-line TimeoutError, never False."""
-    from ._urls import answered, info_or_none, local_path, url_to_fs
+    from .._urls import answered, info_or_none, local_path, url_to_fs
 
     local = local_path(path)
     if local is not None:
@@ -127,13 +127,13 @@ def _exists(path: str, options: dict | None) -> bool:
 
 
 @contextlib.contextmanager
-def _output_store(path: str, options: dict | None, *, overwrite: bool = False):
+def output_store(path: str, options: dict | None, *, overwrite: bool = False):
     """Where ``score`` writes: a temporary that appears under ``path`` only when complete.
 
     A local path (or ``file://`` URL) is a temporary sibling renamed into
-    place (:func:`._atomic.atomic_path`); an object store URL a hidden
+    place (:func:`dask_mcpca._atomic.atomic_path`); an object store URL a hidden
     sibling prefix published by copies inside the store, root metadata last
-    (:func:`._atomic.atomic_url_store`, which says what a reader may see
+    (:func:`dask_mcpca._atomic.atomic_url_store`, which says what a reader may see
     after an interruption).  The group attribute ``complete: true`` is set
     in the temporary once every array is written.  What is at ``path`` when
     the store is put in place is replaced only with ``overwrite`` and only if
@@ -141,8 +141,8 @@ def _output_store(path: str, options: dict | None, *, overwrite: bool = False):
     """
     import zarr
 
-    from ._atomic import atomic_path, atomic_url_store
-    from ._urls import local_path
+    from .._atomic import atomic_path, atomic_url_store
+    from .._urls import local_path
 
     def replaceable(existing: str) -> bool:
         return overwrite and is_zarr_store(existing)

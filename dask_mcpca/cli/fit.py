@@ -1,7 +1,7 @@
 """``dask-mcpca fit`` and ``dask-mcpca update``: a model from an archive, and new rows into it.
 
 Both record in the model the archive rows it has read (``archive_rows_``: runs,
-gaps kept) and their fingerprint (``archive_samples_``, :mod:`._rowprints`);
+gaps kept) and their fingerprint (``archive_samples_``, :mod:`dask_mcpca._rowprints`);
 ``update`` goes on after the last run by default, refuses rows already read,
 and refuses an archive whose rows read have changed.
 """
@@ -14,26 +14,26 @@ import time
 
 import numpy as np
 
-from . import _rowprints
-from ._choices import CLI_CENTERS as _CENTERS
-from ._choices import CLI_SCALES as _SCALES
-from ._cli_common import (
-    _archive_span,
-    _describe,
-    _fmt_seconds,
-    _listed,
-    _open,
-    _slice_text,
-    _storage_options,
-    _UsageError,
+from .. import _rowprints
+from .._choices import CLI_CENTERS as _CENTERS
+from .._choices import CLI_SCALES as _SCALES
+from .._estimator import MCPCA, check_params, load
+from .._labels import feature_names_of
+from .._scale import scale_text
+from .common import (
+    UsageError,
+    archive_span,
     check_channel_names,
+    describe,
+    fmt_seconds,
+    listed,
+    open_archive_for,
+    parse_storage_options,
+    slice_text,
 )
-from ._cli_outputs import _check_output_location, _exists, _refuse_inside_input
-from ._estimator import MCPCA, check_params, load
-from ._labels import feature_names_of
-from ._scale import scale_text
+from .outputs import check_output_location, path_exists, refuse_inside_input
 
-__all__ = ["MAX_TABLE_ROWS", "_CENTERS", "summary_table", "_cmd_fit", "_cmd_update"]
+__all__ = ["MAX_TABLE_ROWS", "summary_table", "cmd_fit", "cmd_update"]
 
 #: Rows of the summary table shown before it is cut short.
 MAX_TABLE_ROWS = 20
@@ -55,11 +55,11 @@ def summary_table(model) -> str:
     return "\n".join(lines)
 
 
-def _cmd_fit(args, out) -> int:
-    _refuse_inside_input(args.output, args.store, "--output")
-    _check_output_location(args.output, is_file=True)
-    if not args.overwrite and _exists(args.output, _storage_options(args.storage_options)):
-        raise _UsageError(f"--output {args.output!r} exists; pass --overwrite to replace it")
+def cmd_fit(args, out) -> int:
+    refuse_inside_input(args.output, args.store, "--output")
+    check_output_location(args.output, is_file=True)
+    if not args.overwrite and path_exists(args.output, parse_storage_options(args.storage_options)):
+        raise UsageError(f"--output {args.output!r} exists; pass --overwrite to replace it")
     model = MCPCA(
         args.n_components,
         solver=args.solver,
@@ -70,16 +70,16 @@ def _cmd_fit(args, out) -> int:
         progress=not args.no_progress,
     )
     check_params(model)
-    X = _open(args, row_index=False)  # a fit never uses the time index (built anyway for --time)
-    print(f"fitting {args.store}: {_describe(X)}", file=out, flush=True)
+    X = open_archive_for(args, row_index=False)  # a fit never uses the time index (built anyway for --time)
+    print(f"fitting {args.store}: {describe(X)}", file=out, flush=True)
     if (names := feature_names_of(X)) is not None:  # the order the model keeps (docs/archives.md)
-        print(f"channels, in this order: {_listed(names, limit=12)}", file=out, flush=True)
+        print(f"channels, in this order: {listed(names, limit=12)}", file=out, flush=True)
     started = time.perf_counter()
     model.fit(X)
     elapsed = time.perf_counter() - started
-    _record_span(model, _archive_span(args, X), X)
+    _record_span(model, archive_span(args, X), X)
     model.set_params(progress=False)  # the command's progress line, not a setting a notebook should inherit
-    model.save(args.output, storage_options=_storage_options(args.storage_options))
+    model.save(args.output, storage_options=parse_storage_options(args.storage_options))
     used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
     cellwise = ", cellwise=True" if args.cellwise else ""
     scale = f", scale={args.scale!r}"
@@ -87,7 +87,7 @@ def _cmd_fit(args, out) -> int:
           file=out)
     print(summary_table(model), file=out)
     print(
-        f"\npasses {model.n_passes_}   rows {used}   time {_fmt_seconds(elapsed)}   "
+        f"\npasses {model.n_passes_}   rows {used}   time {fmt_seconds(elapsed)}   "
         f"converged {'yes' if model.converged_ else 'no'}",
         file=out,
     )
@@ -104,7 +104,7 @@ def _cmd_fit(args, out) -> int:
 
 
 def _read_rows(X, positions: list[int]) -> np.ndarray:
-    """The rows of ``X`` (an archive as :func:`._cli_common._open` gives it) at ``positions``: one
+    """The rows of ``X`` (an archive as :func:`.common.open_archive_for` gives it) at ``positions``: one
     small read, of the chunks that hold them."""
     data = getattr(X, "data", X)
     if not positions:
@@ -115,7 +115,7 @@ def _read_rows(X, positions: list[int]) -> np.ndarray:
 
 def _record_span(model, span: tuple[int, int] | None, X=None, *, runs=(), samples=()) -> None:
     """Record in ``model`` the archive rows it has read (``archive_rows_``, runs; see :class:`MCPCA`) and
-    their fingerprint (``archive_samples_``, :mod:`._rowprints`): ``runs`` and ``samples`` it read before,
+    their fingerprint (``archive_samples_``, :mod:`dask_mcpca._rowprints`): ``runs`` and ``samples`` it read before,
     with ``span`` added, whose sampled rows are read from ``X`` (the rows ``span`` selects) unless
     ``samples`` already holds them."""
     runs, samples = list(runs), list(samples)
@@ -142,19 +142,19 @@ def _model_runs(model) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
 
 
 def _check_fingerprint(args, whole, runs, samples, new_positions: list[int]) -> list[tuple[int, int]]:
-    """Refuse when rows the model read changed in the archive ``whole`` (:func:`._rowprints.checked`: the
+    """Refuse when rows the model read changed in the archive ``whole`` (:func:`dask_mcpca._rowprints.checked`: the
     newest row read and one older sample); return the samples of the new rows at ``new_positions``,
     read in the same small read."""
     check = _rowprints.checked(samples, salt=runs[-1][1]) if runs else []
     n_all = whole.shape[0]
     if any(pos >= n_all for pos, _ in check):
-        raise _UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the model has read (rows "
-                          f"{_rowprints.runs_text(runs)}): is it the archive the model was fitted on?")
+        raise UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the model has read (rows "
+                         f"{_rowprints.runs_text(runs)}): is it the archive the model was fitted on?")
     got = _rowprints.digests(_read_rows(whole, [pos for pos, _ in check] + list(new_positions)))
     changed = _rowprints.changed_rows(check, got[: len(check)])
     if changed:
         run = next(r for r in runs if r[0] <= changed[0] < r[1])
-        raise _UsageError(
+        raise UsageError(
             f"{args.store}'s rows {run[0]:,}:{run[1]:,} changed since the model read them (row {changed[0]:,} "
             "differs from the model's fingerprint), or it is another archive: the model no longer describes "
             "them; fit it again"
@@ -162,26 +162,26 @@ def _check_fingerprint(args, whole, runs, samples, new_positions: list[int]) -> 
     return list(zip(new_positions, got[len(check):], strict=True))
 
 
-def _cmd_update(args, out) -> int:
-    options = _storage_options(args.storage_options)
+def cmd_update(args, out) -> int:
+    options = parse_storage_options(args.storage_options)
     output = args.output or args.model
-    _refuse_inside_input(output, args.store, "--output" if args.output else "--model")
-    _check_output_location(output, is_file=True)
+    refuse_inside_input(output, args.store, "--output" if args.output else "--model")
+    check_output_location(output, is_file=True)
     model = load(args.model, storage_options=options)
     model.set_params(progress=not args.no_progress)
     runs, samples = _model_runs(model)
     whole_args = argparse.Namespace(**{**vars(args), "rows": None, "time": None})
-    whole = check_channel_names(model, _open(whole_args, row_index=False), args.store)
+    whole = check_channel_names(model, open_archive_for(whole_args, row_index=False), args.store)
     if args.rows is None and args.time is None:
         if not runs:
-            raise _UsageError(
+            raise UsageError(
                 f"--model {args.model!r} does not record which rows of the archive it has read (it was not "
                 "written by 'dask-mcpca fit' or 'update'); name the new rows with --rows START:STOP or "
                 "--time START:STOP"
             )
         n_all, last = whole.shape[0], runs[-1][1]
         if n_all < last:
-            raise _UsageError(
+            raise UsageError(
                 f"{args.store!r} has {n_all:,} rows, fewer than the {last:,} the model has read "
                 f"(rows {_rowprints.runs_text(runs)}): is it the archive the model was fitted on? Name the new "
                 "rows with --rows"
@@ -191,24 +191,25 @@ def _cmd_update(args, out) -> int:
                   f"{args.store}; {args.model} left as it is", file=out)
             return 0
         args.rows = slice(last, None)
-    X = check_channel_names(model, _open(args, row_index=args.time is not None), args.store, err=io.StringIO())
-    span = _archive_span(args, X)
-    chosen = " with ".join(f"--{o} {_slice_text(getattr(args, o), o)}" for o in ("rows", "time")
+    X = open_archive_for(args, row_index=args.time is not None)
+    X = check_channel_names(model, X, args.store, err=io.StringIO())
+    span = archive_span(args, X)
+    chosen = " with ".join(f"--{o} {slice_text(getattr(args, o), o)}" for o in ("rows", "time")
                            if getattr(args, o) is not None)
     if span is None and runs:  # its rows could not be recorded, nor checked against those read
-        raise _UsageError(
+        raise UsageError(
             f"{chosen} selects rows that are not one run of positions (the row coordinate repeats labels out "
             "of order); select the new rows with --rows START:STOP"
         )
     if span is not None and (read := _rowprints.overlap(runs, span)):
-        raise _UsageError(
+        raise UsageError(
             f"{chosen} selects rows {span[0]:,}:{span[1]:,}, which include rows {_rowprints.runs_text(read)} the "
             "model has already read (they would be counted twice); select rows it has not read"
         )
     new_samples = [] if whole.shape[1] != model.n_features_in_ else _check_fingerprint(  # partial_fit says so
         args, whole, runs, samples, _rowprints.run_positions(*span, n=1) if span is not None else [])
     where = f"rows {span[0]:,}:{span[1]:,}" if span is not None else "the rows selected"
-    print(f"updating {args.model} with {where} of {args.store}: {_describe(X)}", file=out, flush=True)
+    print(f"updating {args.model} with {where} of {args.store}: {describe(X)}", file=out, flush=True)
     started = time.perf_counter()
     model.partial_fit(X)  # removes archive_rows_ (partial_fit does not know the archive): recorded again here
     elapsed = time.perf_counter() - started
@@ -217,7 +218,7 @@ def _cmd_update(args, out) -> int:
     model.save(output, storage_options=options)
     recorded = _model_runs(model)[0]
     print(
-        f"read {model.n_samples_:,} new rows in {model.n_passes_} pass ({_fmt_seconds(elapsed)}); the model's sums "
+        f"read {model.n_samples_:,} new rows in {model.n_passes_} pass ({fmt_seconds(elapsed)}); the model's sums "
         f"now hold {model.n_samples_seen_:,} rows"
         + (f", archive rows {_rowprints.runs_text(recorded)}" if recorded else "")
         + f"\nmodel written to {output}",

@@ -5,29 +5,29 @@ from __future__ import annotations
 import os
 import time
 
-from ._atomic import is_zarr_store
-from ._cli_common import (
+from .._atomic import is_zarr_store
+from .._urls import is_url, local_path, with_timeouts
+from .._urls import overlaps as _overlaps
+from .common import (
     PROG,
-    _archive_span,
-    _fmt_seconds,
-    _open,
-    _storage_options,
-    _store_root,
-    _UsageError,
+    UsageError,
+    archive_span,
     check_channel_names,
+    fmt_seconds,
+    open_archive_for,
+    parse_storage_options,
+    store_root,
 )
-from ._cli_outputs import (
-    _check_output_location,
-    _compute_settled,
-    _exists,
-    _output_store,
-    _refuse_inside_input,
-    _refuse_replacing_other_data,
+from .outputs import (
+    check_output_location,
+    compute_settled,
+    output_store,
+    path_exists,
+    refuse_inside_input,
+    refuse_replacing_other_data,
 )
-from ._urls import is_url, local_path, with_timeouts
-from ._urls import overlaps as _overlaps
 
-__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "default_outputs", "_cmd_score"]
+__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "default_outputs", "cmd_score"]
 
 #: The arrays ``score`` writes, and what each holds (also in the output's attributes).
 SCORE_ARRAYS = {
@@ -54,36 +54,36 @@ OUTPUT_SETS = {
 DEFAULT_OUTPUTS, DEFAULT_DTYPE = "monitoring", "float32"
 
 
-def _cmd_score(args, out) -> int:
+def cmd_score(args, out) -> int:
     import zarr
 
-    from . import _append, _rowprints
-    from ._estimator import load
-    from ._score_store import as_dataset, count_true, quiet_consolidated
+    from .. import _append, _rowprints
+    from .._estimator import load
+    from .._score_store import as_dataset, count_true, quiet_consolidated
 
-    _refuse_inside_input(args.output, args.store, "--output")
+    refuse_inside_input(args.output, args.store, "--output")
     if _overlaps(args.model, args.output):
-        raise _UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
-    _check_output_location(args.output, is_file=False)
-    options = _storage_options(args.storage_options)
+        raise UsageError(f"--output {args.output!r} would overwrite the model {args.model!r} being read")
+    check_output_location(args.output, is_file=False)
+    options = parse_storage_options(args.storage_options)
     if args.append:
         if args.overwrite:
-            raise _UsageError("--append adds rows to --output and --overwrite replaces it; pass one of them")
+            raise UsageError("--append adds rows to --output and --overwrite replaces it; pass one of them")
         for option in ("rows", "time"):
             if getattr(args, option) is not None:
-                raise _UsageError(f"--append scores the rows after those in --output; it takes no --{option}")
-        if _exists(args.output, options):
+                raise UsageError(f"--append scores the rows after those in --output; it takes no --{option}")
+        if path_exists(args.output, options):
             return _score_append(args, out, options)
-    if _exists(args.output, options):
+    if path_exists(args.output, options):
         if not args.overwrite:
-            raise _UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
-        _refuse_replacing_other_data(args.output, options)
+            raise UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
+        refuse_replacing_other_data(args.output, options)
     model = load(args.model, storage_options=options)
-    X = check_channel_names(model, _open(args), args.store)
+    X = check_channel_names(model, open_archive_for(args), args.store)
     started = time.perf_counter()
     names, dtype = args.outputs or default_outputs(model), args.dtype or DEFAULT_DTYPE
     outputs = _score_outputs(model, X, names, dtype)
-    span = _archive_span(args, X)
+    span = archive_span(args, X)
     attrs = {
         "model": _model_path(args.model),
         "created_by": f"{PROG} score",
@@ -96,7 +96,7 @@ def _cmd_score(args, out) -> int:
     else:
         attrs.update({k: v for k, v in _score_source(args, model, options).items() if k != "digest"})
     quiet_consolidated()
-    with _output_store(args.output, options, overwrite=args.overwrite) as tmp:
+    with output_store(args.output, options, overwrite=args.overwrite) as tmp:
         so = {"storage_options": with_timeouts(tmp, options)} if is_url(tmp) else {}
         # written by xarray whatever the input: dims, the channel names and coordinates (_score_store)
         ds = as_dataset(outputs, model=model, X=X, attrs=attrs, descriptions=SCORE_ARRAYS)
@@ -108,7 +108,7 @@ def _cmd_score(args, out) -> int:
         # the input's fingerprint (a row every 65,536 and the last): read in this pass, no chunk twice
         positions = _rowprints.store_positions(*span) if span is not None else []
         sampled = [_rows_at(X, [pos - span[0] for pos in positions])] if positions else []
-        results = _compute_settled(*writes, *counted, *sampled, progress=not args.no_progress)
+        results = compute_settled(*writes, *counted, *sampled, progress=not args.no_progress)
         n_out = int(results[len(writes)]) if counted else None
         if sampled:
             zarr.open_group(tmp, mode="r+", **so).attrs[_append.ROW_DIGESTS_ATTR] = [
@@ -119,7 +119,7 @@ def _cmd_score(args, out) -> int:
               "cells": f" ({n:,} x {model.n_features_in_})"}
     flagged = f": {n_out:,} outliers ({n_out / n:.2%})" if n_out is not None else ""
     print(
-        f"scored {n:,} rows in {_fmt_seconds(elapsed)}{flagged}\n"
+        f"scored {n:,} rows in {fmt_seconds(elapsed)}{flagged}\n"
         f"written to {args.output}: " + ", ".join(f"{name}{shapes.get(name, f' ({n:,})')}" for name in names)
         + (" in float32" if dtype == "float32" else ""),
         file=out,
@@ -144,11 +144,11 @@ def _score_outputs(model, X, names: tuple[str, ...], dtype: str) -> dict:
 
 
 def _score_source(args, model, options) -> dict:
-    """What a score store is scored from (its input and model), as :func:`._append.provenance` takes it."""
-    from . import _append
+    """What a score store is scored from (its input and model), as :func:`dask_mcpca._append.provenance` takes it."""
+    from .. import _append
 
     return {
-        "source": args.store if "://" in args.store else os.path.abspath(_store_root(args.store)),
+        "source": args.store if "://" in args.store else os.path.abspath(store_root(args.store)),
         "dataset": args.dataset,
         "variables": args.variables,
         "n_features": model.n_features_in_,
@@ -158,7 +158,7 @@ def _score_source(args, model, options) -> dict:
 
 def _rows_at(X, positions: list[int]):
     """The rows of the archive ``X`` at ``positions``, as a Delayed to compute with the pass that reads
-    ``X``: they share its reads (a Delayed, not an Array, for :func:`._score_store.count_true`'s reason)."""
+    ``X``: they share its reads (a Delayed, not an Array, for :func:`dask_mcpca._score_store.count_true`'s reason)."""
     return getattr(X, "data", X)[list(positions)].rechunk(-1).to_delayed(optimize_graph=False).item()
 
 
@@ -172,19 +172,19 @@ def _score_append(args, out, options) -> int:
     import dask.array as da
     import zarr
 
-    from . import _append, _rowprints
-    from ._atomic import atomic_path
-    from ._estimator import load
-    from ._score_store import as_dataset, count_true, dimension_names, quiet_consolidated
+    from .. import _append, _rowprints
+    from .._atomic import atomic_path
+    from .._estimator import load
+    from .._score_store import as_dataset, count_true, dimension_names, quiet_consolidated
 
     quiet_consolidated()  # before the store is first listed
     output = local_path(args.output)
     if output is None:
-        raise _UsageError(f"--append needs --output on a local disk (or a file:// URL), not {args.output!r}: an "
-                          "object store cannot put a new version of a store in place without copying it whole")
+        raise UsageError(f"--append needs --output on a local disk (or a file:// URL), not {args.output!r}: an "
+                         "object store cannot put a new version of a store in place without copying it whole")
     if not is_zarr_store(output):
-        raise _UsageError(f"--output {args.output!r} exists and is not a Zarr store; --append adds rows only to "
-                          "a store written by score")
+        raise UsageError(f"--output {args.output!r} exists and is not a Zarr store; --append adds rows only to "
+                         "a store written by score")
     model = load(args.model, storage_options=options)
     source = _score_source(args, model, options)
     attrs = dict(zarr.open_group(output, mode="r").attrs)
@@ -192,12 +192,12 @@ def _score_append(args, out, options) -> int:
         start, stop = _append.check_appendable(attrs, _append.provenance(**source, rows=(0, 0)), args.output)
         old_samples = _append.stored_digests(attrs, args.output)
     except _append.AppendError as err:
-        raise _UsageError(str(err)) from None
-    whole = check_channel_names(model, _open(args), args.store)
+        raise UsageError(str(err)) from None
+    whole = check_channel_names(model, open_archive_for(args), args.store)
     n_all = whole.shape[0]
     if n_all < stop:
-        raise _UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the {stop:,} already scored in --output "
-                          f"{args.output!r} (rows {start:,}:{stop:,}): is it the archive they were scored from?")
+        raise UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the {stop:,} already scored in --output "
+                         f"{args.output!r} (rows {start:,}:{stop:,}): is it the archive they were scored from?")
     if n_all == stop:
         print(f"nothing to append: --output {args.output} holds rows {start:,}:{stop:,}, the last of the "
               f"{n_all:,} in {args.store}", file=out)
@@ -205,22 +205,22 @@ def _score_append(args, out, options) -> int:
     # From the rows before the new ones, whose outputs are left out: a stuck run and top_channel's held-cell
     # rule read rows in order (_model.stuck_cells, _model.isolated_top), so the new rows' outputs are a full
     # score's.  It reads at most one stored chunk more than the new rows.
-    from ._model import CONTEXT_ROWS
+    from .._model import CONTEXT_ROWS
 
     lead = min(stop, CONTEXT_ROWS)
     X = whole[stop - lead :] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop - lead, None)})
     n_old, n_new = stop - start, X.shape[0] - lead
     names, dtype = tuple(attrs.get("outputs", OUTPUT_SETS["all"])), attrs.get("dtype", "float64")
     if args.outputs is not None and tuple(args.outputs) != names:
-        raise _UsageError(f"--outputs differs from what --output {args.output!r} holds ({','.join(names)}); "
-                          "leave it out with --append")
+        raise UsageError(f"--outputs differs from what --output {args.output!r} holds ({','.join(names)}); "
+                         "leave it out with --append")
     if args.dtype is not None and args.dtype != dtype:
-        raise _UsageError(f"--dtype {args.dtype} differs from what --output {args.output!r} holds ({dtype}); "
-                          "leave it out with --append")
+        raise UsageError(f"--dtype {args.dtype} differs from what --output {args.output!r} holds ({dtype}); "
+                         "leave it out with --append")
     old = zarr.open_group(output, mode="r")
     if not set(names) <= set(SCORE_ARRAYS) or not set(names) <= set(old.array_keys()):
-        raise _UsageError(f"--output {args.output!r} does not hold the arrays its attributes name "
-                          f"({', '.join(map(str, names))}); score it again with --overwrite")
+        raise UsageError(f"--output {args.output!r} does not hold the arrays its attributes name "
+                         f"({', '.join(map(str, names))}); score it again with --overwrite")
     started = time.perf_counter()
     outputs = {n: a.isel({a.dims[0]: slice(lead, None)}) if hasattr(a, "isel") else a[lead:]
                for n, a in _score_outputs(model, X, names, dtype).items()}
@@ -254,11 +254,11 @@ def _score_append(args, out, options) -> int:
         checked = _rowprints.checked(old_samples, salt=stop)
         positions = _rowprints.store_positions(stop, n_all)
         sampled = _rows_at(whole, [pos for pos, _ in checked] + positions)
-        results = _compute_settled(*writes, *counted, sampled, progress=not args.no_progress)
+        results = compute_settled(*writes, *counted, sampled, progress=not args.no_progress)
         n_out = int(results[len(writes)]) if counted else None
         got = _rowprints.digests(results[-1])
         if refusal := _append.old_rows_changed(checked, got[: len(checked)], (start, stop), args.output):
-            raise _UsageError(refusal)  # the temporary is removed, the store left as it was
+            raise UsageError(refusal)  # the temporary is removed, the store left as it was
         group = zarr.open_group(tmp, mode="r+")
         segments = _append.segments_after(attrs, (stop, n_all), source["digest"], _model_path(args.model))
         group.attrs.update({_append.ROWS_ATTR: [start, n_all], "complete": True, _append.SEGMENTS_ATTR: segments,
@@ -271,7 +271,7 @@ def _score_append(args, out, options) -> int:
     flagged = f": {n_out:,} outliers ({n_out / n_new:.2%})" if n_out is not None else ""
     began = segments[-1]["rows"][0] == stop and len(segments) > 1  # another model than the rows before
     print(
-        f"scored {n_new:,} new rows ({stop:,}:{n_all:,}) in {_fmt_seconds(elapsed)}{flagged}\n"
+        f"scored {n_new:,} new rows ({stop:,}:{n_all:,}) in {fmt_seconds(elapsed)}{flagged}\n"
         f"appended to {args.output}, which now holds rows {start:,}:{n_all:,}"
         + (f"\nrows {stop:,}:{n_all:,} were scored with {args.model} (SHA-256 {source['digest'][:12]}), rows "
            f"{segments[-2]['rows'][0]:,}:{stop:,} with another model (SHA-256 "

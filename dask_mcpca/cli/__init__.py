@@ -28,12 +28,12 @@ per-row ``scores`` (projections on the components), ``weight``
 computed lazily block by block into a temporary that appears under
 ``--output`` only when complete: renamed into place on a local disk,
 published root metadata last on an object store
-(:func:`._atomic.atomic_url_store`).  ``update`` is :meth:`MCPCA.partial_fit`
+(:func:`dask_mcpca._atomic.atomic_url_store`).  ``update`` is :meth:`MCPCA.partial_fit`
 on new rows (by default those after the rows the model has read, which
 ``fit`` and ``update`` record in the model as ``archive_rows_``), the model
 file then replaced atomically.  ``score --append`` scores only the rows after
 those already in ``--output`` and adds them in a new version of the store,
-put in place as ``score`` puts a new one (:mod:`._append`).
+put in place as ``score`` puts a new one (:mod:`dask_mcpca._append`).
 ``STORE``, ``--model`` and ``--output``
 may be URLs; one ``--storage-option`` set serves them all.  ``--scheduler`` connects to
 a running ``dask.distributed`` scheduler (its workers must see the same
@@ -47,10 +47,10 @@ handshake included: an address that accepts connections but is no Dask
 scheduler (a dashboard port, an SSH server) fails within that time.
 
 This module is the parser, its argument types and :func:`main`; the commands
-live in :mod:`._cli_fit` (``fit``, ``update``), :mod:`._cli_score` and
-:mod:`._cli_report` (``report``, ``demo``), what they share in
-:mod:`._cli_common` (the archive a command names, the one-line usage
-error), :mod:`._cli_scheduler` and :mod:`._cli_outputs`.
+live in :mod:`.fit` (``fit``, ``update``), :mod:`.score` and
+:mod:`.report` (``report``, ``demo``), what they share in
+:mod:`.common` (the archive a command names, the one-line usage
+error), :mod:`.scheduler` and :mod:`.outputs`.
 """
 
 from __future__ import annotations
@@ -64,22 +64,22 @@ import re
 import sys
 import threading
 
-from ._choices import CLI_CENTERS, CLI_SCALES, NAN_POLICIES, SOLVERS
-from ._cli_common import PROG, _one_line, _UsageError
-from ._cli_scheduler import DEFAULT_CONNECT_TIMEOUT, MAX_CONNECT_TIMEOUT, _scheduler, _SchedulerLost
-from ._cli_score import OUTPUT_SETS, SCORE_ARRAYS
-from ._version import __version__
+from .._choices import CLI_CENTERS, CLI_SCALES, NAN_POLICIES, SOLVERS
+from .._version import __version__
+from .common import PROG, UsageError, one_line
+from .scheduler import DEFAULT_CONNECT_TIMEOUT, MAX_CONNECT_TIMEOUT, SchedulerLost, use_scheduler
+from .score import OUTPUT_SETS, SCORE_ARRAYS
 
 __all__ = ["main", "COMMANDS"]
 
 #: Each command's function, as (module, name): imported when the command runs, so that the parser
 #: (``--version``, ``--help``, a usage error) loads neither dask, scikit-learn, Zarr nor xarray.
 COMMANDS = {
-    "fit": ("._cli_fit", "_cmd_fit"),
-    "update": ("._cli_fit", "_cmd_update"),
-    "score": ("._cli_score", "_cmd_score"),
-    "report": ("._cli_report", "_cmd_report"),
-    "demo": ("._cli_report", "_cmd_demo"),
+    "fit": (".fit", "cmd_fit"),
+    "update": (".fit", "cmd_update"),
+    "score": (".score", "cmd_score"),
+    "report": (".report", "cmd_report"),
+    "demo": (".report", "cmd_demo"),
 }
 #: ``report --max-events``'s default as its help states it; the number itself is ``_report.MAX_EVENTS``,
 #: which the command reads when the option is left out (``_report`` loads numpy and dask).
@@ -191,7 +191,7 @@ def _connect_timeout(text: str) -> float:
     return value
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Robust PCA (maximum correntropy power iterations) of Zarr / HDF5 archives.",
@@ -410,7 +410,7 @@ def _quiet_unraisable(unraisable) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (0; 2 on error; 130 on Ctrl-C)."""
-    parser = _build_parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in ("fit", "update", "demo", "report") and sys.stderr is None:
         args.no_progress = True  # nowhere to draw it
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     level = asyncio_logger.level
     asyncio_logger.setLevel(logging.CRITICAL)
     try:
-        return _run(args)
+        return run_args(args)
     finally:
         if argv is not None:  # called from Python: give the hooks back (a program keeps them until it exits)
             import gc
@@ -432,20 +432,21 @@ def main(argv: list[str] | None = None) -> int:
             asyncio_logger.setLevel(level)
 
 
-def _run(args) -> int:
+def run_args(args) -> int:
+    """Run the command ``args`` names (parsed by :func:`build_parser`); its errors become one line and a status."""
     try:
         command = _command(args.command)
-        with _scheduler(args.scheduler, getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)):
+        with use_scheduler(args.scheduler, getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)):
             return command(args, _Stdout())
     except KeyboardInterrupt:
         _say(f"{PROG} {args.command}: interrupted")
         return 130
-    except (_UsageError, _SchedulerLost, FileNotFoundError, KeyError, ValueError, OSError, TimeoutError) as err:
-        text = _one_line(err)
-        _say(f"{PROG} {args.command}: error: {text if isinstance(err, _UsageError) else _user_spelling(text)}")
+    except (UsageError, SchedulerLost, FileNotFoundError, KeyError, ValueError, OSError, TimeoutError) as err:
+        text = one_line(err)
+        _say(f"{PROG} {args.command}: error: {text if isinstance(err, UsageError) else _user_spelling(text)}")
         return 2
     except (Exception, asyncio.CancelledError) as err:  # the promise: one line, never a traceback
-        _say(f"{PROG} {args.command}: error: {type(err).__name__}: {_user_spelling(_one_line(err))}")
+        _say(f"{PROG} {args.command}: error: {type(err).__name__}: {_user_spelling(one_line(err))}")
         return 2
 
 
