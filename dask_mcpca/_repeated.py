@@ -529,8 +529,13 @@ def stuck_runs(rows: np.ndarray, before: np.ndarray | None, watched: np.ndarray,
     cols = np.flatnonzero(watched)
     if not n or not len(cols):
         return (out, began_at) if starts else out
+    rows = np.asarray(rows)
+    sub = rows if len(cols) == p else rows[:, cols]
     head = np.full((0, len(cols)), np.nan) if before is None else np.asarray(before)[-window:, cols]
-    X = np.concatenate([head, np.asarray(rows)[:, cols]]) if len(head) else np.asarray(rows)[:, cols]
+    with np.errstate(invalid="ignore"):  # the usual block: no value repeats, and no copy of it is made
+        if not (sub[1:] == sub[:-1]).any() and not (len(head) and (sub[0] == head[-1]).any()):
+            return (out, began_at) if starts else out
+    X = np.concatenate([head, sub]) if len(head) else sub
     same = np.zeros(X.shape, bool)
     with np.errstate(invalid="ignore"):  # zeros are a set state (and the rows a method masks), not a held value
         same[1:] = (X[1:] == X[:-1]) & (X[1:] != 0) & np.isfinite(X[1:])
