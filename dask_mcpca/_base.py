@@ -635,9 +635,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         check_is_fitted(self, "components_")
 
         def flags(block, before=None):
-            stuck = _model.stuck_cells(self, block, before)
-            block = _model.model_rows(self, np.asarray(block, np.float64))
-            return _model.outlier_flags(self, block, _model.calibrated_d2(self, block), stuck)
+            return _model.judged_rows(self, block, before)[1]
 
         return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options, in_order=True)
 
@@ -873,10 +871,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         check_is_fitted(self, "components_")
 
         def labels(block, before=None):
-            stuck = _model.stuck_cells(self, block, before)
-            block = _model.model_rows(self, np.asarray(block, np.float64))
-            flags = _model.outlier_flags(self, block, _model.calibrated_d2(self, block), stuck)
-            return np.where(flags, -1, 1).astype(np.int64)
+            return np.where(_model.judged_rows(self, block, before)[1], -1, 1).astype(np.int64)
 
         return self._map_rows(X, labels, None, dtype=np.int64, storage_options=storage_options, in_order=True)
 
@@ -924,12 +919,8 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         offset = self.outlier_threshold_
 
         def margin(block, before=None):
-            stuck = _model.stuck_cells(self, block, before)
-            block = _model.model_rows(self, np.asarray(block, np.float64))
-            d2 = _model.calibrated_d2(self, block)
+            d2, flags, held = _model.judged_rows(self, block, before)
             out = _model.weight(self, d2) - offset
-            flags = _model.outlier_flags(self, block, d2, stuck)
-            held = _model.repeated(self, block) | stuck.any(axis=1)
             out[flags & ~(out < 0) & held] = -offset  # a score of 0: a stuck value, which the fit gives no weight
             out[flags & ~(out < 0)] = -np.finfo(np.float64).tiny  # d2 above the cutoff, its score rounded to it
             return out

@@ -52,6 +52,7 @@ __all__ = [
     "floored_variances",
     "good_cell_d2",
     "held_cells",
+    "judged_rows",
     "isolated_top",
     "judged_counts",
     "judge_cells",
@@ -530,6 +531,18 @@ def outlier_flags(model: Any, rows: np.ndarray, d2: np.ndarray, stuck: np.ndarra
     """
     flags = (d2 > model.outlier_cutoff_) | repeated(model, rows)
     return flags if stuck is None else flags | stuck.any(axis=1)
+
+
+def judged_rows(model: Any, block, before) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A block's rows (as stored, in order; ``before``: the rows before it, :data:`CONTEXT_ROWS`) as
+    :meth:`MCPCA.is_outlier`, ``predict`` and ``decision_function`` judge them: their
+    :func:`calibrated_d2`, the flags of :func:`outlier_flags`, and the rows flagged whatever their
+    distance (a repeated value or row, a stuck run)."""
+    stuck = stuck_cells(model, block, before)
+    rows = model_rows(model, np.asarray(block, np.float64))
+    d2 = calibrated_d2(model, rows)
+    held = repeated(model, rows) | stuck.any(axis=1)
+    return d2, (d2 > model.outlier_cutoff_) | held, held
 
 
 def contamination_cutoff(model: Any, rows: np.ndarray, contamination: float) -> float:
