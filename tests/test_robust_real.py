@@ -36,12 +36,14 @@ def _top3_angle(est, true):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_multi_regime_data_is_not_called_outliers_and_spikes_are(seed):
-    # Four regimes of unrelated shapes over a 7x range of scales: harder than
-    # the real recordings of benchmarks/robustness.py (1.9 % and 5.1 % flagged
-    # there); seeds 0-2 flag 11.5 % at most here.
+    # Four regimes of unrelated shapes over a 7x range of scales: a bulk with
+    # long tails.  The cutoff read off the upper decile (issue 36 point 4,
+    # benchmarks/HEAVY_TAILS.md) flags 0.2-1.5 % of the clean rows over seeds
+    # 0-2 (3.4-5.9 % with the MAD alone), at a price: seed 0 leaves 9 % of the
+    # spikes inside the widest regime's tail (spike recall 0.91, 1.00 before).
     X = _regimes(seed)
     model = MCPCA().fit(X)
-    assert np.mean(model.is_outlier(X)) <= 0.15
+    assert np.mean(model.is_outlier(X)) <= 0.02
     assert model.support_ >= 0.5 - 0.02  # at least half the rows carry full weight
     rng = np.random.default_rng(seed)
     spikes = rng.choice(len(X), len(X) // 50, replace=False)
@@ -49,10 +51,10 @@ def test_multi_regime_data_is_not_called_outliers_and_spikes_are(seed):
     Xf = X.copy()
     Xf[spikes, channel] += rng.choice([-1, 1], len(spikes)) * rng.uniform(8, 15, len(spikes)) * X.std(0)[channel]
     flags = np.asarray(MCPCA().fit(Xf).is_outlier(Xf))
-    assert flags[spikes].mean() >= 0.95
+    assert flags[spikes].mean() >= 0.9
     clean = np.ones(len(X), bool)
     clean[spikes] = False
-    assert flags[clean].mean() <= 0.15
+    assert flags[clean].mean() <= 0.02
 
 
 @pytest.mark.parametrize("n, p", [(20, 5), (40, 8), (100, 20), (20, 8)])
