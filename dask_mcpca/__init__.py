@@ -2,8 +2,8 @@
 
 Where things live:
 
-- ``_io``: opening data (numpy, dask, Zarr, HDF5, xarray) as row blocks; ``_stacked``: an
-  xarray archive's 1-D variables read a row block at a time
+- ``_io``: opening data (numpy, dask, Zarr, HDF5) as row blocks; ``_archive``: an archive written
+  by xarray opened once and its rows selected; ``_stacked``: its 1-D variables read a row block at a time
 - ``_stats``: a pass's plan and what a row block returns (``BlockStats``, ``combine``)
 - ``_block``: the router: which kernel computes a row block (``block_stats``, ``choose_route``)
 - ``_kernels`` / ``_compiled``: the kernels: the numpy spelling and the compiled loops
@@ -17,9 +17,10 @@ Where things live:
   the fitted model's algebra (distances, weights, flags, contributions); ``_base``: its
   per-row public methods (as scikit-learn's ``_BasePCA``)
 - ``_drift``: the drift windows of ``report --window``; ``_report_plot``: the report's PNG;
-  ``_append``: ``score --append``
+  ``_score_store``: a score store written and read back (``open_scores``); ``_score_append``:
+  ``score --append``
 - ``testing``: generated data with known truth, for the tests and the benchmarks
-- ``_checkpoint``, ``_persist``: resumable fits, the saved-model codec
+- ``_checkpoint``, ``_persist``, ``_model_file``: resumable fits, the saved model's checks and its JSON file
 - ``_exceptions``: the public errors and warnings (all exported here)
 - ``_urls``: what a path or URL names, its filesystem and bytes (the read path); ``_atomic``:
   files and stores written whole or not at all
@@ -46,7 +47,7 @@ _HOMES = {
     "MCPCA": "._estimator",
     "load": "._estimator",
     "check_params": "._estimator",
-    "open_archive": "._io",
+    "open_archive": "._archive",
     "open_scores": "._score_store",
     "NonFiniteRowsError": "._exceptions",
     "NumericalRangeError": "._exceptions",
@@ -74,6 +75,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what static tools see
+    from ._archive import open_archive
     from ._estimator import MCPCA, check_params, load
     from ._exceptions import (
         AppendError,
@@ -84,7 +86,6 @@ if TYPE_CHECKING:  # what static tools see
         NumericalRangeError,
         SelectionError,
     )
-    from ._io import open_archive
     from ._score_store import open_scores
 
 

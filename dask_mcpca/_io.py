@@ -1,4 +1,4 @@
-"""Opening data: numpy, dask, Zarr, HDF5 and xarray, as row blocks.
+"""Opening data: numpy, dask, Zarr and HDF5, as row blocks.
 
 Whatever the user hands to ``fit``, :func:`as_row_blocks` returns either an
 in-memory numpy array (processed without a task graph) or a dask array whose
@@ -12,31 +12,34 @@ its fill value, which would be fitted as data), and a task that reads it
 checks that the store and the chunks of its rows are still there on the
 machine it runs on, so a store a worker cannot see is an error there, never
 a block of fill values.
+
+An archive written by xarray (its arrays name their dimensions, its rows may
+carry a time coordinate) is opened and selected in :mod:`._archive`, which
+builds on the layout here (:func:`row_chunk`).
 """
 
 from __future__ import annotations
 
-import inspect
 import os
-import warnings
 from typing import Any
 
 import dask.array as da
 import numpy as np
 
-from ._exceptions import SelectionError
 from ._stacked import local_root as _local_root
-from ._stacked import stacked_rows
 from ._urls import is_url, with_timeouts
 
 __all__ = [
     "as_row_blocks",
     "open_store",
-    "open_archive",
-    "is_xarray_store",
     "split_store_path",
+    "is_hdf5_path",
+    "url_node",
+    "row_chunk",
+    "channel_first",
     "H5Dataset",
     "DEFAULT_BLOCK_VALUES",
+    "MIN_BLOCKS",
 ]
 
 
@@ -132,7 +135,8 @@ def _refuse_packed(attrs, where: str) -> None:
         )
 
 
-def _is_hdf5_path(path: str) -> bool:
+def is_hdf5_path(path: str) -> bool:
+    """Whether ``path`` names an HDF5 (or netCDF-4) file by its suffix."""
     return path.lower().endswith((".h5", ".hdf5", ".hdf", ".he5", ".nc"))
 
 
@@ -156,7 +160,7 @@ def split_store_path(path: str | os.PathLike) -> tuple[str, str | None]:
         head, _, tail = path.rpartition(":")
         if is_url(path) and "://" not in head:  # the only colon is the scheme's ("s3://...", with ./s3 present)
             return path, None
-        if _is_hdf5_path(head) or os.path.exists(head):
+        if is_hdf5_path(head) or os.path.exists(head):
             return head, tail
     return path, None
 
@@ -217,10 +221,10 @@ def _refuse_special(path: str) -> None:
 def _open_url(url: str, dataset: str | None, storage_options: dict | None):
     """A Zarr store at a URL that fsspec understands (``s3://``, ``gs://``, ``https://``, ``file://``);
     an ``s3://`` one with :data:`._urls.S3_TIMEOUTS` unless ``storage_options`` set them."""
-    return _array_in(_url_node(url, storage_options), url, dataset)
+    return _array_in(url_node(url, storage_options), url, dataset)
 
 
-def _url_node(url: str, storage_options: dict | None):
+def url_node(url: str, storage_options: dict | None):
     """The Zarr group or array at ``url``, or the error that names the URL (read once: on an endpoint
     that never answers, each open costs the whole documented timeout)."""
     import zarr
@@ -275,7 +279,7 @@ def _single_hdf5_dataset(path: str) -> str:
     return names[0]
 
 
-def _row_chunk(n_rows: int, n_cols: int, store_rows: int | None, block_values: int | None = None) -> int:
+def row_chunk(n_rows: int, n_cols: int, store_rows: int | None, block_values: int | None = None) -> int:
     """Rows per dask block: whole store chunks, about ``block_values`` (default ``DEFAULT_BLOCK_VALUES``) values in all.
 
     A store smaller than ``MIN_BLOCKS`` blocks of that size is still split
@@ -429,7 +433,7 @@ def _from_store(arr, block_values: int | None = None) -> da.Array:
 
     n, p = arr.shape
     store_rows = arr.chunks[0] if arr.chunks else None
-    rows = _row_chunk(n, p, store_rows, block_values)
+    rows = row_chunk(n, p, store_rows, block_values)
     if isinstance(arr, zarr.Array):
         rows_reader = _ZarrRows(arr)
         name = "from-zarr-" + tokenize(rows_reader.arr, rows)
@@ -521,7 +525,7 @@ def as_row_blocks(
         X = open_store(X, storage_options=storage_options)
     _refuse_unsupported(X)
     if type(X).__module__.startswith("xarray"):
-        if X.ndim == 2 and _channel_first(X):
+        if X.ndim == 2 and channel_first(X):
             raise ValueError(
                 f"X has dims {X.dims}, channels first: rows (one per time step) must come first; "
                 f"pass X.transpose({X.dims[1]!r}, {X.dims[0]!r})"
@@ -545,71 +549,7 @@ def as_row_blocks(
     return _as_float(X)
 
 
-# ------------------------------------------------------- archives written by xarray
-def is_xarray_store(path: str, *, storage_options: dict | None = None) -> bool:
-    """Whether ``path`` is a Zarr group whose arrays name their dimensions (as ``Dataset.to_zarr`` writes).
-
-    Zarr v3 keeps the names in ``dimension_names``, xarray's Zarr v2 layout
-    in the ``_ARRAY_DIMENSIONS`` attribute.
-    """
-    import zarr
-
-    if is_url(path):  # what cannot be opened here cannot be read as a plain store either: said now, once
-        node = _url_node(path, storage_options)
-    else:
-        try:
-            node = zarr.open(path, mode="r")
-        except Exception:
-            return False
-    if isinstance(node, zarr.Array):
-        return False
-    for _, arr in node.arrays():
-        if getattr(arr.metadata, "dimension_names", None) or "_ARRAY_DIMENSIONS" in arr.attrs:
-            return True
-    return False
-
-
-def _numeric_label(value, dtype, row: str):
-    """A row label for a numeric coordinate: text is converted (a string compared with numbers
-    selects nothing sensible, pandas silently ignored the stop); None stays None."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return np.asarray(value).astype(dtype)[()]
-    except ValueError:
-        raise SelectionError(
-            f"{value!r} is not a label of the row coordinate {row!r}, which holds {dtype} numbers", ("time",)
-        ) from None
-
-
-def _refuse_non_times(time: slice, row: str) -> None:
-    """Refuse bounds of a time coordinate that are no times (pandas' error names its own indexers)."""
-    import pandas as pd
-
-    for value in (time.start, time.stop):
-        if isinstance(value, str):
-            try:
-                pd.Timestamp(value)
-            except ValueError:
-                raise SelectionError(
-                    f"{value!r} is not a time, and the row coordinate {row!r} holds times; write them as "
-                    "2024-01-31 or 2024-01-31T12:00", ("time",)) from None
-
-
-def _refuse_empty(n: int, n_all: int, rows: slice | None, time: slice | None) -> None:
-    """A selection of no rows is the selection's error, not the estimator's (``X is empty``)."""
-    if n:
-        return
-    chosen = [f"{name}=slice({s.start!r}, {s.stop!r})" for name, s in (("rows", rows), ("time", time))
-              if s is not None]
-    raise SelectionError(
-        f"{' with '.join(chosen)} select{'s' * (len(chosen) == 1)} no rows of the archive's {n_all:,}",
-        tuple(name for name, s in (("rows", rows), ("time", time)) if s is not None),
-        f"select{'s' * (len(chosen) == 1)} no rows of the archive's {n_all:,}",
-    )
-
-
-def _channel_first(X, channel_dim: str = "channel") -> bool:
+def channel_first(X, channel_dim: str = "channel") -> bool:
     """Whether 2-D DataArray ``X`` holds its channels along its first dimension: that dimension is
     named ``channel_dim``, or only the second one has a datetime coordinate (the rows are times)."""
 
@@ -618,252 +558,3 @@ def _channel_first(X, channel_dim: str = "channel") -> bool:
 
     first, second = X.dims
     return first == channel_dim or (timed(second) and not timed(first))
-
-
-#: A Dataset attribute that lists its channels, in order: 1-D data variables along one dimension.  A Zarr
-#: store keeps no order of its arrays (consolidated metadata lists them sorted, a directory in the file
-#: system's order), so without it the channels are the 1-D variables sorted by name.
-CHANNELS_ATTR = "channels"
-
-
-def _written_order(ds) -> list[str] | None:
-    """The variables ``ds.attrs["channels"]`` lists, in its order, when it lists distinct 1-D data
-    variables of ``ds``; None otherwise (an attribute that names something else is not the channels)."""
-    order = ds.attrs.get(CHANNELS_ATTR)
-    if not isinstance(order, list | tuple) or not order:
-        return None
-    if not all(isinstance(n, str) and n in ds.data_vars and ds[n].ndim == 1 for n in order):
-        return None
-    return list(order) if len(set(order)) == len(order) else None
-
-
-def _data_variable(ds, dataset: str | None, variables: list[str] | None, channel_dim: str):
-    """The 2-D (row, channel) DataArray named by ``dataset`` or ``variables`` in Dataset ``ds``, and the
-    names of the 1-D variables stacked as its channels (None for a 2-D variable)."""
-    # Sorted: a Zarr store without consolidated metadata lists its arrays in the file system's order,
-    # which can change between openings (and so would the channels); --variables, or the Dataset's
-    # ``channels`` attribute (CHANNELS_ATTR), gives the order.
-    names = sorted(str(n) for n in ds.data_vars)
-    if dataset is not None and variables:
-        raise ValueError("name either a dataset (a 2-D variable) or variables (1-D ones), not both")
-    if dataset is not None:
-        name = dataset.strip("/")
-        if name not in ds.data_vars:
-            raise KeyError(f"the archive has no variable {dataset!r}; it has [{_few(names, quote=True)}]")
-        X = ds[name]
-        if X.ndim != 2:
-            raise ValueError(f"variable {name!r} has dims {X.dims}; name a 2-D (row, channel) variable, or "
-                             "1-D variables along the same row dimension as variables")
-        return X, None
-    if not variables:
-        variables = _written_order(ds)
-    if not variables:
-        two_d = [n for n in names if ds[n].ndim == 2]
-        if len(two_d) == 1:
-            return ds[two_d[0]], None
-        one_d = [n for n in names if ds[n].ndim == 1]
-        if two_d or len({ds[n].dims for n in one_d}) != 1:
-            raise KeyError(
-                f"the archive holds variables [{_few(names, quote=True)}] with dims "
-                f"{sorted({str(ds[n].dims) for n in names})}; name the channels with variables (--variables a,b,c) "
-                "or a 2-D variable with dataset (--dataset NAME)"
-            )
-        variables = one_d  # in sorted order
-    missing = [v for v in variables if v not in ds.data_vars]
-    if missing:
-        raise KeyError(f"the archive has no variable(s) [{_few(missing, quote=True)}]; it has "
-                       f"[{_few(names, quote=True)}]")
-    dims = {ds[v].dims for v in variables}
-    if len(dims) != 1 or len(next(iter(dims))) != 1:
-        along = ", ".join(f"{v} along {', '.join(map(str, ds[v].dims)) or 'no dimension'} ({ds[v].size:,} values)"
-                          for v in variables[:_LISTED])
-        raise ValueError(f"variables={_few(variables, ',')} are not all 1-D along one row dimension: {along}; "
-                         "name variables that share their rows")
-    row = next(iter(dims))[0]
-    return ds[list(variables)].to_dataarray(dim=channel_dim).transpose(row, channel_dim), list(variables)
-
-
-#: Names an error message lists before it says how many there are in all.
-_LISTED = 8
-
-
-def _few(names, sep: str = ", ", quote: bool = False) -> str:
-    """The first :data:`_LISTED` of ``names`` joined by ``sep``, then how many there are in all: an error
-    naming 50,000 variables stays one short line."""
-    names = list(names)
-    shown = sep.join(repr(n) if quote else str(n) for n in names[:_LISTED])
-    return shown + (f"{sep}... ({len(names):,} in all)" if len(names) > _LISTED else "")
-
-
-def _refuse_duplicates(variables: list[str]) -> None:
-    """Refuse ``variables`` that name a variable twice: it would be fitted as two channels."""
-    seen, twice = set(), {}
-    for name in variables:
-        if name in seen:
-            twice[name] = None
-        seen.add(name)
-    if twice:
-        raise ValueError(f"variables={_few(variables, ',')} name {_few(twice, quote=True)} more than once; "
-                         "name each variable once")
-
-
-def open_archive(
-    path: str | os.PathLike,
-    *,
-    dataset: str | None = None,
-    variables: list[str] | None = None,
-    rows: slice | None = None,
-    time: slice | None = None,
-    channel_dim: str = "channel",
-    storage_options: dict | None = None,
-    block_values: int | None = None,
-    row_index: bool = True,
-):
-    """Open an archive lazily: a DataArray for a store written by xarray, else a dask array.
-
-    Parameters
-    ----------
-    path : str or path-like
-        A Zarr store, an HDF5 file, or a Zarr URL (``s3://...``).
-    dataset : str, optional
-        The array (or, for an xarray store, the 2-D data variable) to read.
-    variables : list of str, optional
-        For an xarray store: 1-D data variables along one row dimension,
-        stacked as the channels (their names become the channel coordinate
-        along ``channel_dim``).  Without ``dataset`` and ``variables``, the
-        1-D variables the store's ``channels`` attribute lists, in its order
-        (:data:`CHANNELS_ATTR`; a Zarr store keeps no order of its arrays), else
-        the store's only 2-D variable, or all its 1-D variables, sorted by
-        name, if they share their dimension.  A name given twice is refused.
-    rows : slice, optional
-        Rows to keep, by position (cheap: nothing is read).
-    time : slice, optional
-        Rows to keep by the label of the row coordinate (``slice("2024-01",
-        "2024-03")``); xarray stores with a row index only.
-    storage_options : dict, optional
-        fsspec options for a URL.
-    block_values : int, optional
-        Values (rows x columns) of one dask block (whole store chunks, at
-        least one); default ``DEFAULT_BLOCK_VALUES``.
-    row_index : bool, default=True
-        For an xarray store: build the in-memory index of the row coordinate
-        (8 bytes a row; needed by ``time``).  False leaves the coordinate
-        lazy, read with the rows it labels (xarray >= 2025.07; older
-        versions always build it).
-
-    Returns
-    -------
-    xarray.DataArray or dask.array.Array
-        Lazy; rows chunked as for :func:`as_row_blocks`.
-    """
-    path = os.fspath(path)
-    if variables:
-        _refuse_duplicates(variables)
-    url = is_url(path)
-    if not url and dataset is None and not os.path.isfile(split_store_path(path)[0]):
-        path_only, inner = split_store_path(path)
-        if inner is not None and os.path.isdir(path_only):
-            path, dataset = path_only, inner
-    labelled = not _is_hdf5_path(path) and (url or os.path.isdir(path)) and is_xarray_store(
-        path if url else os.path.abspath(path), storage_options=storage_options
-    )
-    if not labelled:
-        if variables:
-            raise ValueError(f"{path!r} was not written by xarray (its arrays name no dimensions); "
-                             "variables need an xarray archive")
-        if time is not None:
-            raise SelectionError(
-                f"{path!r} has no time coordinate (it was not written by xarray); select rows by position", ("time",)
-            )
-        X = as_row_blocks(open_store(path, dataset, storage_options=storage_options), block_values=block_values)
-        if rows is None:
-            return X
-        n = X.shape[0]
-        X = X[rows]
-        _refuse_empty(X.shape[0], n, rows, None)
-        return X
-    import xarray as xr
-
-    # storage options serve URLs only (the command line hands one set to every path it names)
-    options = {"chunks": {}, "storage_options": with_timeouts(path, storage_options) if url else None}
-    if not row_index and time is None and "create_default_indexes" in inspect.signature(xr.open_zarr).parameters:
-        options["create_default_indexes"] = False  # xarray >= 2025.07; older ones always build the index
-    with warnings.catch_warnings():  # a store written with consolidated=False is as good as any
-        warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated metadata",
-                                category=RuntimeWarning)
-        ds = xr.open_zarr(path if url else os.path.abspath(path), **options)
-    X, stacked = _data_variable(ds, dataset, variables, channel_dim)
-    if _channel_first(X, channel_dim):  # stored (channel, time): the rows are the second dimension
-        X = X.transpose()
-    row = X.dims[0]
-    n_all = X.shape[0]
-    if stacked is not None:  # one read per row block instead of xarray's per variable (see _stacked)
-        stacked = stacked_rows(ds, stacked, _zarr_group(path, storage_options), path)
-    if stacked is not None:  # positions ride along the selections below, to read the rows they keep
-        X = X.assign_coords({_POSITION: (row, da.arange(n_all, chunks=X.chunks[0]))})
-    if rows is not None:
-        X = X.isel({row: rows})
-    if time is not None:
-        if row not in X.indexes:
-            raise SelectionError(f"the archive's row dimension {row!r} has no coordinate to select by label", ("time",))
-        index = X.indexes[row]
-        if index.dtype.kind in "iuf":  # labels given as text ("10", from the command line) are numbers here:
-            time = slice(*(_numeric_label(v, index.dtype, row) for v in (time.start, time.stop)))
-        elif index.dtype.kind == "M":
-            _refuse_non_times(time, row)
-        try:
-            X = X.sel({row: time})
-        except (TypeError, ValueError, KeyError) as err:  # pandas: a label its index cannot compare
-            if not (index.is_monotonic_increasing or index.is_monotonic_decreasing):
-                unsorted = (f"the row coordinate {row!r} is not sorted, so a range of labels is no range of rows "
-                            "(only bounds that are each the label of exactly one row could be used); sort the "
-                            f"archive by {row!r} (xarray: ds.sortby({row!r}).to_zarr(...)) or select rows by "
-                            "position with ")
-                raise SelectionError(f"time={time.start!r}:{time.stop!r}: {unsorted}rows=", ("time",),
-                                     f"{unsorted}--rows START:STOP") from None
-            text = " ".join(str(err.args[0] if isinstance(err, KeyError) and err.args else err).split())
-            raise SelectionError(
-                f"{time.start!r}:{time.stop!r} are not labels of the row coordinate {row!r}, which holds "
-                f"{index.dtype} values ({type(err).__name__}: {text})", ("time",)
-            ) from None
-    if rows is not None or time is not None:
-        _refuse_empty(X.shape[0], n_all, rows, time)
-    n, p = X.shape
-    store_rows = X.chunks[0][0] if X.chunks and X.chunks[0] else None
-    block_rows = _row_chunk(n, p, store_rows, block_values)
-    if stacked is not None:
-        span = _span(X[_POSITION].data) if n else None
-        X = X.drop_vars(_POSITION)
-        if span is not None:
-            return X.copy(data=_stacked_blocks(stacked, *span, block_rows))
-    return X.chunk({row: block_rows, X.dims[1]: -1})
-
-
-def _zarr_group(path: str, storage_options: dict | None):
-    """The Zarr group xarray opened at ``path`` (a directory or a URL), or None where Zarr cannot open it."""
-    import zarr
-
-    try:
-        return _url_node(path, storage_options) if is_url(path) else zarr.open_group(os.path.abspath(path), mode="r")
-    except Exception:  # a layout zarr does not open alone: xarray's stack reads it
-        return None
-
-
-#: A temporary coordinate of the stacked rows: each row's position in the archive.
-_POSITION = "_dask_mcpca_position"
-
-
-def _span(positions: da.Array) -> tuple[int, int] | None:
-    """``(start, stop)`` when the selected ``positions`` are one run of rows, else None."""
-    n = positions.shape[0]
-    first, last = (int(v) for v in da.compute(positions[0], positions[-1], scheduler="synchronous"))
-    return (first, last + 1) if last + 1 - first == n else None
-
-
-def _stacked_blocks(stacked, start: int, stop: int, block_rows: int) -> da.Array:
-    """Rows ``start:stop`` of :class:`._stacked.StackedRows` ``stacked`` in blocks of ``block_rows`` rows."""
-    from dask.base import tokenize
-
-    part = stacked.rows(start, stop)
-    name = "xarray-stacked-" + tokenize(part.arrays, part.where, part.names, start, stop, block_rows)
-    return da.from_array(part, chunks=(block_rows, part.shape[1]), asarray=False, lock=False, name=name)

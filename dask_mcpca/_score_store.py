@@ -1,4 +1,14 @@
-"""The score store: ``dask-mcpca score``'s arrays labelled for xarray, and read back with channel names.
+"""The score store: ``dask-mcpca score``'s arrays written, labelled for xarray, and read back.
+
+:func:`write_new` writes a new store (the command says what: the Dataset
+:func:`as_dataset` makes of the outputs, and its attributes); appending rows
+to one is :mod:`._score_append`'s.  What a store was scored with is kept in
+its attributes (:func:`provenance`): the input (path, dataset, variables),
+the archive rows by position (:data:`ROWS_ATTR`), the number of channels and
+the segments (:data:`SEGMENTS_ATTR`: which model file, its path and SHA-256,
+scored which rows), and the fingerprint of the input rows scored
+(:data:`ROW_DIGESTS_ATTR`: a row every 65,536 and the last one, read in the
+pass that scores them, see :mod:`._rowprints`).
 
 Whatever the input, every array of a score store names its dimensions (the
 input's row dimension, ``row`` for a plain array; ``component``; the channel
@@ -16,14 +26,20 @@ coordinate, else the column positions as text (``"0"``, ``"1"``, ...), as
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from . import _rowprints
 from ._labels import COMPONENT_DIM, is_dataarray
+from ._urls import is_url, with_timeouts
 
-__all__ = ["ROW_DIM", "CHANNEL_DIM", "CHANNELS_ATTR", "NO_CHANNEL", "quiet_consolidated", "count_true",
-           "channel_names", "dimension_names", "as_dataset", "top_channel_flags", "top_channel_names", "open_scores"]
+__all__ = ["ROW_DIM", "CHANNEL_DIM", "CHANNELS_ATTR", "NO_CHANNEL", "ROWS_ATTR", "MODEL_ATTR", "SEGMENTS_ATTR",
+           "ROW_DIGESTS_ATTR", "quiet_consolidated", "count_true", "rows_at", "model_name", "provenance",
+           "segments_of", "Pending", "write_new", "channel_names", "dimension_names", "as_dataset",
+           "top_channel_flags", "top_channel_names", "open_scores"]
 
 #: Row dimension of the arrays scored from a plain (unlabelled) input.
 ROW_DIM = "row"
@@ -33,6 +49,16 @@ CHANNEL_DIM = "channel"
 CHANNELS_ATTR = "channels"
 #: ``top_channel``'s flag meaning for -1 (no channel observed), and ``top_channel_name``'s value there.
 NO_CHANNEL = "none"
+#: Attribute of a score store: ``[start, stop)``, the archive rows it holds, by position.
+ROWS_ATTR = "rows"
+#: Attribute of a score store: the SHA-256 of the model file that scored its last rows.
+MODEL_ATTR = "model_sha256"
+#: Attribute of a score store: which model scored which rows, in row order, one dict a segment:
+#: ``{"rows": [start, stop], "model": path or URL, "model_sha256": hex}``.
+SEGMENTS_ATTR = "segments"
+#: Attribute of a score store: the fingerprint of the input rows scored, ``[[position, digest], ...]``
+#: (:func:`._rowprints.store_positions`, :func:`._rowprints.row_digest`); absent in older stores.
+ROW_DIGESTS_ATTR = "row_digests"
 
 
 def quiet_consolidated() -> None:
@@ -52,6 +78,70 @@ def count_true(flags):
     the same blocks: beside a Delayed, an Array is optimized apart, under other keys, and the blocks
     it is computed from would be made twice (the scoring twice)."""
     return flags.sum().to_delayed(optimize_graph=False).item()
+
+def rows_at(X, positions: list[int]):
+    """The rows of the archive ``X`` at ``positions``, as a Delayed to compute with the pass that reads
+    ``X``: they share its reads (a Delayed, not an Array, for :func:`count_true`'s reason)."""
+    return getattr(X, "data", X)[list(positions)].rechunk(-1).to_delayed(optimize_graph=False).item()
+
+
+def model_name(path: str) -> str:
+    """How a score store names the model file that scored it: its URL, or its absolute path."""
+    return path if is_url(path) else os.path.abspath(path)
+
+
+def provenance(*, source: str, dataset, variables, n_features: int, rows: tuple[int, int], digest: str,
+               model: str | None = None) -> dict:
+    """The attributes that say what a score store holds (see the module docstring); ``model``: the
+    model file's path or URL, as the segments name it."""
+    span = [int(rows[0]), int(rows[1])]
+    return {"source": source, "dataset": dataset, "variables": variables, "n_features": int(n_features),
+            ROWS_ATTR: span, MODEL_ATTR: digest,
+            SEGMENTS_ATTR: [{"rows": span, "model": model, MODEL_ATTR: digest}]}
+
+
+def segments_of(attrs: dict) -> list[dict]:
+    """The segments of a score store whose attributes are ``attrs`` (:data:`SEGMENTS_ATTR`); a store
+    written before stores kept them was scored by one model, ``model_sha256``, over its ``rows``."""
+    segments = attrs.get(SEGMENTS_ATTR)
+    if isinstance(segments, list) and segments:
+        return [dict(s) for s in segments]
+    return [{"rows": list(attrs[ROWS_ATTR]), "model": attrs.get("model"), MODEL_ATTR: attrs[MODEL_ATTR]}]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A store write not yet done: ``tasks``, Delayed to compute in one pass (the writes, the outlier
+    flags counted, the input rows fingerprinted: the blocks are made once), then :meth:`finish` with
+    their results, which stores what the pass found and returns the number of outliers (None where
+    the store holds no flags)."""
+
+    tasks: list
+    finish: Callable[[list], int | None]
+
+
+def write_new(path: str, ds, *, X, span: tuple[int, int] | None, storage_options: dict | None = None) -> Pending:
+    """The writes of a new score store at ``path`` (a temporary the caller publishes whole): the Dataset
+    ``ds`` (:func:`as_dataset`), consolidated, and the fingerprint of the input ``X``'s rows, whose
+    positions in the archive are ``span`` (none where None)."""
+    import zarr
+
+    so = {"storage_options": with_timeouts(path, storage_options)} if is_url(path) else {}
+    writes = [ds.to_zarr(path, mode="w", compute=False, consolidated=True, **so)]
+    flags = ds.get("outlier")
+    # counted in the same computation as the writes (the blocks are made once), not by reading the store back
+    counted = [count_true(flags.data)] if flags is not None else []
+    # the input's fingerprint (a row every 65,536 and the last): read in this pass, no chunk twice
+    positions = _rowprints.store_positions(*span) if span is not None else []
+    sampled = [rows_at(X, [pos - span[0] for pos in positions])] if positions else []
+
+    def finish(results: list) -> int | None:
+        if sampled:
+            zarr.open_group(path, mode="r+", **so).attrs[ROW_DIGESTS_ATTR] = [
+                [pos, d] for pos, d in zip(positions, _rowprints.digests(results[-1]), strict=True)]
+        return int(results[len(writes)]) if counted else None
+
+    return Pending([*writes, *counted, *sampled], finish)
 
 
 def channel_names(model, X: Any) -> list[str]:
@@ -181,9 +271,6 @@ def open_scores(path: str | os.PathLike, **kwargs):
 def _row_segments(ds):
     """Each row's segment (its index in the store's segments), lazily; None where the store records none."""
     import dask.array as da
-    import numpy as np
-
-    from ._append import ROWS_ATTR, segments_of
 
     first = next((ds[name] for name in ds.data_vars if ds[name].ndim >= 1), None)
     if first is None or ROWS_ATTR not in ds.attrs:

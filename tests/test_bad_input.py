@@ -676,7 +676,7 @@ def test_time_on_an_unsorted_coordinate_says_it_is_not_sorted(tmp_path, capsys):
     assert "'time' is not sorted" in err and "sortby('time')" in err and "--rows START:STOP" in err
     assert "not labels" not in err and not (tmp_path / "m.json").exists()
     from dask_mcpca import open_archive
-    from dask_mcpca._io import SelectionError
+    from dask_mcpca._exceptions import SelectionError
 
     with pytest.raises(SelectionError, match="is not sorted.*with rows="):
         open_archive(store, time=slice("2024-01-01", "2024-01-02"))

@@ -144,9 +144,10 @@ def test_no_new_underscored_imports_between_modules():
 
 
 def test_the_read_path_imports_no_write_code():
-    """Opening and reading data (``_io``, ``_stacked``, ``_urls``) never loads the atomic writes (``_atomic``)."""
+    """Opening and reading data (``_io``, ``_archive``, ``_stacked``, ``_urls``) never loads the atomic writes
+    (``_atomic``)."""
     graph = _package_graph()
-    for reader in ("_io", "_stacked", "_urls"):
+    for reader in ("_io", "_archive", "_stacked", "_urls"):
         assert "dask_mcpca._atomic" not in _reached(graph, f"dask_mcpca.{reader}"), reader
 
 

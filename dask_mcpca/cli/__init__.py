@@ -33,7 +33,7 @@ on new rows (by default those after the rows the model has read, which
 ``fit`` and ``update`` record in the model as ``archive_rows_``), the model
 file then replaced atomically.  ``score --append`` scores only the rows after
 those already in ``--output`` and adds them in a new version of the store,
-put in place as ``score`` puts a new one (:mod:`dask_mcpca._append`).
+put in place as ``score`` puts a new one (:mod:`dask_mcpca._score_append`).
 ``STORE``, ``--model`` and ``--output``
 may be URLs; one ``--storage-option`` set serves them all.  ``--scheduler`` connects to
 a running ``dask.distributed`` scheduler (its workers must see the same
@@ -66,7 +66,7 @@ import threading
 
 from .._choices import CLI_CENTERS, CLI_SCALES, NAN_POLICIES, SOLVERS
 from .._version import __version__
-from .common import PROG, UsageError, one_line
+from .common import PROG, Stdout, UsageError, one_line
 from .scheduler import DEFAULT_CONNECT_TIMEOUT, MAX_CONNECT_TIMEOUT, SchedulerLost, use_scheduler
 from .score import OUTPUT_SETS, SCORE_ARRAYS
 
@@ -437,7 +437,7 @@ def run_args(args) -> int:
     try:
         command = _command(args.command)
         with use_scheduler(args.scheduler, getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)):
-            return command(args, _Stdout())
+            return command(args, Stdout())
     except KeyboardInterrupt:
         _say(f"{PROG} {args.command}: interrupted")
         return 130
@@ -454,20 +454,3 @@ def _command(name: str):
     """The function that runs command ``name`` (:data:`COMMANDS`), its module imported now."""
     module, function = COMMANDS[name]
     return getattr(importlib.import_module(module, __package__), function)
-
-
-class _Stdout:
-    """``sys.stdout`` that tolerates being closed (``>&-``): output is dropped, the work goes on."""
-
-    def write(self, text: str) -> int:
-        try:
-            return sys.stdout.write(text)
-        except (AttributeError, OSError, ValueError):
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            sys.stdout.flush()
-        except (AttributeError, OSError, ValueError):
-            pass
-

@@ -1,17 +1,23 @@
-"""What the commands share: the archive a command names, its storage options, and the one-line error.
+"""What the commands share: the archive and model a command names, its storage options, the one-line error.
 
 ``STORE`` with ``--dataset``, ``--variables``, ``--rows`` and ``--time`` is opened
-here (:func:`dask_mcpca._io.open_archive`); a usage error is an :class:`UsageError`,
-which :func:`main` reports as one line with exit status 2.
+here once (:class:`Archive`, over :class:`dask_mcpca._archive.OpenedArchive`):
+a command that needs other rows of it (``update``: the whole archive and the
+new rows) selects them from the same opening.  ``--model`` is read once
+(:func:`load_model`: the model and its file's SHA-256).  A usage error is an
+:class:`UsageError`, which :func:`main` reports as one line with exit status 2.
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
 
 __all__ = [
-    "PROG", "UsageError", "one_line", "parse_storage_options", "store_root", "open_archive_for", "slice_text",
-    "archive_span", "fmt_seconds", "describe", "listed", "check_channel_names",
+    "PROG", "UsageError", "one_line", "parse_storage_options", "store_root", "Archive", "open_archive_for",
+    "load_model", "slice_text", "fmt_seconds", "describe", "listed", "check_channel_names", "Stdout",
 ]
 
 PROG = "dask-mcpca"
@@ -51,28 +57,85 @@ def store_root(store: str) -> str:
     return split_store_path(store)[0]
 
 
-def open_archive_for(args, **options):
-    """The archive named on the command line: a DataArray for an xarray store, else a dask array.
+@dataclass(frozen=True)
+class Archive:
+    """The archive a command names, opened once, and the rows it selects.
 
-    ``options`` go to :func:`open_archive` (``block_values``, ``row_index``).
+    Attributes
+    ----------
+    store : str
+        ``STORE`` as given on the command line.
+    X : xarray.DataArray or dask.array.Array
+        The rows selected (``--rows``, ``--time``; all without them), lazy, in full-row
+        blocks (``X.chunks``); a DataArray carries the channel names and the time coordinate.
+    span : tuple of int or None
+        ``[start, stop)``: their positions in the whole archive; None where they are not one
+        run of rows (time labels repeated out of order).
+    n_all : int
+        The rows of the whole archive.
+    selection : str
+        The selection as the user wrote it (``--rows 0:10 --time A/B``); empty for all rows.
     """
+
+    store: str
+    X: Any
+    span: tuple[int, int] | None
+    n_all: int
+    selection: str
+    opened: Any  # the dask_mcpca._archive.OpenedArchive the rows come from
+    block_values: int | None = None
+
+    def select(self, rows: slice | None = None, time: slice | None = None) -> Archive:
+        """Other rows of the same archive, without opening it again (:meth:`OpenedArchive.select`)."""
+        chosen = " ".join(f"--{o} {slice_text(s, o)}" for o, s in (("rows", rows), ("time", time)) if s is not None)
+        with _usage_errors(rows, time):
+            got = self.opened.select(rows, time, block_values=self.block_values)
+        return replace(self, X=got.X, span=got.span, n_all=got.n_all, selection=chosen)
+
+    def with_rows(self, X) -> Archive:
+        """The same rows as ``X`` (the channels reordered or the rows cut by the command)."""
+        return replace(self, X=X)
+
+
+def open_archive_for(args, *, block_values: int | None = None, row_index: bool = True,
+                     select: bool = True) -> Archive:
+    """The archive ``args`` name, opened once: the rows ``--rows`` and ``--time`` select (all rows with
+    ``select=False``, for a command that selects later, :meth:`Archive.select`).
+
+    ``block_values``: the values of one dask block; ``row_index``: build the row coordinate's index
+    (needed by ``--time``; built whatever it says when ``--time`` is given).
+    """
+    from .._archive import OpenedArchive
+
+    rows, time = (args.rows, args.time) if select else (None, None)
+    with _usage_errors(rows, time):
+        opened = OpenedArchive(args.store, dataset=args.dataset, variables=args.variables,
+                               storage_options=parse_storage_options(args.storage_options),
+                               row_index=row_index or args.time is not None)
+    return Archive(args.store, None, None, 0, "", opened, block_values).select(rows, time)
+
+
+@contextmanager
+def _usage_errors(rows, time):
+    """A :class:`dask_mcpca.SelectionError` of ``rows``/``time`` as the user's usage error, naming the options."""
     from .._exceptions import SelectionError
-    from .._io import open_archive
 
     try:
-        return open_archive(
-            args.store,
-            dataset=args.dataset,
-            variables=args.variables,
-            rows=args.rows,
-            time=args.time,
-            storage_options=parse_storage_options(args.storage_options),
-            **options,
-        )
+        yield
     except SelectionError as err:
-        named = " with ".join(f"--{o} {slice_text(getattr(args, o), o)}" for o in err.options)
+        given = {"rows": rows, "time": time}
+        named = " with ".join(f"--{o} {slice_text(given[o], o)}" for o in err.options)
         reason = one_line(ValueError(err.reason))
         raise UsageError(f"{named} {reason}" if reason.startswith("select") else f"{named}: {reason}") from None
+
+
+def load_model(path: str, options: dict | None):
+    """The model file ``--model`` read once: the model and its file's SHA-256 (hex), as a score
+    store's segments and ``report``'s header name it."""
+    from .._estimator import MCPCA
+    from .._persist import load_with_digest
+
+    return load_with_digest(path, MCPCA, storage_options=options)
 
 
 def slice_text(s: slice, option: str = "rows") -> str:
@@ -80,36 +143,6 @@ def slice_text(s: slice, option: str = "rows") -> str:
     start, stop = ("" if v is None else str(v) for v in (s.start, s.stop))
     sep = "/" if option == "time" and ":" in start + stop else ":"
     return f"{start}{sep}{stop}"
-
-
-def archive_span(args, X) -> tuple[int, int] | None:
-    """``[start, stop)``: the positions in the whole archive of the rows ``X`` selected by ``--rows``
-    and ``--time``; None when they are not one run of rows.
-
-    ``--time`` is mapped to positions as xarray selects labels: from the first row holding the first
-    label selected to the last holding the last, so a label repeated across rows (a sorted time
-    coordinate with repeats) counts all of them.  None only where the labels repeat out of order.
-    """
-    n = X.shape[0]
-    if args.rows is None and args.time is None:
-        return 0, n
-    whole_args = argparse.Namespace(**{**vars(args), "rows": None, "time": None})
-    whole = open_archive_for(whole_args, row_index=args.time is not None)
-    if args.time is None:
-        start, stop, _ = args.rows.indices(whole.shape[0])
-        return (start, stop) if stop - start == n else None
-    row = X.dims[0]
-    index, chosen, base = whole.indexes[row], X.indexes[row], 0
-    if args.rows is not None:  # --rows, then --time within the rows it selects (as open_archive does)
-        base, last, _ = args.rows.indices(whole.shape[0])
-        index = index[base:last]
-    try:  # a slice of positions: by get_loc on unique labels, by binary search on sorted ones (repeats too)
-        start, stop, step = index.slice_indexer(chosen[0], chosen[-1]).indices(len(index))
-    except (KeyError, ValueError, TypeError):
-        return None  # labels repeated out of order: their positions are not one run
-    if step != 1 or stop - start != n:
-        return None
-    return base + start, base + stop
 
 
 def fmt_seconds(s: float) -> str:
@@ -146,7 +179,6 @@ def check_channel_names(model, X, store: str, err=None):
     -------
     The archive ``X``, its channels in the model's order.
     """
-    import sys
     import warnings
 
     from .._labels import feature_names_of, is_dataarray
@@ -181,3 +213,19 @@ def check_channel_names(model, X, store: str, err=None):
         warnings.filterwarnings("ignore", message="X has feature names, but")
     print(f"{PROG}: {line}", file=err, flush=True)
     return X
+
+
+class Stdout:
+    """``sys.stdout`` that tolerates being closed (``>&-``): output is dropped, the work goes on."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stdout.write(text)
+        except (AttributeError, OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except (AttributeError, OSError, ValueError):
+            pass

@@ -8,7 +8,6 @@ and refuses an archive whose rows read have changed.
 
 from __future__ import annotations
 
-import argparse
 import io
 import time
 
@@ -17,16 +16,16 @@ import numpy as np
 from .. import _rowprints
 from .._choices import CLI_CENTERS as _CENTERS
 from .._choices import CLI_SCALES as _SCALES
-from .._estimator import MCPCA, check_params, load
+from .._estimator import MCPCA, check_params
 from .._labels import feature_names_of
 from .._scale import scale_text
 from .common import (
     UsageError,
-    archive_span,
     check_channel_names,
     describe,
     fmt_seconds,
     listed,
+    load_model,
     open_archive_for,
     parse_storage_options,
     slice_text,
@@ -70,14 +69,15 @@ def cmd_fit(args, out) -> int:
         progress=not args.no_progress,
     )
     check_params(model)
-    X = open_archive_for(args, row_index=False)  # a fit never uses the time index (built anyway for --time)
+    archive = open_archive_for(args, row_index=False)  # a fit never uses the time index (built anyway for --time)
+    X = archive.X
     print(f"fitting {args.store}: {describe(X)}", file=out, flush=True)
     if (names := feature_names_of(X)) is not None:  # the order the model keeps (docs/archives.md)
         print(f"channels, in this order: {listed(names, limit=12)}", file=out, flush=True)
     started = time.perf_counter()
     model.fit(X)
     elapsed = time.perf_counter() - started
-    _record_span(model, archive_span(args, X), X)
+    _record_span(model, archive.span, X)
     model.set_params(progress=False)  # the command's progress line, not a setting a notebook should inherit
     model.save(args.output, storage_options=parse_storage_options(args.storage_options))
     used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
@@ -167,11 +167,12 @@ def cmd_update(args, out) -> int:
     output = args.output or args.model
     refuse_inside_input(output, args.store, "--output" if args.output else "--model")
     check_output_location(output, is_file=True)
-    model = load(args.model, storage_options=options)
+    model = load_model(args.model, options)[0]
     model.set_params(progress=not args.no_progress)
     runs, samples = _model_runs(model)
-    whole_args = argparse.Namespace(**{**vars(args), "rows": None, "time": None})
-    whole = check_channel_names(model, open_archive_for(whole_args, row_index=False), args.store)
+    # opened once: the whole archive (the rows read are checked in it), then the new rows selected from it
+    archive = open_archive_for(args, row_index=args.time is not None, select=False)
+    whole = check_channel_names(model, archive.X, args.store)
     if args.rows is None and args.time is None:
         if not runs:
             raise UsageError(
@@ -191,9 +192,9 @@ def cmd_update(args, out) -> int:
                   f"{args.store}; {args.model} left as it is", file=out)
             return 0
         args.rows = slice(last, None)
-    X = open_archive_for(args, row_index=args.time is not None)
-    X = check_channel_names(model, X, args.store, err=io.StringIO())
-    span = archive_span(args, X)
+    selected = archive.select(args.rows, args.time)
+    X = check_channel_names(model, selected.X, args.store, err=io.StringIO())
+    span = selected.span
     chosen = " with ".join(f"--{o} {slice_text(getattr(args, o), o)}" for o in ("rows", "time")
                            if getattr(args, o) is not None)
     if span is None and runs:  # its rows could not be recorded, nor checked against those read

@@ -11,18 +11,16 @@ import numpy as np
 
 from .. import _malloc
 from .._atomic import atomic_open
-from .._estimator import load
 from .._urls import is_url
 from .._urls import overlaps as _overlaps
 from .common import (
     UsageError,
-    archive_span,
     check_channel_names,
     describe,
     fmt_seconds,
+    load_model,
     open_archive_for,
     parse_storage_options,
-    slice_text,
     store_root,
 )
 from .outputs import check_output_location, refuse_inside_input
@@ -69,19 +67,18 @@ def cmd_report(args, out) -> int:
         check_output_location(path, is_file=True)
     options = parse_storage_options(args.storage_options)
     _malloc.return_large_frees_to_os()  # memory flat in the rows: see its docstring
-    model = load(args.model, storage_options=options)
+    # the model and its SHA-256 (as a score store's segments name the model that scored each span of rows)
+    model, digest = load_model(args.model, options)
     # blocks of about _report.BLOCK_VALUES values, and the time coordinate read with its rows (no index in memory)
-    X = open_archive_for(args, block_values=_report.BLOCK_VALUES, row_index=False)
+    archive = open_archive_for(args, block_values=_report.BLOCK_VALUES, row_index=False)
+    X = archive.X
     check_channel_names(model, X, args.store)
-    from .._append import model_digest
     from .._scale import scale_text
 
-    # the model's SHA-256, as a score store's segments name the model that scored each span of rows
     print(f"report on {args.store}: {describe(X)}\nmodel {args.model} (SHA-256 "
-          f"{model_digest(args.model, options)[:12]}); {scale_text(model)}", file=out, flush=True)
-    selection = " ".join(f"--{o} {slice_text(getattr(args, o), o)}" for o in ("rows", "time")
-                         if getattr(args, o, None) is not None)
-    reference = _reference_rows(args, model, X) if window is not None else None
+          f"{digest[:12]}); {scale_text(model)}", file=out, flush=True)
+    selection = archive.selection
+    reference = _reference_rows(model, archive.span) if window is not None else None
     started = time.perf_counter()
     # matplotlib's import (about 1.4 s) runs while the pass's tasks read and compute, not after
     from .._report_plot import MATPLOTLIB_MODULES
@@ -121,14 +118,13 @@ def cmd_report(args, out) -> int:
     return 0
 
 
-def _reference_rows(args, model, X) -> tuple[int, int] | None:
-    """The rows of ``X`` (the report's numbering) the model was fitted on, from its ``archive_rows_``
-    and the rows ``--rows``/``--time`` select: of the runs it records, the one that shares the most
-    rows with them; None when either is unknown or they do not meet."""
+def _reference_rows(model, span: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The rows of the report (its numbering: from the first row selected) the model was fitted on, from
+    its ``archive_rows_`` and ``span``, the positions of the rows ``--rows``/``--time`` select: of the runs
+    it records, the one that shares the most rows with them; None when either is unknown or they do not meet."""
     fitted = getattr(model, "archive_rows_", None)
     if fitted is None:
         return None
-    span = archive_span(args, X)
     if span is None:
         return None
     shared = [(max(int(a), span[0]) - span[0], min(int(b), span[1]) - span[0])

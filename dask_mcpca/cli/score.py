@@ -1,4 +1,9 @@
-"""``dask-mcpca score``: per-row outputs of a model written to a new Zarr store, or appended (``--append``)."""
+"""``dask-mcpca score``: per-row outputs of a model written to a new Zarr store, or appended (``--append``).
+
+The command says what is written (the outputs, their dtype, the attributes that say what they were
+scored from); the score store's modules say how (:mod:`dask_mcpca._score_store`: a new store,
+:mod:`dask_mcpca._score_append`: rows appended).
+"""
 
 from __future__ import annotations
 
@@ -6,14 +11,14 @@ import os
 import time
 
 from .._atomic import is_zarr_store
-from .._urls import is_url, local_path, with_timeouts
+from .._urls import local_path
 from .._urls import overlaps as _overlaps
 from .common import (
     PROG,
     UsageError,
-    archive_span,
     check_channel_names,
     fmt_seconds,
+    load_model,
     open_archive_for,
     parse_storage_options,
     store_root,
@@ -55,11 +60,7 @@ DEFAULT_OUTPUTS, DEFAULT_DTYPE = "monitoring", "float32"
 
 
 def cmd_score(args, out) -> int:
-    import zarr
-
-    from .. import _append, _rowprints
-    from .._estimator import load
-    from .._score_store import as_dataset, count_true, quiet_consolidated
+    from .._score_store import as_dataset, model_name, provenance, quiet_consolidated, write_new
 
     refuse_inside_input(args.output, args.store, "--output")
     if _overlaps(args.model, args.output):
@@ -78,41 +79,31 @@ def cmd_score(args, out) -> int:
         if not args.overwrite:
             raise UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
         refuse_replacing_other_data(args.output, options)
-    model = load(args.model, storage_options=options)
-    X = check_channel_names(model, open_archive_for(args), args.store)
+    model, digest = load_model(args.model, options)
+    archive = open_archive_for(args)
+    X = check_channel_names(model, archive.X, args.store)
     started = time.perf_counter()
     names, dtype = args.outputs or default_outputs(model), args.dtype or DEFAULT_DTYPE
     outputs = _score_outputs(model, X, names, dtype)
-    span = archive_span(args, X)
+    span = archive.span
     attrs = {
-        "model": _model_path(args.model),
+        "model": model_name(args.model),
         "created_by": f"{PROG} score",
         "arrays": {name: SCORE_ARRAYS[name] for name in names},
         "outputs": list(names),
         "dtype": dtype,
     }
+    source = _score_source(args, model, digest)
     if span is not None:  # what --append checks and goes on from
-        attrs.update(_append.provenance(**_score_source(args, model, options), rows=span, model=attrs["model"]))
+        attrs.update(provenance(**source, rows=span, model=attrs["model"]))
     else:
-        attrs.update({k: v for k, v in _score_source(args, model, options).items() if k != "digest"})
+        attrs.update({k: v for k, v in source.items() if k != "digest"})
     quiet_consolidated()
     with output_store(args.output, options, overwrite=args.overwrite) as tmp:
-        so = {"storage_options": with_timeouts(tmp, options)} if is_url(tmp) else {}
         # written by xarray whatever the input: dims, the channel names and coordinates (_score_store)
         ds = as_dataset(outputs, model=model, X=X, attrs=attrs, descriptions=SCORE_ARRAYS)
-        writes = [ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, **so)]
-        flags = ds.get("outlier")
-        # counted in the same computation as the writes (the blocks are made once), as --append does,
-        # not by reading the written store back
-        counted = [count_true(flags.data)] if flags is not None else []
-        # the input's fingerprint (a row every 65,536 and the last): read in this pass, no chunk twice
-        positions = _rowprints.store_positions(*span) if span is not None else []
-        sampled = [_rows_at(X, [pos - span[0] for pos in positions])] if positions else []
-        results = compute_settled(*writes, *counted, *sampled, progress=not args.no_progress)
-        n_out = int(results[len(writes)]) if counted else None
-        if sampled:
-            zarr.open_group(tmp, mode="r+", **so).attrs[_append.ROW_DIGESTS_ATTR] = [
-                [pos, d] for pos, d in zip(positions, _rowprints.digests(results[-1]), strict=True)]
+        pending = write_new(tmp, ds, X=X, span=span, storage_options=options)
+        n_out = pending.finish(compute_settled(*pending.tasks, progress=not args.no_progress))
     elapsed = time.perf_counter() - started
     n = X.shape[0]
     shapes = {"scores": f" ({n:,} x {model.n_components_})", "contributions": f" ({n:,} x {model.n_features_in_})",
@@ -143,39 +134,26 @@ def _score_outputs(model, X, names: tuple[str, ...], dtype: str) -> dict:
     return outputs
 
 
-def _score_source(args, model, options) -> dict:
-    """What a score store is scored from (its input and model), as :func:`dask_mcpca._append.provenance` takes it."""
-    from .. import _append
-
+def _score_source(args, model, digest: str) -> dict:
+    """What a score store is scored from (its input and model), as :func:`dask_mcpca._score_store.provenance`
+    takes it; ``digest``: the model file's SHA-256."""
     return {
         "source": args.store if "://" in args.store else os.path.abspath(store_root(args.store)),
         "dataset": args.dataset,
         "variables": args.variables,
         "n_features": model.n_features_in_,
-        "digest": _append.model_digest(args.model, options),
+        "digest": digest,
     }
-
-
-def _rows_at(X, positions: list[int]):
-    """The rows of the archive ``X`` at ``positions``, as a Delayed to compute with the pass that reads
-    ``X``: they share its reads (a Delayed, not an Array, for :func:`dask_mcpca._score_store.count_true`'s reason)."""
-    return getattr(X, "data", X)[list(positions)].rechunk(-1).to_delayed(optimize_graph=False).item()
-
-
-def _model_path(path: str) -> str:
-    """How a score store names the model file that scored it: its URL, or its absolute path."""
-    return path if is_url(path) else os.path.abspath(path)
 
 
 def _score_append(args, out, options) -> int:
     """``score --append`` to an existing ``--output``: the rows after those it holds, in a new version of it."""
     import dask.array as da
-    import zarr
 
-    from .. import _append, _rowprints
-    from .._atomic import atomic_path
-    from .._estimator import load
-    from .._score_store import as_dataset, count_true, dimension_names, quiet_consolidated
+    from .._exceptions import AppendError
+    from .._model import CONTEXT_ROWS
+    from .._score_append import append_rows, open_for_append
+    from .._score_store import MODEL_ATTR, model_name, provenance, quiet_consolidated
 
     quiet_consolidated()  # before the store is first listed
     output = local_path(args.output)
@@ -185,15 +163,14 @@ def _score_append(args, out, options) -> int:
     if not is_zarr_store(output):
         raise UsageError(f"--output {args.output!r} exists and is not a Zarr store; --append adds rows only to "
                          "a store written by score")
-    model = load(args.model, storage_options=options)
-    source = _score_source(args, model, options)
-    attrs = dict(zarr.open_group(output, mode="r").attrs)
+    model, digest = load_model(args.model, options)
+    source = _score_source(args, model, digest)
     try:
-        start, stop = _append.check_appendable(attrs, _append.provenance(**source, rows=(0, 0)), args.output)
-        old_samples = _append.stored_digests(attrs, args.output)
-    except _append.AppendError as err:
+        target = open_for_append(output, args.output, provenance(**source, rows=(0, 0)), OUTPUT_SETS["all"])
+    except AppendError as err:
         raise UsageError(str(err)) from None
-    whole = check_channel_names(model, open_archive_for(args), args.store)
+    start, stop = target.rows
+    whole = check_channel_names(model, open_archive_for(args).X, args.store)
     n_all = whole.shape[0]
     if n_all < stop:
         raise UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the {stop:,} already scored in --output "
@@ -205,79 +182,36 @@ def _score_append(args, out, options) -> int:
     # From the rows before the new ones, whose outputs are left out: a stuck run and top_channel's held-cell
     # rule read rows in order (_model.stuck_cells, _model.isolated_top), so the new rows' outputs are a full
     # score's.  It reads at most one stored chunk more than the new rows.
-    from .._model import CONTEXT_ROWS
-
     lead = min(stop, CONTEXT_ROWS)
     X = whole[stop - lead :] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop - lead, None)})
-    n_old, n_new = stop - start, X.shape[0] - lead
-    names, dtype = tuple(attrs.get("outputs", OUTPUT_SETS["all"])), attrs.get("dtype", "float64")
+    n_new = X.shape[0] - lead
+    names, dtype = target.names, target.dtype
     if args.outputs is not None and tuple(args.outputs) != names:
         raise UsageError(f"--outputs differs from what --output {args.output!r} holds ({','.join(names)}); "
                          "leave it out with --append")
     if args.dtype is not None and args.dtype != dtype:
         raise UsageError(f"--dtype {args.dtype} differs from what --output {args.output!r} holds ({dtype}); "
                          "leave it out with --append")
-    old = zarr.open_group(output, mode="r")
-    if not set(names) <= set(SCORE_ARRAYS) or not set(names) <= set(old.array_keys()):
-        raise UsageError(f"--output {args.output!r} does not hold the arrays its attributes name "
-                         f"({', '.join(map(str, names))}); score it again with --overwrite")
     started = time.perf_counter()
-    outputs = {n: a.isel({a.dims[0]: slice(lead, None)}) if hasattr(a, "isel") else a[lead:]
-               for n, a in _score_outputs(model, X, names, dtype).items()}
-    # A store that names its arrays' dimensions (every store score writes) is appended to by xarray; one
-    # written array by array from a plain input (before score named them) is appended to array by array.
-    named = dimension_names(old[names[0]]) is not None
-    if named:
-        ds = as_dataset(outputs, model=model, X=X, attrs=attrs, descriptions=SCORE_ARRAYS)  # attrs: rewritten
-        row_dim = ds[names[0]].dims[0]
-    row_arrays = [name for name, arr in old.arrays() if arr.shape and arr.shape[0] == n_old and (
-        not named or (dimension_names(arr) or [None])[0] == row_dim)]
-    with atomic_path(output, replace=is_zarr_store) as tmp:
-        _append.clone_for_append(output, tmp, n_old, row_arrays)
-        if named:
-            ds = ds.chunk({row_dim: _append.aligned_chunks(n_old, n_new, old[names[0]].chunks[0])})
-            writes = [ds.to_zarr(tmp, append_dim=row_dim, compute=False, consolidated=True)]
-            flags = ds["outlier"].data if "outlier" in ds else None
-        else:
-            writes = []
-            plain = {n: getattr(a, "data", a) for n, a in outputs.items()}
-            for name, arr in plain.items():
-                z = zarr.open_array(tmp, path=name, mode="r+")
-                z.resize((n_old + n_new, *z.shape[1:]))
-                arr = arr.rechunk({0: _append.aligned_chunks(n_old, n_new, z.chunks[0])})
-                region = (slice(n_old, n_old + n_new),) + (slice(None),) * (arr.ndim - 1)
-                writes.append(arr.store(z, regions=[region], lock=False, compute=False))
-            flags = plain.get("outlier")
-        counted = [count_true(flags)] if flags is not None else []  # the blocks written
-        # In the same pass: the old rows' fingerprint checked (the last row, read anyway for context, and
-        # one older sample: one chunk more) and the new rows' taken (their chunks are read anyway).
-        checked = _rowprints.checked(old_samples, salt=stop)
-        positions = _rowprints.store_positions(stop, n_all)
-        sampled = _rows_at(whole, [pos for pos, _ in checked] + positions)
-        results = compute_settled(*writes, *counted, sampled, progress=not args.no_progress)
-        n_out = int(results[len(writes)]) if counted else None
-        got = _rowprints.digests(results[-1])
-        if refusal := _append.old_rows_changed(checked, got[: len(checked)], (start, stop), args.output):
-            raise UsageError(refusal)  # the temporary is removed, the store left as it was
-        group = zarr.open_group(tmp, mode="r+")
-        segments = _append.segments_after(attrs, (stop, n_all), source["digest"], _model_path(args.model))
-        group.attrs.update({_append.ROWS_ATTR: [start, n_all], "complete": True, _append.SEGMENTS_ATTR: segments,
-                            _append.MODEL_ATTR: source["digest"], "model": _model_path(args.model),
-                            _append.ROW_DIGESTS_ATTR: _append.digests_after(
-                                old_samples, list(zip(positions, got[len(checked):], strict=True)))})
-        if named:
-            zarr.consolidate_metadata(tmp)
+    try:
+        target.check_arrays(SCORE_ARRAYS)
+        outputs = {n: a.isel({a.dims[0]: slice(lead, None)}) if hasattr(a, "isel") else a[lead:]
+                   for n, a in _score_outputs(model, X, names, dtype).items()}
+        n_out, segments = append_rows(
+            target, outputs, model=model, X=X, whole=whole, digest=digest, model_name=model_name(args.model),
+            descriptions=SCORE_ARRAYS, compute=lambda *tasks: compute_settled(*tasks, progress=not args.no_progress))
+    except AppendError as err:
+        raise UsageError(str(err)) from None
     elapsed = time.perf_counter() - started
     flagged = f": {n_out:,} outliers ({n_out / n_new:.2%})" if n_out is not None else ""
     began = segments[-1]["rows"][0] == stop and len(segments) > 1  # another model than the rows before
     print(
         f"scored {n_new:,} new rows ({stop:,}:{n_all:,}) in {fmt_seconds(elapsed)}{flagged}\n"
         f"appended to {args.output}, which now holds rows {start:,}:{n_all:,}"
-        + (f"\nrows {stop:,}:{n_all:,} were scored with {args.model} (SHA-256 {source['digest'][:12]}), rows "
+        + (f"\nrows {stop:,}:{n_all:,} were scored with {args.model} (SHA-256 {digest[:12]}), rows "
            f"{segments[-2]['rows'][0]:,}:{stop:,} with another model (SHA-256 "
-           f"{segments[-2][_append.MODEL_ATTR][:12]}): segment {len(segments)} of the store's 'segments' attribute"
+           f"{segments[-2][MODEL_ATTR][:12]}): segment {len(segments)} of the store's 'segments' attribute"
            if began else ""),
         file=out,
     )
     return 0
-
