@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from . import _labels, _missing, _model
+from . import _labels, _missing, _model, _modes
 from ._io import as_row_blocks
 from ._model import ROW_OUTPUTS
 from ._passes import rows_before
@@ -138,7 +138,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     # ---------------------------------------------------------- transforms
     def _map_rows(
         self, X, func, n_out: int | None, dtype=np.float64, *, columns=None, storage_options=None, nan_policy=None,
-        frame_columns=None, in_order: bool = False, as_stored: bool = False,
+        frame_columns=None, in_order: bool = False, as_stored: bool = False, modes_ok: bool = False,
     ):
         """Apply ``func`` to row blocks: lazily for dask input, eagerly otherwise.
 
@@ -149,9 +149,12 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         ``nan_policy`` overrides the estimator's for this call.  ``in_order``: ``func(block, before)``
         also gets the rows before the block (:func:`._passes.rows_before`; None for numpy input),
         as stored; otherwise ``func`` gets them in the model's units (:func:`._model.model_rows`),
-        unless ``as_stored``.
+        unless ``as_stored``.  ``modes_ok``: ``func`` judges rows by their operating mode
+        (:mod:`._modes`); other methods refuse a model with modes.
         """
         check_is_fitted(self, "components_")
+        if not modes_ok:
+            _modes.refuse(self, "this method")
         _labels.check_feature_names(self, X, reset=False)
         if not (in_order or as_stored) and getattr(self, "scale_", None) is not None:
             inner = func
@@ -318,6 +321,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         -2.8
         """
         check_is_fitted(self, "components_")
+        _modes.refuse(self, "this method")
         d2 = self.mahalanobis(X, storage_options=storage_options)
         counts = self.n_observed(X, storage_options=storage_options)
         if isinstance(d2, da.Array) or isinstance(counts, da.Array):
@@ -537,7 +541,8 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         >>> bool(abs(np.median(d2) / 2.37 - 1) < 0.2)   # about chi-square(3)'s median
         True
         """
-        return self._map_rows(X, partial(_model.mahalanobis_d2, self), None, storage_options=storage_options)
+        return self._map_rows(X, partial(_modes.mahalanobis_d2, self), None, storage_options=storage_options,
+                              modes_ok=True)
 
     def score_samples(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """Correntropy weight of each row, in [0, 1]: ``exp(-d^2 / (2 c^2))``.
@@ -583,8 +588,8 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         (True, True)
         """
         check_is_fitted(self, "components_")
-        return self._map_rows(X, lambda b: _model.weight(self, _model.calibrated_d2(self, b)), None,
-                              storage_options=storage_options)
+        return self._map_rows(X, lambda b: _model.weight(self, _modes.calibrated_d2(self, b)), None,
+                              storage_options=storage_options, modes_ok=True)
 
     def is_outlier(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """True for rows whose ``d^2`` exceeds ``outlier_cutoff_``, or that hold a repeated value or row.
@@ -635,9 +640,9 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         check_is_fitted(self, "components_")
 
         def flags(block, before=None):
-            return _model.judged_rows(self, block, before)[1]
+            return _modes.judged_rows(self, block, before)[1]
 
-        return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options, in_order=True)
+        return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options, in_order=True, modes_ok=True)
 
     def channel_contributions(
         self,
@@ -784,6 +789,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         (True, dtype('int16'))
         """
         check_is_fitted(self, "components_")
+        _modes.refuse(self, "this method")
         unknown = [o for o in outputs if o not in ROW_OUTPUTS]
         if unknown or not outputs:
             raise ValueError(f"outputs={list(outputs)!r} is invalid; expected names from {list(ROW_OUTPUTS)}")
@@ -871,9 +877,10 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         check_is_fitted(self, "components_")
 
         def labels(block, before=None):
-            return np.where(_model.judged_rows(self, block, before)[1], -1, 1).astype(np.int64)
+            return np.where(_modes.judged_rows(self, block, before)[1], -1, 1).astype(np.int64)
 
-        return self._map_rows(X, labels, None, dtype=np.int64, storage_options=storage_options, in_order=True)
+        return self._map_rows(X, labels, None, dtype=np.int64, storage_options=storage_options, in_order=True,
+                              modes_ok=True)
 
     def decision_function(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """``score_samples(X) - offset_``: negative exactly for the rows :meth:`is_outlier` flags.
@@ -919,10 +926,10 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         offset = self.outlier_threshold_
 
         def margin(block, before=None):
-            d2, flags, held = _model.judged_rows(self, block, before)
+            d2, flags, held = _modes.judged_rows(self, block, before)
             out = _model.weight(self, d2) - offset
             out[flags & ~(out < 0) & held] = -offset  # a score of 0: a stuck value, which the fit gives no weight
             out[flags & ~(out < 0)] = -np.finfo(np.float64).tiny  # d2 above the cutoff, its score rounded to it
             return out
 
-        return self._map_rows(X, margin, None, storage_options=storage_options, in_order=True)
+        return self._map_rows(X, margin, None, storage_options=storage_options, in_order=True, modes_ok=True)

@@ -19,14 +19,17 @@ from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
+from sklearn.utils.validation import check_is_fitted
 
-from . import _labels, _persist
+from . import _labels, _modes, _persist
 from ._base import _BaseMCPCA
 from ._choices import CENTERS, NAN_POLICIES, SOLVERS
 from ._exceptions import BreakdownWarning
 from ._fit import UPDATE_ATTRIBUTES, FitResult, fit_rows, update_rows
+from ._fit_modes import ModesResult, fit_modes
 from ._io import as_row_blocks, split_store_path
 from ._passes import single_threaded_blas
 from ._robust import SAMPLE_SIZE
@@ -40,6 +43,9 @@ __all__ = ["MCPCA", "check_params", "load"]
 #: in ``kernel_factor**2``) while the fit is long since ordinary PCA (above)
 #: or rests on a handful of rows (below).
 KERNEL_FACTOR_RANGE = (1e-3, 1e6)
+
+#: What a fit with ``modes`` sets beside the usual attributes (removed by a refit).
+MODE_ATTRIBUTES = ("mode_models_", "n_modes_", "modes_", "mode_weights_", "mode_means_")
 
 
 def check_params(estimator: MCPCA) -> None:
@@ -204,6 +210,21 @@ class MCPCA(_BaseMCPCA):
         method takes rows in the data's units, and :meth:`inverse_transform`
         and :meth:`impute` return them.  A ``warm_start`` refit and
         :meth:`partial_fit` keep the fit's ``scale_``.
+    modes : {None, "auto"}, default=None
+        Operating modes (states of the machine: idle and loaded, two
+        speeds), each with its own robust centre, components and
+        calibrated cutoff, fitted in the same passes.  None: one state.
+        ``"auto"``: the states are found on the first read's row sample
+        (Gaussian mixtures of 2-4 components, accepted only on the
+        evidence of a state, not of a fault: see docs/algorithm.md,
+        "Operating modes"); one state found gives the fit of
+        ``modes=None``, the same model.  The user's labels of the rows go
+        to :meth:`fit` (``fit(X, modes=labels)``).  Each row is judged
+        against the mode that explains it best (:meth:`predict_mode`).
+        Modes need ``solver="auto"``, ``center="robust"``, ``cellwise=False``,
+        no ``checkpoint`` and no ``warm_start``; ``nan_policy="partial"``,
+        :meth:`partial_fit`, :meth:`save` and the per-channel methods are
+        not built for them yet and say so.
 
     Attributes
     ----------
@@ -297,6 +318,15 @@ class MCPCA(_BaseMCPCA):
         many blocks (see Notes), else 0.
     n_blocks_read_ : int
         Row blocks read by those partial reads.
+    n_modes_ : int
+        Operating modes of a fit with ``modes``; then also ``modes_`` (each
+        mode's label: the user's, or 0 .. n_modes_ - 1 by size for
+        ``"auto"``), ``mode_weights_`` (each mode's share of the rows),
+        ``mode_models_`` (one fitted single-mode ``MCPCA`` per mode, whose
+        attributes are that mode's: ``mean_``, ``components_``,
+        ``outlier_cutoff_`` ...) and ``mode_means_``.  The top-level fitted
+        attributes are then those of the largest mode, and ``n_passes_``
+        counts the passes of the whole fit.  Absent without modes.
     n_iter_ : int
         Re-weighting steps made on the full data.
     converged_ : bool
@@ -441,6 +471,7 @@ class MCPCA(_BaseMCPCA):
         "contamination": [StrOptions({"auto"}), Interval(Real, 0, 0.5, closed="right")],
         "cellwise": ["boolean"],
         "scale": [StrOptions({s for s in SCALES if s}), None],
+        "modes": [StrOptions({"auto"}), None],
     }
 
     def __init__(
@@ -463,6 +494,7 @@ class MCPCA(_BaseMCPCA):
         contamination: Literal["auto"] | float = "auto",
         cellwise: bool = False,
         scale: Literal["robust"] | None = None,
+        modes: Literal["auto"] | None = None,
     ):
         self.n_components = n_components
         self.solver = solver
@@ -481,9 +513,10 @@ class MCPCA(_BaseMCPCA):
         self.contamination = contamination
         self.cellwise = cellwise
         self.scale = scale
+        self.modes = modes
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X: Any, y: None = None, *, storage_options: dict | None = None) -> MCPCA:
+    def fit(self, X: Any, y: None = None, *, modes: Any = None, storage_options: dict | None = None) -> MCPCA:
         """Fit the model to ``X``.
 
         Parameters
@@ -494,6 +527,11 @@ class MCPCA(_BaseMCPCA):
             (``"s3://bucket/archive.zarr"``, ``gs://``, ``abfs://``, ``https://``).
         y : None
             Ignored; present for scikit-learn's API.
+        modes : array-like of shape (n_samples,), optional
+            The operating mode of each row (any labels: a machine-state
+            channel, a schedule); each mode gets a model of its own, fitted
+            in the same passes (see the ``modes`` parameter).  None: the
+            constructor's ``modes``.
         storage_options : dict, optional
             fsspec options for a URL (``{"endpoint_url": ...}``, credentials);
             without them the backend reads credentials from the environment.
@@ -543,19 +581,83 @@ class MCPCA(_BaseMCPCA):
                 f"by {type(self).__name__}"
             )
         self._forget_update_sums()
+        for name in MODE_ATTRIBUTES:
+            vars(self).pop(name, None)
         vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
         vars(self).pop("archive_samples_", None)
         warm = ((self._robust_state, self._robust_unit, getattr(self, "scale_", None))
                 if getattr(self, "_robust_state", None) is not None else None)
         vars(self).pop("scale_", None)  # set again by a fit with scale="robust"
+        modes = self.modes if modes is None else modes
         with single_threaded_blas():
-            result = fit_rows(X, self, warm=warm)
-        self._set_fitted(result)
-        if result.unconverged:
-            warnings.warn(result.unconverged, ConvergenceWarning, stacklevel=2)
-        if result.breakdown:
-            warnings.warn(result.breakdown, BreakdownWarning, stacklevel=2)
+            if modes is None:
+                result = fit_rows(X, self, warm=warm)
+            else:
+                result = fit_modes(X, self, None if isinstance(modes, str) and modes == "auto" else modes)
+        for one in result.results if isinstance(result, ModesResult) else (result,):
+            if one.unconverged:
+                warnings.warn(one.unconverged, ConvergenceWarning, stacklevel=2)
+            if one.breakdown:
+                warnings.warn(one.breakdown, BreakdownWarning, stacklevel=2)
+        if isinstance(result, ModesResult):
+            self._set_modes(result)
+        else:
+            self._set_fitted(result)
         return self
+
+    def _set_modes(self, result: ModesResult) -> None:
+        """Set a fit with several modes: a single-mode model per mode, the largest mode's attributes on
+        the estimator, and the modes' own attributes (see ``n_modes_``)."""
+        models = []
+        for one in result.results:
+            model = clone(self).set_params(modes=None)
+            model._set_fitted(one)
+            models.append(model)
+        self._set_fitted(result.results[int(np.argmax(result.weights))])
+        self._forget_update_sums()  # partial_fit is not built for modes
+        vars(self).pop("scale_", None)  # each mode has its own; rows are judged as stored
+        self.mode_models_ = models
+        self.n_modes_ = len(models)
+        self.modes_ = result.labels
+        self.mode_weights_ = result.weights
+        self.mode_means_ = np.stack([m.mean_ * getattr(m, "scale_", 1.0) for m in models])
+        self.n_passes_ = result.n_passes
+        self.n_partial_reads_ = result.n_partial_reads
+
+    def predict_mode(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """The operating mode of each row: the index into ``modes_`` of the mode that explains it best.
+
+        The mode whose model gives the row the smallest ``d2 / outlier_cutoff_``; every row is judged
+        (:meth:`is_outlier`, :meth:`predict`, :meth:`decision_function`) against this mode.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Input kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        modes : ndarray or dask array of int64, shape (n_samples,)
+            0 for every row of a model fitted without modes.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = np.concatenate([rng.normal(size=(600, 3)), rng.normal(size=(400, 3)) + [10, -8, 6]])
+        >>> model = MCPCA(modes="auto").fit(X)
+        >>> model.n_modes_, np.bincount(model.predict_mode(X)).tolist()
+        (2, [600, 400])
+        """
+        check_is_fitted(self, "components_")
+        if not _modes.has_modes(self):
+            return self._map_rows(X, lambda b: np.zeros(len(b), np.int64), None, dtype=np.int64,
+                                  storage_options=storage_options)
+        return self._map_rows(X, lambda b, before=None: _modes.best_modes(self, b, before), None, dtype=np.int64,
+                              storage_options=storage_options, in_order=True, modes_ok=True)
 
     def fit_transform(self, X: Any, y: None = None, *, storage_options: dict | None = None):
         """Fit to ``X`` and project it: ``fit(X).transform(X)``, a URL read with ``storage_options`` both times.
@@ -672,6 +774,7 @@ class MCPCA(_BaseMCPCA):
         if not hasattr(self, "components_"):
             return self.fit(X, y, storage_options=storage_options)
         check_params(self)
+        _modes.refuse(self, "partial_fit")
         _labels.check_feature_names(self, X, reset=False)
         X = as_row_blocks(X, storage_options=storage_options)
         if X.shape[1] != self.n_features_in_:
@@ -782,6 +885,7 @@ class MCPCA(_BaseMCPCA):
         >>> bool((loaded.transform(X) == model.transform(X)).all())
         True
         """
+        _modes.refuse(self, "save")
         _persist.save(self, path, storage_options=storage_options)
 
 

@@ -50,7 +50,8 @@ from ._robust import (
 from ._scale import in_model_units, robust_scales
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 
-__all__ = ["FitResult", "UPDATE_ATTRIBUTES", "fingerprint_params", "fit_rows", "update_rows"]
+__all__ = ["FitResult", "UPDATE_ATTRIBUTES", "finish_fit", "fingerprint_params", "first_read", "fit_rows",
+           "robust_stage", "solver_limits", "update_rows"]
 
 #: Fitted attributes that hold what :meth:`MCPCA.partial_fit` updates from (see its docstring).
 UPDATE_ATTRIBUTES = ("update_log_weights_", "update_means_", "update_covariances_", "update_location_",
@@ -145,6 +146,13 @@ def fingerprint_params(est) -> dict:
 
 
 # ---------------------------------------------------------------------- fit
+def solver_limits(est) -> tuple[float, int]:
+    """The solver's ``tol`` and ``max_iter``: the estimator's, or the solver's defaults."""
+    tol = est.tol if est.tol is not None else DEFAULT_TOL[est.solver]
+    max_iter = est.max_iter if est.max_iter is not None else DEFAULT_MAX_ITER[est.solver]
+    return tol, max_iter
+
+
 def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResult:
     """The fit proper, on full-row blocks; see :meth:`MCPCA.fit`.
 
@@ -192,8 +200,7 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
             UserWarning,
             stacklevel=3,
         )
-    tol = est.tol if est.tol is not None else DEFAULT_TOL[solver]
-    max_iter = est.max_iter if est.max_iter is not None else DEFAULT_MAX_ITER[solver]
+    tol, max_iter = solver_limits(est)
     runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress)
     ckpt = _checkpoint.Checkpoint.open(est.checkpoint, params=fingerprint_params(est), shape=(n, p))
 
@@ -205,6 +212,16 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
         start = _Start(moments, moments, unit, robust, runner.scale, None)
     else:
         start = _cold_fit(est, runner, ckpt, seed=seed, max_iter=max_iter)
+    return finish_fit(est, runner, start, k=k, tol=tol, max_iter=max_iter, ckpt=ckpt)
+
+
+def finish_fit(est, runner, start: _Start, *, k: int, tol: float, max_iter: int, ckpt=None) -> FitResult:
+    """The model from where the robust stage left it (``start``): the paper solver's steps where
+    ``est.solver="paper"``, then the components, the cutoff and the kept sums, as a :class:`FitResult`."""
+    if ckpt is None:
+        ckpt = _checkpoint.Checkpoint.open(None, params={}, shape=(runner.n_rows, runner.n_features))
+    p = runner.n_features
+    solver = est.solver
     moments, work, unit, robust = start.moments, start.work, start.unit, start.robust
     fixed = {"mean": work.mean[0], False: np.zeros(p)}.get(est.center)
     center = robust.location if robust is not None else fixed
@@ -272,7 +289,7 @@ class _Start(NamedTuple):
 
 
 def _cold_fit(est, runner, ckpt, *, seed: int, max_iter: int) -> _Start:
-    """The first read (moments, the row sample, the NaN check), then the robust stage.
+    """The first read (:func:`first_read`), then the robust stage (:func:`robust_stage`).
 
     The first read is a full pass, except for the default solver with
     ``center`` robust or False on a store of many row blocks: it then
@@ -285,9 +302,19 @@ def _cold_fit(est, runner, ckpt, *, seed: int, max_iter: int) -> _Start:
     units (``work``, with the mapped sample), the unit, the robust state,
     the channels' scales and the cell cutoff, as a :class:`_Start`.
     """
+    moments, partial_sample, rate = first_read(est, runner, ckpt, seed=seed)
+    return robust_stage(est, runner, moments, partial_sample, ckpt=ckpt, seed=seed, max_iter=max_iter,
+                        archive_sample_rate=rate)
+
+
+def first_read(est, runner, ckpt, *, seed: int, spread: bool = True):
+    """The first read: the moments, the row sample (its complete rows, and apart those with missing
+    cells) and the NaN check, over a spread of the blocks where :func:`_cold_fit` says (``spread``),
+    and the rate at which the robust stage's first pass samples the whole archive then (0: a full read).
+    """
     n, p = runner.n_rows, runner.n_features
     solver = est.solver
-    blocks = spread_blocks(runner.n_blocks) if solver == "auto" and est.center != "mean" else None
+    blocks = spread_blocks(runner.n_blocks) if spread and solver == "auto" and est.center != "mean" else None
     rows_read = n if blocks is None else int(runner.block_rows()[blocks].sum())
     rate = min(1.0, est.sample_size / rows_read)
     plan = PassPlan(center=np.zeros(p), sample_rate=rate, seed=seed, sample_partial=est.nan_policy == "partial")
@@ -300,6 +327,15 @@ def _cold_fit(est, runner, ckpt, *, seed: int, max_iter: int) -> _Start:
         raise ValueError(f"only {moments.n_rows} usable row(s); at least 2 are needed")
     if blocks is not None:  # the share of usable rows in the blocks read, until a full pass counts them
         moments.n_rows = round(moments.n_rows * n / rows_read)
+    return moments, partial_sample, (0.0 if blocks is None else min(1.0, est.sample_size / n))
+
+
+def robust_stage(est, runner, moments, partial_sample: np.ndarray, *, ckpt, seed: int, max_iter: int,
+                 archive_sample_rate: float = 0.0) -> _Start:
+    """From the first read (``moments``, its complete sample rows; ``partial_sample``, those with
+    missing cells) to the robust state: the channels' scales, the working unit, then
+    :func:`._robust.fit_robust`'s passes through ``runner``; see :func:`_cold_fit`."""
+    p, solver = runner.n_features, est.solver
     scale = None
     if getattr(est, "scale", None) == "robust":  # every later pass and all the fit's work: X / scale_
         runner.scale = scale = robust_scales(moments.sample)
@@ -339,7 +375,7 @@ def _cold_fit(est, runner, ckpt, *, seed: int, max_iter: int) -> _Start:
             on_step=lambda s: ckpt.save("robust", s),
             seed=seed,
             final_step=solver == "auto",
-            archive_sample_rate=0.0 if blocks is None or cellwise else min(1.0, est.sample_size / n),
+            archive_sample_rate=0.0 if cellwise else archive_sample_rate,
             cellwise=cellwise,
         )
     if runner.n_usable_rows is not None:

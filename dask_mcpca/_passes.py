@@ -248,35 +248,8 @@ class PassRunner:
         if plan.kernels is not None:
             plan = replace(plan, unit_exp=self.unit_exp)
         chosen = range(self.n_blocks) if blocks is None else [int(b) for b in blocks]
-        offsets = np.concatenate([[0], np.cumsum(self.block_rows())[:-1]])
         with PassProgress(self, label, enabled=self.progress, total=len(chosen)) as bar:
-            if self.is_dask:
-                plan_d = dask.delayed(plan, pure=True)
-                all_blocks = self._dask_blocks()
-                if self.hold_out is None:
-                    parts = [dask.delayed(_block_task, pure=True)(all_blocks[i], plan_d, int(offsets[i]),
-                                                                  None, None, self.scale) for i in chosen]
-                else:  # both from the unoptimised graph, whose keys they share: each block is read once
-                    read = self.X.to_delayed(optimize_graph=False)[:, 0]
-                    before = rows_before(self.X, self.context).to_delayed(optimize_graph=False)[:, 0]
-                    parts = [dask.delayed(_block_task, pure=True)(read[i], plan_d, int(offsets[i]), before[i],
-                                                                  self.hold_out, self.scale) for i in chosen]
-                stats = bar.compute(_tree_reduce(parts, SPLIT_EVERY), blocks=parts)
-            else:
-                stats = None
-                for i in chosen:
-                    start = int(offsets[i])
-                    block = self.X[start : start + NUMPY_BLOCK_ROWS]
-                    if self.hold_out is None:
-                        part = block_stats(in_model_units(block, self.scale), plan, start)
-                    else:
-                        before = self.X[max(start - self.context, 0) : start]
-                        before = np.concatenate([np.full((self.context - len(before), self.n_features), np.nan),
-                                                 before])
-                        held = self.hold_out(block, before)
-                        part = held_block_stats(in_model_units(block, self.scale), plan, start, held)
-                    stats = part if stats is None else combine(stats, part)
-                    bar.advance(1)
+            stats = self._sums(plan, chosen, bar)
         if blocks is None:
             self.n_passes += 1
             self.n_usable_rows = int(stats.n_rows)
@@ -295,4 +268,36 @@ class PassRunner:
             raise ValueError(f"no rows left to fit: every row holds NaN or inf{partial}")
         if plan.kernels is not None:
             _check_finite(stats, label)
+        return stats
+
+    def _sums(self, plan: PassPlan, chosen, bar) -> BlockStats:
+        """The merged :class:`BlockStats` of the row blocks ``chosen`` under ``plan`` (``bar`` counts them)."""
+        offsets = np.concatenate([[0], np.cumsum(self.block_rows())[:-1]])
+        if self.is_dask:
+            plan_d = dask.delayed(plan, pure=True)
+            all_blocks = self._dask_blocks()
+            if self.hold_out is None:
+                parts = [dask.delayed(_block_task, pure=True)(all_blocks[i], plan_d, int(offsets[i]),
+                                                              None, None, self.scale) for i in chosen]
+            else:  # both from the unoptimised graph, whose keys they share: each block is read once
+                read = self.X.to_delayed(optimize_graph=False)[:, 0]
+                before = rows_before(self.X, self.context).to_delayed(optimize_graph=False)[:, 0]
+                parts = [dask.delayed(_block_task, pure=True)(read[i], plan_d, int(offsets[i]), before[i],
+                                                              self.hold_out, self.scale) for i in chosen]
+            stats = bar.compute(_tree_reduce(parts, SPLIT_EVERY), blocks=parts)
+        else:
+            stats = None
+            for i in chosen:
+                start = int(offsets[i])
+                block = self.X[start : start + NUMPY_BLOCK_ROWS]
+                if self.hold_out is None:
+                    part = block_stats(in_model_units(block, self.scale), plan, start)
+                else:
+                    before = self.X[max(start - self.context, 0) : start]
+                    before = np.concatenate([np.full((self.context - len(before), self.n_features), np.nan),
+                                             before])
+                    held = self.hold_out(block, before)
+                    part = held_block_stats(in_model_units(block, self.scale), plan, start, held)
+                stats = part if stats is None else combine(stats, part)
+                bar.advance(1)
         return stats

@@ -1,0 +1,405 @@
+"""Operating modes: one robust model per state of the machine, fitted in the same passes.
+
+A machine that runs in several states (idle and loaded, two speeds, day
+and night) has one normal for each; a single robust model takes the
+largest state for "normal" and flags every row of the others.  With
+``modes``, :class:`~dask_mcpca.MCPCA` fits one robust model per mode (its
+own centre, components and calibrated cutoff) and judges each row against
+its mode.
+
+- ``modes=<labels>`` (``fit(X, modes=labels)``): the user's label of each
+  row.  Each mode's first read and every robust step run in shared passes.
+- ``modes="auto"``: the states are found on the first read's row sample
+  (:func:`find_modes`) and each row is given the state whose Gaussian
+  explains it best; a mode is accepted only on the evidence that separates
+  a state from a fault (:func:`_is_state`).  One state found: the fit goes
+  on as ``modes=None`` from the same first read, with the same result.
+
+The passes are shared: each mode's fit is the single-mode fit
+(:func:`._fit.robust_stage`, :func:`._fit.finish_fit`), run in a thread
+of its own against a :class:`ModeRunner`.  A runner does not read: it
+hands its pass to :class:`SharedPasses`, which waits until every mode
+still fitting has asked for its next pass, then reads each row block once
+and computes each mode's sums on that mode's rows (one task per block,
+one tree of merges).  The passes of the fit are those of its slowest
+mode; each mode's arithmetic is that of its own rows alone, so the
+threads' timing cannot change a result.
+
+Rows are judged by the mode that explains them best, the smallest
+``d2 / outlier_cutoff_`` over the modes (:func:`judged_rows`).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from functools import reduce
+
+import dask
+import dask.array as da
+import numpy as np
+
+from . import _model
+from ._block import block_stats
+from ._passes import SPLIT_EVERY, PassRunner, limit_blas_in_task
+from ._scale import in_model_units, robust_scales
+from ._stats import BlockStats, combine
+
+__all__ = [
+    "MAX_MODES",
+    "ModeFinder",
+    "ModeRunner",
+    "SharedPasses",
+    "best_modes",
+    "calibrated_d2",
+    "find_modes",
+    "given_labels",
+    "has_modes",
+    "judged_rows",
+    "mahalanobis_d2",
+    "refuse",
+]
+
+#: ``modes="auto"`` tries 2 .. MAX_MODES Gaussian components on the row sample.
+MAX_MODES = 4
+
+#: A state holds at least this share of the sampled rows ...
+MIN_MODE_SHARE = 0.02
+#: ... and at least this many sampled rows per feature (plus 2) to fit its robust model on.
+MIN_ROWS_PER_FEATURE = 5
+
+#: Two states differ in at least ``MIN_CHANNELS`` channels (all of them when there are fewer): each
+#: channel's centre moves by ``SHIFT_SD`` within-state standard deviations, or its spread changes by
+#: ``SPREAD_RATIO``.  A departure in one channel (a stuck, biased or drifting sensor) is a fault.
+MIN_CHANNELS = 2
+SHIFT_SD = 2.0
+SPREAD_RATIO = 3.0
+
+#: A channel whose spread in one state is below this share of its spread in the other is collapsed
+#: there (a stuck value, a frozen logger); it is not evidence of a state.
+COLLAPSED = 0.05
+
+#: ``modes="auto"`` looks for states in at most this many rows of the row sample, in its
+#: ``FIND_DIRECTIONS`` leading principal directions (robustly standardised): the client's work stays
+#: small at any width.
+FIND_ROWS = 5000
+FIND_DIRECTIONS = 8
+
+#: Two states are separated: the mean share of the less likely of the two among their rows is below this.
+MAX_OVERLAP = 0.05
+
+
+# ------------------------------------------------------------ finding states
+@dataclass(frozen=True)
+class ModeFinder:
+    """Which state each row is in: the Gaussian that explains it best, in the leading directions of the
+    robustly standardised rows.
+
+    ``center``, ``scale``: the standardisation; ``basis`` (p, q): the directions; ``means`` (K, q),
+    ``chol`` (K, q, q): each state's mean and the Cholesky factor of its precision there;
+    ``log_weights`` (K,).
+    """
+
+    center: np.ndarray
+    scale: np.ndarray
+    basis: np.ndarray
+    means: np.ndarray
+    chol: np.ndarray
+    log_weights: np.ndarray
+
+    @property
+    def n_modes(self) -> int:
+        return len(self.means)
+
+    def projected(self, rows) -> np.ndarray:
+        """Rows in the finder's directions (NaN cells count as the centre)."""
+        return np.nan_to_num((np.asarray(rows, np.float64) - self.center) / self.scale) @ self.basis
+
+    def log_likelihoods(self, rows) -> np.ndarray:
+        """(n, K) log density of each row under each state, up to a common constant."""
+        y = self.projected(rows)
+        out = np.empty((len(y), self.n_modes))
+        for k in range(self.n_modes):
+            r = (y - self.means[k]) @ self.chol[k]
+            out[:, k] = self.log_weights[k] + np.log(np.diag(self.chol[k])).sum() - 0.5 * np.einsum("ij,ij->i", r, r)
+        return out
+
+    def __call__(self, rows) -> np.ndarray:
+        """The state of each row (int64, 0 for the largest)."""
+        return np.argmax(self.log_likelihoods(rows), axis=1).astype(np.int64)
+
+
+def _is_state(a: np.ndarray, b: np.ndarray, scale: np.ndarray, center: np.ndarray) -> bool:
+    """Whether two groups of rows (robustly standardised, ``scale`` and ``center`` the
+    standardisation) are two states rather than a state and a fault.
+
+    The evidence of a state: at least ``min(MIN_CHANNELS, p)`` channels move (the centre by
+    ``SHIFT_SD`` within-group SDs, or the spread by ``SPREAD_RATIO``), not counting channels
+    collapsed in one group only (a stuck value, a frozen logger); and the moved channels are not
+    two channels exchanged (a swap: each of the two sits where the other channel sits in the other
+    group, within ``SHIFT_SD / 2`` SDs, in the data's units).
+    """
+    mean_a, mean_b = a.mean(axis=0), b.mean(axis=0)
+    sd_a, sd_b = a.std(axis=0), b.std(axis=0)
+    pooled = np.maximum(np.sqrt((sd_a**2 + sd_b**2) / 2), 1e-12)
+    shift = np.abs(mean_a - mean_b) / pooled
+    ratio = np.maximum(sd_a, sd_b) / np.maximum(np.minimum(sd_a, sd_b), 1e-12)
+    collapsed = np.minimum(sd_a, sd_b) < COLLAPSED * np.maximum(sd_a, sd_b)
+    moved = ((shift >= SHIFT_SD) | (ratio >= SPREAD_RATIO)) & ~collapsed
+    if moved.sum() < min(MIN_CHANNELS, len(shift)):
+        return False
+    if moved.sum() == 2 and len(shift) > 2:
+        i, j = np.flatnonzero(moved)
+        raw_a, raw_b = mean_a * scale + center, mean_b * scale + center
+        near = SHIFT_SD / 2 * np.maximum(sd_b, sd_a) * scale
+        if abs(raw_a[i] - raw_b[j]) <= near[j] and abs(raw_a[j] - raw_b[i]) <= near[i]:
+            return False
+    return True
+
+
+def _overlap(proba: np.ndarray, a: int, b: int, labels: np.ndarray) -> float:
+    """Mean share of the less likely of states ``a``, ``b`` among the rows given either."""
+    rows = (labels == a) | (labels == b)
+    pa, pb = proba[rows, a], proba[rows, b]
+    total = np.maximum(pa + pb, 1e-300)
+    return float(np.mean(np.minimum(pa, pb) / total)) if rows.any() else 1.0
+
+
+def find_modes(sample: np.ndarray, *, seed: int = 0) -> ModeFinder | None:
+    """The operating states of the data, from its row sample; None where there is one.
+
+    The sample (at most ``FIND_ROWS`` of its rows) is standardised robustly (median,
+    :func:`._scale.robust_scales`) and projected on its ``FIND_DIRECTIONS`` leading principal
+    directions, where states differ; Gaussian mixtures of 2 .. :data:`MAX_MODES` components
+    (scikit-learn, full covariances) are fitted there.  A mixture is accepted when every
+    component holds ``MIN_MODE_SHARE`` of the rows (and enough rows to fit a model on), every
+    pair is separated (:data:`MAX_OVERLAP`) and every pair of its groups of rows passes
+    :func:`_is_state` channel by channel; of the accepted mixtures, the one of lowest BIC, if it
+    is below the single Gaussian's.  States are numbered by size, 0 the largest.
+    """
+    from sklearn.mixture import GaussianMixture
+
+    sample = np.asarray(sample, np.float64)
+    sample = sample[np.isfinite(sample).all(axis=1)]
+    sample = sample[:: max(1, -(-len(sample) // FIND_ROWS))]
+    n, p = sample.shape
+    least = max(MIN_ROWS_PER_FEATURE * (p + 2), 1)
+    if n < 2 * least:
+        return None
+    center = np.median(sample, axis=0)
+    scale = robust_scales(sample)
+    z = (sample - center) / scale
+    _, _, vt = np.linalg.svd(z - z.mean(axis=0), full_matrices=False)
+    basis = vt[: min(p, FIND_DIRECTIONS)].T
+    y = z @ basis
+    fits = {k: GaussianMixture(k, covariance_type="full", reg_covar=1e-4, n_init=2, random_state=seed).fit(y)
+            for k in range(1, MAX_MODES + 1)}
+    best, best_bic = None, fits[1].bic(y)
+    for k in range(2, MAX_MODES + 1):
+        gm = fits[k]
+        labels = gm.predict(y)
+        counts = np.bincount(labels, minlength=k)
+        if counts.min() < max(least, MIN_MODE_SHARE * n):
+            continue
+        proba = gm.predict_proba(y)
+        ok = all(
+            _overlap(proba, a, b, labels) <= MAX_OVERLAP and _is_state(z[labels == a], z[labels == b], scale, center)
+            for a in range(k) for b in range(a + 1, k)
+        )
+        bic = gm.bic(y)
+        if ok and bic < best_bic:
+            best, best_bic = gm, bic
+    if best is None:
+        return None
+    order = np.argsort(-best.weights_, kind="stable")
+    return ModeFinder(center=center, scale=scale, basis=basis, means=best.means_[order],
+                      chol=best.precisions_cholesky_[order], log_weights=np.log(best.weights_[order]))
+
+
+def given_labels(labels, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The user's labels as codes 0..K-1 (int64, in the order of ``np.unique``) and the labels themselves.
+
+    Raises a ValueError naming the problem for labels of the wrong length or with missing values.
+    """
+    labels = np.asarray(labels.compute() if isinstance(labels, da.Array) else labels)
+    if labels.ndim != 1 or len(labels) != n_rows:
+        raise ValueError(f"modes: expected one label per row ({n_rows}), got an array of shape {labels.shape}")
+    if labels.dtype.kind == "f" and np.isnan(labels).any():
+        raise ValueError(f"modes: {int(np.isnan(labels).sum())} labels are NaN; give every row a mode")
+    names, codes = np.unique(labels, return_inverse=True)
+    return codes.astype(np.int64), names
+
+
+# ------------------------------------------------------------ shared passes
+def _mode_block_task(block, codes, requests: tuple, offset: int) -> tuple:
+    """Each requesting mode's :class:`BlockStats` of its rows of ``block``: ``requests`` holds
+    ``(mode, plan, scale)``; ``codes`` is the block's mode per row, or a :class:`ModeFinder`."""
+    limit_blas_in_task()
+    block = np.asarray(block)
+    codes = codes(block) if callable(codes) else np.asarray(codes)
+    return tuple(block_stats(in_model_units(block[codes == mode], scale), plan, offset)
+                 for mode, plan, scale in requests)
+
+
+def _combine_tuples(*parts: tuple) -> tuple:
+    return tuple(reduce(combine, same) for same in zip(*parts, strict=True))
+
+
+class SharedPasses:
+    """Reads each row block once per pass for every mode still fitting (see the module's docstring).
+
+    Parameters
+    ----------
+    X : ndarray or dask array
+        Full-row blocks.
+    codes : ndarray, dask array or ModeFinder
+        The mode of each row (int64, chunked as ``X``'s rows), or the rule that gives it.
+    n_modes : int
+    """
+
+    def __init__(self, X, codes, n_modes: int):
+        self.X, self.codes = X, codes
+        self.alive = n_modes
+        self.pending: dict[int, tuple] = {}
+        self.results: dict[int, object] = {}
+        self.n_passes = 0  # full passes made for the modes
+        self.n_partial_reads = 0
+        self._cond = threading.Condition()
+        self._runner = PassRunner(X)  # the blocks and their offsets
+
+    def request(self, mode: int, plan, scale, chosen: list[int]) -> BlockStats:
+        """Mode ``mode``'s sums under ``plan``, from the next shared read of the blocks ``chosen``."""
+        with self._cond:
+            self.pending[mode] = (plan, scale, tuple(chosen))
+            self._maybe_read()
+            while mode not in self.results:
+                self._cond.wait()
+            out = self.results.pop(mode)
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def leave(self) -> None:
+        """A mode has finished (or failed): the next read no longer waits for it."""
+        with self._cond:
+            self.alive -= 1
+            self._maybe_read()
+
+    def _maybe_read(self) -> None:
+        if not self.pending or len(self.pending) < self.alive:
+            return
+        pending, self.pending = sorted(self.pending.items()), {}
+        groups: dict[tuple, list] = {}  # the modes that read the same blocks share one read
+        for mode, (plan, scale, chosen) in pending:
+            groups.setdefault(chosen, []).append((mode, plan, scale))
+        for chosen, requests in groups.items():
+            try:
+                sums = self._read(chosen, tuple(requests))
+            except BaseException as err:  # every mode waiting on this read gets the error
+                sums = [err] * len(requests)
+            for (mode, _, _), out in zip(requests, sums, strict=True):
+                self.results[mode] = out
+        self._cond.notify_all()
+
+    def _read(self, chosen: tuple, requests: tuple) -> tuple:
+        """One read of the blocks ``chosen``: each request's merged sums, in order."""
+        runner = self._runner
+        if len(chosen) == runner.n_blocks:
+            self.n_passes += 1
+        else:
+            self.n_partial_reads += 1
+        offsets = np.concatenate([[0], np.cumsum(runner.block_rows())[:-1]])
+        if not runner.is_dask:
+            parts = []
+            for b in chosen:
+                start, stop = int(offsets[b]), int(offsets[b]) + int(runner.block_rows()[b])
+                codes = self.codes if callable(self.codes) else self.codes[start:stop]
+                parts.append(_mode_block_task(self.X[start:stop], codes, requests, start))
+            return _combine_tuples(*parts)
+        data = runner._dask_blocks()
+        codes = (self.codes.to_delayed(optimize_graph=True) if isinstance(self.codes, da.Array)
+                 else [self.codes] * runner.n_blocks)
+        requests_d = dask.delayed(requests, pure=True)
+        parts = [dask.delayed(_mode_block_task, pure=True)(data[b], codes[b], requests_d, int(offsets[b]))
+                 for b in chosen]
+        while len(parts) > 1:
+            parts = [dask.delayed(_combine_tuples, pure=True)(*parts[i : i + SPLIT_EVERY])
+                     for i in range(0, len(parts), SPLIT_EVERY)]
+        return dask.compute(parts[0])[0]
+
+
+class ModeRunner(PassRunner):
+    """A :class:`._passes.PassRunner` for one mode: its passes go through :class:`SharedPasses`.
+
+    ``n_rows`` is the mode's number of rows (estimated from the row sample until a full pass counts it).
+    """
+
+    def __init__(self, shared: SharedPasses, mode: int, n_rows: int, *, nan_policy: str):
+        super().__init__(shared.X, nan_policy=nan_policy)
+        self.shared, self.mode = shared, mode
+        self.n_rows = n_rows
+
+    def _sums(self, plan, chosen, bar) -> BlockStats:
+        return self.shared.request(self.mode, plan, self.scale, list(chosen))
+
+
+# ------------------------------------------------------------ judging rows
+def has_modes(model) -> bool:
+    """Whether ``model`` was fitted with several modes."""
+    return getattr(model, "mode_models_", None) is not None
+
+
+def refuse(model, what: str) -> None:
+    """Raise NotImplementedError where ``what`` does not judge rows by their mode yet."""
+    if has_modes(model):
+        raise NotImplementedError(
+            f"{what} is not built for a model with operating modes yet; use it on one mode's model, "
+            "model.mode_models_[m], with the rows model.predict_mode(X) gives mode m"
+        )
+
+
+def _ratios(model, rows, before=None):
+    """Each mode's judgement of ``rows`` (as stored; ``before`` as :func:`._model.judged_rows` takes it)
+    and the ratio ``d2 / outlier_cutoff_`` per mode (K, n; inf where NaN)."""
+    judged = [_model.judged_rows(m, rows, before) for m in model.mode_models_]
+    ratio = np.stack([d2 / m.outlier_cutoff_ for (d2, _, _), m in zip(judged, model.mode_models_, strict=True)])
+    return judged, np.where(np.isnan(ratio), np.inf, ratio)
+
+
+def best_modes(model, rows, before=None) -> np.ndarray:
+    """The mode of each row (int64 codes into ``modes_``): the smallest ``d2 / outlier_cutoff_``."""
+    return np.argmin(_ratios(model, rows, before)[1], axis=0).astype(np.int64)
+
+
+def judged_rows(model, block, before=None):
+    """:func:`._model.judged_rows` for a model with or without modes.  With modes, each row by its mode:
+    the distance is that mode's ``d2``, rescaled so that the model's ``outlier_cutoff_`` is the mode's
+    (``d2 * outlier_cutoff_ / mode cutoff``), and the flags are the mode's."""
+    if not has_modes(model):
+        return _model.judged_rows(model, block, before)
+    judged, ratio = _ratios(model, block, before)
+    best = np.argmin(ratio, axis=0)
+    cols = np.arange(ratio.shape[1])
+    d2 = np.stack([j[0] for j in judged])[best, cols]
+    d2 = np.where(np.isnan(d2), np.nan, ratio[best, cols] * model.outlier_cutoff_)
+    return d2, np.stack([j[1] for j in judged])[best, cols], np.stack([j[2] for j in judged])[best, cols]
+
+
+def calibrated_d2(model, rows) -> np.ndarray:
+    """:func:`._model.calibrated_d2` of rows in the model's units, by mode as :func:`judged_rows` gives it."""
+    if not has_modes(model):
+        return _model.calibrated_d2(model, rows)
+    return judged_rows(model, rows)[0]
+
+
+def mahalanobis_d2(model, rows) -> np.ndarray:
+    """:func:`._model.mahalanobis_d2` of rows in the model's units; with modes, under each row's mode."""
+    if not has_modes(model):
+        return _model.mahalanobis_d2(model, rows)
+    best = best_modes(model, rows)
+    out = np.full(len(rows), np.nan)
+    for m, sub in enumerate(model.mode_models_):
+        mine = best == m
+        if mine.any():
+            out[mine] = _model.mahalanobis_d2(sub, _model.model_rows(sub, np.asarray(rows, np.float64)[mine]))
+    return out

@@ -1,0 +1,159 @@
+"""Operating modes (``modes``): one robust model per state of the machine, fitted in shared passes.
+
+Expected values come from the generated truth (which state, which rows
+are faulty) and from single-mode fits of each state's rows alone, the
+estimator without modes, which the rest of the suite checks against
+independent references.
+"""
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dask_mcpca import MCPCA
+
+
+def _state(rng, n, mean, scales, rotation):
+    return (rng.normal(size=(n, len(mean))) * scales) @ rotation.T + mean
+
+
+def two_states(seed=0, n=(6000, 4000), p=5):
+    """Two operating states of one machine: every channel moves between them (a state, not a fault)."""
+    rng = np.random.default_rng(seed)
+    q1, _ = np.linalg.qr(rng.normal(size=(p, p)))
+    q2, _ = np.linalg.qr(rng.normal(size=(p, p)))
+    a = _state(rng, n[0], np.zeros(p), np.linspace(3, 0.5, p), q1)
+    b = _state(rng, n[1], np.linspace(12, -9, p), np.linspace(2, 0.3, p), q2)
+    return np.concatenate([a, b]), np.r_[np.zeros(n[0], int), np.ones(n[1], int)]
+
+
+def test_auto_finds_both_states_and_flags_neither():
+    X, truth = two_states()
+    one = MCPCA().fit(X)
+    assert one.is_outlier(X)[truth == 1].mean() > 0.9  # one model flags the smaller state whole
+    model = MCPCA(modes="auto").fit(X)
+    assert model.n_modes_ == 2
+    np.testing.assert_allclose(model.mode_weights_, [0.6, 0.4], atol=0.01)
+    assert np.mean(model.predict_mode(X) == truth) > 0.999
+    assert model.is_outlier(X).mean() < 0.02
+    d = model.decision_function(X)
+    np.testing.assert_array_equal(d < 0, model.is_outlier(X))
+    np.testing.assert_array_equal(model.predict(X) == -1, model.is_outlier(X))
+
+
+def test_given_labels_fit_each_mode_as_its_rows_alone():
+    X, truth = two_states(seed=1)
+    model = MCPCA().fit(X, modes=np.where(truth == 0, "idle", "load"))
+    assert list(model.modes_) == ["idle", "load"]
+    for m, label in enumerate(model.modes_):
+        alone = MCPCA().fit(X[truth == m])
+        mine = model.mode_models_[m]
+        np.testing.assert_allclose(mine.mean_, alone.mean_, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(np.abs(mine.components_), np.abs(alone.components_), atol=1e-10)
+        np.testing.assert_allclose(mine.outlier_cutoff_, alone.outlier_cutoff_, rtol=1e-12)
+    # the passes are shared: the fit reads the data as often as its slowest mode does
+    assert model.n_passes_ == max(m.n_passes_ for m in model.mode_models_)
+    assert model.n_passes_ <= 4
+
+
+def test_dask_input_gives_the_same_modes_and_flags():
+    X, truth = two_states(seed=2)
+    labels = np.where(truth == 0, 3, 7)
+    mem = MCPCA().fit(X, modes=labels)
+    lazy = MCPCA().fit(da.from_array(X, chunks=1000), modes=labels)
+    assert lazy.n_passes_ == mem.n_passes_
+    for a, b in zip(mem.mode_models_, lazy.mode_models_, strict=True):
+        np.testing.assert_allclose(a.mean_, b.mean_, rtol=1e-9)
+        np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=1e-9)
+    np.testing.assert_array_equal(lazy.is_outlier(da.from_array(X, chunks=1000)).compute(), mem.is_outlier(X))
+
+
+def test_same_data_same_model_in_threads():
+    X, _ = two_states(seed=3)
+    Xd = da.from_array(X, chunks=700)
+    a, b = MCPCA(modes="auto").fit(Xd), MCPCA(modes="auto").fit(Xd)
+    for ma, mb in zip(a.mode_models_, b.mode_models_, strict=True):
+        np.testing.assert_array_equal(ma.components_, mb.components_)
+        np.testing.assert_array_equal(ma.mean_, mb.mean_)
+
+
+def test_one_state_auto_is_the_fit_without_modes():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(5000, 6)) * [5, 3, 2, 1, 1, 0.5]
+    auto, none = MCPCA(modes="auto").fit(X), MCPCA().fit(X)
+    assert not hasattr(auto, "n_modes_")
+    np.testing.assert_array_equal(auto.components_, none.components_)
+    np.testing.assert_array_equal(auto.outlier_cutoff_, none.outlier_cutoff_)
+    assert auto.n_passes_ == none.n_passes_
+
+
+def _fault(X, rows, kind, channel, rng):
+    X = X.copy()
+    sd = X[:, channel].std()
+    if kind == "bias":
+        X[rows, channel] += 8 * sd
+    elif kind == "stuck":
+        X[rows, channel] = np.quantile(X[:, channel], 0.99)
+    elif kind == "drift":
+        X[rows, channel] += np.linspace(0, 12 * sd, len(rows))
+    elif kind == "spike":
+        X[rows, channel] += rng.choice([-1, 1], len(rows)) * rng.uniform(8, 15, len(rows)) * sd
+    return X
+
+
+@pytest.mark.parametrize(("kind", "share"), [("bias", 0.05), ("bias", 0.15), ("drift", 0.05), ("drift", 0.15),
+                                             ("stuck", 0.05), ("stuck", 0.09)])
+def test_a_fault_on_one_channel_is_not_a_mode(kind, share):
+    # a value held by more than MAX_REPEATED_SHARE (10 %) of the rows is taken for a regime (an idle
+    # sensor's zeros) by the single-state rule, with or without modes: stuck stops at 9 % here
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(8000, 6)) @ np.linalg.qr(rng.normal(size=(6, 6)))[0] * 2
+    rows = np.arange(2000, 2000 + int(share * len(X)))
+    faulty = _fault(X, rows, kind, 2, rng)
+    model = MCPCA(modes="auto").fit(faulty)
+    assert getattr(model, "n_modes_", 1) == 1
+    flags = model.is_outlier(faulty)
+    late = rows[len(rows) // 2 :] if kind == "drift" else rows  # a drift starts inside the noise
+    assert flags[late].mean() >= 0.8
+    assert np.delete(flags, rows).mean() < 0.05
+
+
+def test_a_swap_is_not_a_mode():
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(8000, 5)) + [0, 20, 0, 0, -20]
+    rows = np.arange(1000, 2200)
+    X[np.ix_(rows, [1, 4])] = X[np.ix_(rows, [4, 1])]
+    model = MCPCA(modes="auto").fit(X)
+    assert getattr(model, "n_modes_", 1) == 1
+    assert model.is_outlier(X)[rows].mean() > 0.95
+
+
+@pytest.mark.parametrize("kind", ["spike", "bias", "stuck", "drift"])
+def test_faults_in_a_two_state_recording_are_found(kind):
+    X, truth = two_states(seed=7)
+    rng = np.random.default_rng(7)
+    rows = np.arange(7000, 7300) if kind != "spike" else rng.choice(len(X), 200, replace=False)
+    faulty = _fault(X, rows, kind, 1, rng)
+    model = MCPCA(modes="auto").fit(faulty)
+    assert model.n_modes_ == 2
+    flags = model.is_outlier(faulty)
+    late = rows[len(rows) // 2 :] if kind == "drift" else rows
+    assert flags[late].mean() >= 0.8
+    assert np.delete(flags, rows).mean() <= 0.05
+
+
+def test_modes_refuse_what_is_not_built_for_them():
+    X, truth = two_states(seed=8, n=(600, 400))
+    model = MCPCA().fit(X, modes=truth)
+    for call in (lambda: model.transform(X), lambda: model.channel_contributions(X),
+                 lambda: model.score_rows(X), lambda: model.partial_fit(X), lambda: model.save("/nonexistent.json")):
+        with pytest.raises(NotImplementedError, match="operating modes"):
+            call()
+    with pytest.raises(ValueError, match="solver='auto'"):
+        MCPCA(solver="paper").fit(X, modes=truth)
+    with pytest.raises(ValueError, match="one label per row"):
+        MCPCA().fit(X, modes=truth[:10])
+    with pytest.raises(ValueError, match="modes"):
+        MCPCA(modes="many").fit(X)
+    refit = MCPCA().fit(X)
+    assert not hasattr(refit, "mode_models_")
