@@ -57,7 +57,8 @@ from scipy.spatial import cKDTree
 from . import _cells
 from ._block import block_stats
 from ._exceptions import NumericalRangeError
-from ._kernels import _top_exponent
+from ._kernels import TRIANGULAR_MIN_FEATURES as _TRIANGULAR_MIN_FEATURES
+from ._kernels import _blas_trmm, _top_exponent
 from ._missing import MAX_PATTERNS, em_moments, pattern_key, radius_for_count, rare_pattern_rows
 from ._passes import PassResult, PassRunner
 from ._power import spread_directions
@@ -118,9 +119,12 @@ def working_exponent(sample: np.ndarray | None, col_min: np.ndarray, col_max: np
         sample = sample[~np.isnan(sample).any(axis=1)]  # rows with gaps (a "partial" sample): complete ones only
     if sample is not None and len(sample):
         top = _top_exponent(sample)
-        Z = np.ldexp(sample, -top)  # |Z| <= 1
-        dev = np.abs(Z - np.median(Z, axis=0))
-        spread = float(np.max(np.median(dev, axis=0)))
+        # One column per (contiguous) row: the medians select along rows, several times faster
+        # than down the columns of the sample at wide p; the values are the same.
+        dev = np.ldexp(np.ascontiguousarray(sample.T), -top)  # |Z| <= 1
+        dev -= np.median(dev, axis=1)[:, None]
+        np.abs(dev, out=dev)
+        spread = float(np.max(np.median(dev, axis=1)))  # (a copy: dev is kept)
         if not spread > 0 and dev.any():  # most rows equal: the nearest other rows set the scale
             spread = float(dev[dev > 0].min())
         if spread > 0:
@@ -423,8 +427,14 @@ def _sample_step(
     Y = free - state.location
     W = V / np.sqrt(w)  # whitening: the metric of _relative_change
     keep = w > TINY_EIGENVALUE
+    L = _triangular_whitening(W) if keep.all() else None
     with np.errstate(over="ignore", invalid="ignore"):
-        Z = Y @ W[:, keep]  # d^2 = |Z|^2, as _mahalanobis2 under precision(scatter)
+        if L is None:
+            Z = Y @ W[:, keep]  # d^2 = |Z|^2, as _mahalanobis2 under precision(scatter)
+        else:  # wide rows: the same d^2 by a triangular product in place (half the GEMM's work)
+            W = L  # L^-1 W is orthogonal: the same metric for the change
+            Z = Y.copy()
+            _blas_trmm(1.0, L, Z.T, side=0, lower=1, trans_a=1, overwrite_b=1)
         d2 = np.einsum("ij,ij->i", Z, Z)
     del Z
     d2[np.isnan(d2)] = np.inf
@@ -454,6 +464,25 @@ def _sample_step(
     state.location, state.scatter = location, scatter
     state.core_support = float(weight * np.exp(log_scale) / n_sample)
     return change
+
+
+#: From this many columns on (full rank), a sample step whitens its rows by the lower
+#: Cholesky factor of the precision, a triangular product (:data:`._kernels.TRIANGULAR_MIN_FEATURES`).
+TRIANGULAR_MIN_FEATURES = _TRIANGULAR_MIN_FEATURES
+
+
+def _triangular_whitening(W: np.ndarray) -> np.ndarray | None:
+    """The lower Cholesky factor ``L`` (Fortran order) of ``W W^T`` for a square whitening ``W``
+    of at least ``TRIANGULAR_MIN_FEATURES`` columns, or None (narrower, not square, or no factor):
+    ``|y^T L|`` is ``|y^T W|`` and ``L^T S L`` has the spectrum of ``W^T S W``."""
+    p = W.shape[0]
+    if p < TRIANGULAR_MIN_FEATURES or W.shape[1] != p:
+        return None
+    try:
+        L = np.linalg.cholesky(W @ W.T)
+    except np.linalg.LinAlgError:
+        return None
+    return np.asfortranarray(L) if np.all(np.isfinite(L)) else None
 
 
 def _em_completed(res: BlockStats, plan: PassPlan, factors, fixed_center, starts) -> BlockStats:
