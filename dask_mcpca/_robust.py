@@ -284,7 +284,9 @@ def _cutoffs(state: RobustState, sample: np.ndarray, n_effective: float):
     """
     p = max(_rank(state.scatter), 1)
     Y = sample[~held_out(sample, state.repeated, state.repeated_rows)] - state.location
-    d2 = _mahalanobis2(Y, state.scatter)
+    d2 = _whitened_d2(Y, state.scatter)
+    if d2 is None:
+        d2 = _mahalanobis2(Y, state.scatter)
     q_fit = _core_radius(d2, p, n_effective)
     scale = state.kernel_size2 / FALL_OFF2  # kernel_factor ** 2
     q_final = max(calibrated_cutoff(d2, FINAL_QUANTILE, p=p, n_effective=n_effective), q_fit)
@@ -428,16 +430,15 @@ def _sample_step(
     W = V / np.sqrt(w)  # whitening: the metric of _relative_change
     keep = w > TINY_EIGENVALUE
     L = _triangular_whitening(W) if keep.all() else None
-    with np.errstate(over="ignore", invalid="ignore"):
-        if L is None:
+    if L is None:
+        with np.errstate(over="ignore", invalid="ignore"):
             Z = Y @ W[:, keep]  # d^2 = |Z|^2, as _mahalanobis2 under precision(scatter)
-        else:  # wide rows: the same d^2 by a triangular product in place (half the GEMM's work)
-            W = L  # L^-1 W is orthogonal: the same metric for the change
-            Z = Y.copy()
-            _blas_trmm(1.0, L, Z.T, side=0, lower=1, trans_a=1, overwrite_b=1)
-        d2 = np.einsum("ij,ij->i", Z, Z)
-    del Z
-    d2[np.isnan(d2)] = np.inf
+            d2 = np.einsum("ij,ij->i", Z, Z)
+        del Z
+        d2[np.isnan(d2)] = np.inf
+    else:  # wide rows: the same d^2 by a triangular product (half the GEMM's work)
+        W = L  # L^-1 W is orthogonal: the same metric for the change
+        d2 = _triangular_d2(Y, L)
     c2 = state.kernel_size2
     state.cutoff = _core_radius(d2, p, state.core_support * n_sample, calibrate=calibrate) * c2 / FALL_OFF2
     e = np.minimum(state.cutoff / (2 * c2) - d2 / (2 * c2), 0.0)
@@ -483,6 +484,28 @@ def _triangular_whitening(W: np.ndarray) -> np.ndarray | None:
     except np.linalg.LinAlgError:
         return None
     return np.asfortranarray(L) if np.all(np.isfinite(L)) else None
+
+
+def _triangular_d2(Y: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """``|y^T L|^2`` of each row of ``Y`` (``L`` lower triangular, Fortran order) by one
+    triangular product on a copy of the rows; inf for rows so far that they overflow."""
+    Z = np.array(Y, dtype=np.float64, order="C")
+    with np.errstate(over="ignore", invalid="ignore"):
+        if len(Z):
+            _blas_trmm(1.0, L, Z.T, side=0, lower=1, trans_a=1, overwrite_b=1)  # (Z L)^T in place
+        d2 = np.einsum("ij,ij->i", Z, Z)
+    d2[np.isnan(d2)] = np.inf
+    return d2
+
+
+def _whitened_d2(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray | None:
+    """:func:`._start._mahalanobis2` of wide rows (full rank, :func:`_triangular_whitening`) by a
+    triangular product; None where that does not apply (the caller takes the GEMM)."""
+    w, V = spread_directions(scatter)
+    if len(w) != len(scatter) or not np.all(w > TINY_EIGENVALUE):
+        return None
+    L = _triangular_whitening(V / np.sqrt(w))
+    return None if L is None else _triangular_d2(Y, L)
 
 
 def _em_completed(res: BlockStats, plan: PassPlan, factors, fixed_center, starts) -> BlockStats:
