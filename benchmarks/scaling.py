@@ -147,6 +147,7 @@ def _alternate(paths, repeats: int, address=None) -> list[dict]:
             "xtx_s": med(x["seconds"] for x in xtx),
             "fit_runs": [f["seconds"] for f in fit],
             "non_pass_s": med(f["seconds"] - f["in_passes"] for f in fit),
+            "in_passes_s": med(f["in_passes"] for f in fit),
             "peak": max(f["peak"] for f in fit),
             "baseline": fit[0]["baseline"],
             **{k: fit[0][k] for k in ("n_passes", "n_partial_reads", "n_blocks_read", "n_blocks")},
@@ -237,19 +238,23 @@ def _mib(b) -> str:
     return f"{b / 2**20:,.0f}"
 
 
-def report(res: dict, command: str) -> str:
+def report(res: dict, command: str, section: str = "scaling") -> str:
     lines = [
-        "## Scaling: fit time and peak memory against rows, columns and workers",
+        "## Scaling: fit time and peak memory against rows, columns and workers" if res["rows"] or res["workers"]
+        else "## Scaling against the columns (wide p)",
         "",
         f"Command: `{command}`. Each figure is the median over alternated fresh-process runs of",
         "`MCPCA().fit(store)` and `(X.T @ X).compute()` on the same store; peak = `VmHWM` of the fitting",
         f"process (the client's, for a cluster). BLAS: {blas_info()}. 1-min load average before / after:",
-        f"{res['load'][0]:.1f} / {res['load'][1]:.1f} on 2 cores. Plot: `benchmarks/scaling.png`.",
-        "",
-        "| rows | dtype | blocks | fit s | X^T X pass s | fit / pass | full passes | partial reads (blocks) "
-        "| non-pass s | peak RSS MiB | after imports MiB |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"{res['load'][0]:.1f} / {res['load'][1]:.1f} on 2 cores. Plot: `benchmarks/{section}.png`.",
     ]
+    if res["rows"]:
+        lines += [
+            "",
+            "| rows | dtype | blocks | fit s | X^T X pass s | fit / pass | full passes | partial reads (blocks) "
+            "| non-pass s | peak RSS MiB | after imports MiB |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
     for r in res["rows"]:
         lines.append(
             f"| {r['n']:,} | {r['dtype']} | {r['n_blocks']} | {r['fit_s']:.1f} | {r['xtx_s']:.1f} | "
@@ -268,14 +273,18 @@ def report(res: dict, command: str) -> str:
             "start, sample stage, eigendecompositions; the last column compares it with one X^T X pass of a",
             "1M-row store of the same width, the pass measured here scaled to 1M rows):",
             "",
-            "| p | rows | blocks | fit s | X^T X pass s | full passes | non-pass s | non-pass / 1M-row X^T X pass "
-            "| peak RSS MiB |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| p | rows | blocks | fit s | X^T X pass s | fit / pass (range) | full passes | partial reads (blocks) "
+            "| in passes / X^T X pass | non-pass s | non-pass / 1M-row X^T X pass | peak RSS MiB |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in res["cols"]:
             per_1m = r["xtx_s"] * 1_000_000 / r["n"]
+            ratios = r.get("ratio_runs") or [r["fit_s"] / r["xtx_s"]]
+            in_passes = r.get("in_passes_s", r["fit_s"] - r["non_pass_s"])
             lines.append(
-                f"| {r['p']} | {r['n']:,} | {r['n_blocks']} | {r['fit_s']:.1f} | {r['xtx_s']:.2f} | {r['n_passes']} | "
+                f"| {r['p']} | {r['n']:,} | {r['n_blocks']} | {r['fit_s']:.1f} | {r['xtx_s']:.2f} | "
+                f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {r['n_passes']} | "
+                f"{r['n_partial_reads']} ({r['n_blocks_read']}) | {in_passes / r['xtx_s']:.2f} | "
                 f"{r['non_pass_s']:.1f} | {r['non_pass_s'] / per_1m:.2f} | {_mib(r['peak'])} |"
             )
     if res["workers"]:
@@ -345,6 +354,9 @@ def main(argv=None) -> None:
     ap.add_argument("--worker-malloc", action="store_true",
                     help="only compare glibc's defaults with the command's malloc on cluster workers")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--section", default="scaling",
+                    help="the RESULTS.md section (and data/<section>.json, <section>.png) to write; "
+                         "'scaling-wide' for a --cols-only run (--rows --rows32 --workers left empty)")
     a = ap.parse_args(argv)
     if a.child:
         _child(*a.child, a.address)
@@ -357,12 +369,12 @@ def main(argv=None) -> None:
         return
     res = run_scaling(a)
     (HERE / "data").mkdir(exist_ok=True)
-    (HERE / "data" / "scaling.json").write_text(json.dumps(res, indent=1))
-    text = report(res, "python benchmarks/scaling.py " + " ".join(sys.argv[1:]))
+    (HERE / "data" / f"{a.section}.json").write_text(json.dumps(res, indent=1))
+    text = report(res, "python benchmarks/scaling.py " + " ".join(sys.argv[1:]), a.section)
     print(text)
-    if not a.no_write:
-        update_section("scaling", text, machine=machine_info())
-        plot(res, HERE / "scaling.png")
+    if not a.no_write:  # the machine block describes the full run's sections: only that run rewrites it
+        update_section(a.section, text, machine=machine_info() if a.section == "scaling" else None)
+        plot(res, HERE / f"{a.section}.png")
 
 
 if __name__ == "__main__":
