@@ -16,13 +16,25 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from sklearn.base import clone
 
-from . import _checkpoint
+from . import _checkpoint, _model
 from ._fit import FitResult, finish_fit, first_read, robust_stage, solver_limits
-from ._modes import ModeRunner, SharedPasses, find_modes, given_labels
+from ._modes import (
+    FIND_ROWS,
+    MAX_MODES,
+    MIN_MODE_SHARE,
+    MIN_ROWS_PER_FEATURE,
+    ModeFinder,
+    ModeRunner,
+    SharedPasses,
+    given_labels,
+    is_state,
+)
 from ._passes import PassRunner
+from ._scale import robust_scales
 
-__all__ = ["ModesResult", "check_modes", "fit_modes"]
+__all__ = ["ModesResult", "check_modes", "find_modes", "fit_modes"]
 
 
 @dataclass(frozen=True)
@@ -102,7 +114,7 @@ def fit_modes(X, est, labels=None) -> FitResult | ModesResult:
 
     runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress)
     moments, partial, rate = first_read(est, runner, none, seed=seed)
-    finder = find_modes(moments.sample, seed=seed)
+    finder = find_modes(moments.sample, est, seed=seed)
     if finder is None:
         return finish(runner, moments, partial, rate)
     sample_codes = finder(moments.sample)
@@ -129,3 +141,58 @@ def _result(results: list, names, shared: SharedPasses, first: PassRunner | None
     return ModesResult(results=tuple(results), labels=np.asarray(names), weights=rows / rows.sum(),
                        n_passes=before[0] + shared.n_passes, n_partial_reads=before[1] + shared.n_partial_reads,
                        finder=finder)
+
+
+def _inside(model, rows: np.ndarray) -> np.ndarray:
+    """The rows (as stored) within ``model``'s cutoff."""
+    return _model.calibrated_d2(model, _model.model_rows(model, rows)) <= model.outlier_cutoff_
+
+
+def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
+    """The operating states of the data, from its row sample; None where there is one.
+
+    States are peeled off by robust fits of the sample (``est``'s parameters, one state, every
+    component).  The first fit, on every row, takes the largest state.  Then the rows that no
+    state explains (beyond every state's cutoff) are fitted: the fit's inliers, where they hold
+    ``MIN_MODE_SHARE`` of the rows (and enough to fit on), become a state if they differ from
+    every state's inliers as a state does (:func:`._modes.is_state`, on the robustly standardised
+    rows); otherwise they are a fault's rows (a bias, a drift, a stuck value), set aside, and the
+    rest are fitted again.  This repeats until fewer rows are left or ``MAX_MODES`` states are
+    found.  A state is thus found only where one model cannot explain it, and comparing the
+    inliers of robust fits, not raw clusters, keeps each group's own departures out of the
+    evidence.
+    """
+    sample = np.asarray(sample, np.float64)
+    sample = sample[np.isfinite(sample).all(axis=1)]
+    sample = sample[:: max(1, -(-len(sample) // FIND_ROWS))]
+    n, p = sample.shape
+    least = max(MIN_ROWS_PER_FEATURE * (p + 2), MIN_MODE_SHARE * n)
+    if n < 2 * least:
+        return None
+    center, scale = np.median(sample, axis=0), robust_scales(sample)
+    z = (sample - center) / scale  # the evidence's units
+    probe = clone(est).set_params(modes=None, n_components=None, contamination="auto", progress=False,
+                                  random_state=seed, cellwise=False)
+    states: list = []  # (model, indices of its inliers)
+    left = np.arange(n)  # the rows no state explains, less those of the faults found
+    while len(states) < MAX_MODES and len(left) >= least:
+        model = clone(probe).fit(sample[left])
+        inliers = left[_inside(model, sample[left])]
+        if len(inliers) < least:
+            break
+        if all(is_state(*sorted((z[mine], z[inliers]), key=len, reverse=True), scale, center) for _, mine in states):
+            states.append((model, inliers))
+            left = np.flatnonzero(~np.any([_inside(m, sample) for m, _ in states], axis=0))
+        else:  # a fault's rows: the departures of a state, not a state
+            left = np.setdiff1d(left, inliers)
+    if len(states) < 2:
+        return None
+    models = [m for m, _ in states]
+    finder = ModeFinder(scales=np.stack([getattr(m, "scale_", None) if getattr(m, "scale_", None) is not None
+                                         else np.ones(p) for m in models]),
+                        means=np.stack([m.mean_ for m in models]),
+                        chol=np.stack([np.linalg.cholesky(m.get_precision()) for m in models]),
+                        cutoffs=np.array([m.outlier_cutoff_ for m in models]))
+    order = np.argsort(-np.bincount(finder(sample), minlength=len(models)), kind="stable")
+    return ModeFinder(scales=finder.scales[order], means=finder.means[order], chol=finder.chol[order],
+                      cutoffs=finder.cutoffs[order])

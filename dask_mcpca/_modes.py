@@ -42,7 +42,7 @@ import numpy as np
 from . import _model
 from ._block import block_stats
 from ._passes import SPLIT_EVERY, PassRunner, limit_blas_in_task
-from ._scale import in_model_units, robust_scales
+from ._scale import in_model_units
 from ._stats import BlockStats, combine
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
     "SharedPasses",
     "best_modes",
     "calibrated_d2",
-    "find_modes",
+    "is_state",
     "given_labels",
     "has_modes",
     "judged_rows",
@@ -60,13 +60,14 @@ __all__ = [
     "refuse",
 ]
 
-#: ``modes="auto"`` tries 2 .. MAX_MODES Gaussian components on the row sample.
+#: ``modes="auto"`` finds at most this many states.
 MAX_MODES = 4
 
-#: A state holds at least this share of the sampled rows ...
-MIN_MODE_SHARE = 0.02
+#: A state holds at least this share of the sampled rows (rarer states are judged as departures:
+#: spikes on one channel, 2-3 % of the rows, are not a state) ...
+MIN_MODE_SHARE = 0.05
 #: ... and at least this many sampled rows per feature (plus 2) to fit its robust model on.
-MIN_ROWS_PER_FEATURE = 5
+MIN_ROWS_PER_FEATURE = 2
 
 #: Two states differ in at least ``MIN_CHANNELS`` channels (all of them when there are fewer): each
 #: channel's centre moves by ``SHIFT_SD`` within-state standard deviations, or its spread changes by
@@ -75,77 +76,96 @@ MIN_CHANNELS = 2
 SHIFT_SD = 2.0
 SPREAD_RATIO = 3.0
 
+#: A channel active in the smaller group stays about its level at rest: within this many of its SDs there.
+CENTRED_SD = 0.5
+
+#: Spreads below this (in robust SDs of the channel) count as this in the ratio of two spreads: a
+#: channel at rest, read at a resolution, spreads 0 in one group of rows and a step in another.
+SD_FLOOR = 0.25
+
+#: A channel is active in a group of rows when ``ACTIVE_SHARE`` of them lie beyond ``ACTIVE_SD``
+#: SDs of the other group's centre: a spread shared by the group, not the few rows of spikes.
+ACTIVE_SHARE = 0.6
+ACTIVE_SD = 3.0
+
 #: A channel whose spread in one state is below this share of its spread in the other is collapsed
 #: there (a stuck value, a frozen logger); it is not evidence of a state.
 COLLAPSED = 0.05
 
-#: ``modes="auto"`` looks for states in at most this many rows of the row sample, in its
-#: ``FIND_DIRECTIONS`` leading principal directions (robustly standardised): the client's work stays
-#: small at any width.
-FIND_ROWS = 5000
-FIND_DIRECTIONS = 8
+#: ``modes="auto"`` looks for states in at most this many rows of the row sample.
+FIND_ROWS = 20000
 
-#: Two states are separated: the mean share of the less likely of the two among their rows is below this.
-MAX_OVERLAP = 0.05
 
 
 # ------------------------------------------------------------ finding states
 @dataclass(frozen=True)
 class ModeFinder:
-    """Which state each row is in: the Gaussian that explains it best, in the leading directions of the
-    robustly standardised rows.
+    """Which state each row is in: the one whose Gaussian gives it the smallest ``d2 / cutoff``.
 
-    ``center``, ``scale``: the standardisation; ``basis`` (p, q): the directions; ``means`` (K, q),
-    ``chol`` (K, q, q): each state's mean and the Cholesky factor of its precision there;
-    ``log_weights`` (K,).
+    ``scales`` (K, p): the units of each state's model (its ``scale_``, or ones); ``means``
+    (K, p), ``chol`` (K, p, p): each state's robust mean and the Cholesky factor of its
+    precision, in those units; ``cutoffs`` (K,): each state's cutoff, as its model fitted on the
+    row sample gives them (:func:`._fit_modes.find_modes`).
     """
 
-    center: np.ndarray
-    scale: np.ndarray
-    basis: np.ndarray
+    scales: np.ndarray
     means: np.ndarray
     chol: np.ndarray
-    log_weights: np.ndarray
+    cutoffs: np.ndarray
 
     @property
     def n_modes(self) -> int:
         return len(self.means)
 
-    def projected(self, rows) -> np.ndarray:
-        """Rows in the finder's directions (NaN cells count as the centre)."""
-        return np.nan_to_num((np.asarray(rows, np.float64) - self.center) / self.scale) @ self.basis
-
-    def log_likelihoods(self, rows) -> np.ndarray:
-        """(n, K) log density of each row under each state, up to a common constant."""
-        y = self.projected(rows)
-        out = np.empty((len(y), self.n_modes))
+    def ratios(self, rows) -> np.ndarray:
+        """(n, K): each row's squared distance to each state over that state's cutoff (NaN cells: 0)."""
+        rows = np.asarray(rows, np.float64)
+        out = np.empty((len(rows), self.n_modes))
         for k in range(self.n_modes):
-            r = (y - self.means[k]) @ self.chol[k]
-            out[:, k] = self.log_weights[k] + np.log(np.diag(self.chol[k])).sum() - 0.5 * np.einsum("ij,ij->i", r, r)
+            r = np.nan_to_num(rows / self.scales[k] - self.means[k]) @ self.chol[k]
+            out[:, k] = np.einsum("ij,ij->i", r, r) / self.cutoffs[k]
         return out
 
     def __call__(self, rows) -> np.ndarray:
         """The state of each row (int64, 0 for the largest)."""
-        return np.argmax(self.log_likelihoods(rows), axis=1).astype(np.int64)
+        return np.argmin(self.ratios(rows), axis=1).astype(np.int64)
 
 
-def _is_state(a: np.ndarray, b: np.ndarray, scale: np.ndarray, center: np.ndarray) -> bool:
+def is_state(a: np.ndarray, b: np.ndarray, scale: np.ndarray, center: np.ndarray) -> bool:
     """Whether two groups of rows (robustly standardised, ``scale`` and ``center`` the
-    standardisation) are two states rather than a state and a fault.
+    standardisation; ``a`` the larger) are two states rather than a state and a fault.
 
-    The evidence of a state: at least ``min(MIN_CHANNELS, p)`` channels move (the centre by
-    ``SHIFT_SD`` within-group SDs, or the spread by ``SPREAD_RATIO``), not counting channels
-    collapsed in one group only (a stuck value, a frozen logger); and the moved channels are not
-    two channels exchanged (a swap: each of the two sits where the other channel sits in the other
-    group, within ``SHIFT_SD / 2`` SDs, in the data's units).
+    A channel moves between the groups when its centre moves by ``SHIFT_SD`` within-group SDs, or
+    its spread by ``SPREAD_RATIO`` with ``ACTIVE_SHARE`` of the wider group's rows beyond
+    ``ACTIVE_SD`` SDs of the tighter group's centre (a channel that is active in most rows of a
+    group, not a few spikes).  The evidence of a state is either
+
+    - at least ``min(MIN_CHANNELS, p)`` channels move, not counting channels collapsed in one
+      group only (a stuck value, a frozen logger), and they are not two channels exchanged (a
+      swap: each of the two sits where the other sits in the other group, within ``SHIFT_SD / 2``
+      SDs, in the data's units); or
+    - a channel at rest in the larger group is active in the smaller one about the same level
+      (within ``CENTRED_SD`` of its wider spread: a device that switches on at times, not a
+      drift).  A sensor that turns noisy over a stretch looks the same and is taken for a state.
+
+    A bias, a drift or a stuck value on one channel is a fault.
     """
     mean_a, mean_b = a.mean(axis=0), b.mean(axis=0)
     sd_a, sd_b = a.std(axis=0), b.std(axis=0)
     pooled = np.maximum(np.sqrt((sd_a**2 + sd_b**2) / 2), 1e-12)
     shift = np.abs(mean_a - mean_b) / pooled
-    ratio = np.maximum(sd_a, sd_b) / np.maximum(np.minimum(sd_a, sd_b), 1e-12)
+    tight = np.maximum(np.minimum(sd_a, sd_b), SD_FLOOR)
+    ratio = np.maximum(sd_a, sd_b) / tight
+    a_wider = sd_a > sd_b
+    centre_tight = np.where(a_wider, mean_b, mean_a)
+    far_a = (np.abs(a - centre_tight) > ACTIVE_SD * tight).mean(axis=0)
+    far_b = (np.abs(b - centre_tight) > ACTIVE_SD * tight).mean(axis=0)
+    active = (ratio >= SPREAD_RATIO) & (np.where(a_wider, far_a, far_b) >= ACTIVE_SHARE)
     collapsed = np.minimum(sd_a, sd_b) < COLLAPSED * np.maximum(sd_a, sd_b)
-    moved = ((shift >= SHIFT_SD) | (ratio >= SPREAD_RATIO)) & ~collapsed
+    centred = np.abs(mean_a - mean_b) <= CENTRED_SD * np.maximum(sd_a, sd_b)
+    if np.any(active & ~a_wider & centred):
+        return True  # at rest in the larger group, active about the same level in the smaller: a device on
+    moved = ((shift >= SHIFT_SD) | active) & ~collapsed
     if moved.sum() < min(MIN_CHANNELS, len(shift)):
         return False
     if moved.sum() == 2 and len(shift) > 2:
@@ -155,65 +175,6 @@ def _is_state(a: np.ndarray, b: np.ndarray, scale: np.ndarray, center: np.ndarra
         if abs(raw_a[i] - raw_b[j]) <= near[j] and abs(raw_a[j] - raw_b[i]) <= near[i]:
             return False
     return True
-
-
-def _overlap(proba: np.ndarray, a: int, b: int, labels: np.ndarray) -> float:
-    """Mean share of the less likely of states ``a``, ``b`` among the rows given either."""
-    rows = (labels == a) | (labels == b)
-    pa, pb = proba[rows, a], proba[rows, b]
-    total = np.maximum(pa + pb, 1e-300)
-    return float(np.mean(np.minimum(pa, pb) / total)) if rows.any() else 1.0
-
-
-def find_modes(sample: np.ndarray, *, seed: int = 0) -> ModeFinder | None:
-    """The operating states of the data, from its row sample; None where there is one.
-
-    The sample (at most ``FIND_ROWS`` of its rows) is standardised robustly (median,
-    :func:`._scale.robust_scales`) and projected on its ``FIND_DIRECTIONS`` leading principal
-    directions, where states differ; Gaussian mixtures of 2 .. :data:`MAX_MODES` components
-    (scikit-learn, full covariances) are fitted there.  A mixture is accepted when every
-    component holds ``MIN_MODE_SHARE`` of the rows (and enough rows to fit a model on), every
-    pair is separated (:data:`MAX_OVERLAP`) and every pair of its groups of rows passes
-    :func:`_is_state` channel by channel; of the accepted mixtures, the one of lowest BIC, if it
-    is below the single Gaussian's.  States are numbered by size, 0 the largest.
-    """
-    from sklearn.mixture import GaussianMixture
-
-    sample = np.asarray(sample, np.float64)
-    sample = sample[np.isfinite(sample).all(axis=1)]
-    sample = sample[:: max(1, -(-len(sample) // FIND_ROWS))]
-    n, p = sample.shape
-    least = max(MIN_ROWS_PER_FEATURE * (p + 2), 1)
-    if n < 2 * least:
-        return None
-    center = np.median(sample, axis=0)
-    scale = robust_scales(sample)
-    z = (sample - center) / scale
-    _, _, vt = np.linalg.svd(z - z.mean(axis=0), full_matrices=False)
-    basis = vt[: min(p, FIND_DIRECTIONS)].T
-    y = z @ basis
-    fits = {k: GaussianMixture(k, covariance_type="full", reg_covar=1e-4, n_init=2, random_state=seed).fit(y)
-            for k in range(1, MAX_MODES + 1)}
-    best, best_bic = None, fits[1].bic(y)
-    for k in range(2, MAX_MODES + 1):
-        gm = fits[k]
-        labels = gm.predict(y)
-        counts = np.bincount(labels, minlength=k)
-        if counts.min() < max(least, MIN_MODE_SHARE * n):
-            continue
-        proba = gm.predict_proba(y)
-        ok = all(
-            _overlap(proba, a, b, labels) <= MAX_OVERLAP and _is_state(z[labels == a], z[labels == b], scale, center)
-            for a in range(k) for b in range(a + 1, k)
-        )
-        bic = gm.bic(y)
-        if ok and bic < best_bic:
-            best, best_bic = gm, bic
-    if best is None:
-        return None
-    order = np.argsort(-best.weights_, kind="stable")
-    return ModeFinder(center=center, scale=scale, basis=basis, means=best.means_[order],
-                      chol=best.precisions_cholesky_[order], log_weights=np.log(best.weights_[order]))
 
 
 def given_labels(labels, n_rows: int) -> tuple[np.ndarray, np.ndarray]:

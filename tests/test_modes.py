@@ -45,7 +45,7 @@ def test_given_labels_fit_each_mode_as_its_rows_alone():
     X, truth = two_states(seed=1)
     model = MCPCA().fit(X, modes=np.where(truth == 0, "idle", "load"))
     assert list(model.modes_) == ["idle", "load"]
-    for m, label in enumerate(model.modes_):
+    for m in range(len(model.modes_)):
         alone = MCPCA().fit(X[truth == m])
         mine = model.mode_models_[m]
         np.testing.assert_allclose(mine.mean_, alone.mean_, rtol=1e-12, atol=1e-12)
@@ -69,9 +69,10 @@ def test_dask_input_gives_the_same_modes_and_flags():
 
 
 def test_same_data_same_model_in_threads():
-    X, _ = two_states(seed=3)
+    X, _ = two_states(seed=4)
     Xd = da.from_array(X, chunks=700)
     a, b = MCPCA(modes="auto").fit(Xd), MCPCA(modes="auto").fit(Xd)
+    assert a.n_modes_ == 2
     for ma, mb in zip(a.mode_models_, b.mode_models_, strict=True):
         np.testing.assert_array_equal(ma.components_, mb.components_)
         np.testing.assert_array_equal(ma.mean_, mb.mean_)
