@@ -4,7 +4,7 @@
 row blocks (:mod:`._io`) and hands them to :func:`._fit.fit_rows`, which
 makes the passes and returns the fitted attributes as a typed
 :class:`._fit.FitResult`; ``partial_fit`` does the same through
-:func:`._fit.update_rows`.  ``MCPCA`` copies the result onto itself.  What a
+:func:`._update.update_rows`.  ``MCPCA`` copies the result onto itself.  What a
 fitted model computes for rows (transform, distances, flags,
 contributions) is inherited from :class:`._base._BaseMCPCA`, over the
 model's algebra in :mod:`._model`.
@@ -28,12 +28,13 @@ from . import _labels, _modes, _persist
 from ._base import _BaseMCPCA
 from ._choices import CENTERS, NAN_POLICIES, SOLVERS
 from ._exceptions import BreakdownWarning
-from ._fit import UPDATE_ATTRIBUTES, FitResult, fit_rows, update_rows
+from ._fit import FitResult, fit_rows
 from ._fit_modes import ModesResult, fit_modes
 from ._io import as_row_blocks, split_store_path
 from ._passes import single_threaded_blas
 from ._robust import SAMPLE_SIZE
 from ._scale import SCALES
+from ._update import UPDATE_ATTRIBUTES, update_rows
 from ._urls import overlaps
 
 __all__ = ["MCPCA", "check_params", "load"]
@@ -45,7 +46,8 @@ __all__ = ["MCPCA", "check_params", "load"]
 KERNEL_FACTOR_RANGE = (1e-3, 1e6)
 
 #: What a fit with ``modes`` sets beside the usual attributes (removed by a refit).
-MODE_ATTRIBUTES = ("mode_models_", "n_modes_", "modes_", "mode_weights_", "mode_means_")
+MODE_ATTRIBUTES = ("mode_models_", "n_modes_", "modes_", "mode_weights_", "mode_means_", "mode_channels_",
+                   "_mode_finder")
 
 
 def check_params(estimator: MCPCA) -> None:
@@ -324,7 +326,9 @@ class MCPCA(_BaseMCPCA):
         ``"auto"``), ``mode_weights_`` (each mode's share of the rows),
         ``mode_models_`` (one fitted single-mode ``MCPCA`` per mode, whose
         attributes are that mode's: ``mean_``, ``components_``,
-        ``outlier_cutoff_`` ...) and ``mode_means_``.  The top-level fitted
+        ``outlier_cutoff_`` ...), ``mode_means_`` and ``mode_channels_`` (the
+        channels that tell the modes apart, on which a row's mode is decided:
+        :meth:`predict_mode`).  The top-level fitted
         attributes are then those of the largest mode, and ``n_passes_``
         counts the passes of the whole fit.  Absent without modes.
     n_iter_ : int
@@ -621,14 +625,18 @@ class MCPCA(_BaseMCPCA):
         self.modes_ = result.labels
         self.mode_weights_ = result.weights
         self.mode_means_ = np.stack([m.mean_ * getattr(m, "scale_", 1.0) for m in models])
+        self.mode_channels_ = _modes.finder(self).channels  # builds the rule that sends rows to modes
         self.n_passes_ = result.n_passes
         self.n_partial_reads_ = result.n_partial_reads
 
     def predict_mode(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
-        """The operating mode of each row: the index into ``modes_`` of the mode that explains it best.
+        """The operating mode of each row: the index into ``modes_`` of the most likely mode.
 
-        The mode whose model gives the row the smallest ``d2 / outlier_cutoff_``; every row is judged
-        (:meth:`is_outlier`, :meth:`predict`, :meth:`decision_function`) against this mode.
+        Decided on the channels that tell the modes apart (``mode_channels_``: for some pair of modes,
+        the centre moves by 2 pooled SDs or the spread by 3x), by each mode's robust Gaussian and its
+        share of the rows, so that a fault on another channel does not send a row to a mode whose
+        wider spread would explain it.  Every row is judged (:meth:`is_outlier`, :meth:`predict`,
+        :meth:`decision_function`) against this mode.
 
         Parameters
         ----------
@@ -885,7 +893,6 @@ class MCPCA(_BaseMCPCA):
         >>> bool((loaded.transform(X) == model.transform(X)).all())
         True
         """
-        _modes.refuse(self, "save")
         _persist.save(self, path, storage_options=storage_options)
 
 

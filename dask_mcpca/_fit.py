@@ -4,11 +4,13 @@
 check) and hands over to one solver: :func:`._paper.fit_paper` (Algorithms
 1-3 as published) or :func:`._robust.fit_robust` (the default), or refits
 warm from the previous fit's robust state; data with fewer rows than
-``n_features + 2`` are fitted in the span of the rows. :func:`update_rows`
-is :meth:`MCPCA.partial_fit`'s update by new rows in one pass. Both read
-only the estimator's constructor parameters (and, for an update, its public
-fitted attributes) and return a :class:`FitResult`, built once at the end
-and never changed, which the estimator copies onto itself in one place. The
+``n_features + 2`` are fitted in the span of the rows (:mod:`._update` holds
+:meth:`MCPCA.partial_fit`'s update by new rows in one pass). The first read,
+the robust stage and the model's assembly are apart (:func:`first_read`,
+:func:`robust_stage`, :func:`finish_fit`) so that :mod:`._fit_modes` runs
+them once per operating mode. :func:`fit_rows` reads only the estimator's
+constructor parameters and returns a :class:`FitResult`, built once at the
+end and never changed, which the estimator copies onto itself in one place. The
 helpers compute values and return them: the model as a
 :class:`._fit_result.ModelView` (what :mod:`._model`'s algebra reads while
 the fit is assembled: distances, the repeated rows, the outlier cutoff), the
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import replace
-from functools import partial
 from typing import Any, NamedTuple
 
 import dask.array as da
@@ -28,38 +29,25 @@ from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
 from . import _cells, _checkpoint
-from ._block import BlockStats, PassPlan
+from ._block import PassPlan
+from ._distances import calibrated_d2, cell_flags, mahalanobis_d2
 from ._fit_result import FitResult, ModelView, fit_result, model_view, update_sums, with_cutoff
 from ._io import as_row_blocks
-from ._model import CONTEXT_ROWS, calibrated_d2, cell_flags, contamination_cutoff, mahalanobis_d2, repeated, stuck_cells
+from ._model import contamination_cutoff, repeated
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, spread_blocks
 from ._power import descending_eigh, orient_rows
-from ._repeated import saturation_limits
+from ._repeated import quantization_steps, saturation_limits
 from ._robust import DEFAULT_TOL as _robust_tol
-from ._robust import (
-    FAR_ROW,
-    RobustState,
-    fit_robust,
-    outlyingness,
-    quantization_steps,
-    update_robust,
-    warm_step,
-    working_exponent,
-)
+from ._robust import fit_robust
+from ._robust_step import FAR_ROW, RobustState, working_exponent
+from ._robust_warm import warm_step
 from ._scale import in_model_units, robust_scales
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
+from ._start import outlyingness
 
-__all__ = ["FitResult", "UPDATE_ATTRIBUTES", "finish_fit", "fingerprint_params", "first_read", "fit_rows",
-           "robust_stage", "solver_limits", "update_rows"]
-
-#: Fitted attributes that hold what :meth:`MCPCA.partial_fit` updates from (see its docstring).
-UPDATE_ATTRIBUTES = ("update_log_weights_", "update_means_", "update_covariances_", "update_location_",
-                     "update_scatter_", "update_radii_", "update_unit_", "n_samples_seen_")
-
-#: ``partial_fit`` warns when the new rows' weighted share under the final kernel is below this:
-#: most of them lie beyond it, where they are flagged and barely move the model (a new regime).
-UPDATE_WARN_SHARE = 0.5
+__all__ = ["FitResult", "finish_fit", "fingerprint_params", "first_read", "fit_rows", "robust_stage",
+           "solver_limits", "variances_in_data_units"]
 
 #: ``tol=None``: the paper solver's power-iteration tolerance; the default solver's is its own
 #: (:data:`._robust.DEFAULT_TOL`, one home for it).
@@ -99,7 +87,7 @@ def _least_sample_size(needed: int) -> int:
     return lo
 
 
-def _variances_in_data_units(lam_w: np.ndarray, unit: int) -> np.ndarray:
+def variances_in_data_units(lam_w: np.ndarray, unit: int) -> np.ndarray:
     """Variances from working units ``2**unit`` to the data's units, or a named error.
 
     The largest variance must be a normal float64; the smaller ones may
@@ -489,7 +477,7 @@ def _fit_in_span(X, est, k: int) -> FitResult:
     centred = rows[half] - origin
     residual2 = np.einsum("ij,ij->i", centred, centred) - np.sum((centred @ basis) ** 2, axis=1)
     noise = np.full(p - k, max(float(np.median(residual2)), 0.0) / (p - k)) if p > k else np.empty(0)
-    lam = _variances_in_data_units(np.concatenate([inner.explained_variance_, noise]), unit)
+    lam = variances_in_data_units(np.concatenate([inner.explained_variance_, noise]), unit)
     lam, noise = lam[:k], lam[k:]
     location = np.ldexp(origin + inner.mean_ @ basis.T, unit)
     view = model_view(orient_rows(inner.components_ @ basis.T), lam, noise, lam.sum() + noise.sum(), location,
@@ -523,7 +511,7 @@ def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[
     location = robust.final_location if final else robust.location
     support = robust.support if final else robust.core_support
     lam, V = descending_eigh(scatter)
-    lam = _variances_in_data_units(np.maximum(lam, 0.0), unit)
+    lam = variances_in_data_units(np.maximum(lam, 0.0), unit)
     kernel_scale = np.sqrt(robust_kernel_size2(len(lam))) * kernel_factor
     repeated_values = np.empty((0, 2)) if robust.repeated is None else robust.repeated.copy()
     repeated_values[:, 1] = np.ldexp(repeated_values[:, 1], unit)  # exact: a power of two
@@ -552,80 +540,7 @@ def _from_paper(state, center, scatter0, k, unit, *, known: dict[str, Any]) -> M
     total = max(float(np.trace(scatter0)), float(variances.sum()))
     rest = total - variances.sum()
     rest_lam = np.full(len(center) - k, rest / (len(center) - k)) if k < len(center) else np.empty(0)
-    lam = _variances_in_data_units(np.concatenate([variances, rest_lam]), unit)
+    lam = variances_in_data_units(np.concatenate([variances, rest_lam]), unit)
     kernel_scale = np.sqrt(robust_kernel_size2(len(center)))
     return model_view(components, lam[:k], lam[k:], np.ldexp(total, 2 * unit), np.ldexp(center, unit),
                        kernel_scale, sigmas_=np.ldexp(np.array(state.sigmas), unit), **known)
-
-
-# ------------------------------------------------------------------- update
-def _update_state(model) -> RobustState:
-    """The robust state kept for :meth:`MCPCA.partial_fit`, in the working unit ``2**update_unit_``."""
-    unit = int(model.update_unit_)
-    repeated_values = model.repeated_values_.copy()
-    repeated_values[:, 1] = np.ldexp(repeated_values[:, 1], -unit)  # exact: a power of two
-    steps = np.ldexp(model.quantization_steps_, -unit)
-    c2, cutoff, final_cutoff = (float(v) for v in model.update_radii_)
-    return RobustState(
-        location=model.update_location_.copy(), scatter=model.update_scatter_.copy(), kernel_size2=c2,
-        cutoff=cutoff, final_cutoff=final_cutoff, repeated=repeated_values if len(repeated_values) else None,
-        repeated_rows=np.ldexp(model.repeated_rows_, -unit) if len(model.repeated_rows_) else None,
-        resolution=steps**2 / 12, converged=True,
-    )
-
-
-def _stuck_rows(model, block, before) -> np.ndarray:
-    """Rows of ``block`` holding a sensor stuck since the fit (:func:`._model.stuck_cells`)."""
-    return stuck_cells(model, block, before).any(axis=1)
-
-
-def update_rows(X, model) -> FitResult:
-    """An update of the fitted ``model`` by the new rows ``X``, in one pass; see :meth:`MCPCA.partial_fit`.
-
-    Parameters
-    ----------
-    X : ndarray or dask array of shape (n_samples, n_features_in_)
-        The new rows, as full-row blocks.
-    model : MCPCA
-        A fitted estimator that keeps the ``update_*`` sums; its parameters
-        and public fitted attributes are read, never written.
-
-    Returns
-    -------
-    FitResult
-        The attributes the update changes (``quantization_steps_``,
-        ``converged_`` and ``n_features_in_`` stay as they are).
-    """
-    unit, k = int(model.update_unit_), model.n_components_
-    state = _update_state(model)
-    sums = BlockStats(n_rows=int(model.n_samples_seen_), n_nonfinite=0, log_scale=model.update_log_weights_.copy(),
-                      weight=np.ones(2), mean=model.update_means_.copy(), scatter=model.update_covariances_.copy())
-    # a sensor stuck since the fit (a run of one value, read in order) gets no weight, as is_outlier flags it
-    runner = PassRunner(X, nan_policy=model.nan_policy, progress=model.progress,
-                        hold_out=partial(_stuck_rows, model), context=CONTEXT_ROWS)
-    runner.unit_exp = unit
-    runner.scale = getattr(model, "scale_", None)  # the fit's scales: the sums are in its units
-    fixed = None if model.center == "robust" else state.location
-    state, merged, new = update_robust(runner, state, sums, fixed_center=fixed)
-    share = float(new.weight[1] * np.exp(new.log_scale[1]) / max(new.n_rows, 1))
-    if share < UPDATE_WARN_SHARE:
-        warnings.warn(
-            f"MCPCA.partial_fit: most of the {new.n_rows} new rows lie beyond the model's final kernel "
-            f"(their weighted share is {share:.1%}): they are flagged as outliers and barely move the "
-            "model, which does not follow a change of regime; if the process changed, refit "
-            "(fit on the new regime's rows, or warm_start=True and fit on the whole archive)",
-            UserWarning,
-            stacklevel=3,
-        )
-    cutoff, repeated_values, repeated_rows = model.outlier_cutoff_, model.repeated_values_, model.repeated_rows_
-    lam, V = descending_eigh(state.final_scatter)
-    lam = _variances_in_data_units(np.maximum(lam, 0.0), unit)
-    view = model_view(orient_rows(V[:, :k].T), lam[:k], lam[k:], lam.sum(), np.ldexp(state.final_location, unit),
-                       model.kernel_scale_, repeated_values_=repeated_values, repeated_rows_=repeated_rows,
-                       support_=state.support)
-    return fit_result(
-        with_cutoff(view, cutoff), update_sums(state, merged, unit),
-        n_samples_=int(new.n_rows), n_passes_=runner.n_passes, n_samples_partial_=int(new.n_partial),
-        n_partial_reads_=0, n_blocks_read_=0, n_iter_=1,
-        robust_state=state, robust_unit=unit,  # a warm_start refit continues from the update
-    )

@@ -30,6 +30,7 @@ from ._modes import (
     SharedPasses,
     given_labels,
     is_state,
+    mode_finder,
 )
 from ._passes import PassRunner
 from ._scale import robust_scales
@@ -188,11 +189,16 @@ def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
     if len(states) < 2:
         return None
     models = [m for m, _ in states]
-    finder = ModeFinder(scales=np.stack([getattr(m, "scale_", None) if getattr(m, "scale_", None) is not None
-                                         else np.ones(p) for m in models]),
-                        means=np.stack([m.mean_ for m in models]),
-                        chol=np.stack([np.linalg.cholesky(m.get_precision()) for m in models]),
-                        cutoffs=np.array([m.outlier_cutoff_ for m in models]))
-    order = np.argsort(-np.bincount(finder(sample), minlength=len(models)), kind="stable")
-    return ModeFinder(scales=finder.scales[order], means=finder.means[order], chol=finder.chol[order],
-                      cutoffs=finder.cutoffs[order])
+    for _ in range(len(models)):  # a state its rows are not sent to could not be fitted: drop it
+        shares = np.array([len(inliers) for _, inliers in states], np.float64)
+        finder = mode_finder(models, shares / shares.sum())
+        rows = np.bincount(finder(sample), minlength=len(models))
+        if rows.min() >= least or len(models) <= 2:
+            break
+        keep = np.flatnonzero(rows >= least)
+        states, models = [states[i] for i in keep], [models[i] for i in keep]
+    if len(models) < 2 or rows.min() < least:
+        return None
+    order = np.argsort(-rows, kind="stable")  # mode 0 the largest
+    shares = np.array([len(states[i][1]) for i in order], np.float64)
+    return mode_finder([models[i] for i in order], shares / shares.sum())

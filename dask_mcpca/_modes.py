@@ -52,6 +52,9 @@ __all__ = [
     "SharedPasses",
     "best_modes",
     "calibrated_d2",
+    "finder",
+    "mode_finder",
+    "telling_channels",
     "is_state",
     "given_labels",
     "has_modes",
@@ -100,35 +103,69 @@ FIND_ROWS = 20000
 # ------------------------------------------------------------ finding states
 @dataclass(frozen=True)
 class ModeFinder:
-    """Which state each row is in: the one whose Gaussian gives it the smallest ``d2 / cutoff``.
+    """Which state each row is in: the most likely state on the channels that tell the states apart.
 
-    ``scales`` (K, p): the units of each state's model (its ``scale_``, or ones); ``means``
-    (K, p), ``chol`` (K, p, p): each state's robust mean and the Cholesky factor of its
-    precision, in those units; ``cutoffs`` (K,): each state's cutoff, as its model fitted on the
-    row sample gives them (:func:`._fit_modes.find_modes`).
+    A row's state is decided on those channels alone (``channels``, :func:`telling_channels`), so
+    that a fault on another channel (a bias, a stuck value) does not send the row to a state whose
+    wider spread would explain it.  Built by :func:`mode_finder`; ``scales`` (K, p): the units of
+    each state's model; ``means`` (K, q) and ``inv_chol`` (K, q, q): each state's mean and the
+    inverse Cholesky factor of its covariance on the q telling channels, in those units;
+    ``log_norm`` (K,): each state's log weight less its log normalising constant there.
     """
 
     scales: np.ndarray
+    channels: np.ndarray
     means: np.ndarray
-    chol: np.ndarray
-    cutoffs: np.ndarray
+    inv_chol: np.ndarray
+    log_norm: np.ndarray
 
     @property
     def n_modes(self) -> int:
         return len(self.means)
 
-    def ratios(self, rows) -> np.ndarray:
-        """(n, K): each row's squared distance to each state over that state's cutoff (NaN cells: 0)."""
-        rows = np.asarray(rows, np.float64)
+    def log_likelihoods(self, rows) -> np.ndarray:
+        """(n, K): each row's log likelihood under each state on the telling channels (NaN cells: the mean)."""
+        rows = np.asarray(rows, np.float64)[:, self.channels]
         out = np.empty((len(rows), self.n_modes))
         for k in range(self.n_modes):
-            r = np.nan_to_num(rows / self.scales[k] - self.means[k]) @ self.chol[k]
-            out[:, k] = np.einsum("ij,ij->i", r, r) / self.cutoffs[k]
+            y = np.nan_to_num(rows / self.scales[k, self.channels] - self.means[k]) @ self.inv_chol[k].T
+            out[:, k] = self.log_norm[k] - 0.5 * np.einsum("ij,ij->i", y, y)
         return out
 
     def __call__(self, rows) -> np.ndarray:
-        """The state of each row (int64, 0 for the largest)."""
-        return np.argmin(self.ratios(rows), axis=1).astype(np.int64)
+        """The state of each row (int64)."""
+        return np.argmax(self.log_likelihoods(rows), axis=1).astype(np.int64)
+
+
+def telling_channels(means: np.ndarray, sds: np.ndarray) -> np.ndarray:
+    """The channels that tell states apart (bool, p): for some pair of states, the centre moves by
+    ``SHIFT_SD`` pooled SDs or the spread by ``SPREAD_RATIO`` (``means``, ``sds``: (K, p), data units).
+    All channels where none does."""
+    k = len(means)
+    found = np.zeros(means.shape[1], bool)
+    for a in range(k):
+        for b in range(a + 1, k):
+            pooled = np.maximum(np.sqrt((sds[a] ** 2 + sds[b] ** 2) / 2), 1e-300)
+            ratio = np.maximum(sds[a], sds[b]) / np.maximum(np.minimum(sds[a], sds[b]), 1e-300)
+            found |= (np.abs(means[a] - means[b]) / pooled >= SHIFT_SD) | (ratio >= SPREAD_RATIO)
+    return found if found.any() else np.ones_like(found)
+
+
+def mode_finder(models, weights) -> ModeFinder:
+    """The :class:`ModeFinder` of fitted single-mode models (their ``mean_``, ``get_covariance()`` and
+    ``scale_``) with the states' shares ``weights``."""
+    p = len(models[0].mean_)
+    scales = np.stack([np.ones(p) if getattr(m, "scale_", None) is None else m.scale_ for m in models])
+    covs = np.stack([m.get_covariance() for m in models])
+    sds = np.sqrt(np.maximum(np.diagonal(covs, axis1=1, axis2=2), 0)) * scales
+    channels = telling_channels(np.stack([m.mean_ for m in models]) * scales, sds)
+    sub = covs[:, channels][:, :, channels]
+    chol = np.linalg.cholesky(sub + np.eye(sub.shape[1]) * 1e-12 * np.trace(sub, axis1=1, axis2=2)[:, None, None])
+    inv = np.linalg.inv(chol)
+    log_norm = (np.log(np.asarray(weights, np.float64)) - np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+                - np.log(scales[:, channels]).sum(axis=1))
+    return ModeFinder(scales=scales, channels=channels, means=np.stack([m.mean_[channels] for m in models]),
+                      inv_chol=inv, log_norm=log_norm)
 
 
 def is_state(a: np.ndarray, b: np.ndarray, scale: np.ndarray, center: np.ndarray) -> bool:
@@ -319,31 +356,38 @@ def refuse(model, what: str) -> None:
         )
 
 
-def _ratios(model, rows, before=None):
-    """Each mode's judgement of ``rows`` (as stored; ``before`` as :func:`._model.judged_rows` takes it)
-    and the ratio ``d2 / outlier_cutoff_`` per mode (K, n; inf where NaN)."""
-    judged = [_model.judged_rows(m, rows, before) for m in model.mode_models_]
-    ratio = np.stack([d2 / m.outlier_cutoff_ for (d2, _, _), m in zip(judged, model.mode_models_, strict=True)])
-    return judged, np.where(np.isnan(ratio), np.inf, ratio)
+def finder(model) -> ModeFinder:
+    """The :class:`ModeFinder` of a model with modes, from its fitted modes (built once, then kept)."""
+    found = vars(model).get("_mode_finder")
+    if found is None:
+        found = model._mode_finder = mode_finder(model.mode_models_, model.mode_weights_)
+    return found
 
 
 def best_modes(model, rows, before=None) -> np.ndarray:
-    """The mode of each row (int64 codes into ``modes_``): the smallest ``d2 / outlier_cutoff_``."""
-    return np.argmin(_ratios(model, rows, before)[1], axis=0).astype(np.int64)
+    """The mode of each row (int64 codes into ``modes_``): the most likely on the channels that tell
+    the modes apart (:class:`ModeFinder`); 0 for every row of a model without modes."""
+    if not has_modes(model):
+        return np.zeros(len(rows), np.int64)
+    return finder(model)(rows)
 
 
 def judged_rows(model, block, before=None):
-    """:func:`._model.judged_rows` for a model with or without modes.  With modes, each row by its mode:
-    the distance is that mode's ``d2``, rescaled so that the model's ``outlier_cutoff_`` is the mode's
-    (``d2 * outlier_cutoff_ / mode cutoff``), and the flags are the mode's."""
+    """:func:`._model.judged_rows` for a model with or without modes.  With modes, each row by its mode
+    (:func:`best_modes`): the flags are the mode's, and the distance that mode's ``d2`` rescaled so that
+    the model's ``outlier_cutoff_`` is the mode's (``d2 * outlier_cutoff_ / mode cutoff``)."""
     if not has_modes(model):
         return _model.judged_rows(model, block, before)
-    judged, ratio = _ratios(model, block, before)
-    best = np.argmin(ratio, axis=0)
-    cols = np.arange(ratio.shape[1])
-    d2 = np.stack([j[0] for j in judged])[best, cols]
-    d2 = np.where(np.isnan(d2), np.nan, ratio[best, cols] * model.outlier_cutoff_)
-    return d2, np.stack([j[1] for j in judged])[best, cols], np.stack([j[2] for j in judged])[best, cols]
+    best = best_modes(model, block)
+    d2, flags, held = np.full(len(best), np.nan), np.zeros(len(best), bool), np.zeros(len(best), bool)
+    block = np.asarray(block)
+    for m, sub in enumerate(model.mode_models_):
+        mine = best == m
+        if mine.any():
+            # the rows before a mode's rows are the block's: a run that crosses modes is judged whole
+            d2_m, flags[mine], held[mine] = (v[mine] for v in _model.judged_rows(sub, block, before))
+            d2[mine] = d2_m * (model.outlier_cutoff_ / sub.outlier_cutoff_)
+    return d2, flags, held
 
 
 def calibrated_d2(model, rows) -> np.ndarray:
