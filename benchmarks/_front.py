@@ -94,6 +94,10 @@ def _score_figures(section: str, tag: str) -> dict[str, Figure]:
 
 
 _PAPER = "docs/comparison.md"
+_ROBUST = "benchmarks/ROBUSTNESS.md"
+_ROBUST_ROWS = (("BasicMotions", "MCPCA"), ("Daphnet S06R02E0", "MCPCA"))
+_MODES = "benchmarks/MODES.md"
+_ADC = "ADC moving 20 % of the time (faults on the other channels)"
 _BIG_ROWS = (("8,000,000",), ("32,000,000",), ("100,000,000",))
 
 #: Every generated figure of the README, by the name its span carries.
@@ -107,6 +111,15 @@ FIGURES: dict[str, Figure] = {
     **_score_figures("score-floor-20000000x10-float64", "glibc"),
     "memory-peak": Figure(_RESULTS, "memory-x10", _BIG_ROWS, (4,), "{:.0f}", spread=True),
     "memory-peak-malloc": Figure(_RESULTS, "memory-x10", _BIG_ROWS, (10,), "{:.0f}", spread=True),
+    "robust-recall": Figure(_ROBUST, None, _ROBUST_ROWS, (4, 5, 7), "{:.2f}", spread=True),
+    "robust-false": Figure(_ROBUST, None, _ROBUST_ROWS, (3,), "{:.3f}", join=" and "),
+    "robust-mcd-false": Figure(_ROBUST, None, (("BasicMotions", "MinCovDet"), ("Daphnet S06R02E0", "MinCovDet")),
+                               (3,), "{:.3f}", join=" and "),
+    "modes-none": Figure(_MODES, None, (("two states, 60/40 %", "`None`"),), (3,)),
+    "modes-auto": Figure(_MODES, None, (("two states, 60/40 %", "`auto`"),), (3,)),
+    "modes-adc-none": Figure(_MODES, None, ((_ADC, "`None`"),), (3,)),
+    "modes-adc-auto": Figure(_MODES, None, ((_ADC, "`auto`"),), (3,)),
+    "modes-cost": Figure(_MODES, None, (("`auto`",),), (2,)),
 }
 
 
