@@ -53,7 +53,7 @@ P = 8
 FAULTS = ("spike", "stuck", "drift", "bias")
 METHODS = ("whitened", "product", "reconstruction")
 #: ``score_rows``' ``top_channel`` (what ``score`` writes): the reconstruction's largest, or a held
-#: stuck cell that explains the flag (``_model.isolated_top``).
+#: stuck cell that explains the flag (``_stuck.isolated_top``).
 TOP = "top_channel"
 COLUMNS = (*METHODS, TOP)
 SCENARIOS = {

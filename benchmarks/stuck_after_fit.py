@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dask_mcpca import MCPCA, _model
+from dask_mcpca import MCPCA, _model, _stuck
 
 OUT = Path(__file__).resolve().parent / "MONITORING.md"
 BEGIN, END = "<!-- stuck-after-fit: begin -->", "<!-- stuck-after-fit: end -->"
@@ -99,7 +99,7 @@ def plant_rows(seeds: int) -> list[dict]:
         later, stuck = X[cut:], truth[cut:]
         now = np.asarray(model.is_outlier(X))[cut:]  # read in order, with the fitted rows before
         old = _before(model, later)
-        runs = _model.stuck_cells(model, X, None)[cut:]
+        runs = _stuck.stuck_cells(model, X, None)[cut:]
         clean = stuck < 0
         row = {"seed": seed, "recall_before": old[~clean].mean(), "recall_now": now[~clean].mean(),
                "clean_before": old[clean].mean(), "clean_now": now[clean].mean(),
@@ -133,7 +133,7 @@ def shared_rows(seeds: int) -> list[dict]:
         stuck = np.zeros(len(X), bool)
         stuck[slice(*a.stuck_rows)] = True
         stuck = stuck[cut:]
-        runs = _model.stuck_cells(model, X, None)[cut:]
+        runs = _stuck.stuck_cells(model, X, None)[cut:]
         out.append({"seed": seed, "recall_now": now[stuck].mean(), "recall_before": old[stuck].mean(),
                     "clean_now": now[~stuck].mean(), "clean_before": old[~stuck].mean(),
                     "clean_by_runs": runs[~stuck].any(axis=1).mean(),
@@ -159,7 +159,7 @@ def real_rows() -> list[dict]:
                 warnings.simplefilter("ignore")
                 model = MCPCA().fit(X[:half])
             clean = np.asarray(model.is_outlier(X))[half:]
-            runs = _model.stuck_cells(model, X, None)[half:].any(axis=1)
+            runs = _stuck.stuck_cells(model, X, None)[half:].any(axis=1)
             Xs = X.copy()
             row, channel = half + 600, int(np.argmax(model.quantization_steps_ == 0))
             Xs[row : row + 500, channel] = Xs[row - 1, channel]

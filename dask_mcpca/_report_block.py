@@ -27,10 +27,12 @@ import numpy as np
 
 from . import _missing
 from ._contributions import contributions_with_gaps
+from ._distances import calibrated_d2, judge_cells
 from ._drift import Window, WindowSums, add_windows, window_sums
 from ._kernels import _shifted
-from ._model import calibrated_d2, contribution_matrix, judge_cells, model_rows, outlier_flags
+from ._model import outlier_flags
 from ._passes import NonFiniteRowsError
+from ._precision import contribution_matrix, model_rows
 from ._stats import merge_moments
 
 __all__ = ["BlockSummary", "block_summaries", "summarize_block", "summarize_task", "N_BINS", "SLICE_ROWS"]

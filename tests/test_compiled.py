@@ -380,7 +380,7 @@ def test_row_distances_match_the_plain_definitions(dtype, n_components):
     """The compiled per-row sweep and the numpy spelling give ``d^2 = y^T P y`` and the channel of the
     largest ``(P y)_j^2 / P_jj`` (Alcala and Qin's definition), each written out plainly here, on rows
     in units far from 1, with a row that overflows, one with a gap and one with an inf."""
-    from dask_mcpca import MCPCA, _model
+    from dask_mcpca import MCPCA, _distances, _precision
 
     rng = np.random.default_rng(5)
     X = (rng.normal(size=(3000, 6)) @ rng.normal(size=(6, 6)) * [1e3, 1.0, 1e-2, 5.0, 1.0, 1.0] + 7e4)
@@ -390,19 +390,19 @@ def test_row_distances_match_the_plain_definitions(dtype, n_components):
     rows[8, 2] = np.nan  # a gap: judged on its observed cells
     rows[9, 4] = np.inf
     rows = rows.astype(dtype)
-    P = _model.precision_power(model, 1.0)
+    P = _precision.precision_power(model, 1.0)
     Y = rows.astype(np.float64) - model.mean_
     complete = np.isfinite(Y).all(axis=1) & (np.abs(Y) < 1e200).all(axis=1)
     d2_plain = np.einsum("ij,jk,ik->i", Y[complete], P, Y[complete])
     top_plain = np.argmax((Y[complete] @ P) ** 2 / np.diag(P), axis=1)
-    d2, top = _model.distances_and_top(model, rows, top=True)
+    d2, top = _distances.distances_and_top(model, rows, top=True)
     assert_allclose(d2[complete], d2_plain, rtol=1e-9)
     np.testing.assert_array_equal(top[complete], top_plain)
     assert d2[7] == np.inf and d2[9] == np.inf
     assert np.isfinite(d2[8]) and top[8] != 2
     # the two spellings agree row by row to round-off (the residual |y|^2 - |z|^2 cancels: 1e-9 of
     # d^2 here), and a row gets the same bits whichever block it is in
-    assert_allclose(d2, _model._numpy_d2(model, rows), rtol=1e-9)
-    alone = np.array([_model.distances_and_top(model, rows[i : i + 1], top=True)[0][0] for i in range(20)])
+    assert_allclose(d2, _distances._numpy_d2(model, rows), rtol=1e-9)
+    alone = np.array([_distances.distances_and_top(model, rows[i : i + 1], top=True)[0][0] for i in range(20)])
     np.testing.assert_array_equal(alone, d2[:20])
-    assert _model.mahalanobis_d2(model, rows).tobytes() == d2.tobytes()
+    assert _distances.mahalanobis_d2(model, rows).tobytes() == d2.tobytes()

@@ -4,7 +4,7 @@ Per row, the reconstruction-based contributions cannot tell a stuck sensor
 from a near-copy of itself: both reconstructions explain the row.  A stuck
 value repeats exactly, which a continuous channel never does, so
 ``top_channel`` names the held cell where its reconstruction alone brings
-the row under the cutoff (:func:`dask_mcpca._model.isolated_top`).  The
+the row under the cutoff (:func:`dask_mcpca._stuck.isolated_top`).  The
 expected channels come from the generators (the channel made faulty); the
 rule must not fire on the ties of quantized channels or on a clipped
 channel that does not explain the flag.
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import signal
 
-from dask_mcpca import MCPCA, _model
+from dask_mcpca import MCPCA, _stuck
 
 P = 8
 SOURCE = np.array([0, 0, 1, 1, 2, 2, 3, 4])  # channels 0-1, 2-3 and 4-5: two sensors of one quantity each
@@ -97,7 +97,7 @@ def test_ties_of_an_integer_channel_name_nothing(monkeypatch):
     continuous = copy.deepcopy(model)
     continuous.quantization_steps_ = np.zeros(4)
     np.testing.assert_array_equal(named(continuous)[1], per_row)  # the digits guard alone
-    monkeypatch.setattr(_model, "FULL_DIGITS", {np.dtype(np.float64): 0, np.dtype(np.float32): 0})
+    monkeypatch.setattr(_stuck, "FULL_DIGITS", {np.dtype(np.float64): 0, np.dtype(np.float32): 0})
     np.testing.assert_array_equal(named(model)[1], per_row)  # the quantization guard alone
     unguarded = named(continuous)[1]
     assert np.sum(flagged & (unguarded == 0) & (per_row != 0)) > 100
@@ -113,14 +113,14 @@ def test_held_cells_by_value_dtype_and_channel():
 
     full, short = 0.1234567890123, 12.3456
     rows = np.array([[full, short, 7.25, full]])
-    held = _model.held_cells(Model(), rows, rows.copy())
+    held = _stuck.held_cells(Model(), rows, rows.copy())
     np.testing.assert_array_equal(held, [[True, False, True, False]])
     rows32 = np.array([[np.float32(full), np.float32(2.3), np.float32(7.25), np.float32(full)]], np.float32)
-    held = _model.held_cells(Model(), rows32, rows32.copy())
+    held = _stuck.held_cells(Model(), rows32, rows32.copy())
     np.testing.assert_array_equal(held, [[True, False, True, False]])
     other = rows.copy()
     other[0, 0] = np.nextafter(full, 1.0)  # one ulp apart: no repeat
-    np.testing.assert_array_equal(_model.held_cells(Model(), rows, other), [[False, False, True, False]])
+    np.testing.assert_array_equal(_stuck.held_cells(Model(), rows, other), [[False, False, True, False]])
 
 
 @pytest.mark.parametrize("chunks", [(1_100, 0, 2_900), (0, 1_101, 0, 0, 2_899), (1_101, 0, 0, 2_899, 0)])

@@ -185,9 +185,9 @@ def test_a_recording_written_to_six_decimals_is_judged_by_how_far_it_moves():
     later = X[10_000:].copy()
     later[3_000:3_500, 0] = later[2_999, 0]
     later[6_000:6_500, 1] = later[5_999, 1]  # as its own runs are
-    from dask_mcpca import _model
+    from dask_mcpca import _stuck
 
-    stuck = _model.stuck_cells(model, later, None)
+    stuck = _stuck.stuck_cells(model, later, None)
     # the run holds row 2,999's value from row 2,999 on: 501 rows, stuck from its tenth
     assert stuck[2_999 + STUCK_RUN - 1 : 3_500, 0].all() and stuck[:, 0].sum() == 501 - STUCK_RUN + 1
     assert not stuck[:, 1].any()

@@ -1,0 +1,241 @@
+"""A fitted model's rules for cells a stuck sensor holds, read from rows in order.
+
+A cell holds a stuck value when it is one the fit learned
+(``repeated_values_``), or, on a channel continuous at the fit, exactly the
+value of the row before where that value needs near its dtype's full
+precision (:func:`held_cells`); a sensor stuck since the fit holds one value
+in :data:`._repeated.STUCK_RUN` consecutive rows of a channel that moves by
+far more than it is written to (:func:`stuck_cells`); and a flagged row's
+channel at fault is the stuck cell that explains the flag
+(:func:`isolated_top`).  These functions read rows as stored, in order (a
+run and its digits are judged on the stored values), and divide only what
+they compare with the learned values by ``scale_``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _missing
+from ._distances import observed_counts
+from ._precision import contributor, model_rows
+from ._repeated import HOLD_WINDOW, stuck_runs, value_matches
+
+__all__ = [
+    "FULL_DIGITS",
+    "RESOLUTION_RATIO",
+    "RUN_DIGITS",
+    "SET_POINT_RATIO",
+    "WRITTEN_VALUES",
+    "held_cells",
+    "isolated_top",
+    "stuck_cells",
+]
+
+#: Shortest decimal digits (round-trip, :func:`_digits`) of a value whose exact repeat from one row to the
+#: next is taken as a stuck sensor's, by the dtype the rows are stored in: near the dtype's full precision,
+#: which a measurement on a coarser grid (integers, a fixed number of decimals, an ADC's steps written in
+#: decimal) does not need, and which a continuous value repeats by chance about once in 1e12 (float64) or
+#: 1e6 (float32) rows.
+FULL_DIGITS = {np.dtype(np.float64): 13, np.dtype(np.float32): 7}
+
+#: Digits of a value that a stuck run may hold (:func:`stuck_cells`): one fewer than :data:`FULL_DIGITS`, as
+#: about one float32 value in ten is spelled in 6 digits; a run's repeats are evidence enough, with the hold
+#: rule (:func:`._repeated.stuck_runs`), against a channel on a coarser grid, whose values repeat often.
+RUN_DIGITS = {dtype: digits - 1 for dtype, digits in FULL_DIGITS.items()}
+
+#: Values of a channel before a run that say how it moves and how finely it is written (:func:`_moving_channels`).
+WRITTEN_VALUES = 32
+
+#: A channel whose typical change from one row to the next is at least this many times the resolution it is
+#: written at (the last digit of its values' shortest spelling) repeats a value exactly with probability
+#: about 1 / (this ratio) a row, so nine repeats in a row (:data:`._repeated.STUCK_RUN`) are not chance.
+RESOLUTION_RATIO = 10.0
+
+
+#: A run whose value is written this many times more coarsely than the channel's values before it is a set
+#: point (an idle device's 20.5), not a reading that stuck (:func:`_moving_channels`).
+SET_POINT_RATIO = 1000.0
+
+
+def _model_cells(model: Any, values: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """Cells ``values`` (as stored) of the channels ``columns`` in the model's units."""
+    scale = getattr(model, "scale_", None)
+    return values if scale is None else np.asarray(values, np.float64) / scale[columns]
+
+
+def _digits(values: np.ndarray) -> np.ndarray:
+    """Significant decimal digits of each value's shortest round-trip spelling in its dtype (0 for 0)."""
+    out = np.zeros(values.shape, int)
+    for i, v in enumerate(values.ravel()):
+        if v != 0 and np.isfinite(v):
+            mantissa = np.format_float_scientific(v, unique=True, trim="-").split("e")[0]
+            out.flat[i] = len(mantissa.lstrip("-").replace(".", "").lstrip("0"))
+    return out
+
+
+def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Cells of ``rows`` (data units, as stored) that hold a stuck value: one of ``repeated_values_``,
+    or, on a channel continuous at the fit (``quantization_steps_`` 0), exactly the value of the row
+    before (``before``, the same shape; NaN where there is none), where that value needs near its
+    dtype's full precision (:data:`FULL_DIGITS`).
+
+    A continuous measurement repeats its exact value with probability near 0; a quantized channel,
+    or one written on a coarser grid (integers, rounded decimals, the values of a real recording
+    logged to 6 decimals), often, so there only the values the fit learned count.
+    """
+    steps = getattr(model, "quantization_steps_", None)
+    continuous = np.ones(rows.shape[1], bool) if steps is None else np.asarray(steps) == 0
+    held = (rows == before) & continuous
+    if held.any():  # spelled once per distinct value: a stuck stretch holds one value in many rows
+        at = np.nonzero(held)
+        values, which = np.unique(rows[at], return_inverse=True)
+        held[at] = _full_precision(values, rows.dtype)[which.ravel()]
+    learned = getattr(model, "repeated_values_", None)
+    for column, value in () if learned is None else learned:  # learned in the model's units
+        j = int(column)
+        held[:, j] |= value_matches(_model_cells(model, rows[:, j], j), value)
+    return held
+
+
+def _full_precision(values: np.ndarray, dtype, digits: dict | None = None) -> np.ndarray:
+    """True for the ``values`` whose shortest spelling in ``dtype`` needs near its full precision
+    (``digits``: by dtype; :data:`FULL_DIGITS` by default)."""
+    digits = FULL_DIGITS if digits is None else digits
+    return _digits(values) >= digits.get(np.dtype(dtype), digits[np.dtype(np.float64)])
+
+
+def stuck_cells(model: Any, block, before) -> np.ndarray:
+    """Cells of ``block`` (rows in order, as stored) that a sensor stuck since the fit holds.
+
+    A channel continuous at the fit (``quantization_steps_`` 0), that moved by far more than it is
+    written to before (:func:`_moving_channels`), holding one value, not at a saturation limit
+    (``saturation_limits_``), in :data:`._repeated.STUCK_RUN` consecutive rows, having repeated no
+    other value in the :data:`._repeated.HOLD_WINDOW` rows before (:func:`._repeated.stuck_runs`).
+    The fit's row sample learns a value stuck in the fitted rows (``repeated_values_``); this
+    rule finds one that sticks later, for monitoring.  Quantized channels, values on a coarser grid
+    (an idle device's zeros, a set point) and a saturated reading are not judged by it.
+
+    ``before``: the :data:`._model.CONTEXT_ROWS` rows before the block (NaN where there are none), or None.
+    """
+    block = np.asarray(block)
+    steps = getattr(model, "quantization_steps_", None)
+    if steps is None or block.dtype.kind != "f":
+        return np.zeros(block.shape, bool)
+    cells, began = stuck_runs(block, before, np.asarray(steps) == 0, starts=True)
+    if cells.any():
+        at = np.nonzero(cells)
+        keep = _moving_channels(block, before, at, began[at])
+        limits = getattr(model, "saturation_limits_", None)
+        if limits is not None:
+            values = _model_cells(model, block[at], at[1])  # limits are in the model's units
+            keep &= (values != limits[at[1], 0]) & (values != limits[at[1], 1])
+        cells[at[0][~keep], at[1][~keep]] = False
+    return cells
+
+
+#: Values of a channel before a run that say how it moves and how finely it is written (:func:`_moving_channels`).
+WRITTEN_VALUES = 32
+
+#: A channel whose typical change from one row to the next is at least this many times the resolution it is
+#: written at (the last digit of its values' shortest spelling) repeats a value exactly with probability
+#: about 1 / (this ratio) a row, so nine repeats in a row (:data:`._repeated.STUCK_RUN`) are not chance.
+RESOLUTION_RATIO = 10.0
+
+
+#: A run whose value is written this many times more coarsely than the channel's values before it is a set
+#: point (an idle device's 20.5), not a reading that stuck (:func:`_moving_channels`).
+SET_POINT_RATIO = 1000.0
+
+
+def _resolution(values: np.ndarray, dtype) -> np.ndarray:
+    """The power of ten of each value's last significant digit in its shortest spelling in ``dtype``."""
+    values = np.asarray(values, dtype)
+    with np.errstate(divide="ignore"):
+        return 10.0 ** (np.floor(np.log10(np.abs(values.astype(np.float64)))) - _digits(values) + 1)
+
+
+def _moving_channels(block: np.ndarray, before, at: tuple[np.ndarray, np.ndarray], began: np.ndarray) -> np.ndarray:
+    """Whether each run of the cells ``at`` (rows, columns of ``block``; its run began at row ``began``)
+    is on a channel that moves by much more than it is written to: the median change between
+    consecutive rows of its last :data:`WRITTEN_VALUES` values before the run is at least
+    :data:`RESOLUTION_RATIO` times their median resolution (:func:`_resolution`), those values taken
+    within the cell's window of :data:`._repeated.HOLD_WINDOW` rows (so that no verdict depends on the
+    chunking).  Where fewer than two lie there (a run longer than the window), the run's own value
+    must need near its dtype's full precision (:data:`RUN_DIGITS`).  A channel written on a grid as
+    coarse as its movement (a slow temperature in tenths of a degree) is left to the fit's rules;
+    a recording logged to six decimals whose values move by far more is judged.  A run of a value
+    written :data:`SET_POINT_RATIO` times more coarsely than the values before it is a set point.
+    """
+    rows, cols = at
+    head = np.full((0, block.shape[1]), np.nan, block.dtype) if before is None else np.asarray(before, block.dtype)
+    X = np.concatenate([head[-HOLD_WINDOW:], block])
+    offset = len(X) - len(block)
+    start = began + offset  # in X
+    lowest = np.maximum(rows + offset - HOLD_WINDOW, 0)  # the cell's window
+    first = np.maximum(start - WRITTEN_VALUES, lowest)
+    keep = np.zeros(len(rows), bool)
+    groups, which = np.unique(np.stack([cols, first, start]), axis=1, return_inverse=True)
+    for g, (col, a, b) in enumerate(groups.T):
+        values = X[a:b, col]
+        steps = np.abs(np.diff(values.astype(np.float64)))
+        steps = steps[np.isfinite(steps)]
+        written = values[np.isfinite(values) & (values != 0)]
+        if len(steps) and len(written):
+            resolution = np.median(_resolution(written, block.dtype))
+            moving = (np.median(steps) >= RESOLUTION_RATIO * resolution
+                      and _resolution(X[b : b + 1, col], block.dtype)[0] < SET_POINT_RATIO * resolution)
+        else:  # the run began before the window: its own value
+            moving = _full_precision(X[b : b + 1, col], block.dtype, RUN_DIGITS)[0]
+        keep[which.ravel() == g] = moving
+    return keep
+
+
+def isolated_top(model: Any, block, before, d2, calibrated, flags, top, contributions=None) -> np.ndarray:
+    """The channel at fault of each row: ``top`` (its largest reconstruction-based contribution),
+    except in a flagged row holding a stuck cell (:func:`held_cells`) that explains the flag (in a
+    row with missing cells, judged on its observed ones).
+
+    A cell explains the flag when reconstructing it alone brings the row's ``d2`` under
+    ``outlier_cutoff_`` (``d2`` minus its contribution, which is the row's ``d^2`` with that cell
+    at its best value), or when the row is flagged by a repeated value or row only (its
+    ``calibrated`` distance under the cutoff).  Of such cells, the one with the largest
+    contribution is named.  The contributions are a likelihood ratio per row; the held value
+    is evidence across rows: a sensor stuck beside a near-copy of itself is told from the copy
+    by its repeats, where a single row cannot tell them apart.
+
+    ``before``: the row before the block's first (NaN, or None: none); ``contributions``: the
+    block's, if already computed.  ``top`` is changed in place and returned.
+    """
+    idx = np.flatnonzero(flags)
+    if not len(idx):
+        return top
+    block = np.asarray(block)
+    if block.dtype not in FULL_DIGITS:
+        block = block.astype(np.float64)
+    rows = block[idx]
+    previous = block[np.maximum(idx - 1, 0)]  # one gather; the block's first row has the row before it
+    if idx[0] == 0:
+        previous[0] = np.nan if before is None else np.asarray(before, block.dtype).reshape(-1)
+    held = held_cells(model, rows, previous)
+    if len(_missing.nonfinite_rows(rows)):  # a held cell is a value; a row with inf names none
+        held &= np.isfinite(rows) & ~np.isinf(rows).any(axis=1)[:, None]
+    rows = model_rows(model, np.asarray(rows, np.float64))
+    some = np.flatnonzero(held.any(axis=1))
+    if not len(some):
+        return top
+    at = idx[some]
+    c = contributions[at] if contributions is not None else contributor(model, "reconstruction")(rows[some])
+    cutoff = model.outlier_cutoff_
+    rest = d2[at, None] - c  # the row's d^2 with the cell at its best value (on its observed cells)
+    counts = observed_counts(rows[some])
+    if (counts < rows.shape[1]).any():  # on the p-channel scale of the cutoff, as calibrated_d2 maps it
+        shape = rest.shape
+        rest = _missing.equivalent_d2(rest.ravel(), np.repeat(counts, shape[1]), rows.shape[1]).reshape(shape)
+    with np.errstate(invalid="ignore"):
+        explains = held[some] & ((rest <= cutoff) | (calibrated[at] <= cutoff)[:, None])
+    named = explains.any(axis=1)
+    top[at[named]] = np.argmax(np.where(explains[named], c[named], -np.inf), axis=1)
+    return top
