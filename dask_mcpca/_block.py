@@ -42,16 +42,11 @@ from typing import Literal
 import numpy as np
 
 from . import _compiled, _missing
+from ._block_rows import Workspace
 from ._cells import cell_stats
 from ._compiled import SPLITMIX_GOLDEN, SPLITMIX_MIX1, SPLITMIX_MIX2
-from ._kernels import (
-    Workspace,
-    compiled_moments,
-    numpy_part,
-    one_sweep,
-    partial_stats,
-    two_sweeps,
-)
+from ._kernels import compiled_moments, numpy_part, one_sweep, two_sweeps
+from ._partial_stats import partial_stats
 from ._stats import BlockStats, PartialPlan, PassPlan, combine, empty
 
 __all__ = [

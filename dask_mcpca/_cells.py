@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from ._kernels import completed_sums
 from ._missing import conditional, equivalent_d2
+from ._partial_stats import completed_sums
 
 __all__ = [
     "breakdown_message",

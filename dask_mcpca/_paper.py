@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._kernels import _top_exponent
+from ._block_rows import top_exponent as _top_exponent
 from ._passes import PassRunner
 from ._power import (
     deflated_operator,

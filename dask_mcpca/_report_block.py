@@ -26,10 +26,10 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _missing
+from ._block_rows import shifted as _shifted
 from ._contributions import contributions_with_gaps
 from ._distances import calibrated_d2, judge_cells
 from ._drift import Window, WindowSums, add_windows, window_sums
-from ._kernels import _shifted
 from ._model import outlier_flags
 from ._passes import NonFiniteRowsError
 from ._precision import contribution_matrix, model_rows

@@ -52,13 +52,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy.linalg.blas import dtrmm as _blas_trmm
 from scipy.spatial import cKDTree
 
 from . import _cells
 from ._block import block_stats
+from ._block_rows import top_exponent as _top_exponent
 from ._exceptions import NumericalRangeError
 from ._kernels import TRIANGULAR_MIN_FEATURES as _TRIANGULAR_MIN_FEATURES
-from ._kernels import _blas_trmm, _top_exponent
 from ._missing import MAX_PATTERNS, em_moments, pattern_key, radius_for_count, rare_pattern_rows
 from ._passes import PassResult, PassRunner
 from ._power import spread_directions

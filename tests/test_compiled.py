@@ -103,9 +103,9 @@ def test_flat_top_kernels_take_one_sweep(dtype, monkeypatch):
     def forbidden(*args):
         raise AssertionError("the mask of finite rows was made, though no row sample is drawn")
 
-    monkeypatch.setattr(_kernels, "_finite_rows", forbidden)  # the mask serves a row sample only
-    excluded_rows, seen = _kernels._excluded_rows, []
-    monkeypatch.setattr(_kernels, "_excluded_rows", lambda Xs, plan: seen.append(len(Xs)) or excluded_rows(Xs, plan))
+    monkeypatch.setattr(_kernels, "finite_rows", forbidden)  # the mask serves a row sample only
+    excluded_rows, seen = _kernels.excluded_rows, []
+    monkeypatch.setattr(_kernels, "excluded_rows", lambda Xs, plan: seen.append(len(Xs)) or excluded_rows(Xs, plan))
     assert choose_route(X, plan).routes[0] == "whole_block"
     got = block_stats(X, plan)
     assert got.routes == {"whole_block": len(X)}

@@ -200,7 +200,7 @@ def test_state_in_units_is_exact_and_refuses_overflow():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 100, 4099])
 def test_column_reduce_equals_numpy_reduction(n, dtype):
-    from dask_mcpca._kernels import _column_reduce
+    from dask_mcpca._block_rows import column_reduce as _column_reduce
 
     X = np.random.default_rng(n).normal(size=(n, 7)).astype(dtype)
     for ufunc in (np.minimum, np.maximum):
@@ -218,7 +218,7 @@ def test_column_reduce_equals_numpy_reduction(n, dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("n", [0, 3, 16, 33, 1000])
 def test_shifted_equals_broadcast_subtraction(n, dtype):
-    from dask_mcpca._kernels import _shifted
+    from dask_mcpca._block_rows import shifted as _shifted
 
     rng = np.random.default_rng(n)
     X, c = rng.normal(size=(n, 5)).astype(dtype), rng.normal(size=5).astype(dtype)
@@ -233,7 +233,7 @@ def test_shifted_equals_broadcast_subtraction(n, dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_scaled_equals_ldexp_at_every_exponent(dtype):
     """Multiplying by 2**e rounds exactly as ldexp, subnormal and overflowing results included."""
-    from dask_mcpca._kernels import _scaled
+    from dask_mcpca._block_rows import scaled as _scaled
 
     info = np.finfo(dtype)
     x = np.array([0.0, -0.0, 1.0, -3.0, info.tiny, info.max, 0.1, np.inf, -np.inf, np.nan, 1.5 * info.tiny], dtype)

@@ -124,11 +124,8 @@ def _underscored_imports() -> set[tuple[str, str, str]]:
 ALLOWED_UNDERSCORED_IMPORTS = frozenset({
     ("cli.outputs", "_progress", "_active_client"),
     ("_estimator", "_base", "_BaseMCPCA"),
-    ("_paper", "_kernels", "_top_exponent"),
     ("_persist", "_robust", "_floored"),
-    ("_report_block", "_kernels", "_shifted"),
     ("_report_block", "_progress", "_active_client"),
-    ("_robust", "_kernels", "_top_exponent"),
     ("_robust", "_start", "_mahalanobis2"),
     ("_robust", "_start", "_rank"),
 })
