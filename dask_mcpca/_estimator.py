@@ -531,11 +531,13 @@ class MCPCA(_BaseMCPCA):
             (``"s3://bucket/archive.zarr"``, ``gs://``, ``abfs://``, ``https://``).
         y : None
             Ignored; present for scikit-learn's API.
-        modes : array-like of shape (n_samples,), optional
+        modes : array-like of shape (n_samples,) or str, optional
             The operating mode of each row (any labels: a machine-state
             channel, a schedule); each mode gets a model of its own, fitted
-            in the same passes (see the ``modes`` parameter).  None: the
-            constructor's ``modes``.
+            in the same passes (see the ``modes`` parameter).  A string
+            names a channel of a DataArray ``X`` (a machine-state channel),
+            whose values are the labels and which is left out of the fitted
+            channels.  None: the constructor's ``modes``.
         storage_options : dict, optional
             fsspec options for a URL (``{"endpoint_url": ...}``, credentials);
             without them the backend reads credentials from the environment.
@@ -570,6 +572,7 @@ class MCPCA(_BaseMCPCA):
         ((2, 4), 2, 4)
         """
         check_params(self)
+        X, modes = _modes.labels_from_channel(X, modes)
         _labels.check_feature_names(self, X, reset=True)
         if self.checkpoint is not None and isinstance(X, str | os.PathLike):
             store = split_store_path(X)[0]

@@ -57,6 +57,7 @@ __all__ = [
     "telling_channels",
     "is_state",
     "given_labels",
+    "labels_from_channel",
     "has_modes",
     "judged_rows",
     "mahalanobis_d2",
@@ -212,6 +213,23 @@ def is_state(a: np.ndarray, b: np.ndarray, scale: np.ndarray, center: np.ndarray
         if abs(raw_a[i] - raw_b[j]) <= near[j] and abs(raw_a[j] - raw_b[i]) <= near[i]:
             return False
     return True
+
+
+def labels_from_channel(X, modes):
+    """``(X, modes)`` with ``modes`` a channel of a DataArray ``X`` replaced by that channel's values,
+    and the channel left out of ``X``; anything else as given."""
+    if not isinstance(modes, str) or modes == "auto":
+        return X, modes
+    if type(X).__name__ != "DataArray" or not type(X).__module__.startswith("xarray"):
+        raise ValueError(f"modes={modes!r}: a channel name needs a DataArray X (rows x channels); "
+                         "pass 'auto' or one label per row")
+    dim = X.dims[1]
+    names = [str(v) for v in X.coords[dim].values] if dim in X.coords else []
+    if modes not in names:
+        raise ValueError(f"modes={modes!r}: no such channel in X's {dim!r} (channels: {names[:10]}"
+                         f"{' ...' if len(names) > 10 else ''})")
+    labels = np.asarray(X.isel({dim: names.index(modes)}).values)
+    return X.isel({dim: [i for i in range(len(names)) if i != names.index(modes)]}), labels
 
 
 def given_labels(labels, n_rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -146,8 +146,8 @@ def test_faults_in_a_two_state_recording_are_found(kind):
 def test_modes_refuse_what_is_not_built_for_them():
     X, truth = two_states(seed=8, n=(600, 400))
     model = MCPCA().fit(X, modes=truth)
-    for call in (lambda: model.transform(X), lambda: model.channel_contributions(X),
-                 lambda: model.score_rows(X), lambda: model.partial_fit(X), lambda: model.save("/nonexistent.json")):
+    for call in (lambda: model.transform(X), lambda: model.score_rows(X, outputs=("scores",)),
+                 lambda: model.partial_fit(X)):
         with pytest.raises(NotImplementedError, match="operating modes"):
             call()
     with pytest.raises(ValueError, match="solver='auto'"):
@@ -158,3 +158,19 @@ def test_modes_refuse_what_is_not_built_for_them():
         MCPCA(modes="many").fit(X)
     refit = MCPCA().fit(X)
     assert not hasattr(refit, "mode_models_")
+
+
+def test_modes_from_a_state_channel_of_a_dataarray():
+    xr = pytest.importorskip("xarray")
+    X, truth = two_states(seed=0)
+    channels = [f"c{i}" for i in range(X.shape[1])]
+    archive = xr.DataArray(np.column_stack([X, truth]), dims=("time", "channel"),
+                           coords={"channel": [*channels, "state"]})
+    model = MCPCA().fit(archive, modes="state")
+    assert list(model.feature_names_in_) == channels  # the state channel is not fitted
+    assert list(model.modes_) == [0.0, 1.0]
+    np.testing.assert_array_equal(model.predict_mode(archive.sel(channel=channels)), truth)
+    with pytest.raises(ValueError, match="no such channel"):
+        MCPCA().fit(archive, modes="valve")
+    with pytest.raises(ValueError, match="needs a DataArray"):
+        MCPCA().fit(X, modes="state")
