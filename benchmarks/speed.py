@@ -123,7 +123,7 @@ def _contenders(info: StoreInfo, *, mcd_rows: int):
     from dask_mcpca import MCPCA
     from dask_mcpca._io import as_row_blocks
     from dask_mcpca._passes import PassRunner
-    from dask_mcpca._robust import FALL_OFF2, step_plan
+    from dask_mcpca._robust_step import FALL_OFF2, step_plan
     from dask_mcpca._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE
 
     path = str(info.path)

@@ -49,9 +49,9 @@ from scipy import stats
 sys.path.insert(0, os.path.dirname(__file__))
 from robustness import FAULTS, inject_faults, sensor_data
 
-import dask_mcpca._robust as _robust
+import dask_mcpca._robust_sample as _robust_sample
 from dask_mcpca import MCPCA
-from dask_mcpca._robust import held_out
+from dask_mcpca._repeated import held_out
 from dask_mcpca.testing import make_scenario
 
 DAPHNET, BASIC = "Daphnet S06R02E0", "BasicMotions"
@@ -308,7 +308,7 @@ def _paper20_ratio(seeds: int, final_quantiles) -> dict:
         mcd = _top(MinCovDet(random_state=0).fit(s.X).covariance_)
         row = [angle(mcd, s.components), angle(_pca(s.X[~s.outliers]), s.components)]
         for q in final_quantiles:
-            with mock.patch.object(_robust, "FINAL_QUANTILE", q):
+            with mock.patch.object(_robust_sample, "FINAL_QUANTILE", q):
                 model, robust, unit = _fit(s.X)
             row.append(angle(model.components_, s.components))
             if q == 0.99:  # the default: the outliers' share of its final kernel's weight
@@ -334,7 +334,7 @@ def final_kernel_table(data, seeds: int, accuracy_seeds: int) -> list[str]:
              "|---|---|---|---|"]
     for q in FINAL_QUANTILES:
         angles = []
-        with mock.patch.object(_robust, "FINAL_QUANTILE", q):
+        with mock.patch.object(_robust_sample, "FINAL_QUANTILE", q):
             for name in (DAPHNET, BASIC):
                 X = data[name]
                 clean = _fit(X)[0].components_

@@ -27,7 +27,7 @@ import numpy as np
 from ._atomic import atomic_path, recover
 from ._exceptions import CheckpointMismatchError
 from ._paper import PaperState
-from ._robust import RobustState
+from ._robust_step import RobustState
 from ._urls import local_path
 
 __all__ = ["Checkpoint"]

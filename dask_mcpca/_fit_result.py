@@ -18,7 +18,7 @@ import numpy as np
 
 from ._block import BlockStats
 from ._passes import NumericalRangeError
-from ._robust import RobustState
+from ._robust_step import RobustState
 from ._schedule import outlier_cutoff_d2
 
 __all__ = ["FitResult", "ModelView", "UpdateSums", "fit_result", "model_view", "update_sums", "with_cutoff"]

@@ -73,7 +73,8 @@ import numpy as np
 
 from ._exceptions import ModelFormatError
 from ._model_file import FORMAT, FORMAT_VERSION, MAX_MODEL_BYTES, damaged, read, save
-from ._robust import FALL_OFF2, _floored
+from ._robust_step import FALL_OFF2
+from ._robust_step import floored as _floored
 from ._schedule import flat_top_consistency, robust_kernel_size2
 
 T = TypeVar("T")

@@ -24,7 +24,8 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dask_mcpca import MCPCA
 from dask_mcpca._block import PassPlan, block_stats
-from dask_mcpca._robust import RobustState, state_in_units
+from dask_mcpca._robust_step import RobustState
+from dask_mcpca._robust_warm import state_in_units
 
 
 def _bulk(n=20_000, p=4, seed=0):
@@ -162,7 +163,7 @@ def test_warm_start_on_rescaled_data_is_not_a_warm_start_case():
 def test_warm_state_that_cannot_be_mapped_refuses_the_warm_start(monkeypatch):
     """The new data choose another unit and the old state does not survive the mapping
     (a change of scale by ~1e150; simulated): cold fit, the warm step's pass wasted."""
-    import dask_mcpca._robust as robust
+    import dask_mcpca._robust_warm as robust
 
     X = _bulk(n=20_000)
     cold = MCPCA().fit(X)

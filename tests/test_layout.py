@@ -124,10 +124,9 @@ def _underscored_imports() -> set[tuple[str, str, str]]:
 ALLOWED_UNDERSCORED_IMPORTS = frozenset({
     ("cli.outputs", "_progress", "_active_client"),
     ("_estimator", "_base", "_BaseMCPCA"),
-    ("_persist", "_robust", "_floored"),
     ("_report_block", "_progress", "_active_client"),
-    ("_robust", "_start", "_mahalanobis2"),
-    ("_robust", "_start", "_rank"),
+    ("_robust_sample", "_start", "_mahalanobis2"),
+    ("_robust_sample", "_start", "_rank"),
 })
 
 

@@ -11,7 +11,7 @@ the package (``pyproject.toml`` makes those errors), and never a NaN
 distance or score for a finite row.
 
 Scaling: the fit works in units of a power of two near the bulk's spread
-(:func:`dask_mcpca._robust.working_exponent`), so ``c * X`` for any ``c``
+(:func:`dask_mcpca._robust_step.working_exponent`), so ``c * X`` for any ``c``
 in [1e-150, 1e150] gives the same components and variances scaled by
 ``c**2``; for ``c`` a power of two, bit for bit.
 """
