@@ -4,9 +4,10 @@
 it while a fit is assembled (:func:`model_view` computes it from the
 components, variances and centre; :func:`with_cutoff` gives the same model
 with another outlier cutoff); :class:`UpdateSums` the sums kept for
-``partial_fit`` (:func:`update_sums`); :class:`FitResult` the fitted
-attributes a fit or an update sets, built once by :func:`fit_result` and
-never changed.  All three are frozen.
+``partial_fit`` (:func:`update_sums`); :class:`FitResult` what a fit or an
+update sets: the view, the sums and the fit's counts, each fitted attribute
+declared once, built once by :func:`fit_result` and never changed.  All three
+are frozen.
 """
 
 from __future__ import annotations
@@ -72,39 +73,27 @@ class UpdateSums:
 
 @dataclass(frozen=True)
 class FitResult:
-    """What a fit or an update sets on the estimator: its fitted attributes, under their names.
+    """What a fit or an update sets on the estimator: its model, its kept sums and its counts.
 
-    Built once, at the end of :func:`._fit.fit_rows` or :func:`._fit.update_rows`, from
-    the :class:`ModelView`, the :class:`UpdateSums` and the fit's counts
-    (:func:`fit_result`), and never changed after.  A field left None was not
-    set by this fit (an update keeps ``quantization_steps_`` and
-    ``converged_``; the paper's solver sets no ``support_`` and no
-    ``update_*`` sums).  ``robust_state`` and ``robust_unit`` are what a
-    ``warm_start`` refit continues from (the default solver's state, in the
-    working unit ``2**robust_unit``; None for the state when there is none,
-    None for the unit when it is unchanged); ``unconverged`` is the
-    ``ConvergenceWarning`` message of a fit that stopped before converging,
-    and ``breakdown`` the :class:`._cells.BreakdownWarning` message of one
-    that found no clean majority, for the estimator to warn once its
-    attributes are set.
+    Built once, at the end of :func:`._fit.fit_rows` or :func:`._update.update_rows`, from
+    the :class:`ModelView` (``view``), the :class:`UpdateSums` (``sums``; None: the
+    paper's solver keeps none) and the fit's counts (:func:`fit_result`), and never
+    changed after.  Each fitted attribute is declared once, in the record that holds
+    it; :meth:`fitted_attributes` gives them all by name, and a result reads as the
+    model it holds (``result.mean_`` is ``result.view.mean_``; an update sum of a
+    result without sums is None).  A field left None was not set by this fit (an
+    update keeps ``quantization_steps_`` and ``converged_``; the paper's solver sets
+    no ``support_``).  ``robust_state`` and ``robust_unit`` are what a
+    ``warm_start`` refit continues from (the default solver's state, in the working
+    unit ``2**robust_unit``; None for the state when there is none, None for the
+    unit when it is unchanged); ``unconverged`` is the ``ConvergenceWarning``
+    message of a fit that stopped before converging, and ``breakdown`` the
+    :class:`._cells.BreakdownWarning` message of one that found no clean majority,
+    for the estimator to warn once its attributes are set.
     """
 
-    n_features_in_: int | None = None
-    components_: np.ndarray | None = None
-    mean_: np.ndarray | None = None
-    explained_variance_: np.ndarray | None = None
-    explained_variance_ratio_: np.ndarray | None = None
-    noise_variance_: float | None = None
-    n_components_: int | None = None
-    kernel_scale_: float | None = None
-    sigmas_: np.ndarray | None = None
-    covariance_: np.ndarray | None = None
-    repeated_values_: np.ndarray | None = None
-    repeated_rows_: np.ndarray | None = None
-    outlier_cutoff_: float | None = None
-    outlier_threshold_: float | None = None
-    quantization_steps_: np.ndarray | None = None
-    support_: float | None = None
+    view: ModelView
+    sums: UpdateSums | None = None
     n_samples_: int | None = None
     n_samples_partial_: int | None = None
     n_iter_: int | None = None
@@ -112,17 +101,6 @@ class FitResult:
     n_passes_: int | None = None
     n_partial_reads_: int | None = None
     n_blocks_read_: int | None = None
-    update_log_weights_: np.ndarray | None = None
-    update_means_: np.ndarray | None = None
-    update_covariances_: np.ndarray | None = None
-    update_location_: np.ndarray | None = None
-    update_scatter_: np.ndarray | None = None
-    update_radii_: np.ndarray | None = None
-    update_unit_: int | None = None
-    n_samples_seen_: int | None = None
-    cell_cutoff_: float | None = None
-    saturation_limits_: np.ndarray | None = None
-    scale_: np.ndarray | None = None
     robust_state: RobustState | None = None
     robust_unit: int | None = None
     unconverged: str | None = None
@@ -130,14 +108,28 @@ class FitResult:
 
     def fitted_attributes(self) -> dict[str, Any]:
         """The fitted attributes this result sets: name -> value (names ending in ``_``, not None)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name.endswith("_") and getattr(self, f.name) is not None}
+        parts = [self.view, self] if self.sums is None else [self.view, self.sums, self]
+        return {f.name: getattr(part, f.name) for part in parts for f in fields(part)
+                if f.name.endswith("_") and getattr(part, f.name) is not None}
+
+    def __getattr__(self, name: str) -> Any:
+        """A fitted attribute of the model or of the kept sums, read through the result."""
+        if name in _VIEW_FIELDS:
+            return getattr(self.__dict__["view"], name)
+        if name in _SUMS_FIELDS:
+            sums = self.__dict__.get("sums")
+            return None if sums is None else getattr(sums, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+#: The fields a :class:`FitResult` reads through from its ``view`` and its ``sums``.
+_VIEW_FIELDS = frozenset(f.name for f in fields(ModelView))
+_SUMS_FIELDS = frozenset(f.name for f in fields(UpdateSums))
 
 
 def fit_result(view: ModelView, sums: UpdateSums | None = None, **rest: Any) -> FitResult:
     """The one :class:`FitResult` of a fit: the model, the update sums (if any) and the rest by name."""
-    parts = [view] if sums is None else [view, sums]
-    return FitResult(**{f.name: getattr(part, f.name) for part in parts for f in fields(part)}, **rest)
+    return FitResult(view, sums, **rest)
 
 
 def model_view(components, lam, rest, total, center, kernel_scale, **known: Any) -> ModelView:
