@@ -27,15 +27,20 @@ from ._version import __version__
 
 T = TypeVar("T")
 
-__all__ = ["save", "read", "damaged", "FORMAT", "FORMAT_VERSION", "MAX_MODEL_BYTES"]
+__all__ = ["save", "read", "damaged", "FORMAT", "FORMAT_VERSION", "MAX_MODEL_BYTES", "MODE_MODELS"]
 
 FORMAT = "dask-mcpca-model"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: Version 2 adds ``repeated_rows_`` (a frozen logger's records, which
 #: ``is_outlier`` flags).  A model without any is still written as version 1,
 #: which readers of version 1 understand fully; one with some is version 2,
 #: so that such a reader refuses it instead of loading a model that silently
-#: stops flagging those rows.
+#: stops flagging those rows.  Version 3 adds operating modes
+#: (``mode_models_``: each mode's model, nested); a model without modes is
+#: written as before (1 or 2), one with modes as 3, which a reader of
+#: version 2 refuses instead of judging every row by the largest mode alone.
+#: The attribute that holds each mode's model, as a list of ``{"params", "attributes"}`` objects.
+MODE_MODELS = "mode_models_"
 #: Largest model file read (bytes); the p x p covariance of p = 5000 is ~0.5 GB of JSON.
 MAX_MODEL_BYTES = 2**30
 
@@ -109,22 +114,53 @@ def save(model: Any, path: str | os.PathLike, *, storage_options: dict | None = 
         fsspec options for a URL.
     """
     check_is_fitted(model, "components_")
-    attributes = {
-        name: _encode_value(name, value)
-        for name, value in sorted(vars(model).items())
-        if name.endswith("_") and not name.startswith("_")
-    }
+    modes = getattr(model, MODE_MODELS, None) is not None
+    version = 3 if modes else (2 if len(getattr(model, "repeated_rows_", ())) else 1)
     document = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION if len(getattr(model, "repeated_rows_", ())) else 1,
+        "format_version": version,
         "library_version": __version__,
         "class": type(model).__name__,
-        "params": {name: _encode_value(name, v) for name, v in model.get_params(deep=False).items()},
-        "attributes": attributes,
+        **_body(model),
     }
     text = json.dumps(document, indent=1, allow_nan=False) + "\n"
     write_bytes(path, text.encode("utf-8"),
                 storage_options=storage_options)
+
+
+def _body(model: Any) -> dict:
+    """A fitted model's ``params`` and ``attributes`` as JSON values; ``mode_models_`` as a list of bodies."""
+    attributes = {
+        name: [_body(m) for m in value] if name == MODE_MODELS else _encode_value(name, value)
+        for name, value in sorted(vars(model).items())
+        if name.endswith("_") and not name.startswith("_")
+    }
+    return {"params": {name: _encode_value(name, v) for name, v in model.get_params(deep=False).items()},
+            "attributes": attributes}
+
+
+def _rebuilt(cls: type[T], body: Any, *, nested: bool = False) -> T:
+    """The model of class ``cls`` that a body of :func:`_body` describes (its parameters checked, its attributes
+    by their names only).  Raises KeyError, TypeError or ValueError naming what is wrong."""
+    if not isinstance(body, dict) or not isinstance(body.get("params"), dict) or not isinstance(
+            body.get("attributes"), dict):
+        raise ValueError("it needs a \"params\" and an \"attributes\" object")
+    params = {name: _decode_value(v) for name, v in body["params"].items()}
+    params.pop("checkpoint", None)  # a path of another fit: never resumed from on refit
+    model = cls(**params)
+    model._validate_params()  # scikit-learn's declarative check of the parameters
+    for name, value in body["attributes"].items():
+        if not (isinstance(name, str) and name.endswith("_") and name.isidentifier()) or (
+            name.startswith("_") or hasattr(type(model), name)
+        ):
+            raise ValueError(f"bad attribute name {name!r}")
+        if name == MODE_MODELS:
+            if nested or not isinstance(value, list):
+                raise ValueError(f"{MODE_MODELS} must be a list of models (one per mode), not nested")
+            setattr(model, name, [_rebuilt(cls, one, nested=True) for one in value])
+        else:
+            setattr(model, name, _decode_value(value))
+    return model
 
 
 def read(path: str | os.PathLike, cls: type[T], *, storage_options: dict | None = None) -> tuple[T, str]:
@@ -183,18 +219,9 @@ def read(path: str | os.PathLike, cls: type[T], *, storage_options: dict | None 
     if document.get("class") != cls.__name__:
         raise ModelFormatError(f"{path!r} holds a {document.get('class')!r}, not an {cls.__name__} model")
     try:
-        if not isinstance(document.get("params"), dict) or not isinstance(document.get("attributes"), dict):
-            raise ValueError("it needs a \"params\" and an \"attributes\" object")
-        params = {name: _decode_value(v) for name, v in document["params"].items()}
-        params.pop("checkpoint", None)  # a path of another fit: never resumed from on refit
-        model = cls(**params)
-        model._validate_params()  # scikit-learn's declarative check of the parameters
-        for name, value in document["attributes"].items():
-            if not (isinstance(name, str) and name.endswith("_") and name.isidentifier()) or (
-                name.startswith("_") or hasattr(type(model), name)
-            ):
-                raise ValueError(f"bad attribute name {name!r}")
-            setattr(model, name, _decode_value(value))
+        model = _rebuilt(cls, document)
+        if version < 3 and hasattr(model, MODE_MODELS):
+            raise ValueError(f"{MODE_MODELS} in a file of format version {version}; operating modes are version 3")
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise damaged(path, err) from None
     return model, hashlib.sha256(data).hexdigest()

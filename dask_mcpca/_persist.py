@@ -6,7 +6,7 @@ class to rebuild (``load(path, MCPCA)``).  The file is written and read in
 :mod:`._model_file` (the JSON codec); here are the entry points and the
 checks a model read passes (:func:`validate_fitted`).
 
-Format (``format_version`` 1, or 2 for a model with ``repeated_rows_``)::
+Format (``format_version`` 1, 2 for a model with ``repeated_rows_``, 3 for one with operating modes)::
 
     {
       "format": "dask-mcpca-model",
@@ -21,6 +21,14 @@ Format (``format_version`` 1, or 2 for a model with ``repeated_rows_``)::
         ...
       }
     }
+
+A model with operating modes (``MCPCA(modes=...)``) holds, beside its own
+attributes (its largest mode's), ``mode_models_``: a list with one
+``{"params": ..., "attributes": ...}`` object per mode, each an ordinary
+model; and ``modes_`` (the labels: numbers, or strings written as
+``"dtype": "str"``), ``n_modes_``, ``mode_weights_``, ``mode_means_``.
+Each mode's model is checked as a model is, and the modes against one
+another (:func:`_validate_modes`).
 
 ``params`` are the constructor arguments (``get_params``; a path-like
 ``checkpoint`` is stored as a string).  ``attributes`` are the fitted
@@ -256,6 +264,68 @@ def validate_fitted(model) -> None:
     _validate_steps(model, p)
     _validate_update(model, p, found_steps=found_steps)
     _validate_archive_rows(model)
+    _validate_modes(model, p)
+
+
+#: What a model with operating modes holds beside ``mode_models_`` (all or none of them).
+_MODE_ATTRIBUTES = ("n_modes_", "modes_", "mode_weights_", "mode_means_", "mode_channels_")
+#: Largest deviation of the modes' weights' sum from 1 accepted.
+WEIGHTS_TOL = 1e-9
+
+
+def _validate_modes(model, p: int) -> None:
+    """A model with operating modes (``mode_models_``): each mode's model passes :func:`validate_fitted` on the
+    same ``n_features_in_``; ``n_modes_ == len(mode_models_)`` (at least 2), one label per mode in ``modes_``
+    (no two alike), weights > 0 summing to 1, each mode's mean (``mode_means_``), the channels that tell the
+    modes apart (``mode_channels_``) as the modes give them (:func:`._modes.mode_finder`), and the model's own
+    attributes its largest mode's."""
+    from ._modes import mode_finder
+
+    present = [n for n in ("mode_models_", *_MODE_ATTRIBUTES) if hasattr(model, n)]
+    if not present:
+        return
+    if len(present) < len(_MODE_ATTRIBUTES) + 1:
+        missing = sorted({"mode_models_", *_MODE_ATTRIBUTES} - set(present))
+        raise ValueError(f"fitted attribute(s) {', '.join(missing)} missing (a model with operating modes "
+                         f"holds all of mode_models_, {', '.join(_MODE_ATTRIBUTES)})")
+    models = model.mode_models_
+    k = _int(model, "n_modes_", 2)
+    if not isinstance(models, list) or len(models) != k:
+        raise ValueError(f"n_modes_={k} but mode_models_ holds {len(models) if isinstance(models, list) else '?'} "
+                         "models; one model per mode")
+    for m, one in enumerate(models):
+        try:
+            validate_fitted(one)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"mode_models_[{m}]: {err}") from None
+        if one.n_features_in_ != p:
+            raise ValueError(f"mode_models_[{m}] has n_features_in_={one.n_features_in_}, the model {p}")
+    labels = model.modes_
+    if not (isinstance(labels, np.ndarray) and labels.shape == (k,) and len(set(labels.tolist())) == k):
+        raise ValueError(f"modes_ must hold {k} distinct labels, one per mode")
+    weights = model.mode_weights_
+    if not (isinstance(weights, np.ndarray) and weights.dtype.kind == "f" and weights.shape == (k,)
+            and np.isfinite(weights).all() and (weights > 0).all()
+            and abs(float(weights.sum()) - 1.0) <= WEIGHTS_TOL):
+        raise ValueError(f"mode_weights_ must be {k} floats > 0 summing to 1 (each mode's share of the rows)")
+    means = model.mode_means_
+    if not (isinstance(means, np.ndarray) and means.dtype.kind == "f" and means.shape == (k, p)
+            and np.isfinite(means).all()):
+        raise ValueError(f"mode_means_ must be a finite float array of shape ({k}, {p})")
+    for m, one in enumerate(models):
+        centre = one.mean_ * getattr(one, "scale_", 1.0)
+        if not np.allclose(means[m], centre, rtol=CONSISTENCY_TOL, atol=0):
+            raise ValueError(f"mode_means_[{m}] is not mode_models_[{m}]'s mean (mean_ * scale_); {_FIX}")
+    channels = model.mode_channels_
+    if not (isinstance(channels, np.ndarray) and channels.dtype == bool and channels.shape == (p,)
+            and np.array_equal(channels, mode_finder(models, weights).channels)):
+        raise ValueError(f"mode_channels_ must be {p} booleans, the channels that tell the modes apart as "
+                         f"mode_models_ give them; {_FIX}")
+    largest = models[int(np.argmax(weights))]
+    if not (np.array_equal(model.components_, largest.components_)
+            and model.outlier_cutoff_ == largest.outlier_cutoff_):
+        raise ValueError(f"the model's components_ and outlier_cutoff_ are not its largest mode's "
+                         f"(mode_models_[{int(np.argmax(weights))}]); {_FIX}")
 
 
 def _validate_archive_rows(model) -> None:

@@ -75,7 +75,7 @@ def test_file_layout_is_the_documented_one(tmp_path):
     dask_mcpca.MCPCA.save(model, path)
     doc = json.loads(path.read_text())
     assert doc["format"] == FORMAT == "dask-mcpca-model"
-    assert doc["format_version"] == 1 and FORMAT_VERSION == 2  # no repeated rows: readable by version-1 readers
+    assert doc["format_version"] == 1 and FORMAT_VERSION == 3  # no repeated rows nor modes: version 1
     assert doc["library_version"] == dask_mcpca.__version__
     assert doc["class"] == "MCPCA"
     assert doc["params"]["n_components"] == 2 and doc["params"]["center"] == "robust"
