@@ -24,10 +24,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import _labels, _missing, _model, _modes
 from ._io import as_row_blocks
-from ._model import ROW_OUTPUTS
+from ._mode_rows import MODE_DTYPE, contributor_by_mode, row_outputs_by_mode
 from ._passes import rows_before
 
-__all__ = ["_BaseMCPCA"]
+__all__ = ["ROW_OUTPUTS", "_BaseMCPCA"]
+
+#: What :meth:`MCPCA.score_rows` computes: name -> dtype (``mode``: :mod:`._mode_rows`).
+ROW_OUTPUTS = {**_model.ROW_OUTPUTS, "mode": MODE_DTYPE}
 
 
 def _picker(name: str):
@@ -695,6 +698,9 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         storage_options : dict, optional
             fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
+        A model fitted with ``modes`` gives each row the contributions under
+        the mode that judges it (:meth:`predict_mode`).
+
         Returns
         -------
         contributions : ndarray or dask array of shape (n_samples, n_features)
@@ -724,9 +730,10 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         True
         """
         check_is_fitted(self, "components_")
+        modes = _modes.has_modes(self)
         out = self._map_rows(
-            X, _model.contributor(self, method), self.n_features_in_, columns=self._feature_columns(X),
-            storage_options=storage_options,
+            X, contributor_by_mode(self, method) if modes else _model.contributor(self, method), self.n_features_in_,
+            columns=self._feature_columns(X), storage_options=storage_options, as_stored=modes, modes_ok=True,
         )
         if _labels.is_dataframe(X):
             import pandas as pd
@@ -768,6 +775,12 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             flag: that channel (:func:`dask_mcpca._model.isolated_top`).
             Rows are taken in order, as time; the first row has none before
             it (``score --append`` scores from the row before the new ones).
+            ``"mode"`` (int16): the operating mode that judges the row, an
+            index into ``modes_`` (:meth:`predict_mode`; -1 for a row no
+            mode judges, one holding NaN or inf); 0 for every row of a model
+            fitted without modes.  With modes, every other output is the
+            row's mode's (``"scores"``, whose components differ from mode to
+            mode, is refused).
         storage_options : dict, optional
             fsspec options when ``X`` is a URL, as for :meth:`fit`.
 
@@ -789,10 +802,11 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         (True, dtype('int16'))
         """
         check_is_fitted(self, "components_")
-        _modes.refuse(self, "this method")
         unknown = [o for o in outputs if o not in ROW_OUTPUTS]
         if unknown or not outputs:
             raise ValueError(f"outputs={list(outputs)!r} is invalid; expected names from {list(ROW_OUTPUTS)}")
+        if "scores" in outputs:
+            _modes.refuse(self, "score_rows(outputs=('scores', ...)) (each mode has its own components)")
         _labels.check_feature_names(self, X, reset=False)
         blocks = as_row_blocks(X, storage_options=storage_options)
         if blocks.shape[1] != self.n_features_in_:
@@ -800,7 +814,7 @@ class _BaseMCPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                 f"X has {blocks.shape[1]} features, but {type(self).__name__} is expecting "
                 f"{self.n_features_in_} features as input"
             )
-        fused = _model.row_outputs(self, tuple(outputs), self.nan_policy)
+        fused = row_outputs_by_mode(self, tuple(outputs), self.nan_policy)
         if not isinstance(blocks, da.Array):
             parts = fused(blocks)
         elif {"outlier", "top_channel", "cells"} & set(outputs):  # read in order: a stuck run, the row before

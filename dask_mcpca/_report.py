@@ -134,6 +134,17 @@ class ArchiveSummary:
     drift_calibration: str = ""  # what the threshold was calibrated on (_drift.calibrate)
     drift_components: int = 0  # the leading components outside whose subspace drift is measured
     selection: str = ""  # the rows reported, when not the whole archive (``--rows``/``--time``)
+    modes: list[str] | None = None  # the model's operating modes (labels), None without modes
+    mode_weights: np.ndarray | None = None  # their shares of the fitted rows
+    bin_mode_share: np.ndarray | None = None  # (bins, K) share of each bin's scored rows judged by each mode
+
+    def mode_shares(self, heads: np.ndarray) -> np.ndarray:
+        """(groups, K): the share of the scored rows judged by each operating mode, per group of bins, the
+        groups starting at the bins ``heads`` (NaN: no row scored)."""
+        count = np.add.reduceat(self.bin_count.astype(float), heads)
+        rows = np.add.reduceat(np.nan_to_num(self.bin_mode_share) * self.bin_count[:, None], heads, axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(count[:, None] > 0, rows / count[:, None], np.nan)
 
     def top_channels(self, event: Event, k: int = TOP_CHANNELS) -> list[tuple[str, float]]:
         order = np.argsort(-event.shares, kind="stable")[:k]
@@ -433,7 +444,8 @@ def summarize(
     window = _checked_window(window, coordinate)
     drift = WindowFold(model, window, reference_rows) if window is not None else None
     starts, sizes, results = block_summaries(rows, coordinate, model, window)
-    fold = _ArchiveFold(n, p, len(sizes), cellwise=getattr(model, "cell_cutoff_", None) is not None)
+    n_modes = model.n_modes_ if getattr(model, "mode_models_", None) is not None else 0
+    fold = _ArchiveFold(n, p, len(sizes), cellwise=getattr(model, "cell_cutoff_", None) is not None, n_modes=n_modes)
     runner = SimpleNamespace(n_rows=n, n_blocks=len(sizes), n_passes=0)
     with single_threaded_blas(), PassProgress(runner, "report", enabled=progress) as bar:
         for i, s in enumerate(results):
@@ -467,6 +479,8 @@ def summarize(
         drift_threshold=np.nan if drift is None else drift.threshold,
         drift_calibration="" if drift is None else drift.calibration,
         drift_components=0 if drift is None else drift.k,
+        modes=[str(v) for v in model.modes_] if n_modes else None,
+        mode_weights=np.asarray(model.mode_weights_) if n_modes else None,
         **fold.curves(),
     )
 
@@ -488,8 +502,9 @@ def _checked_window(window: str | Window | None, coordinate) -> Window | None:
 class _ArchiveFold:
     """The block summaries' counts, classical moments and bins, folded in row order on the client."""
 
-    def __init__(self, n: int, p: int, n_blocks: int, *, cellwise: bool):
+    def __init__(self, n: int, p: int, n_blocks: int, *, cellwise: bool, n_modes: int = 0):
         self.n = n
+        self.bin_modes = np.zeros((N_BINS, n_modes), dtype=np.int64) if n_modes else None
         self.mean, self.scatter, self.n_scored, self.n_flagged, self.n_complete = np.zeros(p), np.zeros((p, p)), 0, 0, 0
         self.bin_flagged, self.bin_contrib = np.zeros(N_BINS, dtype=np.int64), np.zeros((N_BINS, p))
         self.bin_quiet_sum = np.zeros(N_BINS)
@@ -512,6 +527,8 @@ class _ArchiveFold:
             self.bin_missing[s.bins] += s.bin_missing
         if self.bin_cells is not None and s.bin_cells is not None:
             self.bin_cells[s.bins] += s.bin_cells
+        if self.bin_modes is not None and s.bin_modes is not None:
+            self.bin_modes[s.bins] += s.bin_modes
         self.bin_flagged[s.bins] += s.bin_flagged
         self.bin_quiet_sum[s.bins] += s.bin_quiet_sum
         self.bin_contrib[s.bins] += s.bin_contrib
@@ -547,11 +564,14 @@ class _ArchiveFold:
             bin_quiet_mean = np.where(quiet > 0, self.bin_quiet_sum[used] / np.maximum(quiet, 1), np.nan)
             bin_contrib = np.where(bin_count[:, None] > 0,
                                    self.bin_contrib[used] / np.maximum(bin_count, 1)[:, None], np.nan)
+            mode_share = None if self.bin_modes is None else np.where(
+                bin_count[:, None] > 0, self.bin_modes[used] / np.maximum(bin_count, 1)[:, None], np.nan)
         return {
             "bin_rows": bin_rows[used], "bin_max": self.bin_max[used], "bin_mean": bin_mean,
             "row_values": None if self.bin_labels is None else self.bin_labels[used],
             "bin_missing_share": missing_share, "bin_cells_share": cells_share, "bin_share": bin_share,
             "bin_quiet_mean": bin_quiet_mean, "bin_contrib": bin_contrib, "bin_count": bin_count,
+            "bin_mode_share": mode_share,
         }
 
 

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _missing
+from . import _missing, _modes
 from ._block_rows import shifted as _shifted
 from ._contributions import contributions_with_gaps
 from ._distances import calibrated_d2, judge_cells
@@ -79,6 +79,7 @@ class BlockSummary:
     n_complete: int = 0  # rows without a missing cell (those in sum_x, sum_xx)
     bin_missing: np.ndarray | None = None  # (width, p) missing (NaN) cells per bin and channel
     bin_cells: np.ndarray | None = None  # (width, p) flagged cells per bin and channel (a cellwise model's)
+    bin_modes: np.ndarray | None = None  # (width, K) scored rows per bin and operating mode (a model with modes)
     windows: WindowSums | None = None  # the drift windows the block's rows fall in (``--window``)
 
 
@@ -94,6 +95,7 @@ class _Scored(NamedTuple):
     flags: np.ndarray  # rows flagged (scored and beyond the cutoff)
     Y: np.ndarray  # the rows about the model's centre (0 for a row with a gap)
     contrib: np.ndarray  # each row's channel contributions (0 for a row not scored)
+    mode: np.ndarray | None = None  # the mode that judged each row (a model with operating modes)
 
 
 class _Model(NamedTuple):
@@ -145,14 +147,46 @@ def summarize_block(
     """
     n, p = block.shape
     cellwise = getattr(model, "cell_cutoff_", None) is not None
-    m = _Model(model, model.mean_, model.get_precision(), model.get_covariance(), contribution_matrix(model), cellwise)
-    fold = _BlockFold(start, n, n_total, p, centre=m.centre, cellwise=cellwise, window=window,
-                      two_c2=2 * float(model.kernel_scale_) ** 2, cutoff=float(model.outlier_cutoff_))
+    modes = [_scoring(sub, cellwise) for sub in model.mode_models_] if _modes.has_modes(model) else None
+    m = _scoring(model, cellwise) if modes is None else None
+    # with modes, rows as stored about the largest mode's centre (each mode scores them in its own units)
+    centre = m.centre if modes is None else model.mode_means_[int(np.argmax(model.mode_weights_))]
+    fold = _BlockFold(start, n, n_total, p, centre=centre, cellwise=cellwise, window=window,
+                      two_c2=2 * float(model.kernel_scale_) ** 2, cutoff=float(model.outlier_cutoff_),
+                      n_modes=0 if modes is None else len(modes))
     for a in range(0, n, SLICE_ROWS):
-        X = model_rows(model, np.asarray(block[a : a + SLICE_ROWS], np.float64))  # scale="robust": X / scale_
-        lab = None if labels is None else np.asarray(labels[a : a + len(X)])
-        fold.add(_score_slice(m, X, start + a), start + a, lab)
+        lab = None if labels is None else np.asarray(labels[a : a + min(SLICE_ROWS, n - a)])
+        if modes is None:
+            X = model_rows(model, np.asarray(block[a : a + SLICE_ROWS], np.float64))  # scale="robust": X / scale_
+            fold.add(_score_slice(m, X, start + a), start + a, lab)
+        else:
+            X = np.asarray(block[a : a + SLICE_ROWS], np.float64)
+            fold.add(_score_by_mode(model, modes, centre, X, start + a), start + a, lab)
     return fold.summary(labelled=labels is not None)
+
+
+def _scoring(model, cellwise: bool) -> _Model:
+    """What scoring a slice reads of ``model`` (:class:`_Model`)."""
+    return _Model(model, model.mean_, model.get_precision(), model.get_covariance(), contribution_matrix(model),
+                  cellwise)
+
+
+def _score_by_mode(model, modes: list[_Model], centre: np.ndarray, X: np.ndarray, first_row: int) -> _Scored:
+    """Score the rows ``X`` (as stored) under ``model``, which has operating modes (``modes``: what scoring
+    reads of each): each row by its mode (:func:`._modes.best_modes`), its distance that mode's rescaled to the
+    model's ``outlier_cutoff_`` (as :func:`._modes.judged_rows` gives it), its flag and contributions the
+    mode's; ``Y`` about ``centre``, as stored."""
+    scored = [_score_slice(m, model_rows(m.model, X), first_row) for m in modes]
+    first = scored[0]
+    best = _modes.best_modes(model, np.where(first.ok[:, None], X, 0.0) if not first.whole else X)
+    rows = np.arange(len(X))
+    cutoff = float(model.outlier_cutoff_)
+    d = np.stack([s.d * (cutoff / float(m.model.outlier_cutoff_)) for s, m in zip(scored, modes, strict=True)])
+    d = d[best, rows]
+    flags = np.stack([s.flags for s in scored])[best, rows]
+    contrib = np.stack([s.contrib for s in scored])[best, rows]
+    Y = _shifted(X, centre) if first.whole else np.where(first.complete[:, None], X - centre, 0.0)
+    return _Scored(X, first.ok, first.complete, first.whole, None, d, flags, Y, contrib, best)
 
 
 def block_summaries(rows, coordinate, model, window: Window | None):
@@ -305,7 +339,7 @@ class _BlockFold:
     """A block's sums, slice by slice: moments, bins, runs and drift windows (:func:`summarize_block`)."""
 
     def __init__(self, start: int, n: int, n_total: int, p: int, *, centre: np.ndarray, cellwise: bool,
-                 window: Window | None, two_c2: float, cutoff: float):
+                 window: Window | None, two_c2: float, cutoff: float, n_modes: int = 0):
         self.centre = centre  # the model's: the slices' rows Y are about it
         self.start, self.n, self.p, self.window, self.two_c2, self.cutoff = start, n, p, window, two_c2, cutoff
         self.scale = max(n_total, 1)
@@ -318,6 +352,7 @@ class _BlockFold:
         self.bin_contrib = np.zeros((width, p))
         self.bin_missing = np.zeros((width, p), dtype=np.int64)
         self.bin_cells = np.zeros((width, p), dtype=np.int64) if cellwise else None
+        self.bin_modes = np.zeros((width, n_modes), dtype=np.int64) if n_modes else None
         self.mean, self.scatter = np.zeros(p), np.zeros((p, p))
         self.n_scored, self.n_flagged, self.n_complete = 0, 0, 0
         self.runs, self.peaks, self.contribs, self.severities, self.run_labels = [], [], [], [], []
@@ -359,6 +394,9 @@ class _BlockFold:
             self.bin_missing[at] += np.add.reduceat(np.isnan(s.X).astype(np.int64), first, axis=0)
         if self.bin_cells is not None:
             self.bin_cells[at] += np.add.reduceat((s.judged.flags & ok[:, None]).astype(np.int64), first, axis=0)
+        if self.bin_modes is not None:
+            mine = (s.mode[:, None] == np.arange(self.bin_modes.shape[1])) & ok[:, None]
+            self.bin_modes[at] += np.add.reduceat(mine.astype(np.int64), first, axis=0)
         if lab is not None:
             head = first_row + first  # the first row of a bin is the one whose predecessor is in another bin
             own = (head == 0) | ((head - 1) * N_BINS // self.scale != at + self.first_bin)
@@ -408,6 +446,7 @@ class _BlockFold:
             n_complete=self.n_complete,
             bin_missing=self.bin_missing,
             bin_cells=self.bin_cells,
+            bin_modes=self.bin_modes,
             windows=None if self.window is None else window_sums(self.win, p, labelled),
         )
 

@@ -194,6 +194,23 @@ def _plot_share(ax, summary: ArchiveSummary, xs, heads) -> None:
     ax.legend(frameon=False, loc="upper left", fontsize=8)
 
 
+def _plot_modes(ax, summary: ArchiveSummary, xs, heads) -> None:
+    """The share of the rows in each operating mode over time, stacked (a model fitted with ``modes``)."""
+    share = summary.mode_shares(heads) * 100
+    edges = _edges(xs, heads)
+    base = np.zeros(len(share))
+    colors = (_BLUE, _ORANGE, "#2ca02c", "#9467bd")
+    for m, label in enumerate(summary.modes):
+        top = base + np.nan_to_num(share[:, m])
+        ax.stairs(top, edges, baseline=base, fill=True, color=colors[m % len(colors)], alpha=0.8,
+                  label=f"mode {m} ({label}): {summary.mode_weights[m]:.0%} of the fitted rows")
+        base = top
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("rows in mode (%)")
+    ax.set_title("operating modes over time: the share of rows each mode judges", loc="left")
+    ax.legend(frameon=False, loc="upper left", ncol=4, fontsize=8)
+
+
 def _plot_drift(ax, summary: ArchiveSummary) -> None:
     """Each window's residual ratio (log), the threshold, the drift windows in red and the windows not
     monitored (too few complete rows) as grey spans."""
@@ -239,7 +256,8 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
     the caller's matplotlib backend and pyplot state are left alone.  Every
     panel but the spectrum and the loadings shares one time axis: the robust
     distance (a band per bin, the bins with a flagged row as dots, the
-    ranked events numbered), the share flagged, the drift windows (with
+    ranked events numbered), the share flagged, the operating modes (a
+    model fitted with ``modes``: the share of rows in each), the drift windows (with
     ``window``), the channels' contributions as a heatmap (channels down,
     time across), the outages (when cells are missing), the cells judged bad
     (a model fitted with ``cellwise=True``); the events ranked
@@ -260,13 +278,14 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
     gaps = summary.bin_missing_share is not None
     cells = summary.bin_cells_share is not None and len(_cell_channels(summary)) > 0
     drift = summary.windows is not None and len(summary.windows["window_start"]) > 0
+    modes = summary.bin_mode_share is not None
     heat = max(1.2, 0.12 * p + 0.4)
     outage = max(0.8, 0.12 * len(_outage_channels(summary)) + 0.4) if gaps else 0.0
     flagged_cells = max(0.8, 0.12 * len(_cell_channels(summary)) + 0.4) if cells else 0.0
     # inches: the spectrum and loadings, room for the loadings' channel names, then the panels over time
     head = max(2.6, 0.04 * p + 2.0)
     names = max(0.06 * max(len(c) for c in summary.channels) + 0.3, 0.9) if p <= 80 else 0.9
-    heights = [2.8, 1.4] + ([1.8] if drift else []) + [heat] + ([outage] if gaps else []) + (
+    heights = [2.8, 1.4] + ([1.4] if modes else []) + ([1.8] if drift else []) + [heat] + ([outage] if gaps else []) + (
         [flagged_cells] if cells else [])
     heights.append(0.22 * max(len(summary.worst_events), 1) + 0.3)
     rest = sum(heights) + GAP * (len(heights) - 1)
@@ -306,6 +325,8 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
 
         # The panels over time, top to bottom, on one shared time axis.
         panels = [lambda ax: _plot_distance(ax, summary, xs), lambda ax: _plot_share(ax, summary, xs, heads)]
+        if modes:
+            panels.append(lambda ax: _plot_modes(ax, summary, xs, heads))
         if drift:
             panels.append(lambda ax: _plot_drift(ax, summary))
         panels.append(lambda ax: _plot_contributions(ax, summary, xs, heads))

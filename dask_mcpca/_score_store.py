@@ -39,7 +39,7 @@ from ._urls import is_url, with_timeouts
 __all__ = ["ROW_DIM", "CHANNEL_DIM", "CHANNELS_ATTR", "NO_CHANNEL", "ROWS_ATTR", "MODEL_ATTR", "SEGMENTS_ATTR",
            "ROW_DIGESTS_ATTR", "quiet_consolidated", "count_true", "rows_at", "model_name", "provenance",
            "segments_of", "Pending", "write_new", "channel_names", "dimension_names", "as_dataset",
-           "top_channel_flags", "top_channel_names", "open_scores"]
+           "top_channel_flags", "top_channel_names", "mode_flags", "open_scores"]
 
 #: Row dimension of the arrays scored from a plain (unlabelled) input.
 ROW_DIM = "row"
@@ -200,7 +200,18 @@ def as_dataset(outputs: dict, *, model, X: Any, attrs: dict, descriptions: dict)
         ds[name].attrs["description"] = descriptions[name]
     if "top_channel" in ds:
         ds["top_channel"].attrs.update(top_channel_flags(names))
+    if "mode" in ds:
+        ds["mode"].attrs.update(mode_flags(model))
     return ds
+
+
+def mode_flags(model) -> dict:
+    """CF flag attributes of ``mode``: ``m`` is the label ``modes_[m]`` (-1: no mode judged the row; a model
+    without modes has the one mode 0), and the modes' shares of the fitted rows (``mode_weights``)."""
+    labels = [str(v) for v in getattr(model, "modes_", ["all"])]
+    weights = [float(w) for w in getattr(model, "mode_weights_", [1.0])]
+    return {"flag_values": [-1, *range(len(labels))], "flag_meanings": " ".join(
+        ["no_mode", *(label.replace(" ", "_") for label in labels)]), "modes": labels, "mode_weights": weights}
 
 
 def top_channel_flags(names: list[str]) -> dict:

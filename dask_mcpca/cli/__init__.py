@@ -256,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="units of the model: none (the data's, the default) or robust (each channel over its "
                      "robust scale, learned in the first pass: flags that do not depend on the channels' units; "
                      "components, loadings and drift windows in those units)")
+    fit.add_argument("--modes", choices=("auto",), default=None,
+                     help="operating modes: auto (find the machine's states, up to 4, and fit one robust model per "
+                     "state; each row is judged by the state that explains it best, and score writes it as 'mode')")
+    fit.add_argument("--modes-from", metavar="NAME",
+                     help="operating modes given by a channel of an xarray archive (a machine-state variable): one "
+                     "robust model per value of NAME, which is left out of the fitted channels (score and report "
+                     "then take --variables without it)")
     scheduler_options(fit)
 
     update = sub.add_parser(

@@ -32,7 +32,7 @@ from .common import (
 )
 from .outputs import check_output_location, path_exists, refuse_inside_input
 
-__all__ = ["MAX_TABLE_ROWS", "summary_table", "cmd_fit", "cmd_update"]
+__all__ = ["MAX_TABLE_ROWS", "summary_table", "modes_table", "cmd_fit", "cmd_update"]
 
 #: Rows of the summary table shown before it is cut short.
 MAX_TABLE_ROWS = 20
@@ -54,6 +54,20 @@ def summary_table(model) -> str:
     return "\n".join(lines)
 
 
+def modes_table(model) -> str:
+    """The operating modes a fit with ``--modes`` found: each mode's label, share of the rows and model."""
+    if getattr(model, "mode_models_", None) is None:
+        return "\noperating modes: one state found (the model above judges every row)"
+    lines = [f"\noperating modes: {model.n_modes_} (the table above is the largest mode's; each row is judged by "
+             "the mode that explains it best)",
+             f"{'mode':>9}  {'label':>12}  {'share':>7}  {'components':>10}  {'cutoff d2':>10}"]
+    for m, (label, weight, sub) in enumerate(zip(model.modes_, model.mode_weights_, model.mode_models_,
+                                                 strict=True)):
+        lines.append(f"{m:>9}  {str(label):>12}  {weight:>7.2%}  {sub.n_components_:>10}  "
+                     f"{sub.outlier_cutoff_:>10.4g}")
+    return "\n".join(lines)
+
+
 def cmd_fit(args, out) -> int:
     refuse_inside_input(args.output, args.store, "--output")
     check_output_location(args.output, is_file=True)
@@ -67,25 +81,50 @@ def cmd_fit(args, out) -> int:
         cellwise=args.cellwise,
         scale=_SCALES[args.scale],
         progress=not args.no_progress,
+        modes=getattr(args, "modes", None),
     )
     check_params(model)
+    state = getattr(args, "modes_from", None)
+    if model.modes is not None or state is not None:
+        from .._fit_modes import check_modes
+
+        if model.modes is not None and state is not None:
+            raise UsageError("--modes auto finds the modes and --modes-from reads them from a channel; pass one")
+        option = f"--modes {model.modes}" if state is None else f"--modes-from {state}"
+        try:
+            check_modes(model, model.modes)
+        except ValueError as err:
+            raise UsageError(f"{option}: {str(err).removeprefix('MCPCA: ')}") from None
     archive = open_archive_for(args, row_index=False)  # a fit never uses the time index (built anyway for --time)
     X = archive.X
     print(f"fitting {args.store}: {describe(X)}", file=out, flush=True)
     if (names := feature_names_of(X)) is not None:  # the order the model keeps (docs/archives.md)
+        if state is not None:
+            if type(X).__name__ != "DataArray" or state not in [str(n) for n in names]:
+                raise UsageError(f"--modes-from {state}: no such channel in {args.store} (channels: "
+                                 f"{listed(names, limit=12)}); name a variable of an xarray archive")
+            names = [n for n in names if str(n) != state]
         print(f"channels, in this order: {listed(names, limit=12)}", file=out, flush=True)
+    elif state is not None:
+        raise UsageError(f"--modes-from {state} names a channel, and {args.store} has no channel names (an xarray "
+                         "archive has them)")
     started = time.perf_counter()
-    model.fit(X)
+    model.fit(X, modes=state)
     elapsed = time.perf_counter() - started
     _record_span(model, archive.span, X)
     model.set_params(progress=False)  # the command's progress line, not a setting a notebook should inherit
     model.save(args.output, storage_options=parse_storage_options(args.storage_options))
-    used = f"{model.n_samples_:,}" + (f" of {X.shape[0]:,}" if model.n_samples_ != X.shape[0] else "")
+    subs = getattr(model, "mode_models_", None) or [model]  # with modes, the rows of every mode
+    n_used = sum(sub.n_samples_ for sub in subs)
+    used = f"{n_used:,}" + (f" of {X.shape[0]:,}" if n_used != X.shape[0] else "")
     cellwise = ", cellwise=True" if args.cellwise else ""
-    scale = f", scale={args.scale!r}"
+    scale = f", scale={args.scale!r}" + (f", modes={model.modes!r}" if model.modes is not None else "") + (
+        f"; modes from {state}" if state is not None else "")
     print(f"\nMCPCA(solver={args.solver!r}, center={args.center!r}{cellwise}{scale}): robust explained variance",
           file=out)
     print(summary_table(model), file=out)
+    if model.modes is not None or state is not None:
+        print(modes_table(model), file=out)
     print(
         f"\npasses {model.n_passes_}   rows {used}   time {fmt_seconds(elapsed)}   "
         f"converged {'yes' if model.converged_ else 'no'}",

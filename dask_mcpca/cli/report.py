@@ -25,7 +25,7 @@ from .common import (
 )
 from .outputs import check_output_location, refuse_inside_input
 
-__all__ = ["cmd_report", "cmd_demo"]
+__all__ = ["MODE_STRETCHES", "cmd_report", "cmd_demo", "modes_text"]
 
 
 def _import_quietly(names) -> None:
@@ -108,6 +108,8 @@ def cmd_report(args, out) -> int:
         + (f" (the {args.max_events:,} most severe)" if 0 < args.max_events < summary.n_events else ""),
         file=out,
     )
+    if summary.modes is not None:
+        print(modes_text(summary), file=out)
     if window is not None:
         w = summary.windows
         n_drift = int(np.nansum(w["drift"])) if len(w["drift"]) else 0
@@ -116,6 +118,35 @@ def cmd_report(args, out) -> int:
               + (f", {n_off:,} not monitored (too few complete rows)" if n_off else "")
               + f" (calibrated on {summary.drift_calibration}): {windows}", file=out)
     return 0
+
+
+#: Stretches of the archive over which ``report`` prints the share of rows in each operating mode.
+MODE_STRETCHES = 10
+
+
+def modes_text(summary) -> str:
+    """The operating modes of a report's model, their weights, and the share of the scored rows each judges
+    in ``MODE_STRETCHES`` stretches of the archive (bins grouped), from the first row (or time) of each."""
+    n_bins = len(summary.bin_count)
+    heads = np.flatnonzero(np.diff(np.arange(n_bins) * min(n_bins, MODE_STRETCHES) // max(n_bins, 1), prepend=-1))
+    shares = summary.mode_shares(heads)
+    firsts = summary.row_values if summary.row_values is not None else summary.bin_rows
+    labels = [str(v) for v in summary.modes]
+    width = max(10, *(len(v) + 2 for v in labels))
+    lines = ["operating modes (share of the fitted rows): " + ", ".join(
+        f"{m} = {label} ({w:.1%})" for m, (label, w) in enumerate(zip(labels, summary.mode_weights, strict=True))),
+        f"rows in each mode, from {summary.row_label}:",
+        f"{'':>22}" + "".join(f"{label:>{width}}" for label in labels)]
+    for head, row in zip(heads, shares, strict=True):
+        first = firsts[head]
+        if summary.row_values is None:
+            start = f"{int(first):,}"
+        elif np.asarray(first).dtype.kind == "M":
+            start = np.datetime_as_string(first, unit="s")
+        else:
+            start = str(first)[:22]
+        lines.append(f"{start:>22}" + "".join(f"{'-' if np.isnan(v) else f'{v:.1%}':>{width}}" for v in row))
+    return "\n".join(lines)
 
 
 def _reference_rows(model, span: tuple[int, int] | None) -> tuple[int, int] | None:

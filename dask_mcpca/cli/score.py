@@ -32,7 +32,8 @@ from .outputs import (
     refuse_replacing_other_data,
 )
 
-__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "default_outputs", "cmd_score"]
+__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "default_outputs", "with_mode",
+           "cmd_score"]
 
 #: The arrays ``score`` writes, and what each holds (also in the output's attributes).
 SCORE_ARRAYS = {
@@ -44,6 +45,8 @@ SCORE_ARRAYS = {
     "n_observed": "n_observed: cells not NaN in the row (what d2 and the flag were judged on)",
     "top_channel": "index of the channel at fault: the largest contribution, or a stuck value that explains the "
                    "flag (-1: none observed)",
+    "mode": "predict_mode: the operating mode that judged the row, an index into the model's modes_ (the 'modes' "
+            "attribute; -1: none, a row not scored; 0 for every row of a model without modes)",
     "cells": "cell_outliers: True where a cell lies far from what the row's other cells predict (rows x channels, "
              "one byte a cell before compression, which leaves little of a mostly False array)",
 }
@@ -83,7 +86,7 @@ def cmd_score(args, out) -> int:
     archive = open_archive_for(args)
     X = check_channel_names(model, archive.X, args.store)
     started = time.perf_counter()
-    names, dtype = args.outputs or default_outputs(model), args.dtype or DEFAULT_DTYPE
+    names, dtype = with_mode(model, args.outputs or default_outputs(model)), args.dtype or DEFAULT_DTYPE
     outputs = _score_outputs(model, X, names, dtype)
     span = archive.span
     attrs = {
@@ -123,6 +126,17 @@ def default_outputs(model) -> tuple[str, ...]:
     fitted with ``cellwise=True`` (its rows are judged on their good cells: the flags say which)."""
     names = OUTPUT_SETS[DEFAULT_OUTPUTS]
     return (*names, "cells") if getattr(model, "cell_cutoff_", None) is not None else names
+
+
+def with_mode(model, names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` with ``mode`` for a model with operating modes (refused with ``scores``: each mode has its own
+    components)."""
+    if getattr(model, "mode_models_", None) is None:
+        return names
+    if "scores" in names:
+        raise UsageError("--outputs scores: a model with operating modes has its own components in each mode; "
+                         "leave scores out (--outputs monitoring, or names without scores)")
+    return names if "mode" in names else (*names, "mode")
 
 
 def _score_outputs(model, X, names: tuple[str, ...], dtype: str) -> dict:
