@@ -6,15 +6,19 @@ Where things live:
   by xarray opened once and its rows selected; ``_stacked``: its 1-D variables read a row block at a time
 - ``_stats``: a pass's plan and what a row block returns (``BlockStats``, ``combine``)
 - ``_block``: the router: which kernel computes a row block (``block_stats``, ``choose_route``)
-- ``_kernels`` / ``_compiled``: the kernels: the numpy spelling and the compiled loops
+- ``_kernels`` / ``_compiled``: the kernels: the numpy spelling and the compiled loops;
+  ``_partial_stats``: rows with missing cells; ``_block_rows``: the rows' helpers they share
 - ``_passes``: one pass = the block kernel everywhere + a tree reduction
 - ``_power``: the p x p power iteration, deflation and Woodbury updates
 - ``_schedule``: kernel sizes (the paper's decay, the default's rule)
-- ``_paper`` / ``_robust``: the two solvers; ``_start`` (the robust start) and
-  ``_repeated`` (stuck sensors, frozen records, quantized channels) serve ``_robust``
+- ``_paper`` / ``_robust``: the two solvers (``_robust_step``, ``_robust_sample``, ``_robust_warm``:
+  the default's state and full-data step, its sample stage, its warm step and update);
+  ``_start`` (the robust start) and ``_repeated`` (stuck sensors, frozen records, quantized
+  channels) serve ``_robust``
 - ``_estimator``: the scikit-learn estimator ``MCPCA`` (parameters, their check, the fit
-  entry points, save/load); ``_fit``: how it is fitted (a typed ``FitResult``); ``_model``:
-  the fitted model's algebra (distances, weights, flags, contributions); ``_base``: its
+  entry points, save/load); ``_fit``: how it is fitted (a typed ``FitResult``); ``_precision``,
+  ``_distances``, ``_stuck``, ``_model``: the fitted model's algebra (precision and contributions;
+  distances; stuck cells; weights, flags and the per-row methods' block functions); ``_base``: its
   per-row public methods (as scikit-learn's ``_BasePCA``)
 - ``_drift``: the drift windows of ``report --window``; ``_report_plot``: the report's PNG;
   ``_score_store``: a score store written and read back (``open_scores``); ``_score_append``:
