@@ -322,7 +322,7 @@ class MCPCA(_BaseMCPCA):
         Row blocks read by those partial reads.
     n_modes_ : int
         Operating modes of a fit with ``modes``; then also ``modes_`` (each
-        mode's label: the user's, or 0 .. n_modes_ - 1 by size for
+        mode's label: the user's, or 0 .. ``n_modes_ - 1`` by size for
         ``"auto"``), ``mode_weights_`` (each mode's share of the rows),
         ``mode_models_`` (one fitted single-mode ``MCPCA`` per mode, whose
         attributes are that mode's: ``mean_``, ``components_``,
