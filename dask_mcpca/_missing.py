@@ -42,45 +42,30 @@ probability, and :func:`radius_for_count` maps a p-channel radius to k
 channels.  A row's outlier cutoff is thus calibrated for the number of its
 observed channels at the same false-alarm rate.
 
-Rows are grouped by their pattern of observed cells, so each pattern's
-p x p algebra is done once; archives have few patterns (one per set of
-channels offline at the same time).
+A row with m gaps is completed through the model's precision by an m x m
+solve (:func:`conditional`), so rows with gaps each in their own place (wide
+archives) cost about what complete rows do; a pattern many rows share gets its
+own p x p algebra once (:class:`ConditionalModel`) or goes to the client's EM.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
+from scipy.linalg.blas import dtrmm
 from scipy.special import gammaln
 
 from ._schedule import flat_top_consistency
 
 __all__ = [
-    "partial_rows",
-    "nonfinite_rows",
-    "pattern_codes",
-    "patterns",
-    "ConditionalModel",
-    "conditional_model",
-    "observed_d2",
-    "completed",
-    "equivalent_d2",
-    "radius_for_count",
-    "pattern_key",
-    "GapSums",
-    "merge_gaps",
-    "em_moments",
-    "estep_scales",
-    "MAX_PATTERNS",
-    "EM_TOL",
-    "Conditional",
-    "conditional",
-    "full_precision",
-    "rare_pattern_rows",
-    "rows_of_patterns",
+    "partial_rows", "nonfinite_rows", "pattern_codes", "patterns", "ConditionalModel", "conditional_model",
+    "observed_d2", "completed", "equivalent_d2", "radius_for_count", "pattern_key", "GapSums", "merge_gaps",
+    "em_moments", "estep_scales", "MAX_PATTERNS", "EM_TOL", "Conditional", "conditional", "full_precision",
+    "rare_pattern_rows", "rows_of_patterns",
 ]
 
 #: Patterns of observed cells whose sums a pass returns for the client's EM
@@ -112,12 +97,10 @@ def pattern_codes(observed: np.ndarray) -> np.ndarray | None:
 def nonfinite_rows(block, *, nan_only: bool = False) -> np.ndarray:
     """Positions of the rows of a 2-D block holding NaN or inf (``nan_only``: NaN).
 
-    Found as a row block's sums are (one product with a vector of ones,
-    which NaN and inf reach), then checked cell by cell on the rows whose
-    sum is not finite only: a sum can also overflow, or meet ``inf - inf``.
-    The same rows as ``~np.isfinite(block).all(axis=1)`` for a fraction of
-    its cost: on complete rows, a quarter of a sweep over the cells instead
-    of a mask as large as the block and a reduction of it.
+    Found as a row block's sums are (one product with a vector of ones, which NaN and inf reach), then checked
+    cell by cell on the rows whose sum is not finite only: a sum can also overflow, or meet ``inf - inf``. The
+    same rows as ``~np.isfinite(block).all(axis=1)`` for a fraction of its cost: on complete rows, a quarter of
+    a sweep over the cells instead of a mask as large as the block and a reduction of it.
     """
     block = np.asarray(block)
     if block.dtype.kind != "f":
@@ -213,25 +196,10 @@ class ConditionalModel:
         return np.einsum("ij,ij->i", Y_obs @ self.precision, Y_obs)
 
 
-def _inverse(S: np.ndarray) -> np.ndarray:
-    """The inverse of a symmetric positive definite matrix by Cholesky; a pseudo-inverse where it is
-    singular (directions without spread then count nothing)."""
+def _cholesky_inverse(S: np.ndarray) -> np.ndarray | None:
+    """``S^-1`` of a symmetric matrix by Cholesky; None where ``S`` is singular or nearly so."""
     try:
         L = np.linalg.cholesky(S)
-    except np.linalg.LinAlgError:
-        return np.linalg.pinv(S, hermitian=True)
-    Linv = np.linalg.inv(L)
-    if not np.all(np.isfinite(Linv)) or np.abs(np.diag(L)).min() <= 1e-7 * np.abs(np.diag(L)).max():
-        return np.linalg.pinv(S, hermitian=True)
-    return Linv.T @ Linv
-
-
-def full_precision(scatter: np.ndarray) -> np.ndarray | None:
-    """``S^-1`` of a well-conditioned scatter, for :func:`conditional`; None where ``S`` is singular or
-    nearly so (as :func:`_inverse` judges it), where the per-pattern pseudo-inverses must serve."""
-    S = np.asarray(scatter, np.float64)
-    try:
-        L = np.linalg.cholesky((S + S.T) / 2)
     except np.linalg.LinAlgError:
         return None
     d = np.abs(np.diag(L))
@@ -239,6 +207,20 @@ def full_precision(scatter: np.ndarray) -> np.ndarray | None:
         return None
     Linv = np.linalg.inv(L)
     return Linv.T @ Linv if np.all(np.isfinite(Linv)) else None
+
+
+def _inverse(S: np.ndarray) -> np.ndarray:
+    """The inverse of a symmetric positive definite matrix; a pseudo-inverse where it is singular
+    (directions without spread then count nothing)."""
+    out = _cholesky_inverse(S)
+    return np.linalg.pinv(S, hermitian=True) if out is None else out
+
+
+def full_precision(scatter: np.ndarray) -> np.ndarray | None:
+    """``S^-1`` of a well-conditioned scatter, for :func:`conditional`; None where ``S`` is singular or
+    nearly so, where the per-pattern pseudo-inverses must serve."""
+    S = np.asarray(scatter, np.float64)
+    return _cholesky_inverse((S + S.T) / 2)
 
 
 def rows_of_patterns(observed: np.ndarray, keys: tuple, codes: np.ndarray | None = None) -> np.ndarray:
@@ -259,7 +241,7 @@ def rows_of_patterns(observed: np.ndarray, keys: tuple, codes: np.ndarray | None
 
 def rare_pattern_rows(p: int) -> int:
     """Below this many rows in a block, a pattern of observed cells is completed through
-    :func:`conditional` (about ``2 p^2`` more per row) rather than its own ``p x p`` algebra
+    :func:`conditional` (about ``p^2`` more per row) rather than its own ``p x p`` algebra
     (about ``p^3`` per pattern): wide rows with gaps in many places rarely share a pattern."""
     return max(1, p // 2)
 
@@ -272,8 +254,7 @@ def conditional_model(scatter: np.ndarray, observed: np.ndarray) -> ConditionalM
 def observed_d2(Y: np.ndarray, scatter: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Squared distance on the observed cells of centred rows ``Y`` (NaN: missing), and their counts.
 
-    Complete rows get ``y^T S^-1 y`` (k = p); rows with no observed cell get
-    NaN and count 0.
+    Complete rows get ``y^T S^-1 y`` (k = p); rows with no observed cell get NaN and count 0.
     """
     Y = np.asarray(Y, np.float64)
     observed = ~np.isnan(Y)
@@ -289,10 +270,8 @@ def observed_d2(Y: np.ndarray, scatter: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def completed(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
-    """Centred rows ``Y`` with each missing cell replaced by its conditional expectation ``B y_O``.
-
-    Rows with no observed cell stay NaN.
-    """
+    """Centred rows ``Y`` with each missing cell replaced by its conditional expectation ``B y_O``
+    (rows with no observed cell stay NaN)."""
     out = np.array(Y, dtype=np.float64, copy=True)
     observed = ~np.isnan(out)
     incomplete = ~observed.all(axis=1)
@@ -302,8 +281,7 @@ def completed(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
     idx = np.flatnonzero(incomplete)
     theta = full_precision(scatter)
     if theta is not None:  # rows with no observed cell stay NaN there too
-        filled = conditional(out[idx], ~sub, theta).completed
-        out[idx] = np.where(sub.any(axis=1)[:, None], filled, out[idx])
+        out[idx] = conditional(out[idx], ~sub, theta).completed
         return out
     for mask, rows in patterns(sub):
         if mask.any():
@@ -417,13 +395,11 @@ def merge_gaps(a: dict | None, fa: np.ndarray, b: dict | None, fb: np.ndarray) -
 def estep_scales(offsets: np.ndarray, kernel_size2: float) -> tuple[np.ndarray, np.ndarray]:
     """The E-step's consistency scales of a pass's kernels (see the module docstring).
 
-    ``offsets[j, k]`` is kernel j's flat-top radius for rows judged on k
-    cells over ``2 kernel_size2`` (:class:`._stats.PartialPlan`).  Returns
-    ``shrink`` (J,), the p-channel kernel's shrink ``c_p`` of the covariance
-    of Gaussian rows (1 / :func:`._schedule.flat_top_consistency`), which
-    multiplies the conditional covariance ``C`` of a row's missing cells,
-    and ``ratio`` (J, p + 1), ``c_p / c_k``, which multiplies the weighted
-    second moment of a row judged on k cells (1 for k = 0 and k = p).
+    ``offsets[j, k]`` is kernel j's flat-top radius for rows judged on k cells over ``2 kernel_size2``
+    (:class:`._stats.PartialPlan`).  Returns ``shrink`` (J,), the p-channel kernel's shrink ``c_p`` of the
+    covariance of Gaussian rows (1 / :func:`._schedule.flat_top_consistency`), which multiplies the conditional
+    covariance ``C`` of a row's missing cells, and ``ratio`` (J, p + 1), ``c_p / c_k``, which multiplies the
+    weighted second moment of a row judged on k cells (1 for k = 0 and k = p).
     """
     offsets = np.asarray(offsets, np.float64)
     J, p = offsets.shape[0], offsets.shape[1] - 1
@@ -442,26 +418,21 @@ def em_moments(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The weighted mean and covariance of a pass's rows with their missing cells completed, by EM.
 
-    ``weight``, ``mean``, ``scatter`` are the sums of the rows that need no
-    completion (the complete rows and the rows completed in the pass), about
-    their mean; ``gaps`` holds, per pattern, ``(observed, sum w, sum w y_O,
-    sum w y_O y_O^T)`` with ``y = x - center``.  For fixed weights, EM
-    alternates the completion under the current model (the conditional
-    expectation ``a + B y_O`` of the missing cells and their conditional
+    ``weight``, ``mean``, ``scatter`` are the sums of the rows that need no completion (the complete rows and
+    the rows completed in the pass), about their mean; ``gaps`` holds, per pattern, ``(observed, sum w, sum w
+    y_O, sum w y_O y_O^T)`` with ``y = x - center``.  For fixed weights, EM alternates the completion under the
+    current model (the conditional expectation ``a + B y_O`` of the missing cells and their conditional
     covariance C) with the weighted moments of the completed rows:
 
         sum w yhat       = [s ; W a + B s]
         sum w yhat yhat' = [T, T B' + s a' ; B T + a s', B T B' + a s' B' + B s a' + W a a' + W C]
 
-    (``W, s, T`` the pattern's sums), until the model moves by less than
-    :data:`EM_TOL`.  The first completion uses ``(location, covariance)``
-    (the pass's model); later ones the weighted mean (or ``fixed_center``)
-    and the covariance about it times ``factor`` (the kernel's consistency
-    factor, as the fit applies it).  The conditional covariance enters as
-    ``W C / factor`` (the module docstring: the pattern sums ``T`` come with
-    their rows' ``c_p / c_k`` from the pass), so that EM's fixed point is
-    the weighted fit's, however many rows have gaps.  Returns the weighted
-    mean and the covariance about it, without ``factor``.
+    (``W, s, T`` the pattern's sums), until the model moves by less than :data:`EM_TOL`.  The first completion
+    uses ``(location, covariance)`` (the pass's model); later ones the weighted mean (or ``fixed_center``) and
+    the covariance about it times ``factor`` (the kernel's consistency factor, as the fit applies it).  The
+    conditional covariance enters as ``W C / factor`` (the module docstring: the pattern sums ``T`` come with
+    their rows' ``c_p / c_k`` from the pass), so that EM's fixed point is the weighted fit's, however many rows
+    have gaps.  Returns the weighted mean and the covariance about it, without ``factor``.
     """
     base_w = float(weight)
     d0 = mean - center
@@ -507,6 +478,16 @@ def em_moments(
 #: Bound on the floats of one batch of ``rows x m x max(m, p)`` in :func:`conditional`.
 _BATCH_FLOATS = 4_000_000
 
+
+@functools.lru_cache(maxsize=8)
+def _root(precision: bytes, p: int) -> np.ndarray | None:
+    """Lower triangular ``L``, ``L L^T = `` the precision (Fortran order); None where there is none."""
+    try:
+        return np.asfortranarray(np.linalg.cholesky(np.frombuffer(precision, np.float64).reshape(p, p)))
+    except np.linalg.LinAlgError:
+        return None
+
+
 @dataclass
 class Conditional:
     """Rows completed under the model, from their observed cells (see the module docstring).
@@ -515,30 +496,38 @@ class Conditional:
     ----------
     completed : ndarray of shape (n, p)
         Centred rows with their missing cells replaced by the conditional expectation.
-    residual : ndarray of shape (n, p)
-        ``T u``: ``S_OO^-1 y_O`` on the observed cells, 0 on the missing ones.
     d2 : ndarray of shape (n,)
-        Squared distance on the observed cells (NaN for a row with none).
+        Squared distance on the observed cells (NaN for a row with none): ``|L^T u|^2`` for the completed
+        row ``u``, ``L L^T = T`` (half the work of ``u^T T u``), or that where ``T`` is semi-definite.
     n_observed : ndarray of shape (n,)
         Observed cells per row.
     groups : list of (rows, columns, covariance)
         Per batch of rows with the same number m of missing cells: their indices (r,),
         the missing columns (r, m) and the conditional covariance of those cells (r, m, m).
+    residual : ndarray of shape (n, p)
+        ``T u``: ``S_OO^-1 y_O`` on the observed cells, 0 on the missing ones (computed when
+        first read: a partial fit's passes need only the distances).
     """
 
     completed: np.ndarray
-    residual: np.ndarray
     d2: np.ndarray
     n_observed: np.ndarray
     groups: list
+    precision: np.ndarray = field(repr=False)
+    missing: np.ndarray = field(repr=False)
+
+    @functools.cached_property
+    def residual(self) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = self.completed @ self.precision
+        t[self.missing] = 0.0  # exactly 0 there in exact arithmetic
+        return t
 
     def variances(self) -> np.ndarray:
         """Each missing cell's conditional variance (0 at observed cells), the shape of ``completed``."""
         out = np.zeros(self.completed.shape)
         for rows, cols, cov in self.groups:
-            sub = out[rows]
-            np.put_along_axis(sub, cols, np.diagonal(cov, axis1=1, axis2=2), axis=1)
-            out[rows] = sub
+            out[rows[:, None], cols] = np.diagonal(cov, axis1=1, axis2=2)
         return out
 
     def covariance_sums(self, weights: np.ndarray, p: int) -> np.ndarray:
@@ -566,17 +555,22 @@ def _solve(T: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Conditional:
     """Rows ``Y`` (centred; cells under ``missing`` ignored) completed under the model with ``precision``.
 
-    Rows are batched by their number of missing cells, so each batch is one
-    vectorised solve of small systems (see the module docstring).
+    Rows are batched by their number m of missing cells, so each batch is one
+    vectorised solve of small systems (see the module docstring): ``t0_M``
+    needs only the m rows of the precision at a row's gaps (``m p`` per row),
+    and the completed rows meet the precision's triangular factor once (``p^2 / 2``
+    per row; :attr:`Conditional.residual`, the product by the whole precision, only
+    when read).  Every step is row by row: a row's result depends on the other rows
+    of its block only as a BLAS product's rounding may.
     """
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # far rows: inf, judged bad
         Y = np.asarray(Y, np.float64)
         n, p = Y.shape
         missing = np.asarray(missing, bool)
         U = np.where(missing, 0.0, Y)
-        with np.errstate(over="ignore", invalid="ignore"):
-            t = U @ precision
         counts = missing.sum(axis=1)
+        gaps = np.nonzero(missing)[1]  # the missing columns, row after row
+        first = np.cumsum(counts) - counts
         groups = []
         for m in np.unique(counts):
             if m == 0 or m == p:
@@ -585,21 +579,21 @@ def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Co
             step = max(1, _BATCH_FLOATS // (m * max(m, p)))
             for a in range(0, len(rows_m), step):
                 rows = rows_m[a:a + step]
-                cols = np.nonzero(missing[rows])[1].reshape(len(rows), m)
-                T = precision[cols[:, :, None], cols[:, None, :]]
-                b = np.take_along_axis(t[rows], cols, axis=1)
-                delta, cov = _solve(T, b)
-                sub = U[rows]
-                np.put_along_axis(sub, cols, -delta, axis=1)
-                U[rows] = sub
-                with np.errstate(over="ignore", invalid="ignore"):
-                    t[rows] = sub @ precision
+                cols = gaps[first[rows][:, None] + np.arange(m)]
+                b = np.matmul(precision[cols], U[rows][:, :, None])[:, :, 0]  # (T y)_M, y_M = 0
+                delta, cov = _solve(precision[cols[:, :, None], cols[:, None, :]], b)
+                U[rows[:, None], cols] = -delta
                 groups.append((rows, cols, cov))
-        t[missing] = 0.0  # exactly 0 there in exact arithmetic
-        with np.errstate(over="ignore", invalid="ignore"):
+        L = _root(np.ascontiguousarray(precision, np.float64).tobytes(), p) if n else None
+        if L is None:
+            t = U @ precision
+            t[missing] = 0.0
             d2 = np.einsum("ij,ij->i", U, t)
+        else:  # (L^T U^T)^T: U^T is U's memory in Fortran order, no copy
+            V = dtrmm(1.0, L, U.T, side=0, lower=1, trans_a=1)  # p x n
+            d2 = np.einsum("ij,ij->j", V, V)
         none = counts == p
         if none.any():
             d2[none] = np.nan
             U[none] = np.nan
-        return Conditional(U, t, d2, p - counts, groups)
+        return Conditional(U, d2, p - counts, groups, precision, missing)
