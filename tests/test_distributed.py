@@ -361,3 +361,24 @@ def test_partial_fit_through_client_matches_local(client, data, tmp_path):
     assert got.n_samples_ == N_ROWS - 100
     d2 = got.mahalanobis(blocks()).compute()
     assert np.isfinite(d2[:15_000]).all() and np.isnan(d2[15_000:15_100]).all()
+
+
+def test_modes_through_client_match_local(client, tmp_path):
+    """modes='auto' on the cluster: the modes' shared passes run on the workers and give the local fit,
+    mode by mode, in the same number of passes."""
+    rng = np.random.default_rng(5)
+    states = np.repeat([0, 1, 0, 1], [6_000, 3_000, 6_000, 5_000])
+    X = rng.normal(size=(len(states), N_FEATURES)) * SCALES + np.where(states[:, None] == 1, 9.0, 0.0)
+    path = str(tmp_path / "states.zarr")
+    zarr.open_array(path, mode="w", shape=X.shape, chunks=(STORE_CHUNK_ROWS, N_FEATURES), dtype="f8")[:] = X
+    blocks = lambda: da.from_zarr(path, chunks=(BLOCK_ROWS, N_FEATURES))  # noqa: E731
+    with dask.config.set(scheduler="threads"):
+        expected = MCPCA(modes="auto").fit(blocks())
+    with get_task_stream(client) as stream:
+        got = MCPCA(modes="auto").fit(blocks())
+    assert workers_used(stream) == set(client.scheduler_info(n_workers=-1)["workers"])
+    assert got.n_modes_ == expected.n_modes_ == 2
+    assert got.n_passes_ == expected.n_passes_
+    for a, b in zip(got.mode_models_, expected.mode_models_, strict=True):
+        assert_same_fit(a, b)
+    np.testing.assert_array_equal(got.predict_mode(blocks()).compute(), states)
