@@ -32,7 +32,7 @@ Rows are judged by the mode that explains them best, the smallest
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 import dask
@@ -41,6 +41,7 @@ import numpy as np
 
 from . import _model
 from ._block import block_stats
+from ._compiled import sampled_rows
 from ._passes import SPLIT_EVERY, PassRunner, limit_blas_in_task
 from ._scale import in_model_units
 from ._stats import BlockStats, combine
@@ -247,14 +248,26 @@ def given_labels(labels, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ------------------------------------------------------------ shared passes
+def _mode_stats(block: np.ndarray, mine: np.ndarray, plan, scale, offset: int) -> BlockStats:
+    """:func:`._block.block_stats` of the rows ``mine`` of ``block`` (rows ``offset ..`` of the data),
+    in the model's units; a row sample is drawn by the rows' global indices, as a single fit draws
+    it, so that the rows drawn do not depend on the blocks' sizes."""
+    if plan.sample_rate <= 0:
+        return block_stats(in_model_units(block[mine], scale), plan, offset)
+    stats = block_stats(in_model_units(block[mine], scale), replace(plan, sample_rate=0.0), offset)
+    drawn = sampled_rows(offset, len(block), plan.seed, plan.sample_rate)
+    rows = np.asarray(in_model_units(block[drawn[mine[drawn]]], scale), np.float64)
+    stats.sample = rows[np.isfinite(rows).all(axis=1)]
+    return stats
+
+
 def _mode_block_task(block, codes, requests: tuple, offset: int) -> tuple:
     """Each requesting mode's :class:`BlockStats` of its rows of ``block``: ``requests`` holds
     ``(mode, plan, scale)``; ``codes`` is the block's mode per row, or a :class:`ModeFinder`."""
     limit_blas_in_task()
     block = np.asarray(block)
     codes = codes(block) if callable(codes) else np.asarray(codes)
-    return tuple(block_stats(in_model_units(block[codes == mode], scale), plan, offset)
-                 for mode, plan, scale in requests)
+    return tuple(_mode_stats(block, codes == mode, plan, scale, offset) for mode, plan, scale in requests)
 
 
 def _combine_tuples(*parts: tuple) -> tuple:

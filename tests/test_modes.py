@@ -174,3 +174,14 @@ def test_modes_from_a_state_channel_of_a_dataarray():
         MCPCA().fit(archive, modes="valve")
     with pytest.raises(ValueError, match="needs a DataArray"):
         MCPCA().fit(X, modes="state")
+
+
+def test_given_modes_do_not_depend_on_the_blocks():
+    """Each mode's row sample is drawn by the rows' global indices: any chunking, the same model."""
+    X, truth = two_states(seed=9, n=(30_000, 20_000), p=4)
+    fits = [MCPCA(sample_size=4000).fit(da.from_array(X, chunks=c), modes=truth) for c in (50_000, 7_000, 3_333)]
+    for other in fits[1:]:
+        for a, b in zip(fits[0].mode_models_, other.mode_models_, strict=True):
+            np.testing.assert_allclose(a.mean_, b.mean_, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=1e-9)
+            np.testing.assert_allclose(a.outlier_cutoff_, b.outlier_cutoff_, rtol=1e-9)
