@@ -24,7 +24,8 @@ Where things live:
   ``_score_store``: a score store written and read back (``open_scores``); ``_score_append``:
   ``score --append``
 - ``testing``: generated data with known truth, for the tests and the benchmarks
-- ``_checkpoint``, ``_persist``, ``_model_file``: resumable fits, the saved model's checks and its JSON file
+- ``_checkpoint``, ``_persist``, ``_update_checks``, ``_model_file``: resumable fits, the saved model's checks
+  (those of its ``partial_fit`` sums apart) and its JSON file
 - ``_exceptions``: the public errors and warnings (all exported here)
 - ``_urls``: what a path or URL names, its filesystem and bytes (the read path); ``_atomic``:
   files and stores written whole or not at all

@@ -81,9 +81,8 @@ import numpy as np
 
 from ._exceptions import ModelFormatError
 from ._model_file import FORMAT, FORMAT_VERSION, MAX_MODEL_BYTES, damaged, read, save
-from ._robust_step import FALL_OFF2
-from ._robust_step import floored as _floored
-from ._schedule import flat_top_consistency, robust_kernel_size2
+from ._schedule import robust_kernel_size2
+from ._update_checks import FIX, UPDATE_ARRAYS, UPDATE_SUMS_TOL, check_update_sums
 
 T = TypeVar("T")
 
@@ -315,17 +314,17 @@ def _validate_modes(model, p: int) -> None:
     for m, one in enumerate(models):
         centre = one.mean_ * getattr(one, "scale_", 1.0)
         if not np.allclose(means[m], centre, rtol=CONSISTENCY_TOL, atol=0):
-            raise ValueError(f"mode_means_[{m}] is not mode_models_[{m}]'s mean (mean_ * scale_); {_FIX}")
+            raise ValueError(f"mode_means_[{m}] is not mode_models_[{m}]'s mean (mean_ * scale_); {FIX}")
     channels = model.mode_channels_
     if not (isinstance(channels, np.ndarray) and channels.dtype == bool and channels.shape == (p,)
             and np.array_equal(channels, mode_finder(models, weights).channels)):
         raise ValueError(f"mode_channels_ must be {p} booleans, the channels that tell the modes apart as "
-                         f"mode_models_ give them; {_FIX}")
+                         f"mode_models_ give them; {FIX}")
     largest = models[int(np.argmax(weights))]
     if not (np.array_equal(model.components_, largest.components_)
             and model.outlier_cutoff_ == largest.outlier_cutoff_):
         raise ValueError(f"the model's components_ and outlier_cutoff_ are not its largest mode's "
-                         f"(mode_models_[{int(np.argmax(weights))}]); {_FIX}")
+                         f"(mode_models_[{int(np.argmax(weights))}]); {FIX}")
 
 
 def _validate_archive_rows(model) -> None:
@@ -391,42 +390,21 @@ def _kernel_scale_range(model, p: int) -> tuple[float, float]:
     return low * (1 - 1e-12), high * (1 + 1e-12)
 
 
-#: What ``MCPCA.partial_fit`` updates from: name -> shape in terms of p (all or none of them).
-_UPDATE_ARRAYS = {
-    "update_log_weights_": (2,),
-    "update_means_": (2, "p"),
-    "update_covariances_": (2, "p", "p"),
-    "update_location_": ("p",),
-    "update_scatter_": ("p", "p"),
-    "update_radii_": (3,),
-}
-#: Relative disagreement accepted between the update sums and what a fit or an update derives
-#: from them (the model's mean, covariance and variances, the kernel's state and size).  Every
-#: fit and update computes those from the sums by the same float64 formulas: a fit and three
-#: updates of each kind of fit in tests/test_model_files.py disagree by at most ~2e-15.
-UPDATE_SUMS_TOL = 1e-9
-#: Negative eigenvalue accepted in a covariance, relative to its largest diagonal entry (round-off
-#: of a weighted sum: ~1e-16 on a constant channel).
-PSD_TOL = 1e-9
-_KERNELS = ("the core kernel's", "the final kernel's")
-_FIX = "the file was changed after it was saved, or mixes two models; restore it, or refit"
-
-
 def _validate_update(model, p: int, *, found_steps: bool = True) -> None:
     """Check the sums kept for ``partial_fit`` (a model without them, written before it existed, passes).
 
     They are checked against their own invariants and against the model they
     belong to: an update recomputes the model from them (``_fit.update_rows``),
     so sums that do not give the model would move the next update anywhere.
-    See :func:`_check_update_invariants` and :func:`_check_update_gives_model`.
+    See :func:`._update_checks.check_update_sums`.
     """
-    present = [n for n in (*_UPDATE_ARRAYS, "update_unit_", "n_samples_seen_") if hasattr(model, n)]
+    present = [n for n in (*UPDATE_ARRAYS, "update_unit_", "n_samples_seen_") if hasattr(model, n)]
     if not present:
         return
-    if len(present) < len(_UPDATE_ARRAYS) + 2:
-        missing = sorted(set(_UPDATE_ARRAYS) | {"update_unit_", "n_samples_seen_"} - set(present))
+    if len(present) < len(UPDATE_ARRAYS) + 2:
+        missing = sorted(set(UPDATE_ARRAYS) | {"update_unit_", "n_samples_seen_"} - set(present))
         raise ValueError(f"fitted attribute(s) {', '.join(missing)} missing (partial_fit's sums are incomplete)")
-    for name, dims in _UPDATE_ARRAYS.items():
+    for name, dims in UPDATE_ARRAYS.items():
         value = getattr(model, name)
         shape = tuple(p if d == "p" else d for d in dims)
         if not (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.shape == shape):
@@ -437,123 +415,8 @@ def _validate_update(model, p: int, *, found_steps: bool = True) -> None:
     _int(model, "n_samples_seen_", 1)
     if not found_steps:  # the steps came first (5e5dcf8, then the sums in ad364ff): no model of ours lacks them
         raise ValueError("quantization_steps_ missing beside partial_fit's sums (update_*), which every model that "
-                         f"keeps the sums has (they floor the channels' variances in an update); {_FIX}")
-    _check_update_invariants(model, p)
-    _check_update_gives_model(model, p)
-
-
-def _check_psd(name: str, what: str, M: np.ndarray) -> None:
-    """``M`` (p x p) symmetric and positive semi-definite, as a covariance is."""
-    scale = max(float(np.abs(np.diag(M)).max()), np.finfo(float).tiny)
-    if not np.allclose(M, M.T, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(M).max()))):
-        raise ValueError(f"{name} ({what}) is not symmetric, as a covariance is; {_FIX}")
-    low = float(np.linalg.eigvalsh(M).min())
-    if not low >= -PSD_TOL * scale:
-        raise ValueError(f"{name} ({what}) is not positive semi-definite, as a covariance is (an eigenvalue "
-                         f"{low:.3g} against a largest variance {scale:.3g}); {_FIX}")
-
-
-def _check_update_invariants(model, p: int) -> None:
-    """The sums' own rules: covariances, kernel size and radii, weights.
-
-    Each kept covariance is a weighted covariance of rows: symmetric and
-    positive semi-definite.  The kernels' size ``c^2`` is ``FALL_OFF2 *
-    kernel_factor**2``, and ``kernel_scale_`` is ``sqrt(c^2(p)) *
-    kernel_factor`` (:func:`._schedule.robust_kernel_size2`), so one gives
-    the other.  The radii are the core's flat top and the final kernel's,
-    which includes it: ``0 < radii[1] <= radii[2]``.  A kernel's weight is at
-    most 1 per row, so each kernel's total weight ``exp(update_log_weights_)``
-    is above 0 (the kernels held rows) and at most ``n_samples_seen_``; the
-    final kernel's is at least the core's (same distances, larger radius);
-    and ``support_`` is the final kernel's share.
-    """
-    for j in (0, 1):
-        _check_psd(f"update_covariances_[{j}]", f"{_KERNELS[j]} weighted covariance of the rows partial_fit has "
-                   "seen", model.update_covariances_[j])
-    _check_psd("update_scatter_", "the scatter that weighs partial_fit's new rows", model.update_scatter_)
-    c2, core, final = (float(v) for v in model.update_radii_)
-    expected = FALL_OFF2 * model.kernel_scale_**2 / robust_kernel_size2(p)
-    if not math.isclose(c2, expected, rel_tol=UPDATE_SUMS_TOL):
-        raise ValueError(f"update_radii_[0]={c2!r} (the kernels' size c^2) does not match kernel_scale_="
-                         f"{model.kernel_scale_!r}, which gives {expected!r}; {_FIX}")
-    if not 0 < core <= final:
-        raise ValueError(f"update_radii_ (the core and the final kernel's flat-top radii {core!r}, {final!r}) "
-                         f"must be > 0, the final one at least the core's; {_FIX}")
-    n = model.n_samples_seen_
-    with np.errstate(under="ignore", over="ignore"):
-        shares = np.exp(model.update_log_weights_ - math.log(n))
-    for j in (0, 1):
-        if not 0 < shares[j] <= 1 + UPDATE_SUMS_TOL:
-            raise ValueError(f"update_log_weights_[{j}]={float(model.update_log_weights_[j])!r} gives "
-                             f"{_KERNELS[j]} weight {shares[j]:.3g} per row seen; a kernel weighs each row by "
-                             f"at most 1 and held some of the {n} rows (0 < share <= 1); {_FIX}")
-    if not shares[0] <= shares[1] * (1 + UPDATE_SUMS_TOL):
-        raise ValueError(f"update_log_weights_ give the core kernel more weight ({shares[0]:.6g} per row) than the "
-                         f"final kernel ({shares[1]:.6g}), which includes it; {_FIX}")
-    support = getattr(model, "support_", None)
-    if isinstance(support, numbers.Real) and not math.isclose(support, shares[1], rel_tol=UPDATE_SUMS_TOL):
-        raise ValueError(f"update_log_weights_[1] gives the final kernel a share {float(shares[1])!r} of the rows "
-                         f"seen, not support_={support!r}; {_FIX}")
-
-
-def _check_update_gives_model(model, p: int) -> None:
-    """The sums give the model, as an update with no new rows would compute it (``_fit.update_rows``).
-
-    The sums are in the working unit ``2**update_unit_``.  About the centre
-    (their own means for ``center="robust"``, else ``update_location_``, the
-    fixed centre), each kernel's covariance times its Gaussian consistency
-    factor (:func:`._schedule.flat_top_consistency` of ``c^2`` and its
-    radius), floored at the quantized channels' rounding error
-    ``quantization_steps_**2 / 12``, is the core's ``update_scatter_`` and
-    the final kernel's scatter, whose eigenvalues are ``explained_variance_``
-    (and the noise variance), its eigenvectors ``components_``; the core's
-    mean is ``update_location_`` and the final kernel's is ``mean_``.
-    """
-    unit, M = model.update_unit_, model.update_means_
-    fixed = None if getattr(model, "center", "robust") == "robust" else model.update_location_
-    c2, *radii = (float(v) for v in model.update_radii_)
-    resolution = np.ldexp(model.quantization_steps_, -unit) ** 2 / 12
-
-    def scatter(j: int) -> np.ndarray:
-        cov = model.update_covariances_[j]
-        if fixed is not None:
-            d = M[j] - fixed
-            cov = cov + np.outer(d, d)
-        return _floored(cov * flat_top_consistency(p, c2, radii[j]), resolution)
-
-    final = np.ldexp(scatter(1), 2 * unit)  # the model's units
-    spread = math.sqrt(max(float(np.diag(final).max()), float(np.diag(model.covariance_).max())))
-    centre = np.ldexp(M[1] if fixed is None else fixed, unit)
-    off = float(np.abs(centre - model.mean_).max())
-    if not off <= UPDATE_SUMS_TOL * spread:
-        which = "update_means_[1] (the final kernel's weighted mean" if fixed is None else \
-            "update_location_ (the fixed centre"
-        raise ValueError(f"{which} of the rows partial_fit has seen, in units of 2**update_unit_) is not the model's "
-                         f"mean_: off by {off / spread:.3g} of the largest spread; {_FIX}")
-    lam = model.explained_variance_
-    total = float(np.trace(model.covariance_))
-    scale = max(float(lam[0]), total)
-    C = model.components_
-    off = max(float(np.abs(C @ final @ C.T - np.diag(lam)).max()), abs(float(np.trace(final)) - total)) / scale
-    if not off <= UPDATE_SUMS_TOL:
-        raise ValueError("update_covariances_[1] (the final kernel's weighted covariance of the rows partial_fit "
-                         "has seen, with update_means_[1], update_radii_ and quantization_steps_) does not give the "
-                         f"model's components_, explained_variance_ and covariance_: off by {off:.3g} of the total "
-                         f"variance; {_FIX}")
-    core = scatter(0)
-    scale = max(float(np.abs(np.diag(model.update_scatter_)).max()), float(np.abs(np.diag(core)).max()),
-                np.finfo(float).tiny)
-    off = float(np.abs(core - model.update_scatter_).max()) / scale
-    if not off <= UPDATE_SUMS_TOL:
-        raise ValueError("update_covariances_[0] (the core kernel's weighted covariance of the rows partial_fit has "
-                         "seen, with update_means_[0] and update_radii_) does not give update_scatter_ (the scatter "
-                         f"that weighs new rows): off by {off:.3g} of the largest variance; {_FIX}")
-    if fixed is None:
-        off = float(np.abs(M[0] - model.update_location_).max()) / math.sqrt(scale)
-        if not off <= UPDATE_SUMS_TOL:
-            raise ValueError("update_means_[0] (the core kernel's weighted mean of the rows partial_fit has seen) "
-                             f"is not update_location_ (the centre that weighs new rows): off by {off:.3g} of the "
-                             f"largest spread; {_FIX}")
+                         f"keeps the sums has (they floor the channels' variances in an update); {FIX}")
+    check_update_sums(model, p)
 
 
 def _validate_steps(model, p: int) -> None:
@@ -582,7 +445,7 @@ def _validate_steps(model, p: int) -> None:
     if limits is not None and not np.isnan(limits[steps > 0]).all():
         i = int(np.flatnonzero((steps > 0) & ~np.isnan(limits).all(axis=1))[0])
         raise ValueError(f"saturation_limits_[{i}] holds a limit for a channel quantized with step "
-                         f"quantization_steps_[{i}]={float(steps[i])!r}; quantized channels have none; {_FIX}")
+                         f"quantization_steps_[{i}]={float(steps[i])!r}; quantized channels have none; {FIX}")
     lam, noise = model.explained_variance_, model.noise_variance_
     if getattr(model, "support_", None) is not None:  # a fit or update by the default solver: the floor
         room = (np.diag(model.covariance_) + (float(lam[-1]) - noise)) * (1 + UPDATE_SUMS_TOL)
@@ -591,11 +454,11 @@ def _validate_steps(model, p: int) -> None:
             i = int(np.flatnonzero(over)[0])
             raise ValueError(f"quantization_steps_[{i}]={float(steps[i])!r} is larger than channel {i}'s spread "
                              f"allows (its variance in the model, at least the rounding error's step**2 / 12, "
-                             f"gives a step of at most {math.sqrt(12 * max(room[i], 0.0)):.6g}); {_FIX}")
+                             f"gives a step of at most {math.sqrt(12 * max(room[i], 0.0)):.6g}); {FIX}")
         return
     n = model.n_samples_
     total = float(lam[0] / model.explained_variance_ratio_[0]) if model.explained_variance_ratio_[0] > 0 else 0.0
     least = float(np.sum(steps**2)) * (n - 1) / n**2
     if not least <= total * (1 + UPDATE_SUMS_TOL):
         raise ValueError(f"quantization_steps_ (largest {float(steps.max())!r}) are larger than the channels' total "
-                         f"variance {total:.6g} allows for {n} rows; {_FIX}")
+                         f"variance {total:.6g} allows for {n} rows; {FIX}")
