@@ -111,7 +111,7 @@ def variances_in_data_units(lam_w: np.ndarray, unit: int) -> np.ndarray:
 def _in_working_units(rows: np.ndarray) -> tuple[np.ndarray, int]:
     """In-memory rows (wide data) in the fit's working units ``2**unit``, or a named error.
 
-    As for a fit by passes (:func:`._robust.working_exponent`); here every
+    As for a fit by passes (:func:`._robust_step.working_exponent`); here every
     row enters the SVD, so a row beyond ``FAR_ROW`` spreads cannot be left
     out of the arithmetic and is refused instead.
     """

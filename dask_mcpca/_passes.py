@@ -201,7 +201,7 @@ class PassRunner:
     hold_out : callable, optional
         ``hold_out(block, before) -> mask`` of the block's rows to give no weight, ``before`` the
         ``context`` rows before the block (NaN before the first): a rule that reads rows in order
-        (:func:`dask_mcpca._model.stuck_cells`).  For passes that draw no row sample.
+        (:func:`dask_mcpca._stuck.stuck_cells`).  For passes that draw no row sample.
     context : int
         Rows before each block that ``hold_out`` reads.
     """

@@ -1,9 +1,9 @@
 """How :meth:`MCPCA.partial_fit` updates a fitted model by new rows in one pass: :func:`update_rows`.
 
 The fit keeps the sums of its last pass (``update_*``, :class:`._fit_result.UpdateSums`); an
-update merges the new rows' sums into them (:func:`._robust.update_robust`) and returns a
+update merges the new rows' sums into them (:func:`._robust_warm.update_robust`) and returns a
 :class:`._fit_result.FitResult` of the attributes that change.  A sensor stuck since the fit (a run
-of one value, read in order; :func:`._model.stuck_cells`) gives its rows no weight.
+of one value, read in order; :func:`._stuck.stuck_cells`) gives its rows no weight.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import numpy as np
 from ._block import BlockStats
 from ._fit import variances_in_data_units
 from ._fit_result import FitResult, fit_result, model_view, update_sums, with_cutoff
-from ._model import CONTEXT_ROWS, stuck_cells
+from ._model import CONTEXT_ROWS
 from ._passes import PassRunner
 from ._power import descending_eigh, orient_rows
 from ._robust_step import RobustState
 from ._robust_warm import update_robust
+from ._stuck import stuck_cells
 
 __all__ = ["UPDATE_ATTRIBUTES", "UPDATE_WARN_SHARE", "update_rows"]
 
@@ -49,7 +50,7 @@ def _update_state(model) -> RobustState:
 
 
 def _stuck_rows(model, block, before) -> np.ndarray:
-    """Rows of ``block`` holding a sensor stuck since the fit (:func:`._model.stuck_cells`)."""
+    """Rows of ``block`` holding a sensor stuck since the fit (:func:`._stuck.stuck_cells`)."""
     return stuck_cells(model, block, before).any(axis=1)
 
 
