@@ -19,7 +19,8 @@ Where things live:
   entry points, save/load); ``_fit``: how it is fitted (a typed ``FitResult``); ``_precision``,
   ``_distances``, ``_stuck``, ``_model``: the fitted model's algebra (precision and contributions;
   distances; stuck cells; weights, flags and the per-row methods' block functions); ``_base``: its
-  per-row public methods (as scikit-learn's ``_BasePCA``)
+  per-row public methods (as scikit-learn's ``_BasePCA``), with the outlier detector's (``_detector``)
+  and the per-channel ones (``_channel_methods``) mixed in; what they share in ``_row_methods``
 - ``_drift``: the drift windows of ``report --window``; ``_report_plot``: the report's PNG;
   ``_score_store``: a score store written and read back (``open_scores``); ``_score_append``:
   ``score --append``
