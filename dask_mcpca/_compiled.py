@@ -97,6 +97,7 @@ __all__ = [
     "AVAILABLE",
     "CACHE_DIR",
     "column_ranges",
+    "complete_gaps",
     "flat_top_sums",
     "row_distances",
     "sampled_rows",
@@ -511,3 +512,64 @@ def row_distances(X, center, scale, components, inv_var, inv_noise, top_matrix, 
             if not total < np.inf:
                 s = np.nan
         d2[i] = s if s < np.inf else np.nan
+
+
+@_compiled
+def complete_gaps(U, rows, cols, precision, cov, ok):  # pragma: no cover - compiled
+    """Rows ``rows`` of ``U`` (n x p, centred, 0 at their m missing cells ``cols``, r x m) completed
+    in place under the model with ``precision`` T: ``u_M = -T_MM^-1 (T u)_M``, with ``T_MM^-1``, the
+    missing cells' conditional covariance, into ``cov`` (r x m x m) (:func:`._missing.conditional`).
+
+    Row by row, so a row's result does not depend on the others: ``(T u)_M`` from the m rows
+    of T at its gaps, then a Cholesky factor of ``T_MM``, its inverse ``L^-1`` and
+    ``T_MM^-1 = L^-T L^-1``.  ``ok[i]`` is False (the row untouched) where ``T_MM`` has no
+    Cholesky factor (a semi-definite precision): the caller's numpy spelling takes those rows.
+    """
+    r_n, m = cols.shape
+    p = U.shape[1]
+    b = np.empty(m)
+    L = np.zeros((m, m))
+    Li = np.zeros((m, m))
+    for i in range(r_n):
+        r = rows[i]
+        for a in range(m):
+            s = 0.0
+            for j in range(p):
+                s += precision[cols[i, a], j] * U[r, j]
+            b[a] = s
+        good = True
+        for a in range(m):
+            for c in range(a + 1):
+                s = precision[cols[i, a], cols[i, c]]
+                for k in range(c):
+                    s -= L[a, k] * L[c, k]
+                if a == c:
+                    if not s > 0.0:
+                        good = False
+                        break
+                    L[a, a] = np.sqrt(s)
+                else:
+                    L[a, c] = s / L[c, c]
+            if not good:
+                break
+        ok[i] = good
+        if not good:
+            continue
+        for a in range(m):
+            Li[a, a] = 1.0 / L[a, a]
+            for c in range(a):
+                s = 0.0
+                for k in range(c, a):
+                    s -= L[a, k] * Li[k, c]
+                Li[a, c] = s / L[a, a]
+        for a in range(m):
+            for c in range(m):
+                s = 0.0
+                for k in range(max(a, c), m):
+                    s += Li[k, a] * Li[k, c]
+                cov[i, a, c] = s
+        for a in range(m):
+            s = 0.0
+            for c in range(m):
+                s += cov[i, a, c] * b[c]
+            U[r, cols[i, a]] = -s

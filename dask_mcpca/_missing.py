@@ -1,9 +1,8 @@
 """Rows with missing cells (``nan_policy="partial"``): the Gaussian model restricted to what was observed.
 
-A sensor archive loses one channel at a time: a row with a NaN cell still
-holds the other channels' measurements.  Under a Gaussian model with mean 0
-(rows are centred first) and covariance ``S``, the observed cells ``O`` of a
-row and its missing cells ``M`` obey
+A sensor archive loses one channel at a time: a row with a NaN cell still holds the other channels'
+measurements.  Under a Gaussian model with mean 0 (rows are centred first) and covariance ``S``, the
+observed cells ``O`` of a row and its missing cells ``M`` obey
 
     y_O ~ N(0, S_OO),     y_M | y_O ~ N(B y_O, C),
     B = S_MO S_OO^-1,     C = S_MM - S_MO S_OO^-1 S_OM
@@ -18,35 +17,28 @@ row and its missing cells ``M`` obey
   to the scatter, where ``yhat`` is the row completed by ``B y_O``
   (:func:`._block.block_stats` adds these terms for a plan's ``partial`` rows).
 
-A robust fit weighs a row by its distance on the observed cells, so the
-weighted moments of ``y_O`` are shrunk (by the kernel's consistency factor
-in k dimensions, ``c_k``), while ``y_M - B y_O`` is independent of the
-weight and is not: the weighted second moment of a completed row is
-``c_k B~ S_OO B~^T + C`` (``B~ = [I; B]``), not ``c_k S``.  The fit
-divides every row's moments by the p-channel ``c_p``, so an E-step that
-added ``C`` as it stands would inflate the missing cells' conditional
-variance by ``1 / c_p`` at every EM step; with a share ``g`` of the rows
-missing a channel, EM's fixed point multiplies it by
-``(1 - g) / (1 - g / c_p)`` (about 1.4 at ``g = 0.9`` under the core
-kernel, and without bound as ``g`` nears ``c_p``), which turned the
-components towards that channel.  Hence (:func:`estep_scales`) a row
-judged on k cells enters with its completed second moment times
-``c_p / c_k`` and with ``c_p C``: its expected contribution is then
-``c_p S``, as a complete row's is, and the fit is consistent at the
-Gaussian however many rows have gaps.
+A robust fit weighs a row by its distance on the observed cells, so the weighted moments of ``y_O``
+are shrunk (by the kernel's consistency factor in k dimensions, ``c_k``), while ``y_M - B y_O`` is
+independent of the weight and is not: the weighted second moment of a completed row is ``c_k B~ S_OO
+B~^T + C`` (``B~ = [I; B]``), not ``c_k S``.  The fit divides every row's moments by the p-channel
+``c_p``, so an E-step that added ``C`` as it stands would inflate the missing cells' conditional
+variance by ``1 / c_p`` at every EM step; with a share ``g`` of the rows missing a channel, EM's
+fixed point multiplies it by ``(1 - g) / (1 - g / c_p)`` (about 1.4 at ``g = 0.9`` under the core
+kernel, and without bound as ``g`` nears ``c_p``), which turned the components towards that channel.
+Hence (:func:`estep_scales`) a row judged on k cells enters with its completed second moment times
+``c_p / c_k`` and with ``c_p C``: its expected contribution is then ``c_p S``, as a complete row's
+is, and the fit is consistent at the Gaussian however many rows have gaps.
 
-Rows with different numbers of observed cells are compared on one scale by
-the chi-square probability: :func:`equivalent_d2` maps ``d^2_O`` with k
-degrees of freedom to the p-channel distance with the same upper-tail
-probability, and :func:`radius_for_count` maps a p-channel radius to k
-channels.  A row's outlier cutoff is thus calibrated for the number of its
-observed channels at the same false-alarm rate.
+Rows with different numbers of observed cells are compared on one scale by the chi-square
+probability: :func:`equivalent_d2` maps ``d^2_O`` with k degrees of freedom to the p-channel
+distance with the same upper-tail probability, and :func:`radius_for_count` maps a p-channel radius
+to k channels.  A row's outlier cutoff is thus calibrated for the number of its observed channels at
+the same false-alarm rate.
 
-A row with m gaps is completed through the model's precision by an m x m
-solve (:func:`conditional`), so rows with gaps each in their own place (wide
-archives) cost about what complete rows do; a pattern many rows share gets its
-own p x p algebra once (:class:`ConditionalModel`) or goes to the client's EM.
-"""
+A row with m gaps is completed through the model's precision by an m x m solve
+(:func:`conditional`), so rows with gaps each in their own place (wide archives) cost about what
+complete rows do; a pattern many rows share gets its own p x p algebra once
+(:class:`ConditionalModel`) or goes to the client's EM."""
 
 from __future__ import annotations
 
@@ -59,6 +51,7 @@ from scipy import stats
 from scipy.linalg.blas import dtrmm
 from scipy.special import gammaln
 
+from . import _compiled
 from ._schedule import flat_top_consistency
 
 __all__ = [
@@ -541,15 +534,25 @@ class Conditional:
         return out.reshape(len(weights), p, p)
 
 
-def _solve(T: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``T^-1 b`` and ``T^-1`` for a batch of small symmetric systems; a pseudo-inverse where one is singular."""
-    try:
-        inv = np.linalg.inv(T)
-        if not np.all(np.isfinite(inv)):
-            raise np.linalg.LinAlgError
-    except np.linalg.LinAlgError:
-        inv = np.linalg.pinv(T, hermitian=True)
-    return np.einsum("rij,rj->ri", inv, b), inv
+def _complete_rows(U: np.ndarray, rows: np.ndarray, cols: np.ndarray, precision: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` of ``U`` (0 at their missing cells ``cols``) completed in place; returns their
+    conditional covariances ``T_MM^-1`` (r, m, m).  Compiled row by row (:func:`._compiled.complete_gaps`),
+    else, and for rows whose ``T_MM`` is singular, batched in numpy (a pseudo-inverse where one is)."""
+    cov, ok = np.empty((*cols.shape, cols.shape[1])), np.zeros(len(rows), bool)
+    if _compiled.AVAILABLE:
+        _compiled.complete_gaps(U, rows, cols, precision, cov, ok)
+    rest = np.flatnonzero(~ok)
+    if len(rest):
+        r, c = rows[rest], cols[rest]
+        b = np.matmul(precision[c], U[r][:, :, None])[:, :, 0]  # (T y)_M, y_M = 0
+        T = precision[c[:, :, None], c[:, None, :]]
+        try:
+            inv = np.linalg.inv(T)
+        except np.linalg.LinAlgError:
+            inv = np.full(T.shape, np.nan)
+        cov[rest] = inv = inv if np.all(np.isfinite(inv)) else np.linalg.pinv(T, hermitian=True)
+        U[r[:, None], c] = -np.einsum("rij,rj->ri", inv, b)
+    return cov
 
 
 def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Conditional:
@@ -567,6 +570,7 @@ def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Co
         Y = np.asarray(Y, np.float64)
         n, p = Y.shape
         missing = np.asarray(missing, bool)
+        precision = np.ascontiguousarray(precision, np.float64)
         U = np.where(missing, 0.0, Y)
         counts = missing.sum(axis=1)
         gaps = np.nonzero(missing)[1]  # the missing columns, row after row
@@ -580,11 +584,8 @@ def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Co
             for a in range(0, len(rows_m), step):
                 rows = rows_m[a:a + step]
                 cols = gaps[first[rows][:, None] + np.arange(m)]
-                b = np.matmul(precision[cols], U[rows][:, :, None])[:, :, 0]  # (T y)_M, y_M = 0
-                delta, cov = _solve(precision[cols[:, :, None], cols[:, None, :]], b)
-                U[rows[:, None], cols] = -delta
-                groups.append((rows, cols, cov))
-        L = _root(np.ascontiguousarray(precision, np.float64).tobytes(), p) if n else None
+                groups.append((rows, cols, _complete_rows(U, rows, cols, precision)))
+        L = _root(precision.tobytes(), p) if n else None
         if L is None:
             t = U @ precision
             t[missing] = 0.0

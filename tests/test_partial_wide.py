@@ -89,3 +89,41 @@ def test_partial_fit_at_wide_p_holds_the_complete_fit_and_any_chunking(p):
     chunked = MCPCA(n_components=3, nan_policy="partial", random_state=0).fit(da.from_array(Xg, chunks=(1700, p)))
     np.testing.assert_allclose(np.abs(np.sum(chunked.components_ * part.components_, axis=1)), 1.0, atol=1e-9)
     np.testing.assert_allclose(chunked.explained_variance_, part.explained_variance_, rtol=1e-9)
+
+
+@pytest.mark.parametrize("p", WIDTHS)
+def test_compiled_and_numpy_completions_agree(p, monkeypatch):
+    from dask_mcpca import _compiled
+
+    if not _compiled.AVAILABLE:
+        pytest.skip("numba is not available: only the numpy spelling runs")
+    Y, missing, S = _gappy(p, 500, p + 2, share=0.03)
+    T = np.linalg.inv(S)
+    compiled = conditional(Y, missing, T)
+    monkeypatch.setattr(_compiled, "AVAILABLE", False)
+    numpy = conditional(Y, missing, T)
+    np.testing.assert_allclose(compiled.completed, numpy.completed, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(compiled.variances(), numpy.variances(), rtol=1e-10, atol=1e-12)
+
+
+def test_a_channel_without_precision_is_completed_by_the_pseudo_inverse():
+    """A precision with no weight on channel 0 (a pseudo-inverse of a scatter where channel 0 has no
+    spread): a row missing it has a singular ``T_MM``, which the compiled solve leaves to the
+    pseudo-inverse, so that channel is completed with 0 and a conditional variance of 0, and the
+    other rows are completed as the precision on the remaining channels says."""
+    p = 8
+    S = _covariance(p - 1, 4)
+    T = np.zeros((p, p))
+    T[1:, 1:] = np.linalg.inv(S)
+    rng = np.random.default_rng(4)
+    Y = rng.normal(size=(30, p))
+    missing = np.zeros(Y.shape, bool)
+    missing[:10, 0] = True
+    missing[10:, 3] = True
+    cond = conditional(Y, missing, T)
+    np.testing.assert_array_equal(cond.completed[:10, 0], 0.0)
+    np.testing.assert_array_equal(cond.variances()[:10, 0], 0.0)
+    o = [1, 2, 4, 5, 6, 7]
+    inv = np.linalg.inv(S[np.ix_([i - 1 for i in o], [i - 1 for i in o])])
+    expected = S[2, [i - 1 for i in o]] @ inv @ Y[10:, o].T
+    np.testing.assert_allclose(cond.completed[10:, 3], expected, rtol=1e-9)
