@@ -15,8 +15,10 @@ Where things live:
   the default's state and full-data step, its sample stage, its warm step and update);
   ``_start`` (the robust start) and ``_repeated`` (stuck sensors, frozen records, quantized
   channels) serve ``_robust``
-- ``_estimator``: the scikit-learn estimator ``MCPCA`` (parameters, their check, the fit
-  entry points, save/load); ``_fit``: how it is fitted (a typed ``FitResult``); ``_precision``,
+- ``_estimator``: the scikit-learn estimator ``MCPCA`` (parameters, the fit entry points), with
+  ``partial_fit`` (``_partial_fit``), the operating modes (``_mode_methods``) and ``save`` (``_save``) mixed
+  in; ``_params``: the parameters' constraints and their check (``check_params``); ``_load``: ``load``;
+  ``_fit``: how it is fitted (a typed ``FitResult``); ``_precision``,
   ``_distances``, ``_stuck``, ``_model``: the fitted model's algebra (precision and contributions;
   distances; stuck cells; weights, flags and the per-row methods' block functions); ``_base``: its
   per-row public methods (as scikit-learn's ``_BasePCA``), with the outlier detector's (``_detector``)
@@ -51,8 +53,8 @@ from ._version import __version__
 # (``_console``) sets the process's malloc before dask, numpy and scikit-learn load.
 _HOMES = {
     "MCPCA": "._estimator",
-    "load": "._estimator",
-    "check_params": "._estimator",
+    "load": "._load",
+    "check_params": "._params",
     "open_archive": "._archive",
     "open_scores": "._score_store",
     "NonFiniteRowsError": "._exceptions",
@@ -82,7 +84,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # what static tools see
     from ._archive import open_archive
-    from ._estimator import MCPCA, check_params, load
+    from ._estimator import MCPCA
     from ._exceptions import (
         AppendError,
         BreakdownWarning,
@@ -92,6 +94,8 @@ if TYPE_CHECKING:  # what static tools see
         NumericalRangeError,
         SelectionError,
     )
+    from ._load import load
+    from ._params import check_params
     from ._score_store import open_scores
 
 

@@ -173,6 +173,34 @@ class OutlierDetectorMixin:
         return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options, in_order=True, modes_ok=True)
 
     # ------------------------------------------------ outlier-detector API
+    def fit_predict(self, X: Any, y: None = None, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """Fit to ``X`` and label its rows: ``fit(X).predict(X)``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Input kinds as for :meth:`fit`.
+        y : None
+            Ignored.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        labels : ndarray or dask array of int64, shape (n_samples,)
+            As :meth:`predict` returns them.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> X = np.random.default_rng(0).normal(size=(1000, 2))
+        >>> labels = MCPCA(contamination=0.05).fit_predict(X)
+        >>> float((labels == -1).mean())
+        0.05
+        """
+        return self.fit(X, y, storage_options=storage_options).predict(X, storage_options=storage_options)
+
     @property
     def offset_(self) -> float:
         """scikit-learn's name for ``outlier_threshold_``: ``decision_function = score_samples - offset_``."""

@@ -1,94 +1,43 @@
-"""The scikit-learn estimator :class:`MCPCA`: its parameters, their check, and the entry points of a fit.
+"""The scikit-learn estimator :class:`MCPCA`: its parameters and the entry points of a fit.
 
-``fit`` validates the parameters (:func:`check_params`), opens the data as
-row blocks (:mod:`._io`) and hands them to :func:`._fit.fit_rows`, which
-makes the passes and returns the fitted attributes as a typed
-:class:`._fit.FitResult`; ``partial_fit`` does the same through
-:func:`._update.update_rows`.  ``MCPCA`` copies the result onto itself.  What a
-fitted model computes for rows (transform, distances, flags,
-contributions) is inherited from :class:`._base._BaseMCPCA`, over the
-model's algebra in :mod:`._model`.
+``fit`` validates the parameters (:func:`._params.check_params`), opens the
+data as row blocks (:mod:`._io`) and hands them to :func:`._fit.fit_rows`,
+which makes the passes and returns the fitted attributes as a typed
+:class:`._fit.FitResult` (:func:`._fit_modes.fit_modes` for a fit with
+modes); ``MCPCA`` copies the result onto itself.  Its other parts are mixed
+in by job: ``partial_fit`` (:mod:`._partial_fit`, through
+:func:`._update.update_rows`), the operating modes (:mod:`._mode_methods`),
+``save`` (:mod:`._save`; ``load`` is :mod:`._load`).  What a fitted model
+computes for rows (transform, distances, flags, contributions) is inherited
+from :class:`._base._BaseMCPCA`, over the model's algebra in :mod:`._model`.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from numbers import Integral, Real
 from typing import Any, Literal
 
-import dask.array as da
-import numpy as np
-from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
-from sklearn.utils.validation import check_is_fitted
 
-from . import _labels, _modes, _persist
+from . import _labels, _modes
 from ._base import _BaseMCPCA
-from ._choices import CENTERS, NAN_POLICIES, SOLVERS
 from ._exceptions import BreakdownWarning
 from ._fit import FitResult, fit_rows
 from ._fit_modes import ModesResult, fit_modes
 from ._io import as_row_blocks, split_store_path
+from ._mode_methods import MODE_ATTRIBUTES, ModesMixin
+from ._params import PARAMETER_CONSTRAINTS, check_params
+from ._partial_fit import PartialFitMixin
 from ._passes import single_threaded_blas
 from ._robust import SAMPLE_SIZE
-from ._scale import SCALES
-from ._update import UPDATE_ATTRIBUTES, update_rows
+from ._save import SaveMixin
 from ._urls import overlaps
 
-__all__ = ["MCPCA", "check_params", "load"]
-
-#: Allowed ``kernel_factor``: its square scales kernel sizes and radii, and
-#: beyond this range they leave float64's comfortable range (1e200 overflowed
-#: in ``kernel_factor**2``) while the fit is long since ordinary PCA (above)
-#: or rests on a handful of rows (below).
-KERNEL_FACTOR_RANGE = (1e-3, 1e6)
-
-#: What a fit with ``modes`` sets beside the usual attributes (removed by a refit).
-MODE_ATTRIBUTES = ("mode_models_", "n_modes_", "modes_", "mode_weights_", "mode_means_", "mode_channels_",
-                   "_mode_finder")
+__all__ = ["MCPCA"]
 
 
-def check_params(estimator: MCPCA) -> None:
-    """Check the parameters of ``estimator`` as :meth:`MCPCA.fit` does first.
-
-    The rules are the declarative ``MCPCA._parameter_constraints`` (scikit-learn's
-    mechanism); this is the public path to the same check for other callers,
-    such as the command line, before any data is opened.
-
-    Parameters
-    ----------
-    estimator : MCPCA
-        The estimator whose constructor parameters are checked.
-
-    Raises
-    ------
-    sklearn.utils._param_validation.InvalidParameterError
-        A subclass of ``ValueError`` and ``TypeError`` whose message names the
-        parameter, the expected values and the value given.
-
-    Examples
-    --------
-    >>> from dask_mcpca import MCPCA, check_params
-    >>> check_params(MCPCA(solver="paper"))
-    >>> check_params(MCPCA(eta=1.5))  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    sklearn.utils._param_validation.InvalidParameterError: The 'eta' parameter of MCPCA must be ... Got 1.5 instead.
-    """
-    validate_parameter_constraints(
-        type(estimator)._parameter_constraints,
-        estimator.get_params(deep=False),
-        caller_name=type(estimator).__name__,
-    )
-    if estimator.nan_policy == "partial" and estimator.solver != "auto":
-        raise ValueError(
-            f"{type(estimator).__name__}: nan_policy='partial' needs solver='auto' (the paper's algorithm "
-            f"weighs whole rows); got solver={estimator.solver!r}: use nan_policy='omit' with it"
-        )
-
-class MCPCA(_BaseMCPCA):
+class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
     """Robust PCA by maximum correntropy power iterations, on data of any size.
 
     Each row is weighted by a Gaussian kernel of its reconstruction error; the
@@ -457,26 +406,7 @@ class MCPCA(_BaseMCPCA):
     True
     """
 
-    _parameter_constraints: dict = {
-        "n_components": [Interval(Integral, 1, None, closed="left"), None],
-        "solver": [StrOptions(set(SOLVERS))],
-        "center": [StrOptions({c for c in CENTERS if c}), Options(bool, {False})],
-        "eta": [Interval(Real, 0, 1, closed="neither")],
-        "n_decay": [Interval(Integral, 1, None, closed="left")],
-        "kernel_factor": [Interval(Real, KERNEL_FACTOR_RANGE[0], KERNEL_FACTOR_RANGE[1], closed="both")],
-        "tol": [Interval(Real, 0, None, closed="neither"), None],
-        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
-        "nan_policy": [StrOptions(set(NAN_POLICIES))],
-        "checkpoint": [str, os.PathLike, None],
-        "sample_size": [Interval(Integral, 10, None, closed="left")],
-        "random_state": [Interval(Integral, 0, 2**64 - 1, closed="both"), None],
-        "progress": ["boolean"],
-        "warm_start": ["boolean"],
-        "contamination": [StrOptions({"auto"}), Interval(Real, 0, 0.5, closed="right")],
-        "cellwise": ["boolean"],
-        "scale": [StrOptions({s for s in SCALES if s}), None],
-        "modes": [StrOptions({"auto"}), None],
-    }
+    _parameter_constraints: dict = PARAMETER_CONSTRAINTS
 
     def __init__(
         self,
@@ -612,64 +542,6 @@ class MCPCA(_BaseMCPCA):
             self._set_fitted(result)
         return self
 
-    def _set_modes(self, result: ModesResult) -> None:
-        """Set a fit with several modes: a single-mode model per mode, the largest mode's attributes on
-        the estimator, and the modes' own attributes (see ``n_modes_``)."""
-        models = []
-        for one in result.results:
-            model = clone(self).set_params(modes=None)
-            model._set_fitted(one)
-            models.append(model)
-        self._set_fitted(result.results[int(np.argmax(result.weights))])
-        self._forget_update_sums()  # partial_fit is not built for modes
-        vars(self).pop("scale_", None)  # each mode has its own; rows are judged as stored
-        self.mode_models_ = models
-        self.n_modes_ = len(models)
-        self.modes_ = result.labels
-        self.mode_weights_ = result.weights
-        self.mode_means_ = np.stack([m.mean_ * getattr(m, "scale_", 1.0) for m in models])
-        self.mode_channels_ = _modes.finder(self).channels  # builds the rule that sends rows to modes
-        self.n_passes_ = result.n_passes
-        self.n_partial_reads_ = result.n_partial_reads
-
-    def predict_mode(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
-        """The operating mode of each row: the index into ``modes_`` of the most likely mode.
-
-        Decided on the channels that tell the modes apart (``mode_channels_``: for some pair of modes,
-        the centre moves by 2 pooled SDs or the spread by 3x), by each mode's robust Gaussian and its
-        share of the rows, so that a fault on another channel does not send a row to a mode whose
-        wider spread would explain it.  Every row is judged (:meth:`is_outlier`, :meth:`predict`,
-        :meth:`decision_function`) against this mode.
-
-        Parameters
-        ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            Input kinds as for :meth:`fit`.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
-
-        Returns
-        -------
-        modes : ndarray or dask array of int64, shape (n_samples,)
-            0 for every row of a model fitted without modes.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from dask_mcpca import MCPCA
-        >>> rng = np.random.default_rng(0)
-        >>> X = np.concatenate([rng.normal(size=(600, 3)), rng.normal(size=(400, 3)) + [10, -8, 6]])
-        >>> model = MCPCA(modes="auto").fit(X)
-        >>> model.n_modes_, np.bincount(model.predict_mode(X)).tolist()
-        (2, [600, 400])
-        """
-        check_is_fitted(self, "components_")
-        if not _modes.has_modes(self):
-            return self._map_rows(X, lambda b: np.zeros(len(b), np.int64), None, dtype=np.int64,
-                                  storage_options=storage_options)
-        return self._map_rows(X, lambda b, before=None: _modes.best_modes(self, b, before), None, dtype=np.int64,
-                              storage_options=storage_options, in_order=True, modes_ok=True)
-
     def fit_transform(self, X: Any, y: None = None, *, storage_options: dict | None = None):
         """Fit to ``X`` and project it: ``fit(X).transform(X)``, a URL read with ``storage_options`` both times.
 
@@ -697,118 +569,6 @@ class MCPCA(_BaseMCPCA):
         """
         return self.fit(X, y, storage_options=storage_options).transform(X, storage_options=storage_options)
 
-    def partial_fit(self, X: Any, y: None = None, *, storage_options: dict | None = None) -> MCPCA:
-        """Fit on the first call; on later calls, update the model from the new rows ``X`` only, in one pass.
-
-        The first call (an unfitted model) is :meth:`fit`.  A fitted model
-        keeps, for the default solver, the weighted sums of every row it has
-        seen (``update_*`` attributes, saved by :meth:`save`): for the core
-        and the final kernel, the total weight (with its log-scale), the
-        weighted mean and the weighted covariance, in the fit's working unit,
-        and the robust state whose kernels weigh new rows.  An update:
-
-        1. reads the new rows once, weighting each by the current state's
-           core and final kernels (``update_location_``,
-           ``update_scatter_``, the radii of ``update_radii_``; rows holding
-           a ``repeated_values_`` value or equal to a ``repeated_rows_`` row
-           get none), as the next re-weighting pass of a fit would;
-        2. merges their sums with the kept ones by the pairwise formula of
-           Chan, Golub and LeVeque;
-        3. sets ``mean_``, ``components_``, the variances and
-           ``covariance_`` from the merged final kernel, as ``fit`` does
-           (consistent at the Gaussian), and the next state from the merged
-           core kernel; the merged sums are kept for the next update.
-
-        Every row thus keeps the weight the model gave it when it arrived.
-        For rows like those fitted this is the weight a refit would give
-        them (a fit is a fixed point of that re-weighting), so updates by
-        appended chunks give ``fit`` on all the rows within sampling noise
-        (``benchmarks/MONITORING.md``).  The outlier cutoff
-        (``outlier_cutoff_``, ``contamination``), the kernels' radii and the
-        repeated values and rows are kept: they are calibrated on the fit's
-        row sample, and recalibrating them on a day's rows would let that
-        day's own faults (or a new regime) set what counts as normal.
-        ``n_samples_`` and ``n_passes_`` then say what the update read (the
-        new rows, 1 pass); ``n_samples_seen_`` counts every row in the sums.
-
-        **A change of regime is not followed.**  Rows of a new operating
-        regime lie far from the model, get little or no weight and are
-        flagged; the model stays on the old regime.  When most of the new
-        rows lie beyond the model's final kernel (their weighted share is
-        below one half, so most would be flagged), ``partial_fit`` warns
-        (``UserWarning``).  To follow the change, refit: ``fit`` on the
-        rows of the new regime, or on the whole archive with
-        ``warm_start=True`` (which re-reads it and recalibrates everything).
-
-        Parameters
-        ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            The new rows, shape (n_samples, n_features) with the fit's
-            features; input kinds as for :meth:`fit`.
-        y : None
-            Ignored; present for scikit-learn's API.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
-
-        Returns
-        -------
-        self : MCPCA
-            The fitted or updated estimator.
-
-        Raises
-        ------
-        ValueError
-            ``X`` has other features than the fit; or the model keeps no sums
-            to update (``solver="paper"``, data with fewer rows than
-            ``n_features + 2``, a model saved before ``partial_fit`` existed):
-            refit it.
-
-        See Also
-        --------
-        fit : A fit on all the rows (a refit follows a change of regime).
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from dask_mcpca import MCPCA
-        >>> rng = np.random.default_rng(0)
-        >>> X = rng.normal(size=(20000, 3)) * [3.0, 1.0, 0.3]
-        >>> model = MCPCA().partial_fit(X[:10000])             # the first call fits
-        >>> for day in np.array_split(X[10000:], 4):            # then one pass over each new chunk
-        ...     model = model.partial_fit(day)
-        >>> model.n_samples_, model.n_passes_, model.n_samples_seen_
-        (2500, 1, 20000)
-        >>> full = MCPCA().fit(X)
-        >>> bool(np.allclose(model.explained_variance_, full.explained_variance_, rtol=0.02))
-        True
-        """
-        if not hasattr(self, "components_"):
-            return self.fit(X, y, storage_options=storage_options)
-        check_params(self)
-        _modes.refuse(self, "partial_fit")
-        _labels.check_feature_names(self, X, reset=False)
-        X = as_row_blocks(X, storage_options=storage_options)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input"
-            )
-        if X.shape[0] < 1:
-            raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required "
-                             f"by {type(self).__name__}.partial_fit")
-        if not hasattr(self, "update_location_"):
-            raise ValueError(
-                f"{type(self).__name__}.partial_fit: this model keeps no sums to update (fitted with "
-                f"solver={self.solver!r}, on fewer rows than n_features + 2, or saved by a version without "
-                "partial_fit); refit it with fit, then update it with partial_fit"
-            )
-        vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
-        vars(self).pop("archive_samples_", None)
-        with single_threaded_blas():
-            result = update_rows(X, self)
-        self._set_fitted(result)
-        return self
-
     def _set_fitted(self, result: FitResult) -> None:
         """Copy a fit's or an update's attributes onto the estimator (see :class:`._fit.FitResult`)."""
         for name, value in result.fitted_attributes().items():
@@ -816,12 +576,6 @@ class MCPCA(_BaseMCPCA):
         self._robust_state = result.robust_state  # what a warm_start refit continues from
         if result.robust_unit is not None:
             self._robust_unit = result.robust_unit  # the working unit the robust state is in
-
-    def _forget_update_sums(self) -> None:
-        """Remove the sums kept for :meth:`partial_fit` (a refit sets them anew, or has none)."""
-        for name in UPDATE_ATTRIBUTES:
-            if name in vars(self):
-                delattr(self, name)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -832,112 +586,3 @@ class MCPCA(_BaseMCPCA):
     def _more_tags(self) -> dict:  # scikit-learn < 1.6
         return {"allow_nan": self.nan_policy in ("omit", "partial")}
 
-    def fit_predict(self, X: Any, y: None = None, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
-        """Fit to ``X`` and label its rows: ``fit(X).predict(X)``.
-
-        Parameters
-        ----------
-        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
-            Input kinds as for :meth:`fit`.
-        y : None
-            Ignored.
-        storage_options : dict, optional
-            fsspec options when ``X`` is a URL, as for :meth:`fit`.
-
-        Returns
-        -------
-        labels : ndarray or dask array of int64, shape (n_samples,)
-            As :meth:`predict` returns them.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from dask_mcpca import MCPCA
-        >>> X = np.random.default_rng(0).normal(size=(1000, 2))
-        >>> labels = MCPCA(contamination=0.05).fit_predict(X)
-        >>> float((labels == -1).mean())
-        0.05
-        """
-        return self.fit(X, y, storage_options=storage_options).predict(X, storage_options=storage_options)
-
-    # ---------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike, *, storage_options: dict | None = None) -> None:
-        """Write the fitted model to ``path`` as JSON (no pickle).
-
-        Read it back with :func:`dask_mcpca.load`; the format is described
-        in :mod:`dask_mcpca._persist`.  The file is replaced atomically: a
-        local file is written beside it and renamed; on an object store
-        (``s3://bucket/model.json``) it is one object, which the store
-        publishes whole or not at all.
-
-        Parameters
-        ----------
-        path : str or path-like
-            Destination file or fsspec URL; replaced atomically if it exists.
-        storage_options : dict, optional
-            fsspec options for a URL (``{"endpoint_url": ...}``, credentials).
-
-        See Also
-        --------
-        dask_mcpca.load : Read the model back.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from dask_mcpca import MCPCA
-        >>> rng = np.random.default_rng(0)
-        >>> X = rng.normal(size=(1000, 3)) * [3.0, 1.0, 0.3]
-        >>> model = MCPCA(n_components=2).fit(X)
-        >>> import os, tempfile
-        >>> from dask_mcpca import load
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     model.save(os.path.join(folder, "model.json"))
-        ...     loaded = load(os.path.join(folder, "model.json"))
-        >>> bool((loaded.transform(X) == model.transform(X)).all())
-        True
-        """
-        _persist.save(self, path, storage_options=storage_options)
-
-
-def load(path: str | os.PathLike, *, storage_options: dict | None = None) -> MCPCA:
-    """Read a model written by :meth:`MCPCA.save`.
-
-    Parameters
-    ----------
-    path : str or path-like
-        The model file, or an fsspec URL (``s3://bucket/model.json``).
-    storage_options : dict, optional
-        fsspec options for a URL.
-
-    Returns
-    -------
-    model : MCPCA
-        Fitted, with the saved parameters and attributes; it computes bit for
-        bit what the saved model did.
-
-    Raises
-    ------
-    FileNotFoundError
-        No file at ``path``.
-    ModelFormatError
-        The file is not a dask-mcpca model, is damaged, or was written by a
-        newer format version.
-
-    See Also
-    --------
-    MCPCA.save : Write a model.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> import numpy as np
-    >>> from dask_mcpca import MCPCA, load
-    >>> X = np.random.default_rng(0).normal(size=(500, 3))
-    >>> model = MCPCA().fit(X)
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     model.save(os.path.join(folder, "model.json"))
-    ...     loaded = load(os.path.join(folder, "model.json"))
-    >>> bool((loaded.components_ == model.components_).all())
-    True
-    """
-    return _persist.load(path, MCPCA, storage_options=storage_options)

@@ -16,8 +16,9 @@ import numpy as np
 from .. import _rowprints
 from .._choices import CLI_CENTERS as _CENTERS
 from .._choices import CLI_SCALES as _SCALES
-from .._estimator import MCPCA, check_params
+from .._estimator import MCPCA
 from .._labels import feature_names_of
+from .._params import check_params
 from .._scale import scale_text
 from .common import (
     UsageError,

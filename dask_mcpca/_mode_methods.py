@@ -1,0 +1,88 @@
+"""A fit with operating modes, on the estimator: the modes' models set, and each row's mode.
+
+``ModesMixin`` (mixed into :class:`~dask_mcpca.MCPCA`) sets what a fit with
+``modes`` found (``_set_modes``: a single-mode model per mode, the largest
+mode's attributes on the estimator, the modes' own attributes) and tells a
+row's mode (:meth:`~MCPCA.predict_mode`).  How the modes are found and
+fitted is :mod:`._fit_modes`; the rule that sends a row to a mode, :mod:`._modes`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from sklearn.base import clone
+from sklearn.utils.validation import check_is_fitted
+
+from . import _modes
+from ._fit_modes import ModesResult
+
+__all__ = ["MODE_ATTRIBUTES", "ModesMixin"]
+
+#: What a fit with ``modes`` sets beside the usual attributes (removed by a refit).
+MODE_ATTRIBUTES = ("mode_models_", "n_modes_", "modes_", "mode_weights_", "mode_means_", "mode_channels_",
+                   "_mode_finder")
+
+
+class ModesMixin:
+    """The operating modes' part of :class:`~dask_mcpca.MCPCA`: a fit's modes set, and each row's mode."""
+
+    def _set_modes(self, result: ModesResult) -> None:
+        """Set a fit with several modes: a single-mode model per mode, the largest mode's attributes on
+        the estimator, and the modes' own attributes (see ``n_modes_``)."""
+        models = []
+        for one in result.results:
+            model = clone(self).set_params(modes=None)
+            model._set_fitted(one)
+            models.append(model)
+        self._set_fitted(result.results[int(np.argmax(result.weights))])
+        self._forget_update_sums()  # partial_fit is not built for modes
+        vars(self).pop("scale_", None)  # each mode has its own; rows are judged as stored
+        self.mode_models_ = models
+        self.n_modes_ = len(models)
+        self.modes_ = result.labels
+        self.mode_weights_ = result.weights
+        self.mode_means_ = np.stack([m.mean_ * getattr(m, "scale_", 1.0) for m in models])
+        self.mode_channels_ = _modes.finder(self).channels  # builds the rule that sends rows to modes
+        self.n_passes_ = result.n_passes
+        self.n_partial_reads_ = result.n_partial_reads
+
+    def predict_mode(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
+        """The operating mode of each row: the index into ``modes_`` of the most likely mode.
+
+        Decided on the channels that tell the modes apart (``mode_channels_``: for some pair of modes,
+        the centre moves by 2 pooled SDs or the spread by 3x), by each mode's robust Gaussian and its
+        share of the rows, so that a fault on another channel does not send a row to a mode whose
+        wider spread would explain it.  Every row is judged (:meth:`is_outlier`, :meth:`predict`,
+        :meth:`decision_function`) against this mode.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array, h5py.Dataset, xarray.DataArray or str
+            Input kinds as for :meth:`fit`.
+        storage_options : dict, optional
+            fsspec options when ``X`` is a URL, as for :meth:`fit`.
+
+        Returns
+        -------
+        modes : ndarray or dask array of int64, shape (n_samples,)
+            0 for every row of a model fitted without modes.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from dask_mcpca import MCPCA
+        >>> rng = np.random.default_rng(0)
+        >>> X = np.concatenate([rng.normal(size=(600, 3)), rng.normal(size=(400, 3)) + [10, -8, 6]])
+        >>> model = MCPCA(modes="auto").fit(X)
+        >>> model.n_modes_, np.bincount(model.predict_mode(X)).tolist()
+        (2, [600, 400])
+        """
+        check_is_fitted(self, "components_")
+        if not _modes.has_modes(self):
+            return self._map_rows(X, lambda b: np.zeros(len(b), np.int64), None, dtype=np.int64,
+                                  storage_options=storage_options)
+        return self._map_rows(X, lambda b, before=None: _modes.best_modes(self, b, before), None, dtype=np.int64,
+                              storage_options=storage_options, in_order=True, modes_ok=True)
