@@ -27,7 +27,7 @@ from . import _labels, _model, _modes
 from ._channel_methods import ChannelMethodsMixin
 from ._detector import OutlierDetectorMixin
 from ._io import as_row_blocks
-from ._row_methods import fill_docstrings, map_in_order
+from ._row_methods import check_n_features, fill_docstrings, map_in_order
 
 __all__ = ["_BaseMCPCA"]
 
@@ -121,11 +121,7 @@ class _BaseMCPCA(OutlierDetectorMixin, ChannelMethodsMixin, ClassNamePrefixFeatu
     def _map_row_blocks(self, X, func, n_out: int | None, dtype, storage_options=None, *, nan_policy=None,
                         in_order: bool = False):
         X = as_row_blocks(X, storage_options=storage_options)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input"
-            )
+        check_n_features(self, X)
         func = _model.nan_for_nonfinite_rows(func, nan_policy or self.nan_policy)
         if isinstance(X, da.Array):
             if in_order:  # per-row outputs only

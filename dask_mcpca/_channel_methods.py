@@ -20,7 +20,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _labels, _missing, _model, _modes
 from ._io import as_row_blocks
 from ._mode_rows import MODE_DTYPE, contributor_by_mode, row_outputs_by_mode
-from ._row_methods import fill_docstrings, map_in_order
+from ._row_methods import check_n_features, fill_docstrings, map_in_order
 
 __all__ = ["ROW_OUTPUTS", "ChannelMethodsMixin"]
 
@@ -336,11 +336,7 @@ class ChannelMethodsMixin:
             _modes.refuse(self, "score_rows(outputs=('scores', ...)) (each mode has its own components)")
         _labels.check_feature_names(self, X, reset=False)
         blocks = as_row_blocks(X, storage_options=storage_options)
-        if blocks.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {blocks.shape[1]} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input"
-            )
+        check_n_features(self, blocks)
         fused = row_outputs_by_mode(self, tuple(outputs), self.nan_policy)
         if not isinstance(blocks, da.Array):
             parts = fused(blocks)

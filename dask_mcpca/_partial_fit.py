@@ -14,6 +14,7 @@ from . import _labels, _modes
 from ._io import as_row_blocks
 from ._params import check_params
 from ._passes import single_threaded_blas
+from ._row_methods import check_n_features
 from ._update import UPDATE_ATTRIBUTES, update_rows
 
 __all__ = ["PartialFitMixin"]
@@ -113,11 +114,7 @@ class PartialFitMixin:
         _modes.refuse(self, "partial_fit")
         _labels.check_feature_names(self, X, reset=False)
         X = as_row_blocks(X, storage_options=storage_options)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input"
-            )
+        check_n_features(self, X)
         if X.shape[0] < 1:
             raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required "
                              f"by {type(self).__name__}.partial_fit")

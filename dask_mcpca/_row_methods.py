@@ -6,7 +6,8 @@ The per-row methods live in three classes by job, combined in
 (:mod:`._detector`), and the per-channel outputs (:mod:`._channel_methods`).
 Each class fills its docstrings' ``{rows_in}`` and ``{rows_out}`` with
 :func:`fill_docstrings`; the methods that read rows in order (a stuck
-sensor's run) map their block function with :func:`map_in_order`.
+sensor's run) map their block function with :func:`map_in_order`; rows of
+another width than the fit's are refused by :func:`check_n_features`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import dask.array as da
 from . import _model
 from ._passes import rows_before
 
-__all__ = ["ROWS_IN", "ROWS_OUT", "fill_docstrings", "map_in_order"]
+__all__ = ["ROWS_IN", "ROWS_OUT", "check_n_features", "fill_docstrings", "map_in_order"]
 
 #: The per-row methods' shared docstring parts, filled in by :func:`fill_docstrings`
 #: (``{rows_in}``: the X and storage_options parameters; ``{rows_out}``: what comes back).
@@ -47,3 +48,12 @@ def map_in_order(X: da.Array, func, **kwargs) -> da.Array:
     (:func:`._passes.rows_before`): for row-block methods that read rows in order (a stuck sensor's run)."""
     before = rows_before(X, _model.CONTEXT_ROWS)
     return da.blockwise(func, "i", X, "ij", before, "ij", align_arrays=False, concatenate=True, **kwargs)
+
+
+def check_n_features(estimator, X) -> None:
+    """Refuse row blocks ``X`` whose width is not the fit's ``n_features_in_`` (scikit-learn's message)."""
+    if X.shape[1] != estimator.n_features_in_:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but {type(estimator).__name__} is expecting "
+            f"{estimator.n_features_in_} features as input"
+        )
