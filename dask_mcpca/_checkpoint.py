@@ -27,6 +27,7 @@ import numpy as np
 from ._atomic import atomic_path, recover
 from ._exceptions import CheckpointMismatchError
 from ._paper import PaperState
+from ._power import PSD_TOL
 from ._robust_step import RobustState
 from ._urls import local_path
 
@@ -54,8 +55,6 @@ _STATE_ROWS = ("repeated_rows",)
 #: State entries that may hold NaN (a paper's null-space sigma, "no step yet").
 _MAY_BE_NAN = ("sigmas", "last_change", "cutoff", "final_cutoff", "support", "core_support", "rate")
 _STATES = {"paper": PaperState, "robust": RobustState}
-#: Negative eigenvalue accepted in a saved scatter, relative to its largest variance (round-off).
-PSD_TOL = 1e-9
 
 
 def _encode(state: RobustState | PaperState) -> tuple[dict, dict]:

@@ -12,6 +12,7 @@ import numpy as np
 import scipy.linalg
 
 __all__ = [
+    "PSD_TOL",
     "deflated_operator",
     "power_iteration",
     "woodbury_update",
@@ -22,6 +23,11 @@ __all__ = [
     "variance_floor",
     "spread_directions",
 ]
+
+#: Negative eigenvalue accepted in a saved scatter or kept covariance, relative to its largest variance
+#: (round-off of a weighted sum: ~1e-16 on a constant channel); read by the model file's and the
+#: checkpoint's checks.
+PSD_TOL = 1e-9
 
 #: Variances below ``RANK_FLOOR * p * eps`` times the largest are round-off:
 #: the numerical rank floor of every scatter the package decomposes.

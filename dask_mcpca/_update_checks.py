@@ -16,10 +16,11 @@ import numbers
 
 import numpy as np
 
+from ._power import PSD_TOL
 from ._robust_step import FALL_OFF2, floored
 from ._schedule import flat_top_consistency, robust_kernel_size2
 
-__all__ = ["UPDATE_ARRAYS", "UPDATE_SUMS_TOL", "PSD_TOL", "FIX", "check_update_sums"]
+__all__ = ["UPDATE_ARRAYS", "UPDATE_SUMS_TOL", "FIX", "check_update_sums"]
 
 #: What ``MCPCA.partial_fit`` updates from: name -> shape in terms of p (all or none of them).
 UPDATE_ARRAYS = {
@@ -35,9 +36,6 @@ UPDATE_ARRAYS = {
 #: fit and update computes those from the sums by the same float64 formulas: a fit and three
 #: updates of each kind of fit in tests/test_model_files.py disagree by at most ~2e-15.
 UPDATE_SUMS_TOL = 1e-9
-#: Negative eigenvalue accepted in a covariance, relative to its largest diagonal entry (round-off
-#: of a weighted sum: ~1e-16 on a constant channel).
-PSD_TOL = 1e-9
 _KERNELS = ("the core kernel's", "the final kernel's")
 #: What a message of a failed check tells the user to do.
 FIX = "the file was changed after it was saved, or mixes two models; restore it, or refit"

@@ -192,6 +192,10 @@ def _connect_timeout(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``dask-mcpca`` parser: one sub-command per job (``demo``, ``fit``, ``update``, ``score``,
+    ``report``), each with the options docs/cli.md lists.  Options that take paths, numbers or
+    choices are checked by their ``type`` here, so that a bad value fails before any data is read
+    (exit code 2, one line on stderr)."""
     parser = _Parser(
         prog=PROG,
         description="Robust PCA (maximum correntropy power iterations) of Zarr / HDF5 archives.",

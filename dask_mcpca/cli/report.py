@@ -38,6 +38,13 @@ def _import_quietly(names) -> None:
 
 
 def cmd_report(args, out) -> int:
+    """``dask-mcpca report``: the events file (CSV), the optional drift windows (CSV), the figure (PNG)
+    and the printed summary of the model's judgement of the archive's rows.
+
+    The output paths are checked to be distinct before any read; the archive is opened once and
+    the model read once (:func:`.common.load_model`); the summary is one pass over the rows
+    (:func:`dask_mcpca._report.summarize`).  Returns the exit status (0).
+    """
     from .. import _report
 
     if args.max_events is None:  # left out: the report's own default
