@@ -572,8 +572,8 @@ def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Co
         missing = np.asarray(missing, bool)
         precision = np.ascontiguousarray(precision, np.float64)
         U = np.where(missing, 0.0, Y)
-        counts = missing.sum(axis=1)
-        gaps = np.nonzero(missing)[1]  # the missing columns, row after row
+        at, gaps = np.nonzero(missing)  # the missing cells, row after row
+        counts = np.bincount(at, minlength=n)
         first = np.cumsum(counts) - counts
         groups = []
         for m in np.unique(counts):

@@ -54,9 +54,18 @@ def estep_scales(part_plan) -> tuple[np.ndarray, np.ndarray]:
 
 def _completed_scatter(Y: np.ndarray, G: np.ndarray, ratio: np.ndarray, counts: np.ndarray):
     """``sum G``, ``sum G y`` and ``sum G (c_p / c_k) y y^T`` per kernel of completed rows judged
-    on ``counts`` cells (the E-step's consistent second moments, :mod:`._missing`)."""
-    ws = Workspace(np.float64)  # one SYRK per kernel: half the work of one GEMM of the J kernels side by side
-    scatter = np.stack([weighted_sums(Y, g[None], ws)[2][0] for g in G * ratio[:, counts]])
+    on ``counts`` cells (the E-step's consistent second moments, :mod:`._missing`).
+
+    One SYRK per kernel; with several kernels, the rows of weight 1 in each (inside every flat top)
+    differ between kernels only by their count's ``c_p / c_k``: their ``y y^T`` are summed once per
+    count, then scaled per kernel, and only the other rows get a SYRK per kernel."""
+    ws = Workspace(np.float64)
+    G2 = G * ratio[:, counts]
+    shared = (G == 1.0).all(axis=0) if len(G) > 1 else np.zeros(len(Y), bool)
+    rest = np.flatnonzero(~shared) if shared.any() else slice(None)
+    scatter = np.stack([weighted_sums(Y[rest], g[None, rest], ws)[2][0] for g in G2])
+    for k in np.unique(counts[shared]):
+        scatter += ratio[:, k, None, None] * weighted_sums(Y[shared & (counts == k)], None, ws)[2][0]
     return G.sum(axis=1), G @ Y, scatter
 
 

@@ -127,3 +127,25 @@ def test_a_channel_without_precision_is_completed_by_the_pseudo_inverse():
     inv = np.linalg.inv(S[np.ix_([i - 1 for i in o], [i - 1 for i in o])])
     expected = S[2, [i - 1 for i in o]] @ inv @ Y[10:, o].T
     np.testing.assert_allclose(cond.completed[10:, 3], expected, rtol=1e-9)
+
+
+def test_e_step_scatter_of_several_kernels_is_the_weighted_sum_row_by_row():
+    """Rows inside every kernel's flat top are summed once per count and scaled per kernel; the sum
+    is still ``sum_i G_ji (c_p / c_k_i) y_i y_i^T`` per kernel, here written out row by row."""
+    from dask_mcpca._partial_stats import _completed_scatter
+
+    rng = np.random.default_rng(5)
+    n, p = 400, 7
+    Y = rng.normal(size=(n, p))
+    counts = rng.integers(4, p, n)
+    G = np.where(rng.random((2, n)) < 0.7, 1.0, rng.random((2, n)))
+    G[1] = np.maximum(G[0], G[1])
+    ratio = 1.0 + rng.random((2, p + 1))
+    weight, wsum, scatter = _completed_scatter(Y, G, ratio, counts)
+    for j in range(2):
+        w = G[j] * ratio[j, counts]
+        np.testing.assert_allclose(scatter[j], sum(w[i] * np.outer(Y[i], Y[i]) for i in range(n)), rtol=1e-12)
+        np.testing.assert_allclose(wsum[j], G[j] @ Y, rtol=1e-12)
+        np.testing.assert_allclose(weight[j], G[j].sum(), rtol=1e-12)
+    single = _completed_scatter(Y, G[:1], ratio[:1], counts)[2]
+    np.testing.assert_allclose(single[0], scatter[0], rtol=1e-12)
