@@ -52,7 +52,6 @@ from scipy.linalg.blas import dtrmm
 from scipy.special import gammaln
 
 from . import _compiled
-from ._schedule import flat_top_consistency
 
 __all__ = [
     "partial_rows", "nonfinite_rows", "pattern_codes", "patterns", "ConditionalModel", "conditional_model",
@@ -67,8 +66,7 @@ __all__ = [
 #: pass).  Bounds what a block returns: ``MAX_PATTERNS * J * p^2`` floats.
 MAX_PATTERNS = 64
 
-#: The client's EM stops when the covariance moves by less than this (relative):
-#: far below the sampling error of any covariance a pass estimates.
+#: The client's EM stops when the covariance moves by less than this (relative): far below sampling error.
 EM_TOL = 1e-7
 
 #: Bound on the client's EM iterations per pass.
@@ -356,9 +354,8 @@ def pattern_key(observed: np.ndarray) -> bytes:
 class GapSums:
     """Weighted sums of the observed cells of the rows that share one pattern, per kernel.
 
-    ``y = x - centre`` (the pass's centre, working units), ``O`` the observed cells:
-    ``weight[j] = sum w``, ``wsum[j] = sum w y_O``, ``second[j] = sum w y_O y_O^T``,
-    the weights known up to the pass's log-scale, as in :class:`._stats.BlockStats`.
+    ``y = x - centre`` (the pass's centre, working units), ``O`` the observed cells: ``weight[j] = sum w``,
+    ``wsum[j] = sum w y_O``, ``second[j] = sum w y_O y_O^T``, ``w`` up to the pass's log-scale (``BlockStats``).
     """
 
     observed: np.ndarray
@@ -376,12 +373,8 @@ def merge_gaps(a: dict | None, fa: np.ndarray, b: dict | None, fb: np.ndarray) -
         return None
     out = {k: g.scaled(fa) for k, g in (a or {}).items()}
     for k, g in (b or {}).items():
-        g = g.scaled(fb)
-        if k in out:
-            h = out[k]
-            out[k] = GapSums(h.observed, h.weight + g.weight, h.wsum + g.wsum, h.second + g.second)
-        else:
-            out[k] = g
+        g, h = g.scaled(fb), out.get(k)
+        out[k] = g if h is None else GapSums(h.observed, h.weight + g.weight, h.wsum + g.wsum, h.second + g.second)
     return out
 
 
@@ -397,11 +390,20 @@ def estep_scales(offsets: np.ndarray, kernel_size2: float) -> tuple[np.ndarray, 
     offsets = np.asarray(offsets, np.float64)
     J, p = offsets.shape[0], offsets.shape[1] - 1
     shrink = np.ones((J, p + 1))
-    for j in range(J):
-        for k in range(1, p + 1):
-            q = 2.0 * kernel_size2 * offsets[j, k]
-            shrink[j, k] = 1.0 / flat_top_consistency(k, kernel_size2, q) if np.isfinite(q) else 1.0
+    q = 2.0 * kernel_size2 * offsets[:, 1:]
+    top = np.isfinite(q)  # else every row has weight 1
+    shrink[:, 1:][top] = 1.0 / _flat_top_consistency(np.broadcast_to(np.arange(1, p + 1), q.shape)[top],
+                                                     kernel_size2, q[top])
     return shrink[:, p].copy(), shrink[:, p:] / shrink
+
+
+def _flat_top_consistency(k: np.ndarray, c2: float, q: np.ndarray) -> np.ndarray:
+    """:func:`._schedule.flat_top_consistency` for arrays of dimensions ``k`` and finite radii ``q``
+    (the same operations element by element, one scipy call for all of them)."""
+    s = c2 / (1.0 + c2)
+    log_tail = q / (2.0 * c2) + (k / 2.0) * np.log(s)
+    weight = stats.chi2.cdf(q, k) + np.exp(log_tail + stats.chi2.logsf(q / s, k))
+    return k * weight / (k * stats.chi2.cdf(q, k + 2) + s * k * np.exp(log_tail + stats.chi2.logsf(q / s, k + 2)))
 
 
 def em_moments(
@@ -593,8 +595,6 @@ def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Co
         else:  # (L^T U^T)^T: U^T is U's memory in Fortran order, no copy
             V = dtrmm(1.0, L, U.T, side=0, lower=1, trans_a=1)  # p x n
             d2 = np.einsum("ij,ij->j", V, V)
-        none = counts == p
-        if none.any():
-            d2[none] = np.nan
-            U[none] = np.nan
+        d2[counts == p] = np.nan
+        U[counts == p] = np.nan
         return Conditional(U, d2, p - counts, groups, precision, missing)

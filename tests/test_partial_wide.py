@@ -149,3 +149,22 @@ def test_e_step_scatter_of_several_kernels_is_the_weighted_sum_row_by_row():
         np.testing.assert_allclose(weight[j], G[j].sum(), rtol=1e-12)
     single = _completed_scatter(Y, G[:1], ratio[:1], counts)[2]
     np.testing.assert_allclose(single[0], scatter[0], rtol=1e-12)
+
+
+def test_e_step_scales_are_the_flat_top_consistency_per_count():
+    """One scipy call for all counts and kernels gives what the scalar consistency factor gives for
+    each (an infinite radius: every row has weight 1, scale 1)."""
+    from dask_mcpca._missing import estep_scales
+    from dask_mcpca._schedule import flat_top_consistency
+
+    p, c2 = 40, 1.7
+    offsets = np.random.default_rng(6).uniform(0.5, 3.0, (2, p + 1))
+    offsets[1, 5] = np.inf
+    shrink, ratio = estep_scales(offsets, c2)
+    expected = np.ones((2, p + 1))
+    for j in range(2):
+        for k in range(1, p + 1):
+            q = 2 * c2 * offsets[j, k]
+            expected[j, k] = 1 / flat_top_consistency(k, c2, q) if np.isfinite(q) else 1.0
+    np.testing.assert_allclose(shrink, expected[:, p], rtol=1e-14)
+    np.testing.assert_allclose(ratio, expected[:, p:] / expected, rtol=1e-14)
