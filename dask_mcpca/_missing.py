@@ -500,12 +500,11 @@ class Conditional:
         Per batch of rows with the same number m of missing cells: their indices (r,),
         the missing columns (r, m) and the conditional covariance of those cells (r, m, m).
     residual : ndarray of shape (n, p)
-        ``T u``: ``S_OO^-1 y_O`` on the observed cells, 0 on the missing ones (computed when
-        first read: a partial fit's passes need only the distances).
+        ``T u``: ``S_OO^-1 y_O`` on the observed cells, 0 on the missing ones.  It and ``d2`` are
+        computed when first read (a partial fit's passes need only ``d2``, cell flags ``residual``).
     """
 
     completed: np.ndarray
-    d2: np.ndarray
     n_observed: np.ndarray
     groups: list
     precision: np.ndarray = field(repr=False)
@@ -517,6 +516,16 @@ class Conditional:
             t = self.completed @ self.precision
         t[self.missing] = 0.0  # exactly 0 there in exact arithmetic
         return t
+
+    @functools.cached_property
+    def d2(self) -> np.ndarray:
+        U, p = self.completed, self.precision.shape[0]
+        L = _root(self.precision.tobytes(), p) if len(U) else None
+        with np.errstate(over="ignore", invalid="ignore"):
+            V = self.residual.T if L is None else dtrmm(1.0, L, U.T, side=0, lower=1, trans_a=1)  # p x n
+            d2 = np.einsum("ij,ij->j", U.T if L is None else V, V)
+        d2[self.n_observed == 0] = np.nan
+        return d2
 
     def variances(self) -> np.ndarray:
         """Each missing cell's conditional variance (0 at observed cells), the shape of ``completed``."""
@@ -587,14 +596,5 @@ def conditional(Y: np.ndarray, missing: np.ndarray, precision: np.ndarray) -> Co
                 rows = rows_m[a:a + step]
                 cols = gaps[first[rows][:, None] + np.arange(m)]
                 groups.append((rows, cols, _complete_rows(U, rows, cols, precision)))
-        L = _root(precision.tobytes(), p) if n else None
-        if L is None:
-            t = U @ precision
-            t[missing] = 0.0
-            d2 = np.einsum("ij,ij->i", U, t)
-        else:  # (L^T U^T)^T: U^T is U's memory in Fortran order, no copy
-            V = dtrmm(1.0, L, U.T, side=0, lower=1, trans_a=1)  # p x n
-            d2 = np.einsum("ij,ij->j", V, V)
-        d2[counts == p] = np.nan
         U[counts == p] = np.nan
-        return Conditional(U, d2, p - counts, groups, precision, missing)
+        return Conditional(U, p - counts, groups, precision, missing)
