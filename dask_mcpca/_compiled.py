@@ -156,6 +156,9 @@ TILE = 256
 #: Rows read side by side by :func:`column_ranges`.
 RANGE_ROWS = 16
 
+#: Rows :func:`row_distances` takes side by side (a component read once for all of them).
+DISTANCE_ROWS = 8
+
 #: LLVM fast-math flags: reassociation (vectorised sums), contraction (FMA),
 #: no signed zeros, reciprocal.  Not ``nnan``/``ninf``: infinities and NaN
 #: keep their IEEE meaning.
@@ -474,44 +477,63 @@ def row_distances(X, center, scale, components, inv_var, inv_noise, top_matrix, 
     :meth:`MCPCA.channel_contributions` ranks first.  A row whose distance or a
     contribution is not finite (an overflow) gets ``d2`` NaN: the caller computes it again
     with the numpy spelling, which says what such a row's distance is.
+
+    Rows go ``DISTANCE_ROWS`` at a time, so a component is read once per run of rows, not once
+    per row (at p = 1000 the components are 8 MB); a short last run is padded with zero rows.
+    Every row of a run goes through the same loops in the same order, so a row's result does
+    not depend on its block or on its place in a run.
     """
     n, p = X.shape
     k = components.shape[0]
     with_top = top.shape[0] == n
-    y = np.empty(p)
-    for i in range(n):
-        yy = 0.0
-        for j in range(p):
-            y[j] = (X[i, j] - center[j]) * scale
-            yy += y[j] * y[j]
-        s = 0.0
-        zz = 0.0
-        for a in range(k):
-            z = 0.0
-            for j in range(p):
-                z += components[a, j] * y[j]
-            s += z * z * inv_var[a]
-            zz += z * z
-        if inv_noise > 0.0:
-            r = yy - zz
-            if r > 0.0:
-                s += r * inv_noise
-            elif r != r:
-                s = np.nan
-        if with_top:
-            best, at, total = -1.0, 0, 0.0
-            for a in range(p):
-                v = 0.0
+    R = DISTANCE_ROWS
+    y = np.zeros((R, p))
+    yy = np.zeros(R)
+    s = np.zeros(R)
+    zz = np.zeros(R)
+    for t0 in range(0, n, R):
+        m = min(R, n - t0)
+        for r in range(R):
+            s[r] = 0.0
+            zz[r] = 0.0
+            acc = 0.0
+            if r < m:
                 for j in range(p):
-                    v += y[j] * top_matrix[j, a]
-                v = v * v
-                total += v  # not finite if a contribution is not (or if their sum overflows)
-                if v > best:
-                    best, at = v, a
-            top[i] = at
-            if not total < np.inf:
-                s = np.nan
-        d2[i] = s if s < np.inf else np.nan
+                    y[r, j] = (X[t0 + r, j] - center[j]) * scale
+                    acc += y[r, j] * y[r, j]
+            else:
+                y[r, :] = 0.0
+            yy[r] = acc
+        for a in range(k):
+            for r in range(R):
+                z = 0.0
+                for j in range(p):
+                    z += components[a, j] * y[r, j]
+                s[r] += z * z * inv_var[a]
+                zz[r] += z * z
+        for r in range(m):
+            i = t0 + r
+            si = s[r]
+            if inv_noise > 0.0:
+                res = yy[r] - zz[r]
+                if res > 0.0:
+                    si += res * inv_noise
+                elif res != res:
+                    si = np.nan
+            if with_top:
+                best, at, total = -1.0, 0, 0.0
+                for a in range(p):
+                    v = 0.0
+                    for j in range(p):
+                        v += y[r, j] * top_matrix[j, a]
+                    v = v * v
+                    total += v  # not finite if a contribution is not (or if their sum overflows)
+                    if v > best:
+                        best, at = v, a
+                top[i] = at
+                if not total < np.inf:
+                    si = np.nan
+            d2[i] = si if si < np.inf else np.nan
 
 
 @_compiled

@@ -168,3 +168,38 @@ def test_e_step_scales_are_the_flat_top_consistency_per_count():
             expected[j, k] = 1 / flat_top_consistency(k, c2, q) if np.isfinite(q) else 1.0
     np.testing.assert_allclose(shrink, expected[:, p], rtol=1e-14)
     np.testing.assert_allclose(ratio, expected[:, p:] / expected, rtol=1e-14)
+
+
+@pytest.mark.parametrize("k", [5, 40])
+def test_row_distances_give_a_row_the_same_bits_in_any_run_of_rows(k):
+    """The compiled distances take rows eight at a time: a row's distance and top channel are the same
+    bits alone, in a short last run, or anywhere in a block; and they are the plain definitions."""
+    from dask_mcpca import _compiled
+
+    if not _compiled.AVAILABLE:
+        pytest.skip("numba is not available: the numpy spelling serves every row")
+    rng = np.random.default_rng(k)
+    p, n = 40, 27
+    X = rng.normal(size=(n, p))
+    center = rng.normal(size=p)
+    components = np.linalg.qr(rng.normal(size=(p, p)))[0][:k].copy()
+    inv_var = rng.uniform(0.5, 2.0, k)
+    inv_noise = 0.0 if k == p else 0.8
+    top_matrix = rng.normal(size=(p, p))
+
+    def run(rows):
+        d2, top = np.empty(len(rows)), np.empty(len(rows), np.int16)
+        _compiled.row_distances(np.ascontiguousarray(rows), center, 0.5, components, inv_var, inv_noise,
+                                top_matrix, d2, top)
+        return d2, top
+
+    d2, top = run(X)
+    for i in range(n):
+        d, t = run(X[i : i + 1])
+        assert d[0] == d2[i] and t[0] == top[i]
+    np.testing.assert_array_equal(run(X[5:])[0], d2[5:])
+    Y = (X - center) * 0.5
+    z = Y @ components.T
+    plain = (z**2 * inv_var).sum(axis=1) + np.maximum((Y**2).sum(axis=1) - (z**2).sum(axis=1), 0) * inv_noise
+    np.testing.assert_allclose(d2, plain, rtol=1e-10)
+    np.testing.assert_array_equal(top, np.argmax((Y @ top_matrix) ** 2, axis=1))
