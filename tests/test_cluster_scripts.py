@@ -126,6 +126,7 @@ def _jobqueue(hidden: tuple[str, ...], *args, cwd: Path):
     (("dask_jobqueue",), "dask-jobqueue"),
     (("dask_jobqueue", "distributed"), "dask-jobqueue"),
 ])
+@pytest.mark.slow  # a fresh interpreter in a subprocess: the CI tier
 def test_jobqueue_without_dask_jobqueue_says_what_to_install(tmp_path, hidden, package):
     """After the store is opened (a store that cannot be read is said first: tests/test_recipes.py)."""
     zarr.create_array(str(tmp_path / "store.zarr"), shape=(100, 3), chunks=(50, 3), dtype="f8")[:] = 1.0

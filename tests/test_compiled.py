@@ -342,6 +342,7 @@ def test_non_finite_value_in_a_direction_the_kernel_ignores_is_still_counted(spe
     _assert_matches(got, _plain(X, plan, np.arange(len(X)) != 10), dtype)
 
 
+@pytest.mark.slow  # a fresh interpreter in a subprocess: the CI tier
 def test_package_works_where_numba_cannot_cache(tmp_path):
     """A read-only install run by a user without a writable home: numba refuses ``cache=True``
     at decoration ("no locator available"); the loops are then compiled in the process.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 
 import numpy as np
+import pytest
 import xarray as xr
 import zarr
 
@@ -42,6 +43,7 @@ def _cli(capsys, *args) -> str:
     return out
 
 
+@pytest.mark.slow  # a whole monitoring loop of five commands: the CI tier
 def test_fit_then_update_and_append_each_period(tmp_path, capsys):
     X = _archive()
     store, model, scores = tmp_path / "archive.zarr", tmp_path / "model.json", tmp_path / "scores.zarr"
