@@ -474,7 +474,7 @@ def em_moments(
 _BATCH_FLOATS = 4_000_000
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)  # at p = 1000, 16 MB an entry (key and factor)
 def _root(precision: bytes, p: int) -> np.ndarray | None:
     """Lower triangular ``L``, ``L L^T = `` the precision (Fortran order); None where there is none."""
     try:
