@@ -231,7 +231,7 @@ def open_store(args):
 
 def _as_typed(err: BaseException, args) -> str:
     """The error in one line; a selection that selects nothing named by the options as typed."""
-    from dask_mcpca._io import SelectionError
+    from dask_mcpca import SelectionError
 
     if isinstance(err, SelectionError):
         named = " with ".join(
