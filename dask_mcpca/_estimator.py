@@ -173,9 +173,10 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
         to :meth:`fit` (``fit(X, modes=labels)``).  Each row is judged
         against the mode that explains it best (:meth:`predict_mode`).
         Modes need ``solver="auto"``, ``center="robust"``, ``cellwise=False``,
-        no ``checkpoint`` and no ``warm_start``; ``nan_policy="partial"``,
-        :meth:`partial_fit`, :meth:`save` and the per-channel methods are
-        not built for them yet and say so.
+        no ``checkpoint`` and no ``warm_start``; ``nan_policy="partial"``
+        and :meth:`transform` (whose scores are each mode's own) are not
+        built for them yet and say so.  :meth:`partial_fit` updates each
+        mode by its new rows.
 
     Attributes
     ----------

@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import _modes
 from ._fit_modes import ModesResult
+from ._update import UPDATE_ATTRIBUTES
 
 __all__ = ["MODE_ATTRIBUTES", "ModesMixin"]
 
@@ -38,7 +39,7 @@ class ModesMixin:
             model._set_fitted(one)
             models.append(model)
         self._set_fitted(result.results[int(np.argmax(result.weights))])
-        self._forget_update_sums()  # partial_fit is not built for modes
+        self._forget_update_sums()  # each mode keeps its own sums (partial_fit updates mode by mode)
         vars(self).pop("scale_", None)  # each mode has its own; rows are judged as stored
         self.mode_models_ = models
         self.n_modes_ = len(models)
@@ -48,6 +49,30 @@ class ModesMixin:
         self.mode_channels_ = _modes.finder(self).channels  # builds the rule that sends rows to modes
         self.n_passes_ = result.n_passes
         self.n_partial_reads_ = result.n_partial_reads
+
+    def _update_modes(self, X) -> None:
+        """:meth:`partial_fit` of a model with modes: each new row goes to its mode (:meth:`predict_mode`,
+        one pass) and each mode with new rows is updated by them (:meth:`partial_fit` of its model, one
+        pass each); then the shares, the largest mode's attributes and the rule that sends rows to
+        modes are set again.  ``X``: full-row blocks, as stored."""
+        codes = self.predict_mode(X)
+        codes = np.asarray(codes.compute() if isinstance(codes, da.Array) else codes)
+        passes = 1
+        for m, model in enumerate(self.mode_models_):
+            mine = codes == m
+            if mine.any():
+                model.partial_fit(X[mine])
+                passes += 1
+        seen = np.array([m.n_samples_seen_ for m in self.mode_models_], np.float64)
+        self.mode_weights_ = seen / seen.sum()
+        largest = self.mode_models_[int(np.argmax(self.mode_weights_))]
+        for name, value in vars(largest).items():
+            if name.endswith("_") and not name.startswith("_") and name not in (*UPDATE_ATTRIBUTES, "scale_"):
+                setattr(self, name, value)
+        self.mode_means_ = np.stack([m.mean_ * getattr(m, "scale_", 1.0) for m in self.mode_models_])
+        vars(self).pop("_mode_finder", None)
+        self.mode_channels_ = _modes.finder(self).channels
+        self.n_samples_, self.n_passes_ = int(len(codes)), passes
 
     def predict_mode(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """The operating mode of each row: the index into ``modes_`` of the most likely mode.

@@ -111,13 +111,18 @@ class PartialFitMixin:
         if not hasattr(self, "components_"):
             return self.fit(X, y, storage_options=storage_options)
         check_params(self)
-        _modes.refuse(self, "partial_fit")
         _labels.check_feature_names(self, X, reset=False)
         X = as_row_blocks(X, storage_options=storage_options)
         check_n_features(self, X)
         if X.shape[0] < 1:
             raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required "
                              f"by {type(self).__name__}.partial_fit")
+        if _modes.has_modes(self):  # each mode by its new rows (a pass to send them, then one per mode)
+            vars(self).pop("archive_rows_", None)
+            vars(self).pop("archive_samples_", None)
+            with single_threaded_blas():
+                self._update_modes(X)
+            return self
         if not hasattr(self, "update_location_"):
             raise ValueError(
                 f"{type(self).__name__}.partial_fit: this model keeps no sums to update (fitted with "

@@ -146,8 +146,7 @@ def test_faults_in_a_two_state_recording_are_found(kind):
 def test_modes_refuse_what_is_not_built_for_them():
     X, truth = two_states(seed=8, n=(600, 400))
     model = MCPCA().fit(X, modes=truth)
-    for call in (lambda: model.transform(X), lambda: model.score_rows(X, outputs=("scores",)),
-                 lambda: model.partial_fit(X)):
+    for call in (lambda: model.transform(X), lambda: model.score_rows(X, outputs=("scores",))):
         with pytest.raises(NotImplementedError, match="operating modes"):
             call()
     with pytest.raises(ValueError, match="solver='auto'"):
@@ -185,3 +184,22 @@ def test_given_modes_do_not_depend_on_the_blocks():
             np.testing.assert_allclose(a.mean_, b.mean_, rtol=1e-9, atol=1e-12)
             np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=1e-9)
             np.testing.assert_allclose(a.outlier_cutoff_, b.outlier_cutoff_, rtol=1e-9)
+
+
+def test_partial_fit_updates_each_mode_by_its_rows():
+    """An update by the second half of the rows gives each mode the fit of all its rows (sampling noise)."""
+    X, truth = two_states(seed=0, n=(30_000, 20_000))
+    order = np.random.default_rng(0).permutation(len(X))
+    X, truth = X[order], truth[order]
+    half = len(X) // 2
+    model = MCPCA(modes="auto").fit(X[:half])
+    model.partial_fit(da.from_array(X[half:], chunks=5_000))
+    assert model.n_passes_ == 3  # the rows sent to their modes, then one pass per mode
+    np.testing.assert_allclose(model.mode_weights_, [0.6, 0.4], atol=1e-12)
+    for m in range(2):  # each mode against PCA of all of its rows, the truth's grouping
+        rows = X[truth == m]
+        np.testing.assert_allclose(model.mode_models_[m].mean_, rows.mean(axis=0), atol=0.05)
+        pca = np.sort(np.linalg.eigvalsh(np.cov(rows, rowvar=False)))[::-1]
+        np.testing.assert_allclose(model.mode_models_[m].explained_variance_, pca, rtol=0.05)
+    assert model.is_outlier(X).mean() < 0.01
+    np.testing.assert_array_equal(model.predict_mode(X), truth)

@@ -154,3 +154,24 @@ def test_cli_modes_from_a_state_variable(tmp_path, capsys):
     assert scores["outlier"].values.mean() < 0.02
     assert main(["fit", str(store), "--modes-from", "valve", "-o", str(tmp_path / "x.json"), "--no-progress"]) == 2
     assert "--modes-from valve: no such channel" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # about 2 s: fit, update and score --append from the command line
+def test_cli_update_and_append_with_modes(tmp_path, capsys):
+    """The monitoring loop with modes: fit on the first rows, update by the next, append their scores."""
+    store = tmp_path / "plant.zarr"
+    X, truth = _archive(store)
+    half = len(X) // 2
+    model, scores = tmp_path / "modes.json", tmp_path / "scores.zarr"
+    assert main(["fit", str(store), "--modes", "auto", "--rows", f"0:{half}", "-o", str(model), "--no-progress"]) == 0
+    assert main(["score", str(store), "-m", str(model), "--rows", f"0:{half}", "-o", str(scores), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["update", str(store), "-m", str(model), "--rows", f"{half}:{len(X)}", "--no-progress"]) == 0
+    assert f"now hold {len(X):,} rows in 2 modes" in capsys.readouterr().out
+    updated = load(model)
+    np.testing.assert_allclose(updated.mode_weights_, [0.6, 0.4], atol=0.01)  # the truth's shares
+    assert main(["score", str(store), "-m", str(model), "-o", str(scores), "--append", "--no-progress"]) == 0
+    stored = xr.open_zarr(scores)
+    np.testing.assert_array_equal(stored["mode"].values[half:], updated.predict_mode(X[half:]))
+    assert np.mean(stored["mode"].values == truth) > 0.999
+    assert stored["outlier"].values.mean() < 0.02

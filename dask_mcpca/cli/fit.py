@@ -258,9 +258,12 @@ def cmd_update(args, out) -> int:
     model.set_params(progress=False)
     model.save(output, storage_options=options)
     recorded = _model_runs(model)[0]
+    modes = getattr(model, "mode_models_", None)
+    seen = sum(m.n_samples_seen_ for m in modes) if modes else model.n_samples_seen_  # each mode keeps its sums
+    passes = f"{model.n_passes_} pass" + ("es" if model.n_passes_ > 1 else "")
     print(
-        f"read {model.n_samples_:,} new rows in {model.n_passes_} pass ({fmt_seconds(elapsed)}); the model's sums "
-        f"now hold {model.n_samples_seen_:,} rows"
+        f"read {model.n_samples_:,} new rows in {passes} ({fmt_seconds(elapsed)}); the model's sums "
+        f"now hold {seen:,} rows" + (f" in {len(modes)} modes" if modes else "")
         + (f", archive rows {_rowprints.runs_text(recorded)}" if recorded else "")
         + f"\nmodel written to {output}",
         file=out,
