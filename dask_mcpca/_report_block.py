@@ -153,7 +153,8 @@ def summarize_block(
     centre = m.centre if modes is None else model.mode_means_[int(np.argmax(model.mode_weights_))]
     fold = _BlockFold(start, n, n_total, p, centre=centre, cellwise=cellwise, window=window,
                       two_c2=2 * float(model.kernel_scale_) ** 2, cutoff=float(model.outlier_cutoff_),
-                      n_modes=0 if modes is None else len(modes))
+                      n_modes=0 if modes is None else len(modes),
+                      window_mode=None if modes is None else int(np.argmax(model.mode_weights_)))
     for a in range(0, n, SLICE_ROWS):
         lab = None if labels is None else np.asarray(labels[a : a + min(SLICE_ROWS, n - a)])
         if modes is None:
@@ -339,8 +340,12 @@ class _BlockFold:
     """A block's sums, slice by slice: moments, bins, runs and drift windows (:func:`summarize_block`)."""
 
     def __init__(self, start: int, n: int, n_total: int, p: int, *, centre: np.ndarray, cellwise: bool,
-                 window: Window | None, two_c2: float, cutoff: float, n_modes: int = 0):
+                 window: Window | None, two_c2: float, cutoff: float, n_modes: int = 0,
+                 window_mode: int | None = None):
         self.centre = centre  # the model's: the slices' rows Y are about it
+        # with modes, the drift windows watch the largest mode's rows (the model's centre, components and
+        # kernel are its): a window mostly in other modes has too few of them and is not monitored
+        self.window_mode = window_mode
         self.start, self.n, self.p, self.window, self.two_c2, self.cutoff = start, n, p, window, two_c2, cutoff
         self.scale = max(n_total, 1)
         self.first_bin = start * N_BINS // self.scale
@@ -364,7 +369,8 @@ class _BlockFold:
         self._add_moments(s)
         self._add_bins(s, first_row, lab)
         if self.window is not None:
-            add_windows(self.win, self.window, first_row, lab, s.Y, s.d, s.ok, s.complete, s.flags, self.two_c2)
+            watched = s.complete if self.window_mode is None else s.complete & (s.mode == self.window_mode)
+            add_windows(self.win, self.window, first_row, lab, s.Y, s.d, s.ok, watched, s.flags, self.two_c2)
         self._add_runs(s, first_row, lab)
 
     def _add_moments(self, s: _Scored) -> None:

@@ -175,3 +175,22 @@ def test_cli_update_and_append_with_modes(tmp_path, capsys):
     np.testing.assert_array_equal(stored["mode"].values[half:], updated.predict_mode(X[half:]))
     assert np.mean(stored["mode"].values == truth) > 0.999
     assert stored["outlier"].values.mean() < 0.02
+
+
+@pytest.mark.slow  # about 2 s: a fit and a report of a 12,000-row store
+def test_drift_windows_with_modes_watch_the_largest_mode(tmp_path, capsys):
+    """Windows of the largest mode's rows are monitored against its model (no drift on clean rows); windows
+    of another mode hold too few of its rows and are not monitored, rather than called drift."""
+    store = tmp_path / "plant.zarr"
+    X, truth = _archive(store)  # state 0 in stretches of 2,400 rows, state 1 in stretches of 1,600
+    model = tmp_path / "modes.json"
+    assert main(["fit", str(store), "--modes", "auto", "-o", str(model), "--no-progress"]) == 0
+    windows = tmp_path / "w.csv"
+    assert main(["report", str(store), "-m", str(model), "-o", str(tmp_path / "r.png"), "--window", "800",
+                 "--windows", str(windows), "--no-progress"]) == 0
+    table = pd.read_csv(windows)
+    state = np.array([np.bincount(truth[r : r + 800], minlength=2).argmax() for r in table["first_row"]])
+    largest = int(np.argmax(load(model).mode_weights_))
+    assert (table["monitored"][state == largest] == 1).all()
+    assert (table["monitored"][state != largest] == 0).all()
+    assert (table["drift"][table["monitored"] == 1] == 0).all()
