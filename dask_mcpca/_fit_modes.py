@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
 
 import dask.array as da
 import numpy as np
@@ -49,23 +48,18 @@ class ModesResult:
     weights: np.ndarray
     n_passes: int
     n_partial_reads: int
-    finder: Any  # the ModeFinder of modes="auto", None for given labels
 
 
 def check_modes(est, modes) -> None:
     """Raise a ValueError naming what ``modes`` cannot be combined with."""
     if isinstance(modes, str) and modes != "auto":
         raise ValueError(f"MCPCA: modes={modes!r} is not understood; use None, 'auto' or one label per row")
-    clashes = {
-        "solver": (est.solver, "auto"), "center": (est.center, "robust"), "nan_policy": (est.nan_policy, None),
-        "cellwise": (est.cellwise, False), "checkpoint": (est.checkpoint, None), "warm_start": (est.warm_start, False),
-    }
-    for name, (value, allowed) in clashes.items():
-        if name == "nan_policy":
-            if value == "partial":
-                raise ValueError("MCPCA: modes cannot be combined with nan_policy='partial' yet; use 'omit' or 'raise'")
-        elif value != allowed:
-            raise ValueError(f"MCPCA: modes need {name}={allowed!r} (got {value!r})")
+    needed = {"solver": "auto", "center": "robust", "cellwise": False, "checkpoint": None, "warm_start": False}
+    for name, allowed in needed.items():
+        if getattr(est, name) != allowed:
+            raise ValueError(f"MCPCA: modes need {name}={allowed!r} (got {getattr(est, name)!r})")
+    if est.nan_policy == "partial":
+        raise ValueError("MCPCA: modes cannot be combined with nan_policy='partial' yet; use 'omit' or 'raise'")
 
 
 def _in_threads(jobs: list, shared: SharedPasses) -> list:
@@ -111,7 +105,7 @@ def fit_modes(X, est, labels=None) -> FitResult | ModesResult:
             return fit_one
 
         results = _in_threads([job(m) for m in range(len(names))], shared)
-        return _result(results, names, shared, None, finder=None)
+        return _result(results, names, shared, None)
 
     runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress)
     moments, partial, rate = first_read(est, runner, none, seed=seed)
@@ -131,17 +125,16 @@ def fit_modes(X, est, labels=None) -> FitResult | ModesResult:
         return fit_one
 
     results = _in_threads([job(m) for m in range(finder.n_modes)], shared)
-    return _result(results, np.arange(finder.n_modes), shared, runner, finder=finder)
+    return _result(results, np.arange(finder.n_modes), shared, runner)
 
 
-def _result(results: list, names, shared: SharedPasses, first: PassRunner | None, *, finder) -> ModesResult:
+def _result(results: list, names, shared: SharedPasses, first: PassRunner | None) -> ModesResult:
     """The modes' results with the passes of the whole fit (``first``: the runner of a first read made
     before the modes were known)."""
     rows = np.array([r.n_samples_ for r in results], np.float64)
     before = (0, 0) if first is None else (first.n_passes, first.n_partial_reads)
     return ModesResult(results=tuple(results), labels=np.asarray(names), weights=rows / rows.sum(),
-                       n_passes=before[0] + shared.n_passes, n_partial_reads=before[1] + shared.n_partial_reads,
-                       finder=finder)
+                       n_passes=before[0] + shared.n_passes, n_partial_reads=before[1] + shared.n_partial_reads)
 
 
 def _inside(model, rows: np.ndarray) -> np.ndarray:

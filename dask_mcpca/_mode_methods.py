@@ -9,6 +9,7 @@ fitted is :mod:`._fit_modes`; the rule that sends a row to a mode, :mod:`._modes
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import dask.array as da
@@ -106,8 +107,5 @@ class ModesMixin:
         (2, [600, 400])
         """
         check_is_fitted(self, "components_")
-        if not _modes.has_modes(self):
-            return self._map_rows(X, lambda b: np.zeros(len(b), np.int64), None, dtype=np.int64,
-                                  storage_options=storage_options)
-        return self._map_rows(X, lambda b, before=None: _modes.best_modes(self, b, before), None, dtype=np.int64,
-                              storage_options=storage_options, in_order=True, modes_ok=True)
+        return self._map_rows(X, partial(_modes.best_modes, self), None, dtype=np.int64,
+                              storage_options=storage_options, as_stored=True, modes_ok=True)

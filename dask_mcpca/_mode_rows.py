@@ -52,7 +52,7 @@ def row_outputs_by_mode(model: Any, outputs: tuple[str, ...], nan_policy: str):
     def by_mode(block, before=None):
         bad = _model.unusable_rows(block, nan_policy)
         clean = np.where(bad[:, None], 0.0, block) if bad.any() else block
-        best = _modes.best_modes(model, clean, before).astype(MODE_DTYPE)
+        best = _modes.best_modes(model, clean).astype(MODE_DTYPE)
         best[bad] = NO_MODE
         parts = {}
         if wanted:

@@ -39,10 +39,10 @@ import dask
 import dask.array as da
 import numpy as np
 
-from . import _model
+from . import _labels, _model
 from ._block import block_stats
 from ._compiled import sampled_rows
-from ._passes import SPLIT_EVERY, PassRunner, limit_blas_in_task
+from ._passes import PassRunner, limit_blas_in_task, tree_reduce
 from ._scale import in_model_units
 from ._stats import BlockStats, combine
 
@@ -221,7 +221,7 @@ def labels_from_channel(X, modes):
     and the channel left out of ``X``; anything else as given."""
     if not isinstance(modes, str) or modes == "auto":
         return X, modes
-    if type(X).__name__ != "DataArray" or not type(X).__module__.startswith("xarray"):
+    if not _labels.is_dataarray(X):
         raise ValueError(f"modes={modes!r}: a channel name needs a DataArray X (rows x channels); "
                          "pass 'auto' or one label per row")
     dim = X.dims[1]
@@ -351,10 +351,7 @@ class SharedPasses:
         requests_d = dask.delayed(requests, pure=True)
         parts = [dask.delayed(_mode_block_task, pure=True)(data[b], codes[b], requests_d, int(offsets[b]))
                  for b in chosen]
-        while len(parts) > 1:
-            parts = [dask.delayed(_combine_tuples, pure=True)(*parts[i : i + SPLIT_EVERY])
-                     for i in range(0, len(parts), SPLIT_EVERY)]
-        return dask.compute(parts[0])[0]
+        return dask.compute(tree_reduce(parts, merge=_combine_tuples))[0]
 
 
 class ModeRunner(PassRunner):
@@ -395,7 +392,7 @@ def finder(model) -> ModeFinder:
     return found
 
 
-def best_modes(model, rows, before=None) -> np.ndarray:
+def best_modes(model, rows) -> np.ndarray:
     """The mode of each row (int64 codes into ``modes_``): the most likely on the channels that tell
     the modes apart (:class:`ModeFinder`); 0 for every row of a model without modes."""
     if not has_modes(model):

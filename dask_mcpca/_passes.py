@@ -31,6 +31,7 @@ __all__ = [
     "PassResult",
     "single_threaded_blas",
     "spread_blocks",
+    "tree_reduce",
     "limit_blas_in_task",
 ]
 
@@ -173,10 +174,13 @@ def _block_task(block, plan: PassPlan, row_offset: int, before=None, hold_out=No
     return held_block_stats(in_model_units(block, scale), plan, row_offset, held)
 
 
-def _tree_reduce(parts: list, split_every: int):
+def tree_reduce(parts: list, split_every: int = SPLIT_EVERY, merge=None):
+    """``parts`` (delayed) merged by a tree of ``merge(*parts)`` tasks ``split_every`` wide (default: the
+    :class:`BlockStats` of a pass, :func:`._stats.combine`); a lone part is carried up unwrapped."""
+    merge = _combine_many if merge is None else merge
     while len(parts) > 1:
         parts = [
-            dask.delayed(_combine_many, pure=True)(*parts[i : i + split_every])
+            dask.delayed(merge, pure=True)(*parts[i : i + split_every])
             if len(parts[i : i + split_every]) > 1
             else parts[i]
             for i in range(0, len(parts), split_every)
@@ -284,7 +288,7 @@ class PassRunner:
                 before = rows_before(self.X, self.context).to_delayed(optimize_graph=False)[:, 0]
                 parts = [dask.delayed(_block_task, pure=True)(read[i], plan_d, int(offsets[i]), before[i],
                                                               self.hold_out, self.scale) for i in chosen]
-            stats = bar.compute(_tree_reduce(parts, SPLIT_EVERY), blocks=parts)
+            stats = bar.compute(tree_reduce(parts), blocks=parts)
         else:
             stats = None
             for i in chosen:
