@@ -32,30 +32,22 @@ class ModesMixin:
     """The operating modes' part of :class:`~dask_mcpca.MCPCA`: a fit's modes set, and each row's mode."""
 
     def _set_modes(self, result: ModesResult) -> None:
-        """Set a fit with several modes: a single-mode model per mode, the largest mode's attributes on
-        the estimator, and the modes' own attributes (see ``n_modes_``)."""
+        """Set a fit with several modes: a single-mode model per mode (:meth:`_adopt_modes`) and the
+        passes of the whole fit."""
         models = []
         for one in result.results:
             model = clone(self).set_params(modes=None)
             model._set_fitted(one)
             models.append(model)
-        self._set_fitted(result.results[int(np.argmax(result.weights))])
-        self._forget_update_sums()  # each mode keeps its own sums (partial_fit updates mode by mode)
-        vars(self).pop("scale_", None)  # each mode has its own; rows are judged as stored
-        self.mode_models_ = models
-        self.n_modes_ = len(models)
+        self._adopt_modes(models, result.weights)
         self.modes_ = result.labels
-        self.mode_weights_ = result.weights
-        self.mode_means_ = np.stack([m.mean_ * getattr(m, "scale_", 1.0) for m in models])
-        self.mode_channels_ = _modes.finder(self).channels  # builds the rule that sends rows to modes
         self.n_passes_ = result.n_passes
         self.n_partial_reads_ = result.n_partial_reads
 
     def _update_modes(self, X) -> None:
         """:meth:`partial_fit` of a model with modes: each new row goes to its mode (:meth:`predict_mode`,
         one pass) and each mode with new rows is updated by them (:meth:`partial_fit` of its model, one
-        pass each); then the shares, the largest mode's attributes and the rule that sends rows to
-        modes are set again.  ``X``: full-row blocks, as stored."""
+        pass each); the shares follow the rows seen (:meth:`_adopt_modes`).  ``X``: full-row blocks."""
         codes = self.predict_mode(X)
         codes = np.asarray(codes.compute() if isinstance(codes, da.Array) else codes)
         passes = 1
@@ -64,16 +56,25 @@ class ModesMixin:
             if mine.any():
                 model.partial_fit(X[mine])
                 passes += 1
-        seen = np.array([m.n_samples_seen_ for m in self.mode_models_], np.float64)
-        self.mode_weights_ = seen / seen.sum()
-        largest = self.mode_models_[int(np.argmax(self.mode_weights_))]
+        self._adopt_modes(self.mode_models_, [m.n_samples_seen_ for m in self.mode_models_])
+        self.n_samples_, self.n_passes_ = int(len(codes)), passes
+
+    def _adopt_modes(self, models: list, weights) -> None:
+        """The modes' models and shares on the estimator (see ``n_modes_``): the largest mode's fitted
+        attributes and robust state, but not its update sums (each mode keeps its own) nor its ``scale_``
+        (each mode has its own; rows are judged as stored); then the rule that sends rows to modes,
+        built again."""
+        self.mode_models_, self.n_modes_ = models, len(models)
+        weights = np.asarray(weights, np.float64)
+        self.mode_weights_ = weights / weights.sum()
+        largest = models[int(np.argmax(self.mode_weights_))]
         for name, value in vars(largest).items():
             if name.endswith("_") and not name.startswith("_") and name not in (*UPDATE_ATTRIBUTES, "scale_"):
                 setattr(self, name, value)
-        self.mode_means_ = np.stack([m.mean_ * getattr(m, "scale_", 1.0) for m in self.mode_models_])
+        self._robust_state, self._robust_unit = largest._robust_state, getattr(largest, "_robust_unit", None)
+        self.mode_means_ = np.stack([m.mean_ * getattr(m, "scale_", 1.0) for m in models])
         vars(self).pop("_mode_finder", None)
         self.mode_channels_ = _modes.finder(self).channels
-        self.n_samples_, self.n_passes_ = int(len(codes)), passes
 
     def predict_mode(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """The operating mode of each row: the index into ``modes_`` of the most likely mode.

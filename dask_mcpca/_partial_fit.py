@@ -117,13 +117,8 @@ class PartialFitMixin:
         if X.shape[0] < 1:
             raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required "
                              f"by {type(self).__name__}.partial_fit")
-        if _modes.has_modes(self):  # each mode by its new rows (a pass to send them, then one per mode)
-            vars(self).pop("archive_rows_", None)
-            vars(self).pop("archive_samples_", None)
-            with single_threaded_blas():
-                self._update_modes(X)
-            return self
-        if not hasattr(self, "update_location_"):
+        modes = _modes.has_modes(self)  # each mode keeps its own sums
+        if not modes and not hasattr(self, "update_location_"):
             raise ValueError(
                 f"{type(self).__name__}.partial_fit: this model keeps no sums to update (fitted with "
                 f"solver={self.solver!r}, on fewer rows than n_features + 2, or saved by a version without "
@@ -132,6 +127,9 @@ class PartialFitMixin:
         vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
         vars(self).pop("archive_samples_", None)
         with single_threaded_blas():
+            if modes:  # each mode by its new rows: a pass to send them, then one per mode
+                self._update_modes(X)
+                return self
             result = update_rows(X, self)
         self._set_fitted(result)
         return self
