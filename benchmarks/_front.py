@@ -47,7 +47,8 @@ class Figure:
     join : str
         Between the columns of a row.
     spread : bool
-        Several rows: write ``min-max`` of the numbers instead of each.
+        Several rows: write ``min-max`` of the numbers instead of each.  With ``pattern``:
+        it may match several times, and each group becomes the ``min-max`` of its matches.
     pattern : str
         A regular expression searched in the section instead of rows; its groups fill ``template``.
     template : str
@@ -99,6 +100,15 @@ _ROBUST_ROWS = (("BasicMotions", "MCPCA"), ("Daphnet S06R02E0", "MCPCA"))
 _MODES = "benchmarks/MODES.md"
 _ADC = "ADC moving 20 % of the time (faults on the other channels)"
 _BIG_ROWS = (("8,000,000",), ("32,000,000",), ("100,000,000",))
+_ACCURACY = "benchmarks/ACCURACY.md"
+_ATTRIBUTION = "benchmarks/ATTRIBUTION.md"
+_SCENARIOS = ("(a) random loadings", "(b) redundant sensor pairs", "(c) units 1e-3 to 1e3")
+_CELLS = "benchmarks/CELLWISE.md"
+#: A row of the cellwise grid at p = 30 or 100 (20,000 rows): the method's cell, then angle, var, cells named.
+_CELLS_GRID = r"\| (?:30|100) \| [\d.]+% \| \d+% \| {} \| ([\d.]+) \|"
+_NUM, _GROUP = r"[\d.]+", r"([\d.]+)"
+#: A cellwise fit's row of the grid: angle, then its variances' error, bad / clean cells named (one of them a group).
+_CELLS_ROW = r"\| MCPCA\(cellwise=True\) \| [\d.]+ \| {} \| {} / {} \|"
 
 #: Every generated figure of the README, by the name its span carries.
 FIGURES: dict[str, Figure] = {
@@ -120,6 +130,22 @@ FIGURES: dict[str, Figure] = {
     "modes-adc-none": Figure(_MODES, None, ((_ADC, "`None`"),), (3,)),
     "modes-adc-auto": Figure(_MODES, None, ((_ADC, "`auto`"),), (3,)),
     "modes-cost": Figure(_MODES, None, (("`auto`",),), (2,)),
+    "clean-pca-ratio": Figure(_ACCURACY, None, fmt="{:.2f}", spread=True,
+                              pattern=r"p=\d+ clean: .*PCA [\d.]+ deg \(ratio ([\d.]+)\)"),
+    "attr-stuck": Figure(_ATTRIBUTION, None, tuple((s, "stuck") for s in _SCENARIOS), (7,), "{:.3f}", spread=True),
+    "attr-stuck-pair": Figure(_ATTRIBUTION, None, ((_SCENARIOS[1], "stuck"),), (6,), "{:.3f}"),
+    "attr-others": Figure(_ATTRIBUTION, None, tuple((s, f) for s in _SCENARIOS for f in ("spike", "drift", "bias")),
+                          (7,), "{:.3f}", spread=True),
+    "cells-oracle": Figure(_CELLS, None, fmt="{:.2f}", spread=True,
+                           pattern=_CELLS_GRID.format(r"oracle \(clean rows, PCA\)")),
+    "cells-angle": Figure(_CELLS, None, fmt="{:.2f}", spread=True,
+                          pattern=_CELLS_GRID.format(r"MCPCA\(cellwise=True\)")),
+    "cells-var": Figure(_CELLS, None, fmt="{:.1f}", spread=True, pattern=_CELLS_ROW.format(_GROUP + "%", _NUM, _NUM)),
+    "cells-bad": Figure(_CELLS, None, fmt="{:.3f}", spread=True, pattern=_CELLS_ROW.format(_NUM + "%", _GROUP, _NUM)),
+    "cells-clean": Figure(_CELLS, None, fmt="{:.4f}", spread=True, pattern=_CELLS_ROW.format(_NUM + "%", _NUM, _GROUP)),
+    "cells-wide": Figure(_CELLS, "wide", fmt="{:.2f}", spread=True, template="{1}° against {0}°",
+                         pattern=r"\| [\d.]+% \| \d+% \| ([\d.]+) \| [\d.]+ \| ([\d.]+) \|"),
+    "cells-default-breaks": Figure(_CELLS, "breaks", (("MCPCA()",),), (1, 2, 3), join=", "),
 }
 
 
@@ -152,21 +178,25 @@ def _number(cell: str) -> float:
     return float(match.group())
 
 
+def _spread(fmt: str, nums: list[float]) -> str:
+    low, high = fmt.format(min(nums)), fmt.format(max(nums))
+    return low if low == high else f"{low}-{high}"
+
+
 def value(name: str) -> str:
     """The text of figure ``name`` as the results files give it now."""
     fig = FIGURES[name]
     text = _section(fig)
     if fig.pattern:
-        hits = re.findall(fig.pattern, text)
-        if len(hits) != 1:
+        hits = [h if isinstance(h, tuple) else (h,) for h in re.findall(fig.pattern, text)]
+        if not hits or (len(hits) > 1 and not fig.spread):
             raise KeyError(f"{name}: {len(hits)} matches of {fig.pattern!r} in {fig.path}")
-        groups = hits[0] if isinstance(hits[0], tuple) else (hits[0],)
-        return fig.template.format(*groups)
+        if fig.spread:
+            return fig.template.format(*(_spread(fig.fmt, [_number(h[g]) for h in hits]) for g in range(len(hits[0]))))
+        return fig.template.format(*hits[0])
     rows = [_row(text, first) for first in fig.rows]
     if fig.spread:
-        nums = [_number(r[c]) for r in rows for c in fig.cols]
-        low, high = fig.fmt.format(min(nums)), fig.fmt.format(max(nums))
-        return low if low == high else f"{low}-{high}"
+        return _spread(fig.fmt, [_number(r[c]) for r in rows for c in fig.cols])
     cells = [r[c] for r in rows for c in fig.cols]
     return fig.join.join(fig.fmt.format(_number(c)) if fig.fmt else c for c in cells)
 

@@ -57,3 +57,16 @@ def test_memory_spread_is_read_from_the_table(tmp_path, monkeypatch):
     text = "x <!-- figure:t -->old<!-- /figure --> y"
     assert FRONT.stale(text) == ["t: 'old' != '10-13'"]
     assert FRONT.render(text) == "x <!-- figure:t -->10-13<!-- /figure --> y"
+
+
+def test_pattern_spread_takes_each_group_over_its_matches(tmp_path, monkeypatch):
+    # An independent text: each group's min-max over every match, formatted; one match without ``spread`` only.
+    (tmp_path / "R.md").write_text("- p=3: ratio 1.06 of 2.0\n- p=10: ratio 0.95 of 2.5\n- p=50: ratio 1.00 of 2.5\n")
+    monkeypatch.setattr(FRONT, "ROOT", tmp_path)
+    pattern = r"ratio ([\d.]+) of ([\d.]+)"
+    monkeypatch.setitem(FRONT.FIGURES, "t", FRONT.Figure("R.md", fmt="{:.2f}", spread=True, pattern=pattern,
+                                                         template="{0} ({1})"))
+    assert FRONT.value("t") == "0.95-1.06 (2.00-2.50)"
+    monkeypatch.setitem(FRONT.FIGURES, "t", FRONT.Figure("R.md", pattern=pattern))
+    with pytest.raises(KeyError, match="3 matches"):
+        FRONT.value("t")
