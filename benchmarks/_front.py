@@ -1,6 +1,6 @@
-"""The README's key figures, read from the results files instead of retyped.
+"""The README's key figures (and CONTRIBUTING's test tiers), read from the results files instead of retyped.
 
-Each figure in ``README.md`` sits in a marked span,
+Each figure in ``README.md`` and ``CONTRIBUTING.md`` sits in a marked span,
 ``<!-- figure:NAME -->VALUE<!-- /figure -->``; :data:`FIGURES` says where
 NAME's value lives: a results file, the ``<!-- begin KEY -->`` section of it
 that :func:`benchmarks._results.update_section` writes (or the whole file), and
@@ -8,7 +8,8 @@ either a table row (its first cells) and columns, or a regular expression.
 ``python benchmarks/_front.py`` rewrites the spans from the results files;
 ``--check`` exits 1 when one is stale.  ``tests/test_figures.py`` runs the
 check in the fast tier, so a re-measured benchmark fails a test until the
-README is regenerated.
+file is regenerated.  The tiers' figures come from ``benchmarks/TIERS.md``,
+which ``benchmarks/tiers.py`` writes.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ __all__ = ["FIGURES", "README", "Figure", "value", "spans", "render", "stale", "
 ROOT = Path(__file__).resolve().parent.parent
 #: The file whose marked spans are generated.
 README = ROOT / "README.md"
+#: Every file with marked spans: the README, and CONTRIBUTING's test tiers.
+FRONT_FILES = (README, ROOT / "CONTRIBUTING.md")
 _RESULTS = "benchmarks/RESULTS.md"
-_SPAN = re.compile(r"<!-- figure:([\w.-]+) -->(.*?)<!-- /figure -->", re.S)
+_SPAN = re.compile(r"<!-- figure:([a-z0-9][a-z0-9.-]*) -->(.*?)<!-- /figure -->", re.S)  # names in lower case
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ FIGURES: dict[str, Figure] = {
     "cells-wide": Figure(_CELLS, "wide", fmt="{:.2f}", spread=True, template="{1}° against {0}°",
                          pattern=r"\| [\d.]+% \| \d+% \| ([\d.]+) \| [\d.]+ \| ([\d.]+) \|"),
     "cells-default-breaks": Figure(_CELLS, "breaks", (("MCPCA()",),), (1, 2, 3), join=", "),
+    **{f"tier-{tier}-{what}": Figure("benchmarks/TIERS.md", tier, ((tier,),), (col,))
+       for tier in ("dev", "ci") for what, col in (("time", 1), ("passed", 2), ("deselected", 3))},
 }
 
 
@@ -217,17 +222,18 @@ def stale(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Rewrite the README's figures; with ``--check``, only report stale ones (exit 1)."""
+    """Rewrite the marked figures of :data:`FRONT_FILES`; with ``--check``, only report stale ones (exit 1)."""
     argv = sys.argv[1:] if argv is None else argv
-    text = README.read_text()
+    bad = []
+    for path in FRONT_FILES:
+        text = path.read_text()
+        if "--check" in argv:
+            bad += [f"{path.name}: {line}" for line in stale(text)]
+        elif render(text) != text:
+            path.write_text(render(text))
     if "--check" in argv:
-        bad = stale(text)
-        print("\n".join(bad) or "README figures match the results files")
-        return 1 if bad else 0
-    new = render(text)
-    if new != text:
-        README.write_text(new)
-    return 0
+        print("\n".join(bad) or "marked figures match the results files")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -17,16 +17,21 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _front():
-    spec = importlib.util.spec_from_file_location("_front", ROOT / "benchmarks" / "_front.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("_front", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
+def _load(name):
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their sibling ``_results``
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault(name, module)  # dataclasses look their module up
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
     return module
 
 
-FRONT = _front()
+FRONT = _load("_front")
 README_SPANS = FRONT.spans((ROOT / "README.md").read_text())
+FRONT_SPANS = [(path.name, *span) for path in FRONT.FRONT_FILES for span in FRONT.spans(path.read_text())]
 
 
 def test_readme_has_generated_figures():
@@ -38,10 +43,24 @@ def test_every_figure_is_found_in_its_results_file(name):
     assert FRONT.value(name).strip()
 
 
-@pytest.mark.parametrize(("name", "written"), README_SPANS, ids=[n for n, _ in README_SPANS])
-def test_readme_figure_matches_results(name, written):
-    assert name in FRONT.FIGURES, f"README span {name!r} has no entry in benchmarks/_front.py FIGURES"
-    assert written == FRONT.value(name), "run `python benchmarks/_front.py` to regenerate README.md"
+@pytest.mark.parametrize(("file", "name", "written"), FRONT_SPANS, ids=[f"{f}-{n}" for f, n, _ in FRONT_SPANS])
+def test_marked_figure_matches_results(file, name, written):
+    assert name in FRONT.FIGURES, f"{file} span {name!r} has no entry in benchmarks/_front.py FIGURES"
+    assert written == FRONT.value(name), f"run `python benchmarks/_front.py` to regenerate {file}"
+
+
+def test_contributing_quotes_both_tiers():
+    assert {n for f, n, _ in FRONT_SPANS if f == "CONTRIBUTING.md"} >= {"tier-dev-time", "tier-ci-time"}
+
+
+def test_tiers_summary_reads_pytest_last_line():
+    # pytest's own summary lines, quiet and verbose, written out here.
+    tiers = _load("tiers")
+    assert tiers.summary("x\n1445 passed, 266 deselected in 162.34s (0:02:42)\n") == {"passed": 1445, "deselected": 266}
+    verbose = "== 1 failed, 1710 passed, 2 warnings in 401.0s =="
+    assert tiers.summary(verbose) == {"failed": 1, "passed": 1710, "warnings": 2}
+    with pytest.raises(ValueError, match="no pytest summary"):
+        tiers.summary("ImportError while loading conftest")
 
 
 def test_memory_spread_is_read_from_the_table(tmp_path, monkeypatch):
