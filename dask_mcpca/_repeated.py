@@ -10,7 +10,10 @@ must not take for a fault.  From the first pass's row sample:
   next to them on the data's lattice (a frozen record), set points excluded;
 - :func:`repeated_values`: a value one column holds far more often than its
   neighbouring values and than a robust Gaussian marginal predicts for its
-  lattice cell (a stuck sensor);
+  lattice cell (a stuck sensor), in at most 10 % of the rows, or in less than
+  half of them where the column is continuous apart from it and the value is
+  a measurement, neither 0 nor round (a stretch stuck over 25-50 % of a
+  smaller operating mode's rows);
 - :func:`find_repeated`: both, the values looked for among the rows the
   records leave;
 - :func:`quantization_steps`: each channel's quantization step (0 for a
@@ -40,6 +43,9 @@ __all__ = [
     "TIGHT_MIN_ROWS",
     "TIGHT_SHARE",
     "MAX_REPEATED_SHARE",
+    "MAX_HELD_SHARE",
+    "CONTINUOUS_REPEATS",
+    "significant_digits",
     "MAX_REPEATED_ROWS",
     "stuck_runs",
     "STUCK_RUN",
@@ -60,10 +66,26 @@ TIGHT_SHARE = 0.001
 #: ``is_outlier`` flags them.  The neighbour rule keeps the natural modes of
 #: quantized channels out (a lattice of integer counts with rare values between
 #: its points: the window reaches past them); a value held by more rows is taken
-#: for a regime of the data (an idle sensor's exact zeros).  A value must also
+#: for a regime of the data (an idle sensor's exact zeros), unless it is a measured
+#: value on a column continuous apart from it (``MAX_HELD_SHARE``).  A value must also
 #: hold ``REPEAT_SPIKE`` times the rows the model predicts for its lattice cell
 #: (:func:`repeated_values`, Notes).
 MAX_REPEATED_SHARE = 0.1
+
+#: A value held by more than ``MAX_REPEATED_SHARE`` and less than this share of a column's rows is
+#: still a stuck sensor's where the column is otherwise continuous and the value is a measurement
+#: (:func:`_held_by_fault`): a stuck stretch of 10-20 % of an archive is 25-50 % of a smaller
+#: operating mode's rows.  A value held by half the rows or more is the column's normal.
+MAX_HELD_SHARE = 0.5
+
+#: ... continuous: of the column's other non-zero cells, at most this share hold a value that another
+#: cell holds too (a quantized channel at rest, whose resting level is a regime, repeats its other
+#: levels as well).
+CONTINUOUS_REPEATS = 0.05
+
+#: ... a measured value: spelled in more than the median significant digits of up to this many of the
+#: column's other values less ``SET_POINT_DIGITS`` (a round value is a set point).
+DIGITS_VALUES = 256
 
 #: A continuous channel whose largest (smallest) value is held exactly by at least this share of the
 #: rows where it is observed (and ``TIGHT_MIN_ROWS``) saturates there: a reading at the limit says only
@@ -342,6 +364,37 @@ def _expected_counts(values: np.ndarray, on: np.ndarray, n: int, centre: float, 
     return n * np.diff(cdf)
 
 
+def significant_digits(values: np.ndarray) -> np.ndarray:
+    """Significant decimal digits of each value's shortest round-trip spelling in its dtype (0 for 0)."""
+    out = np.zeros(np.shape(values), int)
+    for i, v in enumerate(np.asarray(values).ravel()):
+        if v != 0 and np.isfinite(v):
+            mantissa = np.format_float_scientific(v, unique=True, trim="-").split("e")[0]
+            out.flat[i] = len(mantissa.lstrip("-").replace(".", "").lstrip("0"))
+    return out
+
+
+def _held_by_fault(values: np.ndarray, counts: np.ndarray, value: float) -> bool:
+    """Whether ``value``, held by more than ``MAX_REPEATED_SHARE`` of a column's rows (its distinct
+    ``values`` and their ``counts``), is a stuck sensor's rather than a regime of the data.
+
+    A regime value on a channel (an idle device's zeros, a set point, the resting level of a quantized
+    channel) is 0, or round: spelled in ``SET_POINT_DIGITS`` fewer significant digits than the median
+    of up to ``DIGITS_VALUES`` of the column's other distinct values (a set point 20.5 among readings
+    like 20.417), or on a channel that repeats its other values too.  A continuous measurement repeats
+    no value by chance: where at most ``CONTINUOUS_REPEATS`` of the column's other non-zero cells share
+    a value, one measured value held exactly in many rows is a sensor that stopped.
+    """
+    if value == 0:
+        return False
+    others = (values != value) & (values != 0) & (counts <= MAX_REPEATED_SHARE * counts.sum())
+    rest = counts[others]
+    if not rest.sum() or rest[rest >= 2].sum() > CONTINUOUS_REPEATS * rest.sum():
+        return False
+    spelled = values[others][:: max(1, -(-int(others.sum()) // DIGITS_VALUES))]
+    return bool(significant_digits(np.array([value]))[0] > np.median(significant_digits(spelled)) - SET_POINT_DIGITS)
+
+
 def repeated_values(sample: np.ndarray) -> np.ndarray:
     """``(column, value)`` rows of the sample's repeated values (see above).
 
@@ -349,7 +402,9 @@ def repeated_values(sample: np.ndarray) -> np.ndarray:
     -----
     A value is a stuck sensor's when one column holds it exactly in at least
     ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` and at most
-    ``MAX_REPEATED_SHARE * n`` of the n rows, and both:
+    ``MAX_REPEATED_SHARE * n`` of the n rows (less than ``MAX_HELD_SHARE * n``
+    on a column continuous apart from it, for a measured value,
+    :func:`_held_by_fault`), and both:
 
     1. it is a spike on the column's levels (:func:`_levels`): held
        ``REPEAT_SPIKE`` times as often as any of the ``REPEAT_WINDOW``
@@ -371,6 +426,14 @@ def repeated_values(sample: np.ndarray) -> np.ndarray:
     that many rows for (a level in the busy middle of a coarse quantized
     channel, a stuck value at the column's extreme no farther out than the
     model's tail mass there) is no longer found per channel.
+
+    Above ``MAX_REPEATED_SHARE``: a value held by more rows is a regime of the
+    data (an idle sensor's zeros, a set point, a quantized channel's resting
+    level) unless the column is continuous apart from it and the value is a
+    measurement, neither 0 nor round (:func:`_held_by_fault`).  Trade-off: a
+    device that parks a continuous channel at one measured value over more
+    than 10 % of the rows is taken for a stuck sensor; a sensor stuck at 0 or
+    at a round value over that share is taken for a regime.
     """
     found = []
     w = REPEAT_WINDOW
@@ -380,7 +443,7 @@ def repeated_values(sample: np.ndarray) -> np.ndarray:
         n = len(cells)
         k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
         values, counts = np.unique(cells, return_counts=True)
-        if not n or not ((counts >= k) & (counts <= MAX_REPEATED_SHARE * n)).any():
+        if not n or not ((counts >= k) & (counts < MAX_HELD_SHARE * n)).any():
             continue
         on = _levels(values, counts)
         level = counts[on]
@@ -388,9 +451,10 @@ def repeated_values(sample: np.ndarray) -> np.ndarray:
         neighbours = np.max([padded[w + s : w + s + len(level)] for s in (*range(-w, 0), *range(1, w + 1))], axis=0)
         q1, centre, q3 = np.quantile(cells, [0.25, 0.5, 0.75])
         expected = _expected_counts(values, on, n, centre, (q3 - q1) / (2 * stats.norm.ppf(0.75)))
-        spike = ((level >= k) & (level <= MAX_REPEATED_SHARE * n) & (level >= REPEAT_SPIKE * neighbours)
+        spike = ((level >= k) & (level < MAX_HELD_SHARE * n) & (level >= REPEAT_SPIKE * neighbours)
                  & (level >= REPEAT_SPIKE * expected))
-        found += [(column, v) for v in values[on][spike]]
+        found += [(column, v) for v, held in zip(values[on][spike], level[spike], strict=True)
+                  if held <= MAX_REPEATED_SHARE * n or _held_by_fault(values, counts, v)]
     return np.array(found, dtype=np.float64).reshape(-1, 2)
 
 

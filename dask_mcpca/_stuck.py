@@ -21,7 +21,7 @@ import numpy as np
 from . import _missing
 from ._distances import observed_counts
 from ._precision import contributor, model_rows
-from ._repeated import HOLD_WINDOW, stuck_runs, value_matches
+from ._repeated import HOLD_WINDOW, significant_digits, stuck_runs, value_matches
 
 __all__ = [
     "FULL_DIGITS",
@@ -34,11 +34,11 @@ __all__ = [
     "stuck_cells",
 ]
 
-#: Shortest decimal digits (round-trip, :func:`_digits`) of a value whose exact repeat from one row to the
-#: next is taken as a stuck sensor's, by the dtype the rows are stored in: near the dtype's full precision,
-#: which a measurement on a coarser grid (integers, a fixed number of decimals, an ADC's steps written in
-#: decimal) does not need, and which a continuous value repeats by chance about once in 1e12 (float64) or
-#: 1e6 (float32) rows.
+#: Shortest decimal digits (round-trip, :func:`._repeated.significant_digits`) of a value whose exact
+#: repeat from one row to the next is taken as a stuck sensor's, by the dtype the rows are stored in:
+#: near the dtype's full precision, which a measurement on a coarser grid (integers, a fixed number of
+#: decimals, an ADC's steps written in decimal) does not need, and which a continuous value repeats by
+#: chance about once in 1e12 (float64) or 1e6 (float32) rows.
 FULL_DIGITS = {np.dtype(np.float64): 13, np.dtype(np.float32): 7}
 
 #: Digits of a value that a stuck run may hold (:func:`stuck_cells`): one fewer than :data:`FULL_DIGITS`, as
@@ -64,16 +64,6 @@ def _model_cells(model: Any, values: np.ndarray, columns: np.ndarray) -> np.ndar
     """Cells ``values`` (as stored) of the channels ``columns`` in the model's units."""
     scale = getattr(model, "scale_", None)
     return values if scale is None else np.asarray(values, np.float64) / scale[columns]
-
-
-def _digits(values: np.ndarray) -> np.ndarray:
-    """Significant decimal digits of each value's shortest round-trip spelling in its dtype (0 for 0)."""
-    out = np.zeros(values.shape, int)
-    for i, v in enumerate(values.ravel()):
-        if v != 0 and np.isfinite(v):
-            mantissa = np.format_float_scientific(v, unique=True, trim="-").split("e")[0]
-            out.flat[i] = len(mantissa.lstrip("-").replace(".", "").lstrip("0"))
-    return out
 
 
 def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
@@ -104,7 +94,7 @@ def _full_precision(values: np.ndarray, dtype, digits: dict | None = None) -> np
     """True for the ``values`` whose shortest spelling in ``dtype`` needs near its full precision
     (``digits``: by dtype; :data:`FULL_DIGITS` by default)."""
     digits = FULL_DIGITS if digits is None else digits
-    return _digits(values) >= digits.get(np.dtype(dtype), digits[np.dtype(np.float64)])
+    return significant_digits(values) >= digits.get(np.dtype(dtype), digits[np.dtype(np.float64)])
 
 
 def stuck_cells(model: Any, block, before) -> np.ndarray:
@@ -154,7 +144,7 @@ def _resolution(values: np.ndarray, dtype) -> np.ndarray:
     """The power of ten of each value's last significant digit in its shortest spelling in ``dtype``."""
     values = np.asarray(values, dtype)
     with np.errstate(divide="ignore"):
-        return 10.0 ** (np.floor(np.log10(np.abs(values.astype(np.float64)))) - _digits(values) + 1)
+        return 10.0 ** (np.floor(np.log10(np.abs(values.astype(np.float64)))) - significant_digits(values) + 1)
 
 
 def _moving_channels(block: np.ndarray, before, at: tuple[np.ndarray, np.ndarray], began: np.ndarray) -> np.ndarray:
