@@ -24,8 +24,9 @@ __all__ = ["FIGURES", "README", "Figure", "value", "spans", "render", "stale", "
 ROOT = Path(__file__).resolve().parent.parent
 #: The file whose marked spans are generated.
 README = ROOT / "README.md"
-#: Every file with marked spans: the README, and CONTRIBUTING's test tiers.
-FRONT_FILES = (README, ROOT / "CONTRIBUTING.md")
+#: Every file with marked spans: the README, CONTRIBUTING's test tiers and the documentation's pages
+#: (not docs/benchmarks/, which includes the results files themselves).
+FRONT_FILES = (README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md")))
 _RESULTS = "benchmarks/RESULTS.md"
 _SPAN = re.compile(r"<!-- figure:([a-z0-9][a-z0-9.-]*) -->(.*?)<!-- /figure -->", re.S)  # names in lower case
 
@@ -56,6 +57,8 @@ class Figure:
         A regular expression searched in the section instead of rows; its groups fill ``template``.
     template : str
         ``str.format`` template for the pattern's groups.
+    scale : float
+        Each number read is multiplied by it before ``fmt`` (100: a share written in percent).
     """
 
     path: str
@@ -67,6 +70,7 @@ class Figure:
     spread: bool = False
     pattern: str = ""
     template: str = "{0}"
+    scale: float = 1.0
 
 
 def _speed(dtype: str) -> str:
@@ -154,6 +158,79 @@ FIGURES: dict[str, Figure] = {
 }
 
 
+def _pct(path: str, section: str | None, rows: tuple[tuple[str, ...], ...], cols: int | tuple[int, ...],
+         digits: int = 1, join: str = " % and ", spread: bool = False) -> Figure:
+    """Shares of rows (0.0019) written in percent (0.19) to ``digits`` decimals."""
+    cols = cols if isinstance(cols, tuple) else (cols,)
+    return Figure(path, section, rows, cols, f"{{:.{digits}f}}", join, spread, scale=100)
+
+
+_XARRAY = "benchmarks/XARRAY_PATH.md"
+_MISSING = "benchmarks/MISSING.md"
+_GAPS = (("generated 200k x 10", "partial"),)
+_FAULTS = ("spike", "stuck", "drift", "bias")
+#: The generated attribution cells but the stuck sensor of a near-duplicate pair (no per-row rule names it).
+_SINGLE = tuple((s, f) for s in _SCENARIOS for f in _FAULTS if (s, f) != (_SCENARIOS[1], "stuck"))
+_REAL_STUCK = (("BasicMotions", "stuck"), ("Daphnet S06R02E0", "stuck"))
+_CLIP = "follows the factors", "clipped (3 %)"
+_NOISE = "mostly its own noise"
+_MEASURES = ("wall", "compute", "CPU")
+
+_MONITOR = "benchmarks/MONITORING.md"
+#: A seed's row of the plant archive's stuck-after-fit table: recall now, before, then four more numbers.
+_PLANT_SEED = r"(?m)^\| \d \| {} \| {} \|(?: [\d.]+ \|){{4}}$"
+
+
+def _column(first: str, col: int) -> str:
+    """A pattern for the leading number of cell ``col`` of every table row whose first cell matches ``first``."""
+    return rf"(?m)^\| (?:{first}) \|(?:[^|\n]*\|){{{col - 1}}} ([\d.]+)"
+
+
+#: The documentation's figures (docs/*.md), by page.
+_DOCS_FIGURES: dict[str, Figure] = {
+    # archives.md
+    "xarray-ratio": Figure(_XARRAY, "after", tuple((c, m) for c in ("`fit`", "`score`") for m in _MEASURES),
+                           (4,), "{:.2f}", spread=True),
+    "attr-recon": _pct(_ATTRIBUTION, None, _SINGLE, 6, 0, spread=True),
+    "attr-recon-pair": _pct(_ATTRIBUTION, None, ((_SCENARIOS[1], "stuck"),), 6),
+    "attr-whitened": _pct(_ATTRIBUTION, None, tuple((s, f) for s in _SCENARIOS for f in _FAULTS), 4, 0, spread=True),
+    "attr-named-stuck": _pct(_ATTRIBUTION, None, tuple((s, "stuck") for s in _SCENARIOS), 7, spread=True),
+    "attr-named-real-stuck": _pct(_ATTRIBUTION, None, _REAL_STUCK, 7),
+    "attr-recon-real-stuck": _pct(_ATTRIBUTION, None, _REAL_STUCK, 6, spread=True),
+    "missing-p10": Figure(_MISSING, None, (("factor 50k x 10", "90 % of rows, random"),), (6, 5), "{:.2f}",
+                          " against "),
+    "missing-p30": Figure(_MISSING, None, (("factor 100k x 30", "90 % of rows, random"),), (6, 5), "{:.2f}",
+                          " against "),
+    "missing-wide-ratio": Figure(_MISSING, "partial-wide", (("factor 200k x 100 float32, Zarr",),), (4,), "{:.1f}"),
+    "missing-wide-before": Figure(_MISSING, None, pattern=r"went from ([\d.]+)x to [\d.]+x the complete fit"),
+    "missing-angle": Figure(_MISSING, None, _GAPS, (2,)),
+    "missing-recall": Figure(_MISSING, None, _GAPS, (4, 5, 6), "{:.2f}", spread=True),
+    "missing-false": _pct(_MISSING, None, _GAPS, (7, 8), 2, " % there against "),
+    "missing-passes": Figure(_MISSING, None, _GAPS, (9,)),
+    "missing-time": Figure(_MISSING, None, pattern=r"gave ratios of ([\d.]+) \(200k x 10\)"),
+    "cells-stuck-offline": Figure(_CELLS, None, (("400",),), (1, 2), "{:.2f}", ", named "),
+    "clip-unlearned": Figure(_CELLS, None, fmt="{:.2f}", scale=100, template="{0} % of the time against {1} %",
+                             pattern=r"were flagged ([\d.]+) against ([\d.]+) for the others"),
+    "clip-factors": _pct(_CELLS, None, (_CLIP,), 2, 2),
+    "clip-factors-before": _pct(_CELLS, None, (_CLIP,), 3, 2),
+    "clip-noise": _pct(_CELLS, None, ((_NOISE, "clipped (3 %)"), (_NOISE, "the others")), 2, 2, " % against "),
+    # monitoring.md
+    "update-angle": Figure(_MONITOR, None, fmt="{:.2f}", pattern=r"Worst over all: angle ([\d.]+) deg"),
+    "update-var": Figure(_MONITOR, None, fmt="{:.1f}",
+                         pattern=r"variance difference [\d.]+ % \(top 3\), ([\d.]+) % \(all\)"),
+    "update-var-gaussian": Figure(_MONITOR, None, fmt="{:.2f}", spread=True,
+                                  pattern=_column("clean|paper5|orthogonal10|cluster10", 4)),
+    "update-agree": Figure(_MONITOR, None, fmt="{:.2f}", pattern=r"flags agree on ([\d.]+) % of the rows"),
+    "update-s": Figure(_MONITOR, None, fmt="{:.2f}", spread=True, pattern=_column(r"\w+", 8)),
+    "update-fit-s": Figure(_MONITOR, None, fmt="{:.1f}", spread=True, pattern=_column(r"\w+", 9)),
+    "stuck-after-fit": Figure(_MONITOR, None, fmt="{:.3f}", spread=True, pattern=_PLANT_SEED.format(_GROUP, _NUM)),
+    "stuck-after-fit-was": Figure(_MONITOR, None, fmt="{:.2f}", spread=True, pattern=_PLANT_SEED.format(_NUM, _GROUP)),
+    "append-ratio": Figure(_MONITOR, None, pattern=r"Append / full: \*\*([\d.]+)\*\*"),
+}
+
+FIGURES.update(_DOCS_FIGURES)
+
+
 def _section(fig: Figure) -> str:
     text = (ROOT / fig.path).read_text()
     if fig.section is None:
@@ -188,6 +265,11 @@ def _spread(fmt: str, nums: list[float]) -> str:
     return low if low == high else f"{low}-{high}"
 
 
+def _written(fig: Figure, cell: str) -> str:
+    """``cell`` as the figure writes it: its leading number scaled and formatted, or as it is without ``fmt``."""
+    return fig.fmt.format(_number(cell) * fig.scale) if fig.fmt else cell
+
+
 def value(name: str) -> str:
     """The text of figure ``name`` as the results files give it now."""
     fig = FIGURES[name]
@@ -197,13 +279,13 @@ def value(name: str) -> str:
         if not hits or (len(hits) > 1 and not fig.spread):
             raise KeyError(f"{name}: {len(hits)} matches of {fig.pattern!r} in {fig.path}")
         if fig.spread:
-            return fig.template.format(*(_spread(fig.fmt, [_number(h[g]) for h in hits]) for g in range(len(hits[0]))))
-        return fig.template.format(*hits[0])
+            groups = range(len(hits[0]))
+            return fig.template.format(*(_spread(fig.fmt, [_number(h[g]) * fig.scale for h in hits]) for g in groups))
+        return fig.template.format(*(_written(fig, g) for g in hits[0]))
     rows = [_row(text, first) for first in fig.rows]
     if fig.spread:
-        return _spread(fig.fmt, [_number(r[c]) for r in rows for c in fig.cols])
-    cells = [r[c] for r in rows for c in fig.cols]
-    return fig.join.join(fig.fmt.format(_number(c)) if fig.fmt else c for c in cells)
+        return _spread(fig.fmt, [_number(r[c]) * fig.scale for r in rows for c in fig.cols])
+    return fig.join.join(_written(fig, r[c]) for r in rows for c in fig.cols)
 
 
 def spans(text: str) -> list[tuple[str, str]]:
