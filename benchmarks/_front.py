@@ -186,6 +186,91 @@ def _column(first: str, col: int) -> str:
     return rf"(?m)^\| (?:{first}) \|(?:[^|\n]*\|){{{col - 1}}} ([\d.]+)"
 
 
+_SWAP = "benchmarks/SWAP_DIAGNOSIS.md"
+_REAL = {"bm": "BasicMotions", "daphnet": "Daphnet S06R02E0"}
+_METHODS = {"": "MCPCA", "-mcd": "MinCovDet"}
+_F1_SETS = {"outliers": (("hbk", "75 x 3"), ("wood", "20 x 6"), ("starsCYG", "47 x 2"), ("bushfire", "38 x 5")),
+            "small": (("stackloss", "21 x 4"), ("Animals (log)", "28 x 2"), ("salinity (X1-X3)", "28 x 3"),
+                      ("delivery (n.prod, distance)", "25 x 2"))}
+_SMALL_SIZES = (("20", "5"), ("40", "8"), ("100", "20"), ("20", "8"))
+_OTHER_WEIGHTS = ("Huber: min(1, q_core / d2)", "Huber: min(1, q_final / d2)", "min(1, sqrt(q_core / d2))",
+                  "flat top to q_core, fall-off c2 = 20", "flat top to q_core, fall-off c2 = 60")
+
+
+def _robust_figures() -> dict[str, Figure]:
+    """comparison.md's table of ROBUSTNESS.md: each real recording's flags, recalls and angles; the classic sets."""
+    figs = {}
+    for tag, data in _REAL.items():
+        for m, method in _METHODS.items():
+            row = ((data, method),)
+            figs[f"rob-{tag}-flagged{m}"] = _pct(_ROBUST, None, row, 2)
+            figs[f"rob-{tag}-false{m}"] = _pct(_ROBUST, None, row, 3)
+            figs[f"rob-{tag}-recall{m}"] = Figure(_ROBUST, None, row, (4, 5, 7), "{:.2f}")
+            figs[f"rob-{tag}-angle{m}"] = Figure(_ROBUST, None, row, (8,), "{:.1f}")
+        for m, method in (("pca", "PCA"), ("robpca", "ROBPCA"), ("spherical", "spherical PCA")):
+            figs[f"rob-{tag}-angle-{m}"] = Figure(_ROBUST, None, ((data, method),), (8,), "{:.1f}")
+        figs[f"rob-{tag}-swap"] = Figure(_ROBUST, None, ((data, "MCPCA"),), (6,), "{:.2f}")
+    for name, sets in _F1_SETS.items():
+        for m, method in _METHODS.items():
+            figs[f"rob-f1-{name}{m}"] = Figure(_ROBUST, None, tuple((*d, method) for d in sets), (6,), "", ", ")
+    for m, method in (*_METHODS.items(), ("-robpca", "ROBPCA"), ("-pca", "PCA")):
+        figs[f"rob-grid{m}"] = Figure(_ROBUST, None, pattern=rf"\*\*{method}\*\*: under 10 deg in (\d+) of")
+    for m, method in _METHODS.items():
+        rows = tuple((*size, method) for size in _SMALL_SIZES)
+        figs[f"rob-small-median{m}"] = _pct(_ROBUST, None, rows, 3, 0, spread=True)
+        figs[f"rob-small-worst{m}"] = _pct(_ROBUST, None, rows, 4, 1 if m == "" else 0, spread=True)
+    return figs
+
+
+def _accuracy_figures() -> dict[str, Figure]:
+    """comparison.md's summary of ACCURACY.md: clean-data ratios per p, the missed cell, the variances."""
+    figs = {f"acc-clean-p{p}": Figure(_ACCURACY, None, pattern=rf"p={p} clean: .*PCA [\d.]+ deg \(ratio ([\d.]+)\)")
+            for p in (3, 10, 50)}
+    figs["acc-missed"] = Figure(_ACCURACY, None, template="{0}° against MinCovDet's {1}° ({2}x",
+                                pattern=r"p=3 paper20: default ([\d.]+) deg, best robust peer ([\d.]+) deg, "
+                                        r"bar [\d.]+ deg \(ratio ([\d.]+)\)")
+    ps = ("3", "10", "50")
+    default = "MCPCA default"
+    figs["acc-var-outliers"] = Figure(_ACCURACY, None, tuple((p, s, default) for p in ps for s in
+                                                             ("orthogonal10", "cluster10", "cluster25")),
+                                      (5,), "{:.2f}", spread=True)
+    figs["acc-var-paper20"] = Figure(_ACCURACY, None, (("3", "paper20", default),), (5,), "{:.2f}")
+    figs["acc-var-t3"] = Figure(_ACCURACY, None, tuple((p, "t3", default) for p in ps), (5,), "{:.2f}", spread=True)
+    figs["acc-var-t3-mcd"] = Figure(_ACCURACY, None, tuple((p, "t3", "MinCovDet") for p in ps), (5,), "{:.2f}",
+                                    spread=True)
+    return figs
+
+
+def _swap_figures() -> dict[str, Figure]:
+    """comparison.md's summary of SWAP_DIAGNOSIS.md: why Daphnet's subspace and the p = 3 paper20 cell are missed."""
+    share = {"d2": ("d^2 under the core", "d^2 under the fitted model (`mahalanobis`)"),
+             "cellwise": ("largest cellwise residual, fitted model",), "ddc": ("DDC row statistic (robpy)",),
+             "test": ("gain in d^2 from swapping a pair back (knows the fault)",)}
+    figs = {f"swap-above-{k}": _pct(_SWAP, None, tuple((r,) for r in rows), 2, 0, spread=True)
+            for k, rows in share.items()}
+    for name, row in (("alone", "swap rows only"), ("dropped", "all four faults, swapped rows dropped"),
+                      ("spike-dropped", "all four faults, swapped and spike rows dropped")):
+        figs[f"swap-{name}"] = Figure(_SWAP, None, ((row,),), (1,), "{:.1f}")
+    figs |= {
+        "swap-inside": Figure(_SWAP, None, fmt="{:.0f}", scale=100, pattern=r"inside the final radius: ([\d.]+)"),
+        "swap-eig": Figure(_SWAP, None, pattern=r"\| Daphnet S06R02E0 \| [\d.]+, [\d.]+, ([\d.]+),"),
+        "swap-halves": Figure(_SWAP, None, pattern=r"\| Daphnet S06R02E0 \| [^|]+ \| ([\d.]+), "),
+        "swap-copies": Figure(_SWAP, None, (("Daphnet S06R02E0",),), (4,), "{:.1f}"),
+        "swap-narrow": Figure(_SWAP, None, (("0.975",),), (1,), "{:.1f}"),
+        "swap-weights": Figure(_SWAP, None, tuple((w,) for w in _OTHER_WEIGHTS), (1,), "{:.1f}", spread=True),
+        "swap-frozen": Figure(_SWAP, None, template="{1}°; now {0}°",
+                              pattern=r"alone it turns the\s+subspace ([\d.]+-[\d.]+) deg; [\d.]+-([\d.]+) deg before"),
+        "swap-paper20": Figure(_SWAP, None, pattern=r"\| 0\.99 \| [^|]+ \| [^|]+ \| [\d.]+, ([\d.]+)x \|"),
+        "swap-paper20-weight": Figure(_SWAP, None, fmt="{:.0f}", scale=100,
+                                      pattern=r"carry ([\d.]+) of the final kernel's weight"),
+        "swap-radius95": Figure(_SWAP, None, template="{1}x, and turn Daphnet's subspace {0}°",
+                                pattern=r"\| 0\.95 \| ([\d.]+) \([^|]+ \| [^|]+ \| [\d.]+, ([\d.]+)x \|"),
+        "rob-frozen-draws": Figure(_ROBUST, None, fmt="{:.2f}", spread=True,
+                                   pattern=r"([\d.]+)(?=(?:, [\d.]+)*; top-3 subspace)"),
+    }
+    return figs
+
+
 #: The documentation's figures (docs/*.md), by page.
 _DOCS_FIGURES: dict[str, Figure] = {
     # archives.md
@@ -226,6 +311,10 @@ _DOCS_FIGURES: dict[str, Figure] = {
     "stuck-after-fit": Figure(_MONITOR, None, fmt="{:.3f}", spread=True, pattern=_PLANT_SEED.format(_GROUP, _NUM)),
     "stuck-after-fit-was": Figure(_MONITOR, None, fmt="{:.2f}", spread=True, pattern=_PLANT_SEED.format(_NUM, _GROUP)),
     "append-ratio": Figure(_MONITOR, None, pattern=r"Append / full: \*\*([\d.]+)\*\*"),
+    # comparison.md
+    **_robust_figures(),
+    **_accuracy_figures(),
+    **_swap_figures(),
 }
 
 FIGURES.update(_DOCS_FIGURES)
