@@ -21,6 +21,7 @@ __all__ = [
     "orient_rows",
     "descending_eigh",
     "variance_floor",
+    "direction_floors",
     "spread_directions",
 ]
 
@@ -41,8 +42,55 @@ FLIPS_FOR_NEGATIVE = 5
 
 
 def variance_floor(largest: float, p: int) -> float:
-    """The variance below which a direction of a p x p scatter is round-off."""
+    """The variance below which a direction of a p x p scatter is round-off, relative to the largest.
+
+    Not scale-free: a channel in small units (1e-3 beside 1e3) can carry a real
+    variance under it; :func:`direction_floors` judges each direction against
+    its own channels' scales.
+    """
     return max(float(largest), 0.0) * p * np.finfo(float).eps * RANK_FLOOR
+
+
+def direction_floors(variances: np.ndarray, directions: np.ndarray, channel_variances: np.ndarray) -> np.ndarray:
+    """The variance below which each direction (a unit column of ``directions``) is round-off, in its channels' units.
+
+    A direction ``v`` carrying variance ``w`` is measured against its channels'
+    scale ``t = sum_j v_j^2 s_j`` (``s``: the channel variances), so that its
+    quotient ``q = w / t`` does not depend on the units of the channels: ``q``
+    is the Rayleigh quotient of the correlation-scaled scatter, and
+    multiplying a channel by a constant leaves it unchanged.  A direction is
+    round-off when ``q`` is under ``RANK_FLOOR * p * eps`` times the largest
+    quotient (the rule of :func:`variance_floor` in correlation units) *and*
+    ``w`` is under :func:`variance_floor` of the largest variance (so the
+    floor never rises above the former rule's: a direction kept before is
+    kept now, with the same bits).  Never below ``p * eps`` times the largest
+    variance either: an eigendecomposition resolves nothing under it (a
+    channel that is constant up to the centre's round-off stays round-off).
+
+    Parameters
+    ----------
+    variances : ndarray of shape (m,)
+    directions : ndarray of shape (p, m)
+        Unit directions, as columns.
+    channel_variances : ndarray of shape (p,)
+
+    Returns
+    -------
+    ndarray of shape (m,)
+    """
+    variances = np.asarray(variances, np.float64)
+    p = len(directions)
+    largest = float(variances.max(initial=0.0))
+    relative = variance_floor(largest, p)
+    resolved = relative / RANK_FLOOR
+    t = (np.asarray(directions, np.float64) ** 2).T @ np.maximum(np.asarray(channel_variances, np.float64), 0.0)
+    has_scale = t > 0
+    if not has_scale.any() or largest <= 0:
+        return np.full(len(variances), relative)
+    q_max = float(np.max(variances[has_scale] / t[has_scale]))
+    floors = np.full(len(variances), relative)
+    floors[has_scale] = np.minimum(relative, variance_floor(q_max, p) * t[has_scale])
+    return np.maximum(floors, resolved)
 
 
 #: Scatters whose :func:`spread_directions` are kept, the most recent first.  A robust
@@ -55,7 +103,7 @@ _spread_lock = threading.Lock()
 
 
 def spread_directions(scatter: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Variances and unit directions (columns) of ``scatter`` above :func:`variance_floor`.
+    """Variances and unit directions (columns) of ``scatter`` above :func:`direction_floors`.
 
     The decomposition of a scatter equal (exactly) to one of the last
     ``SPREAD_CACHE_SIZE`` decomposed is returned again (read-only arrays):
@@ -69,6 +117,8 @@ def spread_directions(scatter: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                 return found
     w, V = np.linalg.eigh((scatter + scatter.T) / 2)
     keep = w > variance_floor(w.max(), len(w))
+    if not keep.all():  # judge the directions under the floor again, each in its own channels' units
+        keep = w > direction_floors(w, V, np.diag(scatter))
     found = (w[keep], V[:, keep])
     for a in found:
         a.setflags(write=False)

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _missing
 from ._contributions import channel_scales, contributions_with_gaps
-from ._power import variance_floor
+from ._power import direction_floors, variance_floor
 from ._scale import in_model_units
 
 __all__ = [
@@ -47,10 +47,13 @@ def model_rows(model: Any, block):
 def floored_variances(model: Any) -> tuple[np.ndarray, float]:
     """The fitted variances and noise variance, floored at the fit's round-off level.
 
-    The floor is :func:`._power.variance_floor` of the largest variance:
-    a direction in which the data never varied counts a row's deviation
-    along it, consistently, as a huge distance when it is beyond round-off
-    and as nothing when it is round-off.
+    The floor is :func:`._power.variance_floor` of the largest variance,
+    lowered for a direction whose variance is real in its own channels'
+    units (:func:`._power.direction_floors`: a channel in millivolts beside
+    one in kilowatts): a direction in which the data never varied counts a
+    row's deviation along it, consistently, as a huge distance when it is
+    beyond round-off and as nothing when it is round-off.  The noise
+    variance keeps the floor of the largest variance.
 
     Parameters
     ----------
@@ -65,6 +68,11 @@ def floored_variances(model: Any) -> tuple[np.ndarray, float]:
     lam = model.explained_variance_
     top = max(float(lam.max(initial=0.0)), model.noise_variance_)
     floor = variance_floor(top, model.n_features_in_) if top > 0 else np.finfo(float).tiny
+    if top > 0 and lam.min(initial=floor) <= floor:  # each direction in its own channels' units
+        C = model.components_
+        spread = np.maximum(lam, 0.0)
+        channels = (C**2).T @ spread + model.noise_variance_ * np.maximum(1.0 - (C**2).sum(axis=0), 0.0)
+        return np.maximum(lam, direction_floors(spread, C.T, channels)), max(model.noise_variance_, floor)
     return np.maximum(lam, floor), max(model.noise_variance_, floor)
 
 
