@@ -257,10 +257,11 @@ def _in_row_order(tasks: list, *, window: int, client):
     scheduler, so that results come back while later blocks run.
     """
     import dask
+    from dask.local import get_sync  # the "sync" scheduler as a function: found by name, dask imports distributed
 
     if client is None and dask.config.get("scheduler", None) in _SYNCHRONOUS:
         for task in tasks:
-            yield dask.compute(task, scheduler="sync")[0]
+            yield dask.compute(task, scheduler=get_sync)[0]
         return
     pool = None
     if client is not None:
@@ -271,7 +272,7 @@ def _in_row_order(tasks: list, *, window: int, client):
         pool = ThreadPoolExecutor(max_workers=_scheduler_threads(None), thread_name_prefix="dask-mcpca-report")
 
         def submit(task):
-            return pool.submit(lambda: dask.compute(task, scheduler="sync")[0])
+            return pool.submit(lambda: dask.compute(task, scheduler=get_sync)[0])
 
     pending: deque = deque()
     todo = iter(tasks)

@@ -78,9 +78,12 @@ def compute_settled(*collections, progress: bool):
         return compute_with_progress(*collections, enabled=progress)
     executor = getattr(dask.threaded, "ContextAwareThreadPoolExecutor", ThreadPoolExecutor)  # dask's own kind
     pool = executor(int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
+    # dask's threaded scheduler named as a function, not found by name: the lookup by name (and dask's default one)
+    # imports distributed to look for a client, 0.3-0.4 s of a command's start that no local run needs
+    local = {"scheduler": dask.threaded.get} if dask.config.get("scheduler", None) is None else {}
     try:
         # one task per core already: nested BLAS threads slow each block's products (see single_threaded_blas)
-        with dask.config.set(pool=pool), single_threaded_blas():
+        with dask.config.set(pool=pool, **local), single_threaded_blas():
             return compute_with_progress(*collections, enabled=progress)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
