@@ -271,6 +271,29 @@ def _swap_figures() -> dict[str, Figure]:
     return figs
 
 
+_DRIFT = "benchmarks/DRIFT.md"
+_REPORT_ROWS = {"1m": "1,000,000", "100m": "100,000,000"}
+_BEFORE_CAP = r"before \(every one of the ([\d.]+) million events formatted into the CSV\) \| [\d.]+ \| ([\d.]+) \|"
+
+
+def _report_figures() -> dict[str, Figure]:
+    """report.md's figures from DRIFT.md: the report's time and memory against `score`, the drift windows."""
+    figs = {f"report-{tag}-{what}": Figure(_DRIFT, None, ((rows, "`dask-mcpca report --window 1000000`"),), (col,),
+                                           "{:.0f}" if what == "mib" else "")
+            for tag, rows in _REPORT_ROWS.items() for what, col in (("s", 2), ("mib", 4))}
+    return figs | {
+        "report-ratio": Figure(_DRIFT, None, template="{1} and {0}",
+                               pattern=r"Time at 100M rows: \*\*([\d.]+)x\*\* one `score`.*?; ([\d.]+)x at 1M rows"),
+        "report-memory": Figure(_DRIFT, None, pattern=r"Peak memory at 100M rows: \d+ / \d+ MiB = \*\*([\d.]+)x\*\*"),
+        "report-events": Figure(_DRIFT, None, pattern=_BEFORE_CAP),
+        "report-uncapped": Figure(_DRIFT, None, fmt="{:.1f}", template="{1}", pattern=_BEFORE_CAP),
+        "drift-stationary": Figure(_DRIFT, None, pattern=r"at most \*\*(\d+)\*\* in a seed"),
+        "drift-regime": Figure(_DRIFT, None, pattern=r"at least \*\*(\d+ of \d+)\*\* in a seed"),
+        "drift-appended": Figure(_DRIFT, None, pattern=r"appended weeks, windows called drift: \*\*(\d+ of \d+)\*\*"),
+        "drift-angles": Figure(_DRIFT, None, pattern=r"it is (\d+-\d+) degrees on ordinary days"),
+    }
+
+
 #: The documentation's figures (docs/*.md), by page.
 _DOCS_FIGURES: dict[str, Figure] = {
     # archives.md
@@ -315,6 +338,8 @@ _DOCS_FIGURES: dict[str, Figure] = {
     **_robust_figures(),
     **_accuracy_figures(),
     **_swap_figures(),
+    # report.md
+    **_report_figures(),
 }
 
 FIGURES.update(_DOCS_FIGURES)
