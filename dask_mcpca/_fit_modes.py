@@ -142,6 +142,13 @@ def _inside(model, rows: np.ndarray) -> np.ndarray:
     return _model.calibrated_d2(model, _model.model_rows(model, rows)) <= model.outlier_cutoff_
 
 
+def _explained(model, rows: np.ndarray) -> np.ndarray:
+    """The rows (as stored) that ``model`` explains: within its cutoff, or holding a stuck value or a
+    frozen record it learned (a fault it names, whose rows are no state's)."""
+    in_units = _model.model_rows(model, rows)
+    return _inside(model, rows) | _model.repeated(model, np.asarray(in_units, np.float64))
+
+
 def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
     """The operating states of the data, from its row sample; None where there is one.
 
@@ -151,10 +158,11 @@ def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
     ``MIN_MODE_SHARE`` of the rows (and enough to fit on), become a state if they differ from
     every state's inliers as a state does (:func:`._modes.is_state`, on the robustly standardised
     rows); otherwise they are a fault's rows (a bias, a drift, a stuck value), set aside, and the
-    rest are fitted again.  This repeats until fewer rows are left or ``MAX_MODES`` states are
-    found.  A state is thus found only where one model cannot explain it, and comparing the
-    inliers of robust fits, not raw clusters, keeps each group's own departures out of the
-    evidence.
+    rest are fitted again.  The rows holding a stuck value or a frozen record a state's fit learned
+    are that fault's, not another state's, and are not fitted again.  This repeats until fewer rows
+    are left or ``MAX_MODES`` states are found.  A state is thus found only where one model cannot
+    explain it, and comparing the inliers of robust fits, not raw clusters, keeps each group's own
+    departures out of the evidence.
     """
     sample = np.asarray(sample, np.float64)
     sample = sample[np.isfinite(sample).all(axis=1)]
@@ -176,7 +184,7 @@ def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
             break
         if all(is_state(*sorted((z[mine], z[inliers]), key=len, reverse=True), scale, center) for _, mine in states):
             states.append((model, inliers))
-            left = np.flatnonzero(~np.any([_inside(m, sample) for m, _ in states], axis=0))
+            left = np.flatnonzero(~np.any([_explained(m, sample) for m, _ in states], axis=0))
         else:  # a fault's rows: the departures of a state, not a state
             left = np.setdiff1d(left, inliers)
     if len(states) < 2:

@@ -103,10 +103,10 @@ def _fault(X, rows, kind, channel, rng):
 
 
 @pytest.mark.parametrize(("kind", "share"), [("bias", 0.05), ("bias", 0.15), ("drift", 0.05), ("drift", 0.15),
-                                             ("stuck", 0.05), ("stuck", 0.09)])
+                                             ("stuck", 0.05), ("stuck", 0.09), ("stuck", 0.15), ("stuck", 0.25)])
 def test_a_fault_on_one_channel_is_not_a_mode(kind, share):
-    # a value held by more than MAX_REPEATED_SHARE (10 %) of the rows is taken for a regime (an idle
-    # sensor's zeros) by the single-state rule, with or without modes: stuck stops at 9 % here
+    # a measured value held by more than MAX_REPEATED_SHARE (10 %) of a continuous channel's rows is
+    # still a stuck sensor's (below 50 %): the channel repeats no other value
     rng = np.random.default_rng(5)
     X = rng.normal(size=(8000, 6)) @ np.linalg.qr(rng.normal(size=(6, 6)))[0] * 2
     rows = np.arange(2000, 2000 + int(share * len(X)))
@@ -203,3 +203,51 @@ def test_partial_fit_updates_each_mode_by_its_rows():
         np.testing.assert_allclose(model.mode_models_[m].explained_variance_, pca, rtol=0.05)
     assert model.is_outlier(X).mean() < 0.01
     np.testing.assert_array_equal(model.predict_mode(X), truth)
+
+
+def _adc(seed, n=10_000, p=5, moving=0.2, stretch=500):
+    """Continuous channels beside an ADC at rest at one level (noise 0.3 steps, rounded) that moves (sd 8
+    steps) in ``moving`` of the rows, in stretches: two states, told apart by the ADC alone."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2)) @ rng.normal(size=(p, 2)).T + 0.3 * rng.normal(size=(n, p))
+    on = np.zeros(n, bool)
+    for start in rng.choice(np.arange(0, n - stretch, stretch), int(moving * n / stretch), replace=False):
+        on[start : start + stretch] = True
+    level = 500 + 0.3 * rng.normal(size=n)
+    level[on] = 500 + 8 * rng.normal(size=on.sum())
+    return np.column_stack([X, np.round(level)]), on
+
+
+@pytest.mark.parametrize("share", [0.1, 0.2])
+def test_a_stretch_stuck_over_a_large_share_of_a_smaller_mode_is_found(share):
+    """A channel stuck at its 99th percentile over 10-20 % of the rows, in one stretch across both states
+    (mode 1 holds 40 % of the rows, so the stretch is 25-50 % of its rows there): every stuck row flagged,
+    in both modes; the regime of the ADC at rest (one level in ~90 % of its mode's rows) is no fault."""
+    X, truth = two_states(seed=7, n=(6000, 4000))
+    order = np.random.default_rng(3).permutation(len(X))  # the states interleaved, as a machine visits them
+    X, truth = X[order], truth[order]
+    rows = np.arange(1000, 1000 + int(share * len(X)))
+    faulty = X.copy()
+    faulty[rows, 2] = np.quantile(X[rows, 2], 0.99)
+    model = MCPCA(modes="auto").fit(faulty)
+    assert model.n_modes_ == 2
+    for sub in model.mode_models_:
+        np.testing.assert_array_equal(sub.repeated_values_, [[2.0, faulty[rows[0], 2]]])
+    flags = model.is_outlier(faulty)
+    assert flags[rows].all()
+    assert np.delete(flags, rows).mean() <= 0.01
+
+
+def test_a_stuck_channel_beside_an_adc_that_moves_is_found():
+    """The ADC moves 20 % of the time (a mode); a continuous channel stuck over 20 % of the rows in one
+    stretch: every stuck row flagged, and the ADC's resting level is no stuck value."""
+    X, on = _adc(2)
+    rows = np.arange(3000, 5000)
+    faulty = X.copy()
+    faulty[rows, 1] = np.quantile(X[rows, 1], 0.99)
+    model = MCPCA(modes="auto").fit(faulty)
+    assert model.n_modes_ == 2
+    assert all(5 not in sub.repeated_values_[:, 0] for sub in model.mode_models_)
+    flags = model.is_outlier(faulty)
+    assert flags[rows].mean() >= 0.95
+    assert np.delete(flags, rows).mean() <= 0.01

@@ -186,3 +186,41 @@ def test_a_record_of_round_values_is_a_set_point_not_a_frozen_record():
     Y = X.copy()
     Y[np.all(X == 0, axis=1)] = X[np.all(X != 0, axis=1)][0]
     assert len(repeated_rows(Y)) == 1
+
+
+@pytest.mark.parametrize("share", [0.15, 0.3, 0.45])
+def test_a_measured_value_stuck_over_a_large_share_of_a_continuous_channel_is_found(share):
+    """A stretch stuck at the 99th percentile over 15-45 % of the rows (a stretch of 10-20 % of an archive
+    is 25-50 % of a smaller mode's rows): the channel repeats no other value, so the held value is a
+    sensor's that stopped, not a regime; every stuck row is flagged."""
+    rng = np.random.default_rng(11)
+    X = _correlated(rng, 10_000, 5, 1.0)
+    rows = np.arange(2000, 2000 + int(share * len(X)))
+    X[rows, 3] = np.quantile(X[:, 3], 0.99)
+    assert repeated_values(X).tolist() == [[3.0, X[rows[0], 3]]]
+    model = MCPCA().fit(X)
+    flags = np.asarray(model.is_outlier(X))
+    assert flags[rows].all()
+    assert np.delete(flags, rows).mean() <= 0.01
+
+
+def _held(value, share, seed=12, n=10_000):
+    """Continuous channels, channel 1 holding ``value`` in ``share`` of the rows (scattered)."""
+    rng = np.random.default_rng(seed)
+    X = 20 + _correlated(rng, n, 4, 1.0)
+    X[rng.choice(n, int(share * n), replace=False), 1] = value
+    return X
+
+
+@pytest.mark.parametrize(("case", "X"), [
+    ("zeros on one channel, 30 %", _held(0.0, 0.3)),
+    ("a set point spelled round, 30 %", _held(20.5, 0.3)),
+    ("a measured value, half of the rows", _held(20.123456789012345, 0.5)),
+    ("an ADC at rest (one level in ~90 % of the rows) beside it", np.column_stack(
+        [_held(20.5, 0.0), np.round(500 + 0.3 * np.random.default_rng(1).normal(size=10_000))])),
+    ("a quantized channel (tenths) at a value 30 % of the time", np.round(_held(20.4, 0.3), 1)),
+])
+def test_a_regime_held_by_many_rows_is_no_stuck_value(case, X):
+    """Over 10 % of the rows, a value is a regime when it is 0, round (a set point), held by half of the
+    rows or more, or on a channel that repeats its other values too (quantized)."""
+    assert len(repeated_values(X)) == 0, case
