@@ -59,6 +59,9 @@ class Figure:
         ``str.format`` template for the pattern's groups.
     scale : float
         Each number read is multiplied by it before ``fmt`` (100: a share written in percent).
+    divide : tuple of int
+        With ``pattern``: each match becomes its group ``divide[0]`` over its group ``divide[1]``
+        (a ratio the results file gives as two numbers); empty: the groups as they are.
     """
 
     path: str
@@ -71,6 +74,7 @@ class Figure:
     pattern: str = ""
     template: str = "{0}"
     scale: float = 1.0
+    divide: tuple[int, ...] = ()
 
 
 def _speed(dtype: str) -> str:
@@ -294,6 +298,77 @@ def _report_figures() -> dict[str, Figure]:
     }
 
 
+_HEAVY = "benchmarks/HEAVY_TAILS.md"
+_BM_ACTIVITIES = tuple(f"BasicMotions, {a}" for a in ("standing", "running", "walking", "badminton"))
+_ADC_REGIME = "MCPCA flags ([\\d.]+)% of the rows at rest and ([\\d.]+)% of the moving ones"
+
+
+def _flagged(data: str, size: str, when: str, digits: int = 1) -> Figure:
+    """HEAVY_TAILS.md: the share of ``data``'s normal rows flagged by MCPCA ``when`` (before, after), in percent."""
+    return _pct(_HEAVY, None, ((data, size, f"MCPCA {when}"),), 3, digits)
+
+
+def _algorithm_figures() -> dict[str, Figure]:
+    """algorithm.md's figures: the kernel's profile, the heavy-tailed cutoff's before and after, quantized channels."""
+    daphnet, bleeding = ("Daphnet S06R02E0", "7040 x 9"), ("KDD-TSAD 135 InternalBleeding16 (lags 0-3)", "7498 x 4")
+    figs = {f"heavy-{tag}": Figure(_HEAVY, None, ((*data, "MCPCA before"), (*data, "MCPCA after")), (3,), "{:.1f}",
+                                   " % → ", scale=100)
+            for tag, data in (("daphnet", daphnet), ("t3", ("multivariate t, 3 dof", "20000 x 6")),
+                              ("t5", ("multivariate t, 5 dof", "20000 x 6")))}
+    figs |= {f"heavy-bm-{when}": _pct(_HEAVY, None, tuple((a, "2000 x 6", f"MCPCA {when}") for a in _BM_ACTIVITIES),
+                                      3, spread=True) for when in ("before", "after")}
+    figs |= {
+        "heavy-bleeding-before": _flagged(*bleeding, "before"),
+        "heavy-bleeding-after": _flagged(*bleeding, "after", 2),
+        "heavy-gauss-before": _flagged("Gaussian (control)", "20000 x 6", "before", 2),
+        "heavy-gauss-after": _flagged("Gaussian (control)", "20000 x 6", "after", 2),
+        "heavy-daphnet-q": Figure(_HEAVY, None, ((*daphnet, "MCPCA after"),), (7, 6), "{:,.0f}", " (cutoff now "),
+        "heavy-standing-q": Figure(_HEAVY, None, (("BasicMotions, standing", "2000 x 6", "MCPCA after"),), (7, 6),
+                                   "{:,.0f}", " ("),
+        "heavy-trade": Figure(_HEAVY, None, template="{0} and {2} of the injected spikes (8-15 sd on one channel) "
+                                                     "found, against {1} and {3}",
+                              pattern=r"\| Daphnet S06R02E0 \| \d+ \| \d+ \| ([\d.]+) \| ([\d.]+) \|\n"
+                                      r"\| BasicMotions, standing \| \d+ \| \d+ \| ([\d.]+) \| ([\d.]+) \|"),
+        "heavy-tried": Figure(_HEAVY, None, template="{0} % on them but drop spike recall to {1}",
+                              pattern=r"reach ([\d.]+-[\d.]+) % on the recordings "
+                                      r"but leave ([\d.]+-[\d.]+) of the spikes"),
+        "heavy-paper20": Figure(_HEAVY, None, template="{0} to {1}",
+                                pattern=r"widen the cutoff: recall ([\d.]+) -> ([\d.]*\d)"),
+        "heavy-spike-after": Figure(_HEAVY, None, tuple((d, "after") for d in (daphnet[0], *_BM_ACTIVITIES)), (3,),
+                                    "{:.2f}", spread=True),
+        "heavy-spike-before": Figure(_HEAVY, None, tuple((d, "before") for d in (daphnet[0], *_BM_ACTIVITIES)), (3,),
+                                     "{:.2f}", spread=True),
+        "heavy-nyc": Figure(_HEAVY, None, template="{1} recall ({0} before; false alarms {3} %, {2} % before; with "
+                                                   "`n_components=2` {4} either way)",
+                            pattern=r"recall ([\d.]+) -> ([\d.]+), false alarms ([\d.]+) % -> ([\d.]+) %; "
+                                    r"with n_components=2: ([\d.]+) both"),
+        "heavy-mixture-recall": Figure(_HEAVY, None, template="{1}, {0} before",
+                                       pattern=r"spike recall ([\d.]+) -> ([\d.]+) on seed"),
+        "heavy-mixture-clean": Figure(_HEAVY, None, template="{0} % to {1}",
+                                      pattern=r"clean rows flagged ([\d.]+-[\d.]+) % -> ([\d.]+-[\d.]+) %"),
+        "heavy-missing": Figure(_HEAVY, None, template="stuck {0} → {1}, bias {2} → {3}, spike {4} → {5} "
+                                                       "(false alarms {6} % → {7} %)",
+                                pattern=r"single faulty cells: stuck ([\d.]+) -> ([\d.]+), bias ([\d.]+) -> ([\d.]+), "
+                                        r"spike ([\d.]+) -> ([\d.]+); false alarms ([\d.]+) % -> ([\d.]+) %"),
+        "heavy-ecg": Figure(_HEAVY, None, pattern=r"lag-embedded ECG \((\d+) % of normal rows flagged"),
+        "kernel-numpy": Figure(_RESULTS, None, fmt="{:.1f}", spread=True, divide=(1, 0),
+                               pattern=r"\| default radii \(chi-square 97\.5 % and 99 %\) \| \*\*([\d.]+)\*\* \| "
+                                       r"[\d.]+ \| ([\d.]+) \|"),
+        "kernel-xtx": Figure(_RESULTS, None, fmt="{:.1f}", spread=True,
+                             pattern=r"one sweep at the default radii / `X.T @ X` in memory: ([\d.]+)x"),
+        "full-passes-20m": Figure(_RESULTS, _speed("float64"), (("MCPCA().fit(store) (auto)",),), (4,)),
+        "full-passes-100m": Figure(_RESULTS, "scaling", (("100,000,000",),), (6,)),
+        "adc-rest": Figure(_ROBUST, None, (("ADC at rest, noise 0.3 steps",),), (1,), "{:.0f}", scale=100),
+        "adc-moving": Figure(_ROBUST, None, fmt="{:.0f}", template="{1}", pattern=_ADC_REGIME),
+        "adc-moving-all": _pct(_ROBUST, None, (("ADC at rest, noise 0.3 steps, moving 20 %",),), 1, 0),
+        "adc-resting": Figure(_ROBUST, None, fmt="{:.1f}", template="{0}", pattern=_ADC_REGIME),
+        "adc-wide": Figure(_ROBUST, None, pattern=r"The moving rows spread (\d+) times as wide"),
+        "adc-mcd": Figure(_ROBUST, None, pattern=r"MinCovDet \(chi-square 99\.8 %\) [\d.]+% and ([\d.]+)%"),
+        "adc-contamination": Figure(_ROBUST, None, pattern=r"`MCPCA\(contamination=0\.01\)` flags ([\d.]+)%"),
+    }
+    return figs
+
+
 #: The documentation's figures (docs/*.md), by page.
 _DOCS_FIGURES: dict[str, Figure] = {
     # archives.md
@@ -340,6 +415,8 @@ _DOCS_FIGURES: dict[str, Figure] = {
     **_swap_figures(),
     # report.md
     **_report_figures(),
+    # algorithm.md
+    **_algorithm_figures(),
 }
 
 FIGURES.update(_DOCS_FIGURES)
@@ -390,6 +467,8 @@ def value(name: str) -> str:
     text = _section(fig)
     if fig.pattern:
         hits = [h if isinstance(h, tuple) else (h,) for h in re.findall(fig.pattern, text)]
+        if fig.divide:
+            hits = [(repr(_number(h[fig.divide[0]]) / _number(h[fig.divide[1]])),) for h in hits]
         if not hits or (len(hits) > 1 and not fig.spread):
             raise KeyError(f"{name}: {len(hits)} matches of {fig.pattern!r} in {fig.path}")
         if fig.spread:
