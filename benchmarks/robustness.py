@@ -519,10 +519,14 @@ def plant(seed: int, n: int = 20_000) -> np.ndarray:
     return np.column_stack([rpm, kw, bar, volt])
 
 
-def _flags(X, **params) -> np.ndarray:
+def _fit(X, **params) -> MCPCA:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return np.asarray(MCPCA(**params).fit(X).is_outlier(X))
+        return MCPCA(**params).fit(X)
+
+
+def _flags(X, **params) -> np.ndarray:
+    return np.asarray(_fit(X, **params).is_outlier(X))
 
 
 def unit_table(cache: Path, seeds: int) -> list[str]:
@@ -544,8 +548,13 @@ def unit_table(cache: Path, seeds: int) -> list[str]:
                     TARGETS.append(f"- unit invariance, {name}, scale={scale}, n_components={k}: >= 99.5 % agree "
                                    f"-> {'ok' if min(agree) >= 0.995 else 'MISSED'}")
     lines += ["", f"A +4 sd bias held over 3 % of the rows (a contiguous stretch, {seeds} positions) on the "
-              "channel with the smallest spread, in the data's raw units; medians over the positions (worst).", "",
-              "| data | channel | scale | n_components | recall | false alarms |", "|---|---|---|---|---|---|"]
+              "channel with the smallest spread, in the data's raw units; medians over the positions (worst). "
+              "'shift': the bias in the clean fit's conditional SDs of that channel (sqrt of its d^2 at the "
+              "centre); 'row-wise bound': the recall of the clean fit's d^2 with its cutoff set to flag exactly "
+              "5 % of the clean rows (what a row distance of that model finds at 5 % false alarms, the fault kept "
+              "out of the fit).", "",
+              "| data | channel | scale | n_components | shift | recall | false alarms | row-wise bound |",
+              "|---|---|---|---|---|---|---|---|"]
     raw = {"NYC weather 2013, raw units": (weather_data(cache, standardise=False), "wind_speed (mph)"),
            "generated plant (rpm, kW, bar, V)": (plant(0), "voltage (V)")}
     for name, (X, channel) in raw.items():
@@ -553,23 +562,32 @@ def unit_table(cache: Path, seeds: int) -> list[str]:
         n, m = len(X), int(0.03 * len(X))
         for scale in (None, "robust"):
             for k in (None, 2):
-                recall, alarms = [], []
+                recall, alarms, bound = [], [], []
+                clean = _fit(X, scale=scale, n_components=k)
+                units = getattr(clean, "scale_", np.ones(X.shape[1]))
+                bias = 4 * X[:, j].std()
+                shift = bias / units[j] * np.sqrt(clean.get_precision()[j, j])
+                clean_d2 = np.asarray(clean.mahalanobis(X))
                 for s in range(seeds):
                     start = int((s + 0.5) * (n - m) / seeds)
                     fault = np.zeros(n, bool)
                     fault[start:start + m] = True
                     Xf = X.copy()
-                    Xf[fault, j] += 4 * X[:, j].std()
+                    Xf[fault, j] += bias
                     flags = _flags(Xf, scale=scale, n_components=k)
                     recall.append(flags[fault].mean())
                     alarms.append(flags[~fault].mean())
-                lines.append(f"| {name} | {channel} | {scale} | {k} | {np.median(recall):.2f} ({min(recall):.2f}) | "
-                             f"{np.median(alarms):.4f} ({max(alarms):.4f}) |")
+                    cut = np.percentile(clean_d2[~fault], 95)
+                    bound.append((np.asarray(clean.mahalanobis(Xf[fault])) > cut).mean())
+                lines.append(f"| {name} | {channel} | {scale} | {k} | {shift:.1f} | {np.median(recall):.2f} "
+                             f"({min(recall):.2f}) | {np.median(alarms):.4f} ({max(alarms):.4f}) | "
+                             f"{np.median(bound):.2f} ({min(bound):.2f}) |")
                 print(lines[-1], flush=True)
                 if scale == "robust":
                     ok = min(recall) >= 0.9 and max(alarms) <= 0.05
                     TARGETS.append(f"- bias on the smallest-spread channel, {name}, n_components={k}: recall >= 0.9, "
-                                   f"<= 5 % false alarms -> {'ok' if ok else 'MISSED'}")
+                                   f"<= 5 % false alarms -> {'ok' if ok else 'MISSED'}"
+                                   + ("" if ok else f" (row-wise bound {min(bound):.2f})"))
     return lines
 
 
