@@ -369,6 +369,95 @@ def _algorithm_figures() -> dict[str, Figure]:
     return figs
 
 
+_ROUNDS = r" ([\d.]+) \(rounds ([\d.]+-[\d.]+)\)"
+_FIT_ROW = (("MCPCA().fit(store) (auto)",),)
+_SCORE_ROW = (("`score` (default: `monitoring`, float32)",),)
+_SCORE_FLOOR = "score-floor-20000000x10-float64"
+_MIB_ROWS = (("1,000,000",), ("8,000,000",), ("32,000,000",), ("100,000,000",))
+_PROCESS_ROW = (("`dask-mcpca fit STORE`, as a process",),)
+_SCORE_ALL_ROW = (("`score --outputs all --dtype float64`",),)
+#: A speed table's row: its median, then its min-max (the median a group or not, as ``{1}`` says).
+_MEDIAN_RANGE = r"\| {0} \| {1} \| ([\d.]+)-([\d.]+) \|"
+
+
+def _floor_figures(section: str, tag: str) -> dict[str, Figure]:
+    """performance.md's table of the fit against its floor: one column, from one speed section of RESULTS.md."""
+    ratio = {"pass": "mcpca_pass / xtx", "fit": "mcpca_fit / xtx", "process": "mcpca_fit_process / xtx",
+             "daskml": "mcpca_fit / daskml_pca"}
+    figs = {f"floor-{tag}-{k}": Figure(_RESULTS, section, template="{0} ({1})", pattern=re.escape(name) + _ROUNDS)
+            for k, name in ratio.items()}
+    return figs | {
+        f"floor-{tag}-xtx-s": Figure(_RESULTS, section, fmt="{:.2f}", template="{0} ({1}-{2})",
+                                     pattern=_MEDIAN_RANGE.format(r"`\(X\.T @ X\)\.compute\(\)` \(dask\)", _GROUP)),
+        f"floor-{tag}-fit-s": Figure(_RESULTS, section, _FIT_ROW, (1,), "{:.2f}"),
+        f"floor-{tag}-fit-range": Figure(_RESULTS, section, fmt="{:.2f}", template="{0}-{1}",
+                                         pattern=_MEDIAN_RANGE.format(r"MCPCA\(\)\.fit\(store\) \(auto\)", _NUM)),
+        f"floor-{tag}-passes": Figure(_RESULTS, section, _FIT_ROW, (4,)),
+        f"floor-{tag}-process-s": Figure(_RESULTS, section, _PROCESS_ROW, (1,), "{:.2f}"),
+        f"floor-{tag}-mcd": Figure(_RESULTS, section, fmt="{:.0f}",
+                                   pattern=r"MinCovDet / MCPCA, in memory on 200,000 rows: \*\*([\d.]+)\*\*"),
+    }
+
+
+def _performance_figures() -> dict[str, Figure]:
+    """performance.md's figures from RESULTS.md: the floor, the malloc, memory and time against n, workers, score."""
+    figs = {}
+    for dtype in ("float64", "float32"):
+        short = dtype[-2:]
+        figs |= _floor_figures(_speed(dtype), f"f{short}m")
+        figs |= _floor_figures(f"speed-20000000x10-{dtype}", f"f{short}g")
+    floors = ("m", f"{_SCORE_FLOOR}-console-malloc"), ("g", _SCORE_FLOOR), ("2m", "score-floor-2000000x10-float64")
+    for tag, section in floors:
+        figs |= {
+            f"score-{tag}-s": Figure(_RESULTS, section, _SCORE_ROW, (1,), "{:.2f}"),
+            f"score-{tag}-ratios": Figure(_RESULTS, section, _SCORE_ROW, (4, 5), "{:.2f}", "x the copy and "),
+            f"score-{tag}-copy-s": Figure(_RESULTS, section, (("copy (floor)",),), (1,), "{:.2f}"),
+            f"score-{tag}-xtx-s": Figure(_RESULTS, section, (("`(X.T @ X).compute()`",),), (1,), "{:.2f}"),
+            f"score-{tag}-all": Figure(_RESULTS, section, _SCORE_ALL_ROW, (4,), "{:.2f}"),
+        }
+    workers = {(w, m): ((w, m),) for w in ("1", "2") for m in ("glibc's defaults", "the command's setting")}
+    return figs | {
+        "malloc-faults": Figure(_RESULTS, None, template="{0} pages, spent {1} s in the kernel against {2} s of its "
+                                                         "own work, and took {3} s",
+                                pattern=r"made\s+([\d,]+) minor faults and spent ([\d.]+-[\d.]+) s of system time "
+                                        r"against ([\d.]+) s of user time, and took\s+([\d.]+-[\d.]+) s"),
+        "malloc-peak": Figure(_RESULTS, "memory-x10", _BIG_ROWS[:2], (10,), "{:.0f}", spread=True),
+        "malloc-peak-100m": Figure(_RESULTS, "memory-x10", _BIG_ROWS[2:], (10,), "{:.0f}"),
+        "malloc-100m-s": Figure(_RESULTS, "memory-x10", _BIG_ROWS[2:], (12, 8), "{:.1f}", " s instead of "),
+        **{f"workers-{w}-{'cmd' if m.startswith('the') else 'glibc'}-{what}": Figure(_RESULTS, "worker-malloc", row,
+                                                                                   (col,), "{:.2f}")
+           for (w, m), row in workers.items() for what, col in (("fit", 3), ("xtx", 2))},
+        **{f"workers-peak-{tag}": Figure(_RESULTS, "worker-malloc", tuple((w, m) for w in "12"), (5,), "{:.0f}",
+                                         spread=True)
+           for tag, m in (("glibc", "glibc's defaults"), ("cmd", "the command's setting"))},
+        "memory-1m": Figure(_RESULTS, "memory-x10", (("1,000,000",),), (4,), "{:.0f}"),
+        "memory-malloc-all": Figure(_RESULTS, "memory-x10", _MIB_ROWS[:3], (10,), "{:.0f}", ", "),
+        "memory-f32": Figure(_RESULTS, "scaling", (("20,000,000", "float32"), ("100,000,000", "float32")), (9,),
+                             "{:.0f}", " and "),
+        "memory-imports": Figure(_RESULTS, "scaling", (("20,000,000", "float32"),), (10,), "{:.0f}"),
+        "scaling-f64-small": Figure(_RESULTS, "scaling", (("1,000,000", "float64"), ("5,000,000", "float64")), (5,),
+                                    "{:.2f}", " and "),
+        "scaling-f64-20m": Figure(_RESULTS, "scaling", (("20,000,000", "float64"),), (5,), "{:.2f}"),
+        "scaling-f32": Figure(_RESULTS, "scaling", (("20,000,000", "float32"), ("100,000,000", "float32")), (5,),
+                              "{:.2f}", " at 20M and "),
+        "scaling-f32-100m-s": Figure(_RESULTS, "scaling", (("100,000,000", "float32"),), (3,), "{:.1f}"),
+        "scaling-f32-100m-passes": Figure(_RESULTS, "scaling", template="{0} full passes plus {1} of 100 blocks",
+                                          pattern=r"\| 100,000,000 \| float32 \| 100 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| "
+                                                  r"(\d+) \| \d+ \((\d+)\)"),
+        "scaling-workers": Figure(_RESULTS, "scaling", (("1",), ("2",)), (1,), "{:.1f}", " and "),
+        "scaling-threads": Figure(_RESULTS, "scaling", (("threads (2)",),), (1,), "{:.1f}"),
+        "report-mib": Figure(_RESULTS, "report-memory-x6-float32", _MIB_ROWS[:1] + (("10,000,000",),) + _MIB_ROWS[3:],
+                             (4,), "{:.0f}", " / "),
+        "report-mib-before": Figure(_RESULTS, "report-memory-x6-float32", template="{0} / {1} / {2}",
+                                    pattern=r"([\d,]+), ([\d,]+) and ([\d,]+) MiB\s+at 1M, 10M and 100M rows"),
+        "report-score": Figure(_RESULTS, "report-speed",
+                               template="{2}x one `dask-mcpca score` of the store ({1} s vs {0} s",
+                               pattern=r"(?s)\| `dask-mcpca score` \| ([\d.]+) \|.*"
+                                       r"\| `dask-mcpca report` \| ([\d.]+) \|.*"
+                                       r"report / score: \*\*([\d.]+)\*\*"),
+    }
+
+
 #: The documentation's figures (docs/*.md), by page.
 _DOCS_FIGURES: dict[str, Figure] = {
     # archives.md
@@ -417,6 +506,8 @@ _DOCS_FIGURES: dict[str, Figure] = {
     **_report_figures(),
     # algorithm.md
     **_algorithm_figures(),
+    # performance.md
+    **_performance_figures(),
 }
 
 FIGURES.update(_DOCS_FIGURES)
