@@ -458,6 +458,61 @@ def _performance_figures() -> dict[str, Figure]:
     }
 
 
+_WORKERS = "benchmarks/WORKERS.md"
+_WIDE_ROWS = {"p100": "factor 200k x 100 float32, Zarr", "p300": "factor 200k x 300 float32, Zarr"}
+_P_ROWS = tuple((p, "200,000") for p in ("10", "100", "300", "500"))
+_PROFILE_TIMES = (r"(?s)`X\.T @ X` on the same rows: \*\*([\d.]+) ms\*\*.*?"
+                  r"\| default radii \(chi-square 97\.5 % and 99 %\) \| \*\*[\d.]+\*\* \| [\d.]+ \| ([\d.]+) \|")
+
+
+def _workers_cell(shape: str, method: str, workers: int, col: int) -> str:
+    """A pattern for cell ``col`` of WORKERS.md's row (method, workers) under the ``### shape`` heading."""
+    return rf"(?s)### {re.escape(shape)}\n.*?\| {re.escape(method)} \| {workers} \|(?:[^|\n]*\|){{{col - 2}}} ([\d.]+)"
+
+
+def _scaling_figures() -> dict[str, Figure]:
+    """performance.md's kernel, gaps at wide p, per-pass bytes and workers' figures."""
+    figs = {}
+    for dtype in ("float64", "float32"):
+        sec, row = f"profile-10-{dtype}", (("default radii (chi-square 97.5 % and 99 %)",),)
+        figs[f"kernel-{dtype}"] = Figure(_RESULTS, sec, row, (1, 3), "{:.1f}", " ms instead of ")
+        figs[f"kernel-{dtype}-two"] = Figure(_RESULTS, sec, row, (2,), "{:.1f}")
+        figs[f"kernel-{dtype}-xtx"] = Figure(_RESULTS, sec, pattern=r"in memory: ([\d.]+)x")
+    figs["kernel-numpy-xtx"] = Figure(_RESULTS, None, fmt="{:.1f}", spread=True, divide=(1, 0), pattern=_PROFILE_TIMES)
+    for tag, row in _WIDE_ROWS.items():
+        figs[f"gaps-{tag}"] = Figure(_MISSING, "partial-wide", ((row,),), (4, 5), "{:.1f}", spread=True)
+        figs[f"gaps-{tag}-rows"] = Figure(_MISSING, "partial-wide", ((row,),), (1,))
+    figs["gaps-before"] = Figure(_MISSING, "partial-wide", fmt="{:.1f}", template="{0}x and {1}x",
+                                 pattern=r"partial / complete ([\d.]+) at p = 100, ([\d.]+) at p = 300")
+    one = (("1",),)
+    figs |= {
+        "pass-block-mib": Figure(_RESULTS, "per-pass", fmt="{:.0f}", pattern=r"full pass \(([\d.]+) MiB each\)"),
+        "pass-block-result": Figure(_RESULTS, "per-pass", one, (5,), "{:.1f}"),
+        "pass-result": Figure(_RESULTS, "per-pass", one, (6,), "{:.0f}"),
+        **{f"pass-moved-{w}": Figure(_RESULTS, "per-pass", ((w,),), (8,), "{:.0f}") for w in "24"},
+        "pass-transfers": Figure(_RESULTS, "per-pass", template="{0} and {1}",
+                                 pattern=r"\((\d+) transfers\) \| [\d.]+ KiB \|\n\| 4 \|.*\((\d+) transfers\)"),
+        "pass-tasks": Figure(_RESULTS, "per-pass", one, (4,)),
+        **{f"pass-fit-s-{w}": Figure(_RESULTS, "per-pass", ((w,),), (1,), "{:.2f}") for w in "124"},
+        "workers-peak-all": Figure(_RESULTS, "worker-malloc", (), fmt="{:.0f}", spread=True,
+                                   pattern=r"(?m)^\| \d \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \| (\d+) \|"),
+        "client-p": Figure(_RESULTS, "scaling", _P_ROWS, (7,), "{:.2f}", spread=True),
+        "client-p-all": Figure(_RESULTS, "scaling", (*_P_ROWS, ("1000", "200,000")), (7,), "{:.2f}", spread=True),
+    }
+    shapes = {"10": "20,000,000 x 10 float32", "100": "2,000,000 x 100 float32"}
+    for p, shape in shapes.items():
+        for method, tag in (("X^T X pass", "xtx"), ("MCPCA().fit", "fit"), ("dask-ml PCA", "daskml")):
+            cells = {"1": (1, 2), "2": (2, 2), "speedup": (2, 3)}  # seconds on 1 and 2 workers, the speed-up at 2
+            figs |= {f"wk-{p}-{tag}-{k}": Figure(_WORKERS, None, fmt="{:.2f}", pattern=_workers_cell(shape, method, *c))
+                     for k, c in cells.items()}
+    for w in (1, 2):
+        figs[f"wk-100-fit-passes-{w}"] = Figure(_WORKERS, None, fmt="{:.1f}",
+                                                pattern=_workers_cell(shapes["100"], "MCPCA().fit", w, 5))
+    figs["wk-100-fit-speedup-short"] = Figure(_WORKERS, None, fmt="{:.1f}",
+                                              pattern=_workers_cell(shapes["100"], "MCPCA().fit", 2, 3))
+    return figs
+
+
 #: The documentation's figures (docs/*.md), by page.
 _DOCS_FIGURES: dict[str, Figure] = {
     # archives.md
@@ -508,6 +563,7 @@ _DOCS_FIGURES: dict[str, Figure] = {
     **_algorithm_figures(),
     # performance.md
     **_performance_figures(),
+    **_scaling_figures(),
 }
 
 FIGURES.update(_DOCS_FIGURES)
@@ -536,7 +592,7 @@ def _row(text: str, first: tuple[str, ...]) -> list[str]:
 
 
 def _number(cell: str) -> float:
-    match = re.match(r"[\d.]+", cell.replace(",", ""))
+    match = re.match(r"[\d.]+", cell.replace(",", "").lstrip("*"))  # a bold cell, **29.9**, too
     if match is None:
         raise ValueError(f"no number at the start of {cell!r}")
     return float(match.group())
