@@ -22,6 +22,12 @@ store, ``--repeats`` times, and keeps the medians.
 
 Writes the ``scaling`` section of ``RESULTS.md`` and ``scaling.png``.
 
+``--before`` also fits each column store under the rules before issue 37 point 1's last change
+(:data:`BEFORE`: the module constants set back in the fitting process), alternated with the
+fit and the X^T X pass in the same run, so that the table shows both::
+
+    python benchmarks/scaling.py --rows --rows32 --workers --cols 10 100 300 1000 --before --section scaling-wide
+
 ``--worker-malloc`` measures only what ``docs/performance.md`` tells cluster
 users to set: for each ``--workers`` count it starts two clusters side by
 side, one with glibc's defaults (and the nanny's ``MALLOC_TRIM_THRESHOLD_``)
@@ -58,6 +64,15 @@ __all__ = ["measure"]
 #: Bytes per Zarr chunk of the column stores.
 CHUNK_BYTES = 80_000_000
 
+#: ``--before``: (module, constant, value) set in the fitting process for the rules before the last
+#: change of issue 37 point 1: the first read of a wide store of 7-15 blocks was full, the sample's
+#: fixed point at wide p went to a tenth of ``tol``, and the breakdown check judged 5,000 rows.
+BEFORE = (
+    ("dask_mcpca._passes", "PARTIAL_MIN_BLOCKS_WIDE", 10**9),
+    ("dask_mcpca._robust_sample", "WIDE_SAMPLE_FEATURES", 10**9),
+    ("dask_mcpca._fit", "BREAKDOWN_CELLS", 10**18),
+)
+
 #: What each worker reports of its environment (``--worker-malloc`` checks that the setting arrived).
 _MALLOC_VARS = tuple(k for k in WORKER_ENV if k.startswith("MALLOC_"))
 
@@ -71,7 +86,10 @@ def _peak_rss() -> int:
 
 
 def _child(what: str, path: str, address: str | None) -> None:
-    """Fit (or make one X^T X pass over) ``path``; print one JSON line."""
+    """Fit (or make one X^T X pass over) ``path``; print one JSON line.  ``what``: "fit", "xtx", or
+    "before" (a fit under :data:`BEFORE`)."""
+    import importlib
+
     from threadpoolctl import threadpool_limits
 
     import dask_mcpca._passes as passes
@@ -94,6 +112,8 @@ def _child(what: str, path: str, address: str | None) -> None:
             in_passes[0] += time.perf_counter() - t
 
     passes.PassRunner.run = timed
+    for module, name, value in BEFORE if what == "before" else ():
+        setattr(importlib.import_module(module), name, value)
     X = as_row_blocks(path)
     base = _peak_rss()
     t = time.perf_counter()
@@ -118,18 +138,20 @@ def _malloc_env() -> dict:
 
 
 def measure(what: str, path, address: str | None = None) -> dict:
-    """One fresh process: ``what`` is "fit" or "xtx"."""
+    """One fresh process: ``what`` is "fit", "xtx" or "before"."""
     cmd = [sys.executable, __file__, "--child", what, str(path)] + (["--address", address] if address else [])
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _alternate(paths, repeats: int, address=None) -> list[dict]:
-    """Fit and X^T X pass of each store in ``paths``, all of them rotated round-robin ``repeats`` times.
+def _alternate(paths, repeats: int, address=None, before: bool = False) -> list[dict]:
+    """Fit and X^T X pass of each store in ``paths``, all of them rotated round-robin ``repeats`` times
+    (with ``before``, a fit under :data:`BEFORE` too).
 
     ``address`` is one scheduler for all, or a list of one per store (several clusters alternated)."""
     addresses = address if isinstance(address, list) else [address] * len(paths)
-    jobs = [(i, what) for i in range(len(paths)) for what in ("fit", "xtx")]
+    kinds = ("fit", "xtx", "before") if before else ("fit", "xtx")
+    jobs = [(i, what) for i in range(len(paths)) for what in kinds]
     runs = {job: [] for job in jobs}
     for r in range(repeats):
         for job in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
@@ -152,6 +174,15 @@ def _alternate(paths, repeats: int, address=None) -> list[dict]:
             "baseline": fit[0]["baseline"],
             **{k: fit[0][k] for k in ("n_passes", "n_partial_reads", "n_blocks_read", "n_blocks")},
         })
+        if before:
+            old = runs[(i, "before")]
+            out[-1]["before"] = {
+                "ratio_runs": [f["seconds"] / x["seconds"] for f, x in zip(old, xtx, strict=True)],
+                "fit_s": med(f["seconds"] for f in old),
+                "non_pass_s": med(f["seconds"] - f["in_passes"] for f in old),
+                "in_passes_s": med(f["in_passes"] for f in old),
+                **{k: old[0][k] for k in ("n_passes", "n_partial_reads", "n_blocks_read")},
+            }
     return out
 
 
@@ -165,7 +196,7 @@ def run_scaling(a) -> dict:
             print("rows", n, d, r, flush=True)
     for p in a.cols:
         info = make_store(a.p_rows, p, chunk_rows=max(1000, CHUNK_BYTES // (8 * p)))
-        (r,) = _alternate([info.path], a.repeats)
+        (r,) = _alternate([info.path], a.repeats, before=a.before)
         res["cols"].append({"p": p, "n": a.p_rows, **r})
         print("cols", p, r, flush=True)
     if a.workers:
@@ -279,14 +310,17 @@ def report(res: dict, command: str, section: str = "scaling") -> str:
         ]
         for r in res["cols"]:
             per_1m = r["xtx_s"] * 1_000_000 / r["n"]
-            ratios = r.get("ratio_runs") or [r["fit_s"] / r["xtx_s"]]
-            in_passes = r.get("in_passes_s", r["fit_s"] - r["non_pass_s"])
-            lines.append(
-                f"| {r['p']} | {r['n']:,} | {r['n_blocks']} | {r['fit_s']:.1f} | {r['xtx_s']:.2f} | "
-                f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {r['n_passes']} | "
-                f"{r['n_partial_reads']} ({r['n_blocks_read']}) | {in_passes / r['xtx_s']:.2f} | "
-                f"{r['non_pass_s']:.1f} | {r['non_pass_s'] / per_1m:.2f} | {_mib(r['peak'])} |"
-            )
+            for label, m in (("", r), (" before", r.get("before"))):
+                if m is None:
+                    continue
+                ratios = m.get("ratio_runs") or [m["fit_s"] / r["xtx_s"]]
+                in_passes = m.get("in_passes_s", m["fit_s"] - m["non_pass_s"])
+                lines.append(
+                    f"| {r['p']}{label} | {r['n']:,} | {r['n_blocks']} | {m['fit_s']:.1f} | {r['xtx_s']:.2f} | "
+                    f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {m['n_passes']} | "
+                    f"{m['n_partial_reads']} ({m['n_blocks_read']}) | {in_passes / r['xtx_s']:.2f} | "
+                    f"{m['non_pass_s']:.1f} | {m['non_pass_s'] / per_1m:.2f} | {_mib(r['peak']) if not label else ''} |"
+                )
     if res["workers"]:
         lines += [
             "",
@@ -353,6 +387,8 @@ def main(argv=None) -> None:
     ap.add_argument("--address", help=argparse.SUPPRESS)
     ap.add_argument("--worker-malloc", action="store_true",
                     help="only compare glibc's defaults with the command's malloc on cluster workers")
+    ap.add_argument("--before", action="store_true",
+                    help="also fit each column store under the rules before the last change (BEFORE), alternated")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--section", default="scaling",
                     help="the RESULTS.md section (and data/<section>.json, <section>.png) to write; "

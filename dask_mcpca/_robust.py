@@ -185,7 +185,8 @@ def fit_robust(
             repeated=repeated,
             repeated_rows=rows,
         )
-        iterate_on_sample(state, sample, fixed_center=fixed_center, tol=tol, partial=partial_sample)
+        iterate_on_sample(state, sample, fixed_center=fixed_center, tol=tol, partial=partial_sample,
+                          part=moments.n_rows > n_sample)
         if on_step is not None:
             on_step(state)
     while not state.converged and state.n_iter < max_passes:  # a resumed state continues its count

@@ -15,7 +15,13 @@ import pytest
 from paper_reference import angles_deg
 
 from dask_mcpca import MCPCA
-from dask_mcpca._passes import PARTIAL_MIN_BLOCKS, NonFiniteRowsError, spread_blocks
+from dask_mcpca._passes import (
+    PARTIAL_MIN_BLOCKS,
+    PARTIAL_MIN_BLOCKS_WIDE,
+    WIDE_SPREAD_FEATURES,
+    NonFiniteRowsError,
+    spread_blocks,
+)
 
 #: Largest angle (degrees) between components of fits that differ only in how
 #: the row sample was drawn (its sampling noise moves the radii a little).
@@ -39,6 +45,33 @@ def test_spread_blocks():
         assert 4 <= len(chosen) <= min(32, n_blocks // 2)
         assert chosen[0] < n_blocks / len(chosen) and chosen[-1] >= n_blocks - n_blocks / len(chosen)
         assert np.all(np.diff(chosen) > 0)
+
+
+def test_wide_rows_spread_from_fewer_blocks():
+    """Wide rows read a spread from ``PARTIAL_MIN_BLOCKS_WIDE`` blocks on; narrow rows keep ``PARTIAL_MIN_BLOCKS``."""
+    wide, narrow = WIDE_SPREAD_FEATURES, WIDE_SPREAD_FEATURES - 1
+    assert spread_blocks(PARTIAL_MIN_BLOCKS_WIDE - 1, wide) is None
+    assert spread_blocks(PARTIAL_MIN_BLOCKS - 1, narrow) is None
+    assert list(spread_blocks(7, wide)) == [0, 2, 4, 6]  # the middle block of each of 4 equal runs
+    for n_blocks in range(PARTIAL_MIN_BLOCKS_WIDE, PARTIAL_MIN_BLOCKS + 2):
+        chosen = spread_blocks(n_blocks, wide)
+        assert len(chosen) == 4 and len(chosen) <= 0.6 * n_blocks and np.all(np.diff(chosen) > 1)
+    assert np.array_equal(spread_blocks(40, wide), spread_blocks(40, narrow))
+
+
+def test_wide_store_of_few_blocks_reads_a_spread():
+    """A 40-column store of 8 blocks: a spread of 4 for the row sample, then the full passes; the components
+    of the fit whose first read is full (8 blocks made narrow-rule by a huge threshold) within sampling noise."""
+    X = archive(n=40_000, p=WIDE_SPREAD_FEATURES + 7, seed=2)
+    spread = MCPCA().fit(da.from_array(X, chunks=(5_000, -1)))
+    assert (spread.n_partial_reads_, spread.n_blocks_read_) == (1, 4)
+    assert spread.n_passes_ == 2 and spread.converged_ and spread.n_samples_ == len(X)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("dask_mcpca._passes.PARTIAL_MIN_BLOCKS_WIDE", 10**9)
+        full = MCPCA().fit(da.from_array(X, chunks=(5_000, -1)))
+    assert (full.n_partial_reads_, full.n_passes_) == (0, 3)
+    assert angles_deg(spread.components_[:3], full.components_[:3]).max() < 1.0
+    assert spread.is_outlier(X[len(X) // 3 : len(X) // 3 + 100]).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

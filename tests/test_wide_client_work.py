@@ -1,0 +1,57 @@
+"""The client's work of a wide fit (issue 37 point 1): the breakdown check's cells, the sample's stop.
+
+At wide p the client's in-memory work costs p^2 per sample row, so two rules bound it: the breakdown
+check judges at most ``_fit.BREAKDOWN_CELLS`` cells, and the sample's fixed point stops at ``tol``
+where the sample is a part of the rows (``_robust_sample.WIDE_SAMPLE_FEATURES``).  Narrow fits keep
+their work (and bits).  The fits they give must agree with the fits without the rules, within the
+sample's noise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from paper_reference import angles_deg
+
+import dask_mcpca._fit as fit_module
+import dask_mcpca._robust_sample as robust_sample
+from dask_mcpca import MCPCA
+
+
+def _rows(n: int, p: int, seed: int = 0) -> np.ndarray:
+    """Gaussian rows of distinct variances (3 to 0.3), 5 % of them a tight cluster 12 SDs out."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p)) * np.geomspace(3.0, 0.3, p)
+    X[: n // 20] = 12.0 + 0.01 * rng.normal(size=(n // 20, p))
+    return X
+
+
+@pytest.mark.parametrize(("p", "judged"), [(10, 5_000), (100, 5_000), (200, 2_500), (1_000, 500)])
+def test_breakdown_check_judges_a_bounded_number_of_cells(monkeypatch, p, judged):
+    """5,000 sample rows up to 500,000 cells (p = 100), fewer rows beyond: 2,500 at p = 200."""
+    shapes = []
+    flags = fit_module.cell_flags
+    monkeypatch.setattr(fit_module, "cell_flags", lambda model, rows: shapes.append(rows.shape) or flags(model, rows))
+    assert min(fit_module._cells.BREAKDOWN_ROWS, fit_module.BREAKDOWN_CELLS // p) == judged
+    if p > 200:
+        return  # the rule above; a fit at p = 1000 takes too long for this tier
+    MCPCA().fit(_rows(6_000, p))
+    assert shapes == [(judged, p)]
+
+
+def test_wide_sample_stops_at_tol(monkeypatch):
+    """A 40-column fit of 60,000 rows (a sample of 20,000): the sample's fixed point takes fewer steps than
+    with the narrow rule (a tenth of ``tol``), and the components agree within the sample's noise."""
+    X = _rows(60_000, 40, seed=1)
+    steps = []
+    step = robust_sample._sample_step
+    monkeypatch.setattr(robust_sample, "_sample_step", lambda *a, **k: steps.append(1) or step(*a, **k))
+    wide = MCPCA().fit(X)
+    n_wide = len(steps)
+    steps.clear()
+    monkeypatch.setattr(robust_sample, "WIDE_SAMPLE_FEATURES", 10**9)
+    narrow = MCPCA().fit(X)
+    assert 2 <= n_wide < len(steps)
+    assert wide.converged_ and narrow.converged_ and wide.n_passes_ == narrow.n_passes_
+    assert angles_deg(wide.components_[:5], narrow.components_[:5]).max() < 0.5
+    np.testing.assert_allclose(wide.explained_variance_, narrow.explained_variance_, rtol=0.01)
