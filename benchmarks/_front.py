@@ -358,6 +358,7 @@ def _algorithm_figures() -> dict[str, Figure]:
                              pattern=r"one sweep at the default radii / `X.T @ X` in memory: ([\d.]+)x"),
         "full-passes-20m": Figure(_RESULTS, _speed("float64"), (("MCPCA().fit(store) (auto)",),), (4,)),
         "full-passes-100m": Figure(_RESULTS, "scaling", (("100,000,000",),), (6,)),
+        "rob-stuck-frozen": Figure(_ROBUST, None, _ROBUST_ROWS, (5, 7), "{:.2f}", spread=True),
         "adc-rest": Figure(_ROBUST, None, (("ADC at rest, noise 0.3 steps",),), (1,), "{:.0f}", scale=100),
         "adc-moving": Figure(_ROBUST, None, fmt="{:.0f}", template="{1}", pattern=_ADC_REGIME),
         "adc-moving-all": _pct(_ROBUST, None, (("ADC at rest, noise 0.3 steps, moving 20 %",),), 1, 0),
