@@ -123,3 +123,40 @@ def test_nonfinite_rows_are_the_rows_a_cell_check_finds(dtype):
     np.testing.assert_array_equal(nonfinite_rows(X), np.flatnonzero(cells.any(axis=1)))
     np.testing.assert_array_equal(nonfinite_rows(X, nan_only=True), np.flatnonzero(np.isnan(X).any(axis=1)))
     assert nonfinite_rows(X[:10]).size == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_top_channel_from_the_float32_product_is_the_loops(dtype):
+    """``top_channel`` ranked by one float32 product (``_distances._top_by_product``) is the channel the
+    compiled float64 loop ranks first, row for row: on rows in units far from 1, on near ties that float32
+    cannot resolve (handed back to the loop), on the centre itself and on rows too far out for float32."""
+    from dask_mcpca import _compiled, _distances, _precision
+
+    rng = np.random.default_rng(11)
+    p = 40
+    X = rng.normal(size=(3000, p)) @ rng.normal(size=(p, p)) * np.geomspace(1e3, 1e-2, p) + 7e4
+    model = MCPCA().fit(X)
+    rows = rng.normal(size=(2000, p)) * X.std(axis=0) * 2 + model.mean_
+    M = _distances._top_matrix(model)
+    lam, noise, unit = _precision.working_unit(model)
+    tie = np.zeros((50, p))
+    tie[:, 3] = tie[:, 17] = 5.0
+    tie[:, 20:] = rng.normal(size=(50, p - 20)) * 0.1
+    rows[:50] = model.mean_ + np.linalg.solve(M.T, tie.T).T * np.ldexp(1.0, unit)  # (y M)_3 = (y M)_17 to 1e-15
+    rows[50] = model.mean_  # every contribution 0 (in float64)
+    rows[51] = model.mean_ + 1e30 * X.std(axis=0)  # beyond the float32 product's range
+    rows = rows.astype(dtype)
+    complete = np.ascontiguousarray(rows.astype(np.float64) if dtype == np.float64 else rows)
+    want_d2, want_top = np.empty(len(rows)), np.empty(len(rows), np.int16)
+    _compiled.row_distances(complete, model.mean_, float(np.ldexp(1.0, -unit)), np.ascontiguousarray(model.components_),
+                            1.0 / np.ldexp(lam, -2 * unit), 0.0, M, want_d2, want_top)
+    _, unsure = _distances._top_by_product(complete, model.mean_, unit, M)
+    vouched_against = {*range(50), 51} | ({50} if dtype == np.float64 else set())  # float32's mean_ is off centre
+    assert vouched_against <= set(unsure.tolist()) and len(unsure) < 0.5 * len(rows)
+    d2, top = _distances.distances_and_top(model, rows, top=True)
+    finite = ~np.isnan(want_d2)
+    np.testing.assert_array_equal(top[finite], want_top[finite])
+    assert d2[finite].tobytes() == want_d2[finite].tobytes()
+    clear = np.setdiff1d(np.flatnonzero(finite), unsure)  # the plain definition, where no tie is near
+    Y = rows[clear].astype(np.float64) - model.mean_
+    np.testing.assert_array_equal(top[clear], np.argmax((Y @ M) ** 2, axis=1))
