@@ -1,6 +1,6 @@
-"""The README's key figures (and CONTRIBUTING's test tiers), read from the results files instead of retyped.
+"""The measured figures of the README, CONTRIBUTING and docs/*.md, read from the results files instead of retyped.
 
-Each figure in ``README.md`` and ``CONTRIBUTING.md`` sits in a marked span,
+Each figure in ``README.md``, ``CONTRIBUTING.md`` and ``docs/*.md`` sits in a marked span,
 ``<!-- figure:NAME -->VALUE<!-- /figure -->``; :data:`FIGURES` says where
 NAME's value lives: a results file, the ``<!-- begin KEY -->`` section of it
 that :func:`benchmarks._results.update_section` writes (or the whole file), and
@@ -9,17 +9,34 @@ either a table row (its first cells) and columns, or a regular expression.
 ``--check`` exits 1 when one is stale.  ``tests/test_figures.py`` runs the
 check in the fast tier, so a re-measured benchmark fails a test until the
 file is regenerated.  The tiers' figures come from ``benchmarks/TIERS.md``,
-which ``benchmarks/tiers.py`` writes.
+which ``benchmarks/tiers.py`` writes; the documentation's figures are listed in
+``benchmarks/_front_docs.py``, and :class:`Figure` lives in ``benchmarks/_figure.py``.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FIGURES", "README", "Figure", "value", "spans", "render", "stale", "main"]
+from _figure import (
+    ACCURACY,
+    ATTRIBUTION,
+    BIG_ROWS,
+    CELLS,
+    GROUP,
+    MODES,
+    NUM,
+    RESULTS,
+    ROBUST,
+    ROBUST_ROWS,
+    SCENARIOS,
+    Figure,
+    speed_section,
+)
+from _front_docs import DOCS_FIGURES
+
+__all__ = ["FIGURES", "FRONT_FILES", "README", "Figure", "value", "spans", "render", "stale", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The file whose marked spans are generated.
@@ -27,97 +44,37 @@ README = ROOT / "README.md"
 #: Every file with marked spans: the README, CONTRIBUTING's test tiers and the documentation's pages
 #: (not docs/benchmarks/, which includes the results files themselves).
 FRONT_FILES = (README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md")))
-_RESULTS = "benchmarks/RESULTS.md"
 _SPAN = re.compile(r"<!-- figure:([a-z0-9][a-z0-9.-]*) -->(.*?)<!-- /figure -->", re.S)  # names in lower case
 
 
-@dataclass(frozen=True)
-class Figure:
-    """Where one figure lives and how it is written.
-
-    Parameters
-    ----------
-    path : str
-        The results file, relative to the repository root.
-    section : str or None
-        The ``<!-- begin KEY -->`` section of ``path``; None: the whole file.
-    rows : tuple of tuple of str
-        Table rows, each named by its first cells (stripped; the first such row
-        of the section); empty with ``pattern``.
-    cols : tuple of int
-        The columns read from each row (0 = the first cell).
-    fmt : str
-        Format of each number read from a cell (its leading number); ``""`` keeps the cell's text.
-    join : str
-        Between the columns of a row.
-    spread : bool
-        Several rows: write ``min-max`` of the numbers instead of each.  With ``pattern``:
-        it may match several times, and each group becomes the ``min-max`` of its matches.
-    pattern : str
-        A regular expression searched in the section instead of rows; its groups fill ``template``.
-    template : str
-        ``str.format`` template for the pattern's groups.
-    scale : float
-        Each number read is multiplied by it before ``fmt`` (100: a share written in percent).
-    divide : tuple of int
-        With ``pattern``: each match becomes its group ``divide[0]`` over its group ``divide[1]``
-        (a ratio the results file gives as two numbers); empty: the groups as they are.
-    """
-
-    path: str
-    section: str | None = None
-    rows: tuple[tuple[str, ...], ...] = ()
-    cols: tuple[int, ...] = (1,)
-    fmt: str = ""
-    join: str = " / "
-    spread: bool = False
-    pattern: str = ""
-    template: str = "{0}"
-    scale: float = 1.0
-    divide: tuple[int, ...] = ()
-
-
-def _speed(dtype: str) -> str:
-    return f"speed-20000000x10-{dtype}-console-malloc"
-
-
 def _fit_figures(dtype: str, tag: str) -> dict[str, Figure]:
-    sec = _speed(dtype)
+    sec = speed_section(dtype)
     return {
-        f"fit-{tag}-s": Figure(_RESULTS, sec, (("MCPCA().fit(store) (auto)",),), (1,), "{:.1f}"),
+        f"fit-{tag}-s": Figure(RESULTS, sec, (("MCPCA().fit(store) (auto)",),), (1,), "{:.1f}"),
         f"fit-{tag}-xtx": Figure(
-            _RESULTS,
+            RESULTS,
             sec,
             pattern=r"mcpca_fit / xtx ([\d.]+) \(rounds ([\d.]+-[\d.]+)\)",
             template="{0} (single rounds {1})",
         ),
-        f"fit-{tag}-daskml": Figure(_RESULTS, sec, pattern=r"MCPCA fit / dask-ml PCA fit: \*\*([\d.]+)\*\*"),
-        f"fit-{tag}-process-s": Figure(_RESULTS, sec, (("`dask-mcpca fit STORE`, as a process",),), (1,), "{:.1f}"),
+        f"fit-{tag}-daskml": Figure(RESULTS, sec, pattern=r"MCPCA fit / dask-ml PCA fit: \*\*([\d.]+)\*\*"),
+        f"fit-{tag}-process-s": Figure(RESULTS, sec, (("`dask-mcpca fit STORE`, as a process",),), (1,), "{:.1f}"),
     }
 
 
 def _score_figures(section: str, tag: str) -> dict[str, Figure]:
     row = (("`score` (default: `monitoring`, float32)",),)
     return {
-        f"score-{tag}-s": Figure(_RESULTS, section, row, (1,), "{:.1f}"),
-        f"score-{tag}-copy": Figure(_RESULTS, section, row, (4,)),
-        f"score-{tag}-xtx": Figure(_RESULTS, section, row, (5,)),
+        f"score-{tag}-s": Figure(RESULTS, section, row, (1,), "{:.1f}"),
+        f"score-{tag}-copy": Figure(RESULTS, section, row, (4,)),
+        f"score-{tag}-xtx": Figure(RESULTS, section, row, (5,)),
     }
 
 
 _PAPER = "docs/comparison.md"
-_ROBUST = "benchmarks/ROBUSTNESS.md"
-_ROBUST_ROWS = (("BasicMotions", "MCPCA"), ("Daphnet S06R02E0", "MCPCA"))
-_MODES = "benchmarks/MODES.md"
 _ADC = "ADC moving 20 % of the time (faults on the other channels)"
-_BIG_ROWS = (("8,000,000",), ("32,000,000",), ("100,000,000",))
-_ACCURACY = "benchmarks/ACCURACY.md"
-_ATTRIBUTION = "benchmarks/ATTRIBUTION.md"
-_SCENARIOS = ("(a) random loadings", "(b) redundant sensor pairs", "(c) units 1e-3 to 1e3")
-_CELLS = "benchmarks/CELLWISE.md"
 #: A row of the cellwise grid at p = 30 or 100 (20,000 rows): the method's cell, then angle, var, cells named.
 _CELLS_GRID = r"\| (?:30|100) \| [\d.]+% \| \d+% \| {} \| ([\d.]+) \|"
-_NUM, _GROUP = r"[\d.]+", r"([\d.]+)"
 #: A cellwise fit's row of the grid: angle, then its variances' error, bad / clean cells named (one of them a group).
 _CELLS_ROW = r"\| MCPCA\(cellwise=True\) \| [\d.]+ \| {} \| {} / {} \|"
 
@@ -130,444 +87,37 @@ FIGURES: dict[str, Figure] = {
     **_fit_figures("float32", "f32"),
     **_score_figures("score-floor-20000000x10-float64-console-malloc", "malloc"),
     **_score_figures("score-floor-20000000x10-float64", "glibc"),
-    "memory-peak": Figure(_RESULTS, "memory-x10", _BIG_ROWS, (4,), "{:.0f}", spread=True),
-    "memory-peak-malloc": Figure(_RESULTS, "memory-x10", _BIG_ROWS, (10,), "{:.0f}", spread=True),
-    "robust-recall": Figure(_ROBUST, None, _ROBUST_ROWS, (4, 5, 7), "{:.2f}", spread=True),
-    "robust-false": Figure(_ROBUST, None, _ROBUST_ROWS, (3,), "{:.3f}", join=" and "),
-    "robust-mcd-false": Figure(_ROBUST, None, (("BasicMotions", "MinCovDet"), ("Daphnet S06R02E0", "MinCovDet")),
+    "memory-peak": Figure(RESULTS, "memory-x10", BIG_ROWS, (4,), "{:.0f}", spread=True),
+    "memory-peak-malloc": Figure(RESULTS, "memory-x10", BIG_ROWS, (10,), "{:.0f}", spread=True),
+    "robust-recall": Figure(ROBUST, None, ROBUST_ROWS, (4, 5, 7), "{:.2f}", spread=True),
+    "robust-false": Figure(ROBUST, None, ROBUST_ROWS, (3,), "{:.3f}", join=" and "),
+    "robust-mcd-false": Figure(ROBUST, None, (("BasicMotions", "MinCovDet"), ("Daphnet S06R02E0", "MinCovDet")),
                                (3,), "{:.3f}", join=" and "),
-    "modes-none": Figure(_MODES, None, (("two states, 60/40 %", "`None`"),), (3,)),
-    "modes-auto": Figure(_MODES, None, (("two states, 60/40 %", "`auto`"),), (3,)),
-    "modes-adc-none": Figure(_MODES, None, ((_ADC, "`None`"),), (3,)),
-    "modes-adc-auto": Figure(_MODES, None, ((_ADC, "`auto`"),), (3,)),
-    "modes-cost": Figure(_MODES, None, (("`auto`",),), (2,)),
-    "clean-pca-ratio": Figure(_ACCURACY, None, fmt="{:.2f}", spread=True,
+    "modes-none": Figure(MODES, None, (("two states, 60/40 %", "`None`"),), (3,)),
+    "modes-auto": Figure(MODES, None, (("two states, 60/40 %", "`auto`"),), (3,)),
+    "modes-adc-none": Figure(MODES, None, ((_ADC, "`None`"),), (3,)),
+    "modes-adc-auto": Figure(MODES, None, ((_ADC, "`auto`"),), (3,)),
+    "modes-cost": Figure(MODES, None, (("`auto`",),), (2,)),
+    "clean-pca-ratio": Figure(ACCURACY, None, fmt="{:.2f}", spread=True,
                               pattern=r"p=\d+ clean: .*PCA [\d.]+ deg \(ratio ([\d.]+)\)"),
-    "attr-stuck": Figure(_ATTRIBUTION, None, tuple((s, "stuck") for s in _SCENARIOS), (7,), "{:.3f}", spread=True),
-    "attr-stuck-pair": Figure(_ATTRIBUTION, None, ((_SCENARIOS[1], "stuck"),), (6,), "{:.3f}"),
-    "attr-others": Figure(_ATTRIBUTION, None, tuple((s, f) for s in _SCENARIOS for f in ("spike", "drift", "bias")),
+    "attr-stuck": Figure(ATTRIBUTION, None, tuple((s, "stuck") for s in SCENARIOS), (7,), "{:.3f}", spread=True),
+    "attr-stuck-pair": Figure(ATTRIBUTION, None, ((SCENARIOS[1], "stuck"),), (6,), "{:.3f}"),
+    "attr-others": Figure(ATTRIBUTION, None, tuple((s, f) for s in SCENARIOS for f in ("spike", "drift", "bias")),
                           (7,), "{:.3f}", spread=True),
-    "cells-oracle": Figure(_CELLS, None, fmt="{:.2f}", spread=True,
+    "cells-oracle": Figure(CELLS, None, fmt="{:.2f}", spread=True,
                            pattern=_CELLS_GRID.format(r"oracle \(clean rows, PCA\)")),
-    "cells-angle": Figure(_CELLS, None, fmt="{:.2f}", spread=True,
+    "cells-angle": Figure(CELLS, None, fmt="{:.2f}", spread=True,
                           pattern=_CELLS_GRID.format(r"MCPCA\(cellwise=True\)")),
-    "cells-var": Figure(_CELLS, None, fmt="{:.1f}", spread=True, pattern=_CELLS_ROW.format(_GROUP + "%", _NUM, _NUM)),
-    "cells-bad": Figure(_CELLS, None, fmt="{:.3f}", spread=True, pattern=_CELLS_ROW.format(_NUM + "%", _GROUP, _NUM)),
-    "cells-clean": Figure(_CELLS, None, fmt="{:.4f}", spread=True, pattern=_CELLS_ROW.format(_NUM + "%", _NUM, _GROUP)),
-    "cells-wide": Figure(_CELLS, "wide", fmt="{:.2f}", spread=True, template="{1}° against {0}°",
+    "cells-var": Figure(CELLS, None, fmt="{:.1f}", spread=True, pattern=_CELLS_ROW.format(GROUP + "%", NUM, NUM)),
+    "cells-bad": Figure(CELLS, None, fmt="{:.3f}", spread=True, pattern=_CELLS_ROW.format(NUM + "%", GROUP, NUM)),
+    "cells-clean": Figure(CELLS, None, fmt="{:.4f}", spread=True, pattern=_CELLS_ROW.format(NUM + "%", NUM, GROUP)),
+    "cells-wide": Figure(CELLS, "wide", fmt="{:.2f}", spread=True, template="{1}° against {0}°",
                          pattern=r"\| [\d.]+% \| \d+% \| ([\d.]+) \| [\d.]+ \| ([\d.]+) \|"),
-    "cells-default-breaks": Figure(_CELLS, "breaks", (("MCPCA()",),), (1, 2, 3), join=", "),
+    "cells-default-breaks": Figure(CELLS, "breaks", (("MCPCA()",),), (1, 2, 3), join=", "),
     **{f"tier-{tier}-{what}": Figure("benchmarks/TIERS.md", tier, ((tier,),), (col,))
        for tier in ("dev", "ci") for what, col in (("time", 1), ("passed", 2), ("deselected", 3))},
+    **DOCS_FIGURES,
 }
-
-
-def _pct(path: str, section: str | None, rows: tuple[tuple[str, ...], ...], cols: int | tuple[int, ...],
-         digits: int = 1, join: str = " % and ", spread: bool = False) -> Figure:
-    """Shares of rows (0.0019) written in percent (0.19) to ``digits`` decimals."""
-    cols = cols if isinstance(cols, tuple) else (cols,)
-    return Figure(path, section, rows, cols, f"{{:.{digits}f}}", join, spread, scale=100)
-
-
-_XARRAY = "benchmarks/XARRAY_PATH.md"
-_MISSING = "benchmarks/MISSING.md"
-_GAPS = (("generated 200k x 10", "partial"),)
-_FAULTS = ("spike", "stuck", "drift", "bias")
-#: The generated attribution cells but the stuck sensor of a near-duplicate pair (no per-row rule names it).
-_SINGLE = tuple((s, f) for s in _SCENARIOS for f in _FAULTS if (s, f) != (_SCENARIOS[1], "stuck"))
-_REAL_STUCK = (("BasicMotions", "stuck"), ("Daphnet S06R02E0", "stuck"))
-_CLIP = "follows the factors", "clipped (3 %)"
-_NOISE = "mostly its own noise"
-_MEASURES = ("wall", "compute", "CPU")
-
-_MONITOR = "benchmarks/MONITORING.md"
-#: A seed's row of the plant archive's stuck-after-fit table: recall now, before, then four more numbers.
-_PLANT_SEED = r"(?m)^\| \d \| {} \| {} \|(?: [\d.]+ \|){{4}}$"
-
-
-def _column(first: str, col: int) -> str:
-    """A pattern for the leading number of cell ``col`` of every table row whose first cell matches ``first``."""
-    return rf"(?m)^\| (?:{first}) \|(?:[^|\n]*\|){{{col - 1}}} ([\d.]+)"
-
-
-_SWAP = "benchmarks/SWAP_DIAGNOSIS.md"
-_REAL = {"bm": "BasicMotions", "daphnet": "Daphnet S06R02E0"}
-_METHODS = {"": "MCPCA", "-mcd": "MinCovDet"}
-_F1_SETS = {"outliers": (("hbk", "75 x 3"), ("wood", "20 x 6"), ("starsCYG", "47 x 2"), ("bushfire", "38 x 5")),
-            "small": (("stackloss", "21 x 4"), ("Animals (log)", "28 x 2"), ("salinity (X1-X3)", "28 x 3"),
-                      ("delivery (n.prod, distance)", "25 x 2"))}
-_SMALL_SIZES = (("20", "5"), ("40", "8"), ("100", "20"), ("20", "8"))
-_OTHER_WEIGHTS = ("Huber: min(1, q_core / d2)", "Huber: min(1, q_final / d2)", "min(1, sqrt(q_core / d2))",
-                  "flat top to q_core, fall-off c2 = 20", "flat top to q_core, fall-off c2 = 60")
-
-
-def _robust_figures() -> dict[str, Figure]:
-    """comparison.md's table of ROBUSTNESS.md: each real recording's flags, recalls and angles; the classic sets."""
-    figs = {}
-    for tag, data in _REAL.items():
-        for m, method in _METHODS.items():
-            row = ((data, method),)
-            figs[f"rob-{tag}-flagged{m}"] = _pct(_ROBUST, None, row, 2)
-            figs[f"rob-{tag}-false{m}"] = _pct(_ROBUST, None, row, 3)
-            figs[f"rob-{tag}-recall{m}"] = Figure(_ROBUST, None, row, (4, 5, 7), "{:.2f}")
-            figs[f"rob-{tag}-angle{m}"] = Figure(_ROBUST, None, row, (8,), "{:.1f}")
-        for m, method in (("pca", "PCA"), ("robpca", "ROBPCA"), ("spherical", "spherical PCA")):
-            figs[f"rob-{tag}-angle-{m}"] = Figure(_ROBUST, None, ((data, method),), (8,), "{:.1f}")
-        figs[f"rob-{tag}-swap"] = Figure(_ROBUST, None, ((data, "MCPCA"),), (6,), "{:.2f}")
-    for name, sets in _F1_SETS.items():
-        for m, method in _METHODS.items():
-            figs[f"rob-f1-{name}{m}"] = Figure(_ROBUST, None, tuple((*d, method) for d in sets), (6,), "", ", ")
-    for m, method in (*_METHODS.items(), ("-robpca", "ROBPCA"), ("-pca", "PCA")):
-        figs[f"rob-grid{m}"] = Figure(_ROBUST, None, pattern=rf"\*\*{method}\*\*: under 10 deg in (\d+) of")
-    for m, method in _METHODS.items():
-        rows = tuple((*size, method) for size in _SMALL_SIZES)
-        figs[f"rob-small-median{m}"] = _pct(_ROBUST, None, rows, 3, 0, spread=True)
-        figs[f"rob-small-worst{m}"] = _pct(_ROBUST, None, rows, 4, 1 if m == "" else 0, spread=True)
-    return figs
-
-
-def _accuracy_figures() -> dict[str, Figure]:
-    """comparison.md's summary of ACCURACY.md: clean-data ratios per p, the missed cell, the variances."""
-    figs = {f"acc-clean-p{p}": Figure(_ACCURACY, None, pattern=rf"p={p} clean: .*PCA [\d.]+ deg \(ratio ([\d.]+)\)")
-            for p in (3, 10, 50)}
-    figs["acc-missed"] = Figure(_ACCURACY, None, template="{0}° against MinCovDet's {1}° ({2}x",
-                                pattern=r"p=3 paper20: default ([\d.]+) deg, best robust peer ([\d.]+) deg, "
-                                        r"bar [\d.]+ deg \(ratio ([\d.]+)\)")
-    ps = ("3", "10", "50")
-    default = "MCPCA default"
-    figs["acc-var-outliers"] = Figure(_ACCURACY, None, tuple((p, s, default) for p in ps for s in
-                                                             ("orthogonal10", "cluster10", "cluster25")),
-                                      (5,), "{:.2f}", spread=True)
-    figs["acc-var-paper20"] = Figure(_ACCURACY, None, (("3", "paper20", default),), (5,), "{:.2f}")
-    figs["acc-var-t3"] = Figure(_ACCURACY, None, tuple((p, "t3", default) for p in ps), (5,), "{:.2f}", spread=True)
-    figs["acc-var-t3-mcd"] = Figure(_ACCURACY, None, tuple((p, "t3", "MinCovDet") for p in ps), (5,), "{:.2f}",
-                                    spread=True)
-    return figs
-
-
-def _swap_figures() -> dict[str, Figure]:
-    """comparison.md's summary of SWAP_DIAGNOSIS.md: why Daphnet's subspace and the p = 3 paper20 cell are missed."""
-    share = {"d2": ("d^2 under the core", "d^2 under the fitted model (`mahalanobis`)"),
-             "cellwise": ("largest cellwise residual, fitted model",), "ddc": ("DDC row statistic (robpy)",),
-             "test": ("gain in d^2 from swapping a pair back (knows the fault)",)}
-    figs = {f"swap-above-{k}": _pct(_SWAP, None, tuple((r,) for r in rows), 2, 0, spread=True)
-            for k, rows in share.items()}
-    for name, row in (("alone", "swap rows only"), ("dropped", "all four faults, swapped rows dropped"),
-                      ("spike-dropped", "all four faults, swapped and spike rows dropped")):
-        figs[f"swap-{name}"] = Figure(_SWAP, None, ((row,),), (1,), "{:.1f}")
-    figs |= {
-        "swap-inside": Figure(_SWAP, None, fmt="{:.0f}", scale=100, pattern=r"inside the final radius: ([\d.]+)"),
-        "swap-eig": Figure(_SWAP, None, pattern=r"\| Daphnet S06R02E0 \| [\d.]+, [\d.]+, ([\d.]+),"),
-        "swap-halves": Figure(_SWAP, None, pattern=r"\| Daphnet S06R02E0 \| [^|]+ \| ([\d.]+), "),
-        "swap-copies": Figure(_SWAP, None, (("Daphnet S06R02E0",),), (4,), "{:.1f}"),
-        "swap-narrow": Figure(_SWAP, None, (("0.975",),), (1,), "{:.1f}"),
-        "swap-weights": Figure(_SWAP, None, tuple((w,) for w in _OTHER_WEIGHTS), (1,), "{:.1f}", spread=True),
-        "swap-frozen": Figure(_SWAP, None, template="{1}°; now {0}°",
-                              pattern=r"alone it turns the\s+subspace ([\d.]+-[\d.]+) deg; [\d.]+-([\d.]+) deg before"),
-        "swap-paper20": Figure(_SWAP, None, pattern=r"\| 0\.99 \| [^|]+ \| [^|]+ \| [\d.]+, ([\d.]+)x \|"),
-        "swap-paper20-weight": Figure(_SWAP, None, fmt="{:.0f}", scale=100,
-                                      pattern=r"carry ([\d.]+) of the final kernel's weight"),
-        "swap-radius95": Figure(_SWAP, None, template="{1}x, and turn Daphnet's subspace {0}°",
-                                pattern=r"\| 0\.95 \| ([\d.]+) \([^|]+ \| [^|]+ \| [\d.]+, ([\d.]+)x \|"),
-        "rob-frozen-draws": Figure(_ROBUST, None, fmt="{:.2f}", spread=True,
-                                   pattern=r"([\d.]+)(?=(?:, [\d.]+)*; top-3 subspace)"),
-    }
-    return figs
-
-
-_DRIFT = "benchmarks/DRIFT.md"
-_REPORT_ROWS = {"1m": "1,000,000", "100m": "100,000,000"}
-_BEFORE_CAP = r"before \(every one of the ([\d.]+) million events formatted into the CSV\) \| [\d.]+ \| ([\d.]+) \|"
-
-
-def _report_figures() -> dict[str, Figure]:
-    """report.md's figures from DRIFT.md: the report's time and memory against `score`, the drift windows."""
-    figs = {f"report-{tag}-{what}": Figure(_DRIFT, None, ((rows, "`dask-mcpca report --window 1000000`"),), (col,),
-                                           "{:.0f}" if what == "mib" else "")
-            for tag, rows in _REPORT_ROWS.items() for what, col in (("s", 2), ("mib", 4))}
-    return figs | {
-        "report-ratio": Figure(_DRIFT, None, template="{1} and {0}",
-                               pattern=r"Time at 100M rows: \*\*([\d.]+)x\*\* one `score`.*?; ([\d.]+)x at 1M rows"),
-        "report-memory": Figure(_DRIFT, None, pattern=r"Peak memory at 100M rows: \d+ / \d+ MiB = \*\*([\d.]+)x\*\*"),
-        "report-events": Figure(_DRIFT, None, pattern=_BEFORE_CAP),
-        "report-uncapped": Figure(_DRIFT, None, fmt="{:.1f}", template="{1}", pattern=_BEFORE_CAP),
-        "drift-stationary": Figure(_DRIFT, None, pattern=r"at most \*\*(\d+)\*\* in a seed"),
-        "drift-regime": Figure(_DRIFT, None, pattern=r"at least \*\*(\d+ of \d+)\*\* in a seed"),
-        "drift-appended": Figure(_DRIFT, None, pattern=r"appended weeks, windows called drift: \*\*(\d+ of \d+)\*\*"),
-        "drift-angles": Figure(_DRIFT, None, pattern=r"it is (\d+-\d+) degrees on ordinary days"),
-    }
-
-
-_HEAVY = "benchmarks/HEAVY_TAILS.md"
-_BM_ACTIVITIES = tuple(f"BasicMotions, {a}" for a in ("standing", "running", "walking", "badminton"))
-_ADC_REGIME = "MCPCA flags ([\\d.]+)% of the rows at rest and ([\\d.]+)% of the moving ones"
-
-
-def _flagged(data: str, size: str, when: str, digits: int = 1) -> Figure:
-    """HEAVY_TAILS.md: the share of ``data``'s normal rows flagged by MCPCA ``when`` (before, after), in percent."""
-    return _pct(_HEAVY, None, ((data, size, f"MCPCA {when}"),), 3, digits)
-
-
-def _algorithm_figures() -> dict[str, Figure]:
-    """algorithm.md's figures: the kernel's profile, the heavy-tailed cutoff's before and after, quantized channels."""
-    daphnet, bleeding = ("Daphnet S06R02E0", "7040 x 9"), ("KDD-TSAD 135 InternalBleeding16 (lags 0-3)", "7498 x 4")
-    figs = {f"heavy-{tag}": Figure(_HEAVY, None, ((*data, "MCPCA before"), (*data, "MCPCA after")), (3,), "{:.1f}",
-                                   " % → ", scale=100)
-            for tag, data in (("daphnet", daphnet), ("t3", ("multivariate t, 3 dof", "20000 x 6")),
-                              ("t5", ("multivariate t, 5 dof", "20000 x 6")))}
-    figs |= {f"heavy-bm-{when}": _pct(_HEAVY, None, tuple((a, "2000 x 6", f"MCPCA {when}") for a in _BM_ACTIVITIES),
-                                      3, spread=True) for when in ("before", "after")}
-    figs |= {
-        "heavy-bleeding-before": _flagged(*bleeding, "before"),
-        "heavy-bleeding-after": _flagged(*bleeding, "after", 2),
-        "heavy-gauss-before": _flagged("Gaussian (control)", "20000 x 6", "before", 2),
-        "heavy-gauss-after": _flagged("Gaussian (control)", "20000 x 6", "after", 2),
-        "heavy-daphnet-q": Figure(_HEAVY, None, ((*daphnet, "MCPCA after"),), (7, 6), "{:,.0f}", " (cutoff now "),
-        "heavy-standing-q": Figure(_HEAVY, None, (("BasicMotions, standing", "2000 x 6", "MCPCA after"),), (7, 6),
-                                   "{:,.0f}", " ("),
-        "heavy-trade": Figure(_HEAVY, None, template="{0} and {2} of the injected spikes (8-15 sd on one channel) "
-                                                     "found, against {1} and {3}",
-                              pattern=r"\| Daphnet S06R02E0 \| \d+ \| \d+ \| ([\d.]+) \| ([\d.]+) \|\n"
-                                      r"\| BasicMotions, standing \| \d+ \| \d+ \| ([\d.]+) \| ([\d.]+) \|"),
-        "heavy-tried": Figure(_HEAVY, None, template="{0} % on them but drop spike recall to {1}",
-                              pattern=r"reach ([\d.]+-[\d.]+) % on the recordings "
-                                      r"but leave ([\d.]+-[\d.]+) of the spikes"),
-        "heavy-paper20": Figure(_HEAVY, None, template="{0} to {1}",
-                                pattern=r"widen the cutoff: recall ([\d.]+) -> ([\d.]*\d)"),
-        "heavy-spike-after": Figure(_HEAVY, None, tuple((d, "after") for d in (daphnet[0], *_BM_ACTIVITIES)), (3,),
-                                    "{:.2f}", spread=True),
-        "heavy-spike-before": Figure(_HEAVY, None, tuple((d, "before") for d in (daphnet[0], *_BM_ACTIVITIES)), (3,),
-                                     "{:.2f}", spread=True),
-        "heavy-nyc": Figure(_HEAVY, None, template="{1} recall ({0} before; false alarms {3} %, {2} % before; with "
-                                                   "`n_components=2` {4} either way)",
-                            pattern=r"recall ([\d.]+) -> ([\d.]+), false alarms ([\d.]+) % -> ([\d.]+) %; "
-                                    r"with n_components=2: ([\d.]+) both"),
-        "heavy-mixture-recall": Figure(_HEAVY, None, template="{1}, {0} before",
-                                       pattern=r"spike recall ([\d.]+) -> ([\d.]+) on seed"),
-        "heavy-mixture-clean": Figure(_HEAVY, None, template="{0} % to {1}",
-                                      pattern=r"clean rows flagged ([\d.]+-[\d.]+) % -> ([\d.]+-[\d.]+) %"),
-        "heavy-missing": Figure(_HEAVY, None, template="stuck {0} → {1}, bias {2} → {3}, spike {4} → {5} "
-                                                       "(false alarms {6} % → {7} %)",
-                                pattern=r"single faulty cells: stuck ([\d.]+) -> ([\d.]+), bias ([\d.]+) -> ([\d.]+), "
-                                        r"spike ([\d.]+) -> ([\d.]+); false alarms ([\d.]+) % -> ([\d.]+) %"),
-        "heavy-ecg": Figure(_HEAVY, None, pattern=r"lag-embedded ECG \((\d+) % of normal rows flagged"),
-        "kernel-numpy": Figure(_RESULTS, None, fmt="{:.1f}", spread=True, divide=(1, 0),
-                               pattern=r"\| default radii \(chi-square 97\.5 % and 99 %\) \| \*\*([\d.]+)\*\* \| "
-                                       r"[\d.]+ \| ([\d.]+) \|"),
-        "kernel-xtx": Figure(_RESULTS, None, fmt="{:.1f}", spread=True,
-                             pattern=r"one sweep at the default radii / `X.T @ X` in memory: ([\d.]+)x"),
-        "full-passes-20m": Figure(_RESULTS, _speed("float64"), (("MCPCA().fit(store) (auto)",),), (4,)),
-        "full-passes-100m": Figure(_RESULTS, "scaling", (("100,000,000",),), (6,)),
-        "rob-stuck-frozen": Figure(_ROBUST, None, _ROBUST_ROWS, (5, 7), "{:.2f}", spread=True),
-        "adc-rest": Figure(_ROBUST, None, (("ADC at rest, noise 0.3 steps",),), (1,), "{:.0f}", scale=100),
-        "adc-moving": Figure(_ROBUST, None, fmt="{:.0f}", template="{1}", pattern=_ADC_REGIME),
-        "adc-moving-all": _pct(_ROBUST, None, (("ADC at rest, noise 0.3 steps, moving 20 %",),), 1, 0),
-        "adc-resting": Figure(_ROBUST, None, fmt="{:.1f}", template="{0}", pattern=_ADC_REGIME),
-        "adc-wide": Figure(_ROBUST, None, pattern=r"The moving rows spread (\d+) times as wide"),
-        "adc-mcd": Figure(_ROBUST, None, pattern=r"MinCovDet \(chi-square 99\.8 %\) [\d.]+% and ([\d.]+)%"),
-        "adc-contamination": Figure(_ROBUST, None, pattern=r"`MCPCA\(contamination=0\.01\)` flags ([\d.]+)%"),
-    }
-    return figs
-
-
-_ROUNDS = r" ([\d.]+) \(rounds ([\d.]+-[\d.]+)\)"
-_FIT_ROW = (("MCPCA().fit(store) (auto)",),)
-_SCORE_ROW = (("`score` (default: `monitoring`, float32)",),)
-_SCORE_FLOOR = "score-floor-20000000x10-float64"
-_MIB_ROWS = (("1,000,000",), ("8,000,000",), ("32,000,000",), ("100,000,000",))
-_PROCESS_ROW = (("`dask-mcpca fit STORE`, as a process",),)
-_SCORE_ALL_ROW = (("`score --outputs all --dtype float64`",),)
-#: A speed table's row: its median, then its min-max (the median a group or not, as ``{1}`` says).
-_MEDIAN_RANGE = r"\| {0} \| {1} \| ([\d.]+)-([\d.]+) \|"
-
-
-def _floor_figures(section: str, tag: str) -> dict[str, Figure]:
-    """performance.md's table of the fit against its floor: one column, from one speed section of RESULTS.md."""
-    ratio = {"pass": "mcpca_pass / xtx", "fit": "mcpca_fit / xtx", "process": "mcpca_fit_process / xtx",
-             "daskml": "mcpca_fit / daskml_pca"}
-    figs = {f"floor-{tag}-{k}": Figure(_RESULTS, section, template="{0} ({1})", pattern=re.escape(name) + _ROUNDS)
-            for k, name in ratio.items()}
-    return figs | {
-        f"floor-{tag}-xtx-s": Figure(_RESULTS, section, fmt="{:.2f}", template="{0} ({1}-{2})",
-                                     pattern=_MEDIAN_RANGE.format(r"`\(X\.T @ X\)\.compute\(\)` \(dask\)", _GROUP)),
-        f"floor-{tag}-fit-s": Figure(_RESULTS, section, _FIT_ROW, (1,), "{:.2f}"),
-        f"floor-{tag}-fit-range": Figure(_RESULTS, section, fmt="{:.2f}", template="{0}-{1}",
-                                         pattern=_MEDIAN_RANGE.format(r"MCPCA\(\)\.fit\(store\) \(auto\)", _NUM)),
-        f"floor-{tag}-passes": Figure(_RESULTS, section, _FIT_ROW, (4,)),
-        f"floor-{tag}-process-s": Figure(_RESULTS, section, _PROCESS_ROW, (1,), "{:.2f}"),
-        f"floor-{tag}-mcd": Figure(_RESULTS, section, fmt="{:.0f}",
-                                   pattern=r"MinCovDet / MCPCA, in memory on 200,000 rows: \*\*([\d.]+)\*\*"),
-    }
-
-
-def _performance_figures() -> dict[str, Figure]:
-    """performance.md's figures from RESULTS.md: the floor, the malloc, memory and time against n, workers, score."""
-    figs = {}
-    for dtype in ("float64", "float32"):
-        short = dtype[-2:]
-        figs |= _floor_figures(_speed(dtype), f"f{short}m")
-        figs |= _floor_figures(f"speed-20000000x10-{dtype}", f"f{short}g")
-    floors = ("m", f"{_SCORE_FLOOR}-console-malloc"), ("g", _SCORE_FLOOR), ("2m", "score-floor-2000000x10-float64")
-    for tag, section in floors:
-        figs |= {
-            f"score-{tag}-s": Figure(_RESULTS, section, _SCORE_ROW, (1,), "{:.2f}"),
-            f"score-{tag}-ratios": Figure(_RESULTS, section, _SCORE_ROW, (4, 5), "{:.2f}", "x the copy and "),
-            f"score-{tag}-copy-s": Figure(_RESULTS, section, (("copy (floor)",),), (1,), "{:.2f}"),
-            f"score-{tag}-xtx-s": Figure(_RESULTS, section, (("`(X.T @ X).compute()`",),), (1,), "{:.2f}"),
-            f"score-{tag}-all": Figure(_RESULTS, section, _SCORE_ALL_ROW, (4,), "{:.2f}"),
-        }
-    workers = {(w, m): ((w, m),) for w in ("1", "2") for m in ("glibc's defaults", "the command's setting")}
-    return figs | {
-        "malloc-faults": Figure(_RESULTS, None, template="{0} pages, spent {1} s in the kernel against {2} s of its "
-                                                         "own work, and took {3} s",
-                                pattern=r"made\s+([\d,]+) minor faults and spent ([\d.]+-[\d.]+) s of system time "
-                                        r"against ([\d.]+) s of user time, and took\s+([\d.]+-[\d.]+) s"),
-        "malloc-peak": Figure(_RESULTS, "memory-x10", _BIG_ROWS[:2], (10,), "{:.0f}", spread=True),
-        "malloc-peak-100m": Figure(_RESULTS, "memory-x10", _BIG_ROWS[2:], (10,), "{:.0f}"),
-        "malloc-100m-s": Figure(_RESULTS, "memory-x10", _BIG_ROWS[2:], (12, 8), "{:.1f}", " s instead of "),
-        **{f"workers-{w}-{'cmd' if m.startswith('the') else 'glibc'}-{what}": Figure(_RESULTS, "worker-malloc", row,
-                                                                                   (col,), "{:.2f}")
-           for (w, m), row in workers.items() for what, col in (("fit", 3), ("xtx", 2))},
-        **{f"workers-peak-{tag}": Figure(_RESULTS, "worker-malloc", tuple((w, m) for w in "12"), (5,), "{:.0f}",
-                                         spread=True)
-           for tag, m in (("glibc", "glibc's defaults"), ("cmd", "the command's setting"))},
-        "memory-1m": Figure(_RESULTS, "memory-x10", (("1,000,000",),), (4,), "{:.0f}"),
-        "memory-malloc-all": Figure(_RESULTS, "memory-x10", _MIB_ROWS[:3], (10,), "{:.0f}", ", "),
-        "memory-f32": Figure(_RESULTS, "scaling", (("20,000,000", "float32"), ("100,000,000", "float32")), (9,),
-                             "{:.0f}", " and "),
-        "memory-imports": Figure(_RESULTS, "scaling", (("20,000,000", "float32"),), (10,), "{:.0f}"),
-        "scaling-f64-small": Figure(_RESULTS, "scaling", (("1,000,000", "float64"), ("5,000,000", "float64")), (5,),
-                                    "{:.2f}", " and "),
-        "scaling-f64-20m": Figure(_RESULTS, "scaling", (("20,000,000", "float64"),), (5,), "{:.2f}"),
-        "scaling-f32": Figure(_RESULTS, "scaling", (("20,000,000", "float32"), ("100,000,000", "float32")), (5,),
-                              "{:.2f}", " at 20M and "),
-        "scaling-f32-100m-s": Figure(_RESULTS, "scaling", (("100,000,000", "float32"),), (3,), "{:.1f}"),
-        "scaling-f32-100m-passes": Figure(_RESULTS, "scaling", template="{0} full passes plus {1} of 100 blocks",
-                                          pattern=r"\| 100,000,000 \| float32 \| 100 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| "
-                                                  r"(\d+) \| \d+ \((\d+)\)"),
-        "scaling-workers": Figure(_RESULTS, "scaling", (("1",), ("2",)), (1,), "{:.1f}", " and "),
-        "scaling-threads": Figure(_RESULTS, "scaling", (("threads (2)",),), (1,), "{:.1f}"),
-        "report-mib": Figure(_RESULTS, "report-memory-x6-float32", _MIB_ROWS[:1] + (("10,000,000",),) + _MIB_ROWS[3:],
-                             (4,), "{:.0f}", " / "),
-        "report-mib-before": Figure(_RESULTS, "report-memory-x6-float32", template="{0} / {1} / {2}",
-                                    pattern=r"([\d,]+), ([\d,]+) and ([\d,]+) MiB\s+at 1M, 10M and 100M rows"),
-        "report-score": Figure(_RESULTS, "report-speed",
-                               template="{2}x one `dask-mcpca score` of the store ({1} s vs {0} s",
-                               pattern=r"(?s)\| `dask-mcpca score` \| ([\d.]+) \|.*"
-                                       r"\| `dask-mcpca report` \| ([\d.]+) \|.*"
-                                       r"report / score: \*\*([\d.]+)\*\*"),
-    }
-
-
-_WORKERS = "benchmarks/WORKERS.md"
-_WIDE_ROWS = {"p100": "factor 200k x 100 float32, Zarr", "p300": "factor 200k x 300 float32, Zarr"}
-_P_ROWS = tuple((p, "200,000") for p in ("10", "100", "300", "500"))
-_PROFILE_TIMES = (r"(?s)`X\.T @ X` on the same rows: \*\*([\d.]+) ms\*\*.*?"
-                  r"\| default radii \(chi-square 97\.5 % and 99 %\) \| \*\*[\d.]+\*\* \| [\d.]+ \| ([\d.]+) \|")
-
-
-def _workers_cell(shape: str, method: str, workers: int, col: int) -> str:
-    """A pattern for cell ``col`` of WORKERS.md's row (method, workers) under the ``### shape`` heading."""
-    return rf"(?s)### {re.escape(shape)}\n.*?\| {re.escape(method)} \| {workers} \|(?:[^|\n]*\|){{{col - 2}}} ([\d.]+)"
-
-
-def _scaling_figures() -> dict[str, Figure]:
-    """performance.md's kernel, gaps at wide p, per-pass bytes and workers' figures."""
-    figs = {}
-    for dtype in ("float64", "float32"):
-        sec, row = f"profile-10-{dtype}", (("default radii (chi-square 97.5 % and 99 %)",),)
-        figs[f"kernel-{dtype}"] = Figure(_RESULTS, sec, row, (1, 3), "{:.1f}", " ms instead of ")
-        figs[f"kernel-{dtype}-two"] = Figure(_RESULTS, sec, row, (2,), "{:.1f}")
-        figs[f"kernel-{dtype}-xtx"] = Figure(_RESULTS, sec, pattern=r"in memory: ([\d.]+)x")
-    figs["kernel-numpy-xtx"] = Figure(_RESULTS, None, fmt="{:.1f}", spread=True, divide=(1, 0), pattern=_PROFILE_TIMES)
-    for tag, row in _WIDE_ROWS.items():
-        figs[f"gaps-{tag}"] = Figure(_MISSING, "partial-wide", ((row,),), (4, 5), "{:.1f}", spread=True)
-        figs[f"gaps-{tag}-rows"] = Figure(_MISSING, "partial-wide", ((row,),), (1,))
-    figs["gaps-before"] = Figure(_MISSING, "partial-wide", fmt="{:.1f}", template="{0}x and {1}x",
-                                 pattern=r"partial / complete ([\d.]+) at p = 100, ([\d.]+) at p = 300")
-    one = (("1",),)
-    figs |= {
-        "pass-block-mib": Figure(_RESULTS, "per-pass", fmt="{:.0f}", pattern=r"full pass \(([\d.]+) MiB each\)"),
-        "pass-block-result": Figure(_RESULTS, "per-pass", one, (5,), "{:.1f}"),
-        "pass-result": Figure(_RESULTS, "per-pass", one, (6,), "{:.0f}"),
-        **{f"pass-moved-{w}": Figure(_RESULTS, "per-pass", ((w,),), (8,), "{:.0f}") for w in "24"},
-        "pass-transfers": Figure(_RESULTS, "per-pass", template="{0} and {1}",
-                                 pattern=r"\((\d+) transfers\) \| [\d.]+ KiB \|\n\| 4 \|.*\((\d+) transfers\)"),
-        "pass-tasks": Figure(_RESULTS, "per-pass", one, (4,)),
-        **{f"pass-fit-s-{w}": Figure(_RESULTS, "per-pass", ((w,),), (1,), "{:.2f}") for w in "124"},
-        "workers-peak-all": Figure(_RESULTS, "worker-malloc", (), fmt="{:.0f}", spread=True,
-                                   pattern=r"(?m)^\| \d \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \| (\d+) \|"),
-        "client-p": Figure(_RESULTS, "scaling", _P_ROWS, (7,), "{:.2f}", spread=True),
-        "client-p-all": Figure(_RESULTS, "scaling", (*_P_ROWS, ("1000", "200,000")), (7,), "{:.2f}", spread=True),
-    }
-    shapes = {"10": "20,000,000 x 10 float32", "100": "2,000,000 x 100 float32"}
-    for p, shape in shapes.items():
-        for method, tag in (("X^T X pass", "xtx"), ("MCPCA().fit", "fit"), ("dask-ml PCA", "daskml")):
-            cells = {"1": (1, 2), "2": (2, 2), "speedup": (2, 3)}  # seconds on 1 and 2 workers, the speed-up at 2
-            figs |= {f"wk-{p}-{tag}-{k}": Figure(_WORKERS, None, fmt="{:.2f}", pattern=_workers_cell(shape, method, *c))
-                     for k, c in cells.items()}
-    for w in (1, 2):
-        figs[f"wk-100-fit-passes-{w}"] = Figure(_WORKERS, None, fmt="{:.1f}",
-                                                pattern=_workers_cell(shapes["100"], "MCPCA().fit", w, 5))
-    figs["wk-100-fit-speedup-short"] = Figure(_WORKERS, None, fmt="{:.1f}",
-                                              pattern=_workers_cell(shapes["100"], "MCPCA().fit", 2, 3))
-    return figs
-
-
-#: The documentation's figures (docs/*.md), by page.
-_DOCS_FIGURES: dict[str, Figure] = {
-    # archives.md
-    "xarray-ratio": Figure(_XARRAY, "after", tuple((c, m) for c in ("`fit`", "`score`") for m in _MEASURES),
-                           (4,), "{:.2f}", spread=True),
-    "attr-recon": _pct(_ATTRIBUTION, None, _SINGLE, 6, 0, spread=True),
-    "attr-recon-pair": _pct(_ATTRIBUTION, None, ((_SCENARIOS[1], "stuck"),), 6),
-    "attr-whitened": _pct(_ATTRIBUTION, None, tuple((s, f) for s in _SCENARIOS for f in _FAULTS), 4, 0, spread=True),
-    "attr-named-stuck": _pct(_ATTRIBUTION, None, tuple((s, "stuck") for s in _SCENARIOS), 7, spread=True),
-    "attr-named-real-stuck": _pct(_ATTRIBUTION, None, _REAL_STUCK, 7),
-    "attr-recon-real-stuck": _pct(_ATTRIBUTION, None, _REAL_STUCK, 6, spread=True),
-    "missing-p10": Figure(_MISSING, None, (("factor 50k x 10", "90 % of rows, random"),), (6, 5), "{:.2f}",
-                          " against "),
-    "missing-p30": Figure(_MISSING, None, (("factor 100k x 30", "90 % of rows, random"),), (6, 5), "{:.2f}",
-                          " against "),
-    "missing-wide-ratio": Figure(_MISSING, "partial-wide", (("factor 200k x 100 float32, Zarr",),), (4,), "{:.1f}"),
-    "missing-wide-before": Figure(_MISSING, None, pattern=r"went from ([\d.]+)x to [\d.]+x the complete fit"),
-    "missing-angle": Figure(_MISSING, None, _GAPS, (2,)),
-    "missing-recall": Figure(_MISSING, None, _GAPS, (4, 5, 6), "{:.2f}", spread=True),
-    "missing-false": _pct(_MISSING, None, _GAPS, (7, 8), 2, " % there against "),
-    "missing-passes": Figure(_MISSING, None, _GAPS, (9,)),
-    "missing-time": Figure(_MISSING, None, pattern=r"gave ratios of ([\d.]+) \(200k x 10\)"),
-    "cells-stuck-offline": Figure(_CELLS, None, (("400",),), (1, 2), "{:.2f}", ", named "),
-    "clip-unlearned": Figure(_CELLS, None, fmt="{:.2f}", scale=100, template="{0} % of the time against {1} %",
-                             pattern=r"were flagged ([\d.]+) against ([\d.]+) for the others"),
-    "clip-factors": _pct(_CELLS, None, (_CLIP,), 2, 2),
-    "clip-factors-before": _pct(_CELLS, None, (_CLIP,), 3, 2),
-    "clip-noise": _pct(_CELLS, None, ((_NOISE, "clipped (3 %)"), (_NOISE, "the others")), 2, 2, " % against "),
-    # monitoring.md
-    "update-angle": Figure(_MONITOR, None, fmt="{:.2f}", pattern=r"Worst over all: angle ([\d.]+) deg"),
-    "update-var": Figure(_MONITOR, None, fmt="{:.1f}",
-                         pattern=r"variance difference [\d.]+ % \(top 3\), ([\d.]+) % \(all\)"),
-    "update-var-gaussian": Figure(_MONITOR, None, fmt="{:.2f}", spread=True,
-                                  pattern=_column("clean|paper5|orthogonal10|cluster10", 4)),
-    "update-agree": Figure(_MONITOR, None, fmt="{:.2f}", pattern=r"flags agree on ([\d.]+) % of the rows"),
-    "update-s": Figure(_MONITOR, None, fmt="{:.2f}", spread=True, pattern=_column(r"\w+", 8)),
-    "update-fit-s": Figure(_MONITOR, None, fmt="{:.1f}", spread=True, pattern=_column(r"\w+", 9)),
-    "stuck-after-fit": Figure(_MONITOR, None, fmt="{:.3f}", spread=True, pattern=_PLANT_SEED.format(_GROUP, _NUM)),
-    "stuck-after-fit-was": Figure(_MONITOR, None, fmt="{:.2f}", spread=True, pattern=_PLANT_SEED.format(_NUM, _GROUP)),
-    "append-ratio": Figure(_MONITOR, None, pattern=r"Append / full: \*\*([\d.]+)\*\*"),
-    # comparison.md
-    **_robust_figures(),
-    **_accuracy_figures(),
-    **_swap_figures(),
-    # report.md
-    **_report_figures(),
-    # algorithm.md
-    **_algorithm_figures(),
-    # performance.md
-    **_performance_figures(),
-    **_scaling_figures(),
-}
-
-FIGURES.update(_DOCS_FIGURES)
 
 
 def _section(fig: Figure) -> str:
