@@ -383,6 +383,7 @@ DOCS_FIGURES: dict[str, Figure] = {
                           " against "),
     "missing-p30": Figure(_MISSING, None, (("factor 100k x 30", "90 % of rows, random"),), (6, 5), "{:.2f}",
                           " against "),
+    "missing-em-inflation": Figure(_MISSING, None, pattern=r"about x([\d.]+-[\d.]+) at 90 % of rows with the gap"),
     "missing-wide-ratio": Figure(_MISSING, "partial-wide", (("factor 200k x 100 float32, Zarr",),), (4,), "{:.1f}"),
     "missing-wide-before": Figure(_MISSING, None, pattern=r"went from ([\d.]+)x to [\d.]+x the complete fit"),
     "missing-angle": Figure(_MISSING, None, _GAPS, (2,)),
