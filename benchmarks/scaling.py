@@ -66,9 +66,11 @@ CHUNK_BYTES = 80_000_000
 
 #: ``--before``: (module, constant, value) set in the fitting process for the rules before the last
 #: change of issue 37 point 1: the first read of a wide store of 7-15 blocks was full, the sample's
-#: fixed point at wide p went to a tenth of ``tol``, and the breakdown check judged 5,000 rows.
+#: fixed point at wide p went to a tenth of ``tol``, the breakdown check judged 5,000 rows, and a
+#: step's change formed ``W^T S W`` and all its eigenvalues.
 BEFORE = (
     ("dask_mcpca._passes", "PARTIAL_MIN_BLOCKS_WIDE", 10**9),
+    ("dask_mcpca._robust_step", "LANCZOS_MIN_FEATURES", 10**9),
     ("dask_mcpca._robust_sample", "WIDE_SAMPLE_FEATURES", 10**9),
     ("dask_mcpca._fit", "BREAKDOWN_CELLS", 10**18),
 )
