@@ -66,6 +66,8 @@ def direction_floors(variances: np.ndarray, directions: np.ndarray, channel_vari
     kept now, with the same bits).  Never below ``p * eps`` times the largest
     variance either: an eigendecomposition resolves nothing under it (a
     channel that is constant up to the centre's round-off stays round-off).
+    A direction that is round-off by both rules gets the former floor (the
+    variance it is given in the distances, as before).
 
     Parameters
     ----------
@@ -90,7 +92,8 @@ def direction_floors(variances: np.ndarray, directions: np.ndarray, channel_vari
     q_max = float(np.max(variances[has_scale] / t[has_scale]))
     floors = np.full(len(variances), relative)
     floors[has_scale] = np.minimum(relative, variance_floor(q_max, p) * t[has_scale])
-    return np.maximum(floors, resolved)
+    floors = np.maximum(floors, resolved)
+    return np.where(variances > floors, floors, relative)  # round-off either way: the former floor, the same bits
 
 
 #: Scatters whose :func:`spread_directions` are kept, the most recent first.  A robust
