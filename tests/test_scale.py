@@ -86,6 +86,23 @@ def test_default_flags_do_not_depend_on_the_channels_units(data, factors):
         assert before.mean() > 0.04  # the cross-channel faults (5 % of the rows) are found in both
 
 
+@pytest.mark.parametrize("factors", FACTORS)
+def test_the_rank_of_a_scatter_does_not_depend_on_the_channels_units(factors):
+    """A direction is round-off or not whatever the channels' units: the tight factors' scatter has full
+    rank in any units; a channel that is another's exact multiple leaves one direction without spread,
+    in any units too (the multiple is exact: 2**-3 times the channel, so scaling keeps it exact)."""
+    from dask_mcpca._power import spread_directions
+
+    X = _tight_factor_data()
+    X = np.column_stack([X, X[:, 0] * 2.0**-3])
+    c = np.r_[FACTORS[factors](X.shape[1] - 1), 1.0]
+    c[-1] = c[0]  # the multiple keeps its channel's factor: still an exact multiple
+    for Y, rank in ((X[:, :-1], X.shape[1] - 1), (X, X.shape[1] - 1)):
+        for d in (np.ones(Y.shape[1]), c[: Y.shape[1]]):
+            Z = (Y - Y.mean(axis=0)) * d
+            assert len(spread_directions(Z.T @ Z / len(Z))[0]) == rank
+
+
 # ------------------------------------------------------ a bias in small units
 @pytest.mark.parametrize("seed", range(3))
 def test_a_bias_on_the_smallest_unit_channel_is_found(seed):
