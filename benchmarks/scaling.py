@@ -305,6 +305,14 @@ def report(res: dict, command: str, section: str = "scaling") -> str:
             "Against the number of columns (float64; non-pass work = fit time outside the reads of the data:",
             "start, sample stage, eigendecompositions; the last column compares it with one X^T X pass of a",
             "1M-row store of the same width, the pass measured here scaled to 1M rows):",
+        ]
+        if any("before" in r for r in res["cols"]):
+            lines += [
+                "Rows `p before`: the same store fitted under `scaling.BEFORE` (the rules before the last change of",
+                "issue 37 point 1), alternated with the fit and the X^T X pass in the same run; the X^T X pass and",
+                "peak columns are the fit's.",
+            ]
+        lines += [
             "",
             "| p | rows | blocks | fit s | X^T X pass s | fit / pass (range) | full passes | partial reads (blocks) "
             "| in passes / X^T X pass | non-pass s | non-pass / 1M-row X^T X pass | peak RSS MiB |",

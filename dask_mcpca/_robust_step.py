@@ -98,10 +98,12 @@ def working_exponent(sample: np.ndarray | None, col_min: np.ndarray, col_max: np
         top = top_exponent(sample)
         # One column per (contiguous) row: the medians select along rows, several times faster
         # than down the columns of the sample at wide p; the values are the same.
-        dev = np.ldexp(np.ascontiguousarray(sample.T), -top)  # |Z| <= 1
+        dev = np.empty(sample.shape[::-1], np.ldexp(sample[:1], 0).dtype)  # as ldexp gives: float32 stays
+        np.ldexp(sample.T, -top, out=dev)  # |Z| <= 1, one copy
         dev -= np.median(dev, axis=1)[:, None]
         np.abs(dev, out=dev)
-        spread = float(np.max(np.median(dev, axis=1)))  # (a copy: dev is kept)
+        # in place: the next lines read only which values each row holds, not their order
+        spread = float(np.max(np.median(dev, axis=1, overwrite_input=True)))
         if not spread > 0 and dev.any():  # most rows equal: the nearest other rows set the scale
             spread = float(dev[dev > 0].min())
         if spread > 0:
