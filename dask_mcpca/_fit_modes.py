@@ -20,10 +20,12 @@ from sklearn.base import clone
 from . import _checkpoint, _model
 from ._fit import FitResult, finish_fit, first_read, robust_stage, solver_limits
 from ._modes import (
+    CENTRED_SD,
     FIND_ROWS,
     MAX_MODES,
     MIN_MODE_SHARE,
     MIN_ROWS_PER_FEATURE,
+    SHIFT_SD,
     ModeFinder,
     ModeRunner,
     SharedPasses,
@@ -32,6 +34,7 @@ from ._modes import (
     mode_finder,
 )
 from ._passes import PassRunner
+from ._repeated import TIGHT_MIN_ROWS
 from ._scale import robust_scales
 
 __all__ = ["ModesResult", "check_modes", "find_modes", "fit_modes"]
@@ -149,6 +152,27 @@ def _explained(model, rows: np.ndarray) -> np.ndarray:
     return _inside(model, rows) | _model.repeated(model, np.asarray(in_units, np.float64))
 
 
+def _fault_rows(z: np.ndarray, group: np.ndarray, states: list) -> np.ndarray:
+    """The rows of ``group`` (indices into the standardised rows ``z``), found to be no state, that are a
+    fault's: on some channel, beyond ``SHIFT_SD`` SDs of the nearest state (``states``: each one's rows)
+    on one side of it (a bias, a drift, a value stuck), not spread about its level (a device switching
+    on: ``CENTRED_SD``).  The group's other rows may be another state that the fault's rows were fitted
+    with, and are fitted again.  Where no row departs so, the whole group."""
+    if not states:
+        return group
+    g = z[group]
+    nearest = min(states, key=lambda rows: np.sum((np.median(z[rows], axis=0) - np.median(g, axis=0)) ** 2))
+    ref = z[nearest]
+    dev = (g - ref.mean(axis=0)) / np.maximum(ref.std(axis=0), 1e-12)
+    far = np.abs(dev) > SHIFT_SD
+    fault = np.zeros(len(group), bool)
+    for c in np.flatnonzero(far.sum(axis=0) >= TIGHT_MIN_ROWS):
+        away = dev[far[:, c], c]
+        if abs(away.mean()) > CENTRED_SD * away.std():  # to one side of the state: shifted, not active about it
+            fault |= far[:, c]
+    return group[fault] if fault.any() else group
+
+
 def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
     """The operating states of the data, from its row sample; None where there is one.
 
@@ -157,12 +181,13 @@ def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
     state explains (beyond every state's cutoff) are fitted: the fit's inliers, where they hold
     ``MIN_MODE_SHARE`` of the rows (and enough to fit on), become a state if they differ from
     every state's inliers as a state does (:func:`._modes.is_state`, on the robustly standardised
-    rows); otherwise they are a fault's rows (a bias, a drift, a stuck value), set aside, and the
-    rest are fitted again.  The rows holding a stuck value or a frozen record a state's fit learned
-    are that fault's, not another state's, and are not fitted again.  This repeats until fewer rows
-    are left or ``MAX_MODES`` states are found.  A state is thus found only where one model cannot
-    explain it, and comparing the inliers of robust fits, not raw clusters, keeps each group's own
-    departures out of the evidence.
+    rows); otherwise they are a fault's rows (a bias, a drift, a stuck value), set aside
+    (:func:`_fault_rows`: those departing to one side of the nearest state; the rest of the group
+    may be a state fitted together with them), and the rest are fitted again.  The rows holding a
+    stuck value or a frozen record a state's fit learned are that fault's, not another state's, and
+    are not fitted again.  This repeats until fewer rows are left or ``MAX_MODES`` states are found.
+    A state is thus found only where one model cannot explain it, and comparing the inliers of
+    robust fits, not raw clusters, keeps each group's own departures out of the evidence.
     """
     sample = np.asarray(sample, np.float64)
     sample = sample[np.isfinite(sample).all(axis=1)]
@@ -186,7 +211,7 @@ def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
             states.append((model, inliers))
             left = np.flatnonzero(~np.any([_explained(m, sample) for m, _ in states], axis=0))
         else:  # a fault's rows: the departures of a state, not a state
-            left = np.setdiff1d(left, inliers)
+            left = np.setdiff1d(left, _fault_rows(z, inliers, [mine for _, mine in states]))
     if len(states) < 2:
         return None
     models = [m for m, _ in states]
