@@ -31,6 +31,10 @@ report
     ``dask-mcpca report STORE --model M --output report.png`` (a PNG and
     the events CSV).
 
+``--before DIR`` also runs ``score`` and ``report`` from a folder holding the package before a
+change (``DIR/dask_mcpca``) in the same rounds, and compares their outputs with the installed
+package's: the score stores bit for bit, the report's CSV and PNG byte for byte.
+
 The target of issue 37 point 4: both within 1.5x of the copy floor at
 p = 300.  Writes ``benchmarks/WIDE_SCORE.md`` (unless ``--no-write``).
 """
@@ -95,11 +99,16 @@ _GEMM = (
 _CLI = None
 
 
-def _run(code: str | None, args: list[str]) -> float:
-    """Seconds of one child process."""
+def _run(code: str | None, args: list[str], *, cwd: Path, package: str | None = None) -> float:
+    """Seconds of one child process, run in ``cwd`` (outside the repository: ``python -m`` puts the working
+    directory first on ``sys.path``); ``package``: a folder holding the ``dask_mcpca`` to run instead of the
+    installed one (put first on ``PYTHONPATH``)."""
+    env = dict(os.environ)
+    if package is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package, env.get("PYTHONPATH")]))
     started = time.perf_counter()
     head = ["-m", "dask_mcpca"] if code is None else ["-c", code]
-    done = subprocess.run([sys.executable, *head, *args], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, *head, *args], capture_output=True, text=True, cwd=cwd, env=env)
     if done.returncode:
         raise SystemExit(f"{args[0]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return time.perf_counter() - started
@@ -110,26 +119,57 @@ def _dir_bytes(path: Path) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
-def time_commands(store: str, model: str, repeats: int, tmp: Path):
-    """Seconds of each command per round (fresh processes, the order rotating), and the bytes each wrote."""
+def time_commands(store: str, model: str, repeats: int, tmp: Path, before: str | None = None):
+    """Seconds of each command per round (fresh processes, the order rotating), and the bytes each wrote.
+
+    ``before``: a folder holding the package before a change; ``score`` and ``report`` then also run from it
+    (``score-before``, ``report-before``), in the same rounds, writing their own outputs."""
+    def score(out):
+        return ["score", store, "--model", model, "--output", str(tmp / out), "--overwrite", "--no-progress"]
+
+    def report(out):
+        return ["report", store, "--model", model, "--output", str(tmp / out), "--no-progress"]
+
     commands = {
-        "copy": (_COPY, [store, str(tmp / "copy.zarr")], tmp / "copy.zarr"),
-        "gemm": (_GEMM, [store, str(tmp / "gemm.zarr"), str(tmp / "root.json")], tmp / "gemm.zarr"),
-        "score": (_CLI, ["score", store, "--model", model, "--output", str(tmp / "scores.zarr"), "--overwrite",
-                         "--no-progress"], tmp / "scores.zarr"),
-        "report": (_CLI, ["report", store, "--model", model, "--output", str(tmp / "report.png"),
-                          "--no-progress"], None),
+        "copy": (_COPY, [store, str(tmp / "copy.zarr")], tmp / "copy.zarr", None),
+        "gemm": (_GEMM, [store, str(tmp / "gemm.zarr"), str(tmp / "root.json")], tmp / "gemm.zarr", None),
+        "score": (_CLI, score("scores.zarr"), tmp / "scores.zarr", None),
+        "report": (_CLI, report("report.png"), None, None),
     }
+    if before is not None:
+        commands["score-before"] = (_CLI, score("scores_before.zarr"), tmp / "scores_before.zarr", before)
+        commands["report-before"] = (_CLI, report("report_before.png"), None, before)
     names = list(commands)
-    for code, args, _ in commands.values():  # once untimed: the page cache and compiled loops
-        _run(code, args)
-    written = {name: _dir_bytes(out) if out else 0 for name, (_, _, out) in commands.items()}
+    for code, args, _, package in commands.values():  # once untimed: the page cache and compiled loops
+        _run(code, args, cwd=tmp, package=package)
+    written = {name: _dir_bytes(out) if out else 0 for name, (_, _, out, _) in commands.items()}
     times = {name: [] for name in names}
     for r in range(repeats):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            times[name].append(_run(commands[name][0], commands[name][1]))
+            code, args, _, package = commands[name]
+            times[name].append(_run(code, args, cwd=tmp, package=package))
         print(f"round {r + 1}/{repeats}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True)
     return times, written
+
+
+def same_outputs(tmp: Path) -> str:
+    """Whether the package before the change wrote the same outputs as after (``--before``): every array of
+    the score stores compared bit for bit, and the report's events CSV and PNG byte for byte."""
+    import numpy as np
+    import zarr
+
+    def arrays(path):
+        return {name: np.asarray(a[...]) for name, a in zarr.open_group(str(path), mode="r").arrays()}
+
+    a, b = arrays(tmp / "scores_before.zarr"), arrays(tmp / "scores.zarr")
+    differ = [n for n in sorted(set(a) | set(b))
+              if n not in a or n not in b or a[n].dtype != b[n].dtype or a[n].tobytes() != b[n].tobytes()]
+    files = [f for f in ("report.csv", "report.png")
+             if (tmp / f).read_bytes() != (tmp / f.replace("report", "report_before")).read_bytes()]
+    if not differ and not files:
+        return (f"Outputs before and after identical: the score stores' {', '.join(sorted(a))} bit for bit, the "
+                "report's events CSV and PNG byte for byte.")
+    return f"Outputs DIFFER before and after: {', '.join(differ + files)}."
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fit-rows", type=int, default=100_000, help="rows the model is fitted on, once")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--label", default="", help="a note on the code measured, in the section's title")
+    ap.add_argument("--before", default=None,
+                    help="a folder holding the package before a change (its dask_mcpca): score and report also run "
+                         "from it in the same rounds, and their outputs are compared with the installed package's")
     ap.add_argument("--no-write", action="store_true", help="print, do not update WIDE_SCORE.md")
     return ap
 
@@ -164,17 +207,20 @@ def main(argv=None) -> None:
         w, V = np.linalg.eigh(fitted.get_precision())
         root = (V * np.sqrt(np.maximum(w, 0.0))) @ V.T
         (tmp / "root.json").write_text(json.dumps({"mean": fitted.mean_.tolist(), "root": root.tolist()}))
-        times, written = time_commands(str(info.path), str(model), a.repeats, tmp)
+        before = None if a.before is None else str(Path(a.before).resolve())
+        times, written = time_commands(str(info.path), str(model), a.repeats, tmp, before)
+        same = same_outputs(tmp) if before is not None else ""
     med = {k: statistics.median(v) for k, v in times.items()}
     labels = {"copy": "copy floor (read + write the default outputs' bytes)",
               "gemm": "arithmetic floor (the copy, `d2` from one float64 GEMM a block)",
-              "score": "`dask-mcpca score` (default outputs)", "report": "`dask-mcpca report` (PNG + events CSV)"}
+              "score": "`dask-mcpca score` (default outputs)", "report": "`dask-mcpca report` (PNG + events CSV)",
+              "score-before": "`dask-mcpca score`, before", "report-before": "`dask-mcpca report`, before"}
     title = f"## {a.rows:,} x {a.cols} float32, {a.chunks} chunks" + (f": {a.label}" if a.label else "")
     text = "\n".join([
         title,
         "",
         f"Command: `python benchmarks/wide_score.py --rows {a.rows} --cols {a.cols} --chunks {a.chunks} "
-        f"--repeats {a.repeats}`. Input {fmt_bytes(info.store_bytes)} on disk "
+        f"--repeats {a.repeats}{' --before DIR' if a.before else ''}`. Input {fmt_bytes(info.store_bytes)} on disk "
         f"({fmt_bytes(info.nbytes)} raw). Fresh processes, alternated, medians. 1-min load average before / "
         f"after: {load:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {cpu_line()}.",
         "",
@@ -186,7 +232,10 @@ def main(argv=None) -> None:
         "",
         f"score / copy floor **{med['score'] / med['copy']:.2f}**, report / copy floor "
         f"**{med['report'] / med['copy']:.2f}** (target: at most 1.5 each); the arithmetic floor / copy floor "
-        f"{med['gemm'] / med['copy']:.2f}.",
+        f"{med['gemm'] / med['copy']:.2f}."
+        + (f" Before: score {med['score-before'] / med['copy']:.2f}, report {med['report-before'] / med['copy']:.2f}."
+           if a.before else ""),
+        *(["", same] if same else []),
     ])
     print(text)
     if not a.no_write:
