@@ -355,7 +355,7 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
 
     The row sample of the robust start is drawn in a first full pass, except
     for ``solver="auto"`` (``center`` robust or False) on a store of at least
-    16 row blocks: there it comes from a spread of the blocks (an eighth of
+    16 row blocks (7 for rows of 33 or more columns): there it comes from a spread of the blocks (an eighth of
     them, 4 to 32, evenly spaced; ``n_partial_reads_``), so a default fit
     reads the store fully 2-3 times instead of 3-4.  What this changes: the
     sample, hence the start and the radii, sees the archive at 4-32 evenly
