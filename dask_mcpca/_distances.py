@@ -73,13 +73,16 @@ def distances_and_top(model: Any, block, *, top: bool = False,
                       judged: CellJudgement | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`mahalanobis_d2` of each row, and (``top``) the index of its largest reconstruction-based
     contribution (int16, as :func:`._precision.top_channel` of :meth:`MCPCA.channel_contributions`; -1 where no
-    cell is observed), in one sweep over the rows.
+    cell is observed).
 
     Complete rows go through the compiled loop (:func:`._compiled.row_distances`) where numba
     runs; rows with NaN or inf cells, rows whose distance overflows, and every row where numba
     does not run (``NUMBA_DISABLE_JIT=1``) through the numpy spelling.  Which spelling serves a
     row depends on the row alone, never on its block, so every method and every chunking gives
-    a row the same bits.
+    a row the same bits.  From ``FAST_TOP_MIN_ROWS`` complete rows on, the loop computes the
+    distances alone and the channels are ranked by one float32 product (:func:`_top_by_product`),
+    which hands back to the loop every row whose ranking it cannot vouch for: the channel is the
+    loop's, row for row (at p = 300, 105 instead of 155 ms a 12,500-row block).
     """
     block = np.asarray(block)
     if block.dtype not in (np.float32, np.float64):
