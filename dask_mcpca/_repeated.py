@@ -381,9 +381,10 @@ def _held_by_fault(values: np.ndarray, counts: np.ndarray, value: float) -> bool
     A regime value on a channel (an idle device's zeros, a set point, the resting level of a quantized
     channel) is 0, or round: spelled in ``SET_POINT_DIGITS`` fewer significant digits than the median
     of up to ``DIGITS_VALUES`` of the column's other distinct values (a set point 20.5 among readings
-    like 20.417), or on a channel that repeats its other values too.  A continuous measurement repeats
-    no value by chance: where at most ``CONTINUOUS_REPEATS`` of the column's other non-zero cells share
-    a value, one measured value held exactly in many rows is a sensor that stopped.
+    like 20.417; spelled in float32 where every value is a float32 value, so that a float32 20.3 reads
+    20.3), or on a channel that repeats its other values too.  A continuous measurement repeats no
+    value by chance: where at most ``CONTINUOUS_REPEATS`` of the column's other non-zero cells share a
+    value, one measured value held exactly in many rows is a sensor that stopped.
     """
     if value == 0:
         return False
@@ -391,8 +392,11 @@ def _held_by_fault(values: np.ndarray, counts: np.ndarray, value: float) -> bool
     rest = counts[others]
     if not rest.sum() or rest[rest >= 2].sum() > CONTINUOUS_REPEATS * rest.sum():
         return False
-    spelled = values[others][:: max(1, -(-int(others.sum()) // DIGITS_VALUES))]
-    return bool(significant_digits(np.array([value]))[0] > np.median(significant_digits(spelled)) - SET_POINT_DIGITS)
+    spelled = np.append(values[others][:: max(1, -(-int(others.sum()) // DIGITS_VALUES))], value)
+    if np.array_equal(as_float32(spelled), spelled):  # a float32 recording: spelled as it was written
+        spelled = spelled.astype(np.float32)
+    digits = significant_digits(spelled)
+    return bool(digits[-1] > np.median(digits[:-1]) - SET_POINT_DIGITS)
 
 
 def repeated_values(sample: np.ndarray) -> np.ndarray:

@@ -219,8 +219,19 @@ def _held(value, share, seed=12, n=10_000):
     ("an ADC at rest (one level in ~90 % of the rows) beside it", np.column_stack(
         [_held(20.5, 0.0), np.round(500 + 0.3 * np.random.default_rng(1).normal(size=10_000))])),
     ("a quantized channel (tenths) at a value 30 % of the time", np.round(_held(20.4, 0.3), 1)),
+    ("a float32 recording's set point 20.3 (20.299999237060547 in float64), 30 %",
+     _held(np.float32(20.3), 0.3).astype(np.float32).astype(np.float64)),
 ])
 def test_a_regime_held_by_many_rows_is_no_stuck_value(case, X):
     """Over 10 % of the rows, a value is a regime when it is 0, round (a set point), held by half of the
     rows or more, or on a channel that repeats its other values too (quantized)."""
     assert len(repeated_values(X)) == 0, case
+
+
+def test_a_float32_recording_stuck_over_a_large_share_is_found():
+    """Spelled as written (float32), a measured value needs the digits of the channel's other values."""
+    X = _held(0.0, 0.0).astype(np.float32)
+    rows = np.arange(1000, 4000)
+    X[rows, 1] = np.quantile(X[:, 1], 0.99)
+    X = X.astype(np.float64)
+    assert repeated_values(X).tolist() == [[1.0, X[rows[0], 1]]]
