@@ -519,14 +519,14 @@ def plant(seed: int, n: int = 20_000) -> np.ndarray:
     return np.column_stack([rpm, kw, bar, volt])
 
 
-def _fit(X, **params) -> MCPCA:
+def _fit_mcpca(X, **params) -> MCPCA:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return MCPCA(**params).fit(X)
 
 
 def _flags(X, **params) -> np.ndarray:
-    return np.asarray(_fit(X, **params).is_outlier(X))
+    return np.asarray(_fit_mcpca(X, **params).is_outlier(X))
 
 
 def unit_table(cache: Path, seeds: int) -> list[str]:
@@ -563,7 +563,7 @@ def unit_table(cache: Path, seeds: int) -> list[str]:
         for scale in (None, "robust"):
             for k in (None, 2):
                 recall, alarms, bound = [], [], []
-                clean = _fit(X, scale=scale, n_components=k)
+                clean = _fit_mcpca(X, scale=scale, n_components=k)
                 units = getattr(clean, "scale_", np.ones(X.shape[1]))
                 bias = 4 * X[:, j].std()
                 shift = bias / units[j] * np.sqrt(clean.get_precision()[j, j])
