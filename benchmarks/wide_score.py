@@ -99,19 +99,27 @@ _GEMM = (
 _CLI = None
 
 
-def _run(code: str | None, args: list[str], *, cwd: Path, package: str | None = None) -> float:
-    """Seconds of one child process, run in ``cwd`` (outside the repository: ``python -m`` puts the working
-    directory first on ``sys.path``); ``package``: a folder holding the ``dask_mcpca`` to run instead of the
-    installed one (put first on ``PYTHONPATH``)."""
+def _run(code: str | None, args: list[str], *, cwd: Path, package: str | None = None) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one child process, run in ``cwd`` (outside the repository:
+    ``python -m`` puts the working directory first on ``sys.path``); ``package``: a folder holding the
+    ``dask_mcpca`` to run instead of the installed one (put first on ``PYTHONPATH``)."""
     env = dict(os.environ)
     if package is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package, env.get("PYTHONPATH")]))
-    started = time.perf_counter()
+    started, used = time.perf_counter(), _children_cpu()
     head = ["-m", "dask_mcpca"] if code is None else ["-c", code]
     done = subprocess.run([sys.executable, *head, *args], capture_output=True, text=True, cwd=cwd, env=env)
     if done.returncode:
         raise SystemExit(f"{args[0]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _children_cpu() - used
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _dir_bytes(path: Path) -> int:
@@ -143,13 +151,15 @@ def time_commands(store: str, model: str, repeats: int, tmp: Path, before: str |
     for code, args, _, package in commands.values():  # once untimed: the page cache and compiled loops
         _run(code, args, cwd=tmp, package=package)
     written = {name: _dir_bytes(out) if out else 0 for name, (_, _, out, _) in commands.items()}
-    times = {name: [] for name in names}
+    times, cpu = {name: [] for name in names}, {name: [] for name in names}
     for r in range(repeats):
         for name in names[r % len(names):] + names[: r % len(names)]:
             code, args, _, package = commands[name]
-            times[name].append(_run(code, args, cwd=tmp, package=package))
+            wall, used = _run(code, args, cwd=tmp, package=package)
+            times[name].append(wall)
+            cpu[name].append(used)
         print(f"round {r + 1}/{repeats}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True)
-    return times, written
+    return times, cpu, written
 
 
 def same_outputs(tmp: Path) -> str:
@@ -208,7 +218,7 @@ def main(argv=None) -> None:
         root = (V * np.sqrt(np.maximum(w, 0.0))) @ V.T
         (tmp / "root.json").write_text(json.dumps({"mean": fitted.mean_.tolist(), "root": root.tolist()}))
         before = None if a.before is None else str(Path(a.before).resolve())
-        times, written = time_commands(str(info.path), str(model), a.repeats, tmp, before)
+        times, cpu, written = time_commands(str(info.path), str(model), a.repeats, tmp, before)
         same = same_outputs(tmp) if before is not None else ""
     med = {k: statistics.median(v) for k, v in times.items()}
     labels = {"copy": "copy floor (read + write the default outputs' bytes)",
@@ -221,12 +231,13 @@ def main(argv=None) -> None:
         "",
         f"Command: `python benchmarks/wide_score.py --rows {a.rows} --cols {a.cols} --chunks {a.chunks} "
         f"--repeats {a.repeats}{' --before DIR' if a.before else ''}`. Input {fmt_bytes(info.store_bytes)} on disk "
-        f"({fmt_bytes(info.nbytes)} raw). Fresh processes, alternated, medians. 1-min load average before / "
+        f"({fmt_bytes(info.nbytes)} raw). Fresh processes, alternated, medians (CPU: the child's user + system "
+        "seconds). 1-min load average before / "
         f"after: {load:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {cpu_line()}.",
         "",
-        "| command | median s | runs s | written | / copy floor |",
-        "| --- | ---: | --- | ---: | ---: |",
-        *[f"| {labels[k]} | {med[k]:.2f} | {', '.join(f'{t:.2f}' for t in v)} | "
+        "| command | median s | runs s | median CPU s | written | / copy floor |",
+        "| --- | ---: | --- | ---: | ---: | ---: |",
+        *[f"| {labels[k]} | {med[k]:.2f} | {', '.join(f'{t:.2f}' for t in v)} | {statistics.median(cpu[k]):.2f} | "
           f"{fmt_bytes(written[k]) if written[k] else 'PNG + CSV'} | {med[k] / med['copy']:.2f} |"
           for k, v in times.items()],
         "",
