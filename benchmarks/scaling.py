@@ -69,7 +69,7 @@ CHUNK_BYTES = 80_000_000
 #: fixed point at wide p went to a tenth of ``tol``, the breakdown check judged 5,000 rows, and a
 #: step's change formed ``W^T S W`` and all its eigenvalues.
 BEFORE = (
-    ("dask_mcpca._passes", "PARTIAL_MIN_BLOCKS_WIDE", 10**9),
+    ("dask_mcpca._passes", "PARTIAL_MIN_BLOCKS_WIDE", 16),  # PARTIAL_MIN_BLOCKS, the rule for every p
     ("dask_mcpca._robust_step", "LANCZOS_MIN_FEATURES", 10**9),
     ("dask_mcpca._robust_sample", "WIDE_SAMPLE_FEATURES", 10**9),
     ("dask_mcpca._fit", "BREAKDOWN_CELLS", 10**18),
