@@ -145,31 +145,58 @@ METHODS = {
 
 def _clipped_rows(own_noise: bool):
     """Flags of ``MCPCA()`` before and after the clipping of :func:`dask_mcpca.testing.clipped_channel`,
-    the clipped rows' mask, and the learned limit and the clip."""
+    the oracle's flags after it, the clipped rows' mask, and the learned limit and the clip."""
     X, clipped, sat, limit = clipped_channel(own_noise=own_noise)
     before = np.asarray(MCPCA().fit(X).is_outlier(X))
     model = MCPCA().fit(clipped)
-    return before, np.asarray(model.is_outlier(clipped)), sat, model.saturation_limits_[2, 1], limit
+    after = np.asarray(model.is_outlier(clipped))
+    return before, after, _oracle_flags(X, sat), sat, model.saturation_limits_[2, 1], limit
+
+
+def _oracle_flags(X: np.ndarray, sat: np.ndarray, channel: int = 2, q: float = 0.998) -> np.ndarray:
+    """What the rows' true law flags after the clipping: the mean and covariance of the clean rows
+    (no fault in them), each row's squared Mahalanobis distance against the chi-square ``q`` quantile,
+    a clipped row's on its other channels (the censored cell left out, as a missing one)."""
+    from scipy import stats
+
+    mu, S = X.mean(axis=0), np.cov(X, rowvar=False)
+    other = np.arange(X.shape[1]) != channel
+
+    def d2(Y, C):
+        return np.einsum("ij,ij->i", Y, np.linalg.solve(C, Y.T).T)
+
+    full = d2(X - mu, S) > stats.chi2.ppf(q, X.shape[1])
+    censored = d2(X[:, other] - mu[other], S[np.ix_(other, other)]) > stats.chi2.ppf(q, X.shape[1] - 1)
+    return np.where(sat, censored, full)
+
+
+SATURATION_BEGIN, SATURATION_END = "## A saturating channel", "## A sensor stuck while another"
 
 
 def saturation_table() -> list[str]:
     lines = [
         "## A saturating channel (40,000 x 16, 3 factors, one channel clipped at its 97th percentile)",
         "",
-        "| clipped channel | rows | flagged by `MCPCA()` | the same rows before the clipping | learned limit "
-        "(the clip) |",
-        "|---|---|---|---|---|",
+        "| clipped channel | rows | flagged by `MCPCA()` | the same rows before the clipping | the oracle | "
+        "learned limit (the clip) |",
+        "|---|---|---|---|---|---|",
     ]
     for own_noise, what in ((True, "mostly its own noise"), (False, "follows the factors")):
-        before, flags, sat, learned, limit = _clipped_rows(own_noise)
+        before, flags, oracle, sat, learned, limit = _clipped_rows(own_noise)
+        ratios = " | ".join(f"{f[sat].mean() / f[~sat].mean():.2f}" for f in (flags, before, oracle))
         lines += [f"| {what} | clipped (3 %) | {flags[sat].mean():.4f} | {before[sat].mean():.4f} | "
-                  f"{learned:.4f} ({limit:.4f}) |",
-                  f"| {what} | the others | {flags[~sat].mean():.4f} | {before[~sat].mean():.4f} | |"]
+                  f"{oracle[sat].mean():.4f} | {learned:.4f} ({limit:.4f}) |",
+                  f"| {what} | the others | {flags[~sat].mean():.4f} | {before[~sat].mean():.4f} | "
+                  f"{oracle[~sat].mean():.4f} | |",
+                  f"| {what} | clipped / the others | {ratios} | |"]
     lines += [
         "",
         "A reading at the limit is judged as censored: the clipped rows are flagged no more often than the same "
         "rows were before the clipping. Where the clipped channel follows the factors, its top 3 % are the "
-        "factors' tail, and those rows were flagged more often than the others before any clipping. Before "
+        "factors' tail, and those rows were flagged more often than the others before any clipping. The oracle "
+        "judges with the clean rows' own mean and covariance (chi-square 99.8 %), a clipped cell left out: it "
+        "shows what the rows themselves warrant, so the issue's target (clipped rows flagged within 2x of the "
+        "others) is out of reach of a calibrated distance where the clipped channel follows the factors. Before "
         "the limits were learned (the code before commit c58e36a) the clipped rows of the second archive were "
         "flagged 0.0692 against 0.0019 for the others (measured on 2026-11-27).",
         "",
@@ -313,7 +340,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="p = 30 and 100 only, eps = 1 and 5 %%")
     parser.add_argument("--wide-only", action="store_true",
                         help="only the p = 300 table at 100,000 rows, replaced in the existing results file")
+    parser.add_argument("--saturation-only", action="store_true",
+                        help="only the saturating channel's table, replaced in the existing results file")
     args = parser.parse_args()
+    if args.saturation_only:
+        head, rest = RESULTS.read_text().split(SATURATION_BEGIN, 1)
+        tail = SATURATION_END + rest.split(SATURATION_END, 1)[1]
+        RESULTS.write_text(head + "\n".join(saturation_table()) + "\n" + tail)
+        return
     if args.wide_only:
         text = _replace_section(RESULTS.read_text(), WIDE_BEGIN, WIDE_END, "\n".join(wide_table()))
         RESULTS.write_text(_replace_section(text, BREAKS_BEGIN, BREAKS_END, breaks_table(text),
