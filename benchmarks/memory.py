@@ -13,7 +13,17 @@ its own peak resident set size (``VmHWM``, the kernel's high-water mark,
 which no polling interval can miss) once after the imports and once after
 the fit; the parent also polls the child's RSS with
 psutil every 10 ms as a cross-check.  Flat peak RSS as the rows grow is the
-point: the data never has to fit in memory.
+point: the data never has to fit in memory.  Peaks are written in MiB, so that
+a ratio near 1 reads as one; the 1-minute load average of the machine before
+and after each child goes in the last column (a loaded machine slows the fit, it does
+not change the peak).
+
+Wide stores (issue 37's target, peak flat at p = 300)::
+
+    python benchmarks/memory.py --rows 1000000 10000000 --cols 300 --dtype float32 --chunk-rows 50000
+
+50,000 rows of 300 columns are about ``dask_mcpca._io.DEFAULT_BLOCK_VALUES``, so one
+store chunk is one dask block (60 MB of float32).
 
 ``--command report`` fits a model on the smallest store (in this process),
 then runs ``dask-mcpca report STORE --model ...`` in the fresh child, with
@@ -27,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -61,6 +72,11 @@ def _peak_rss() -> int:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _mib(n: float) -> str:
+    """``n`` bytes in MiB, one decimal (a peak: GiB would hide a 5 % change)."""
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def _child(path: str) -> None:
@@ -120,6 +136,7 @@ def measure(path: str | Path, *, child_args: list[str] | None = None, console_ma
     args = child_args if child_args is not None else ["--child", str(path)]
     launch = [sys.executable, "-c", _CONSOLE_CHILD] if console_malloc else [sys.executable]
     proc = subprocess.Popen([*launch, __file__, *args], stdout=subprocess.PIPE, text=True)
+    load_before = os.getloadavg()[0]
     ps = psutil.Process(proc.pid)
     polled = 0
     while proc.poll() is None:
@@ -133,6 +150,7 @@ def measure(path: str | Path, *, child_args: list[str] | None = None, console_ma
         raise RuntimeError(f"child on {path} failed with exit code {proc.returncode}")
     res = json.loads(out.strip().splitlines()[-1])
     res["polled"] = polled
+    res["load"] = (load_before, os.getloadavg()[0])
     return res
 
 
@@ -150,8 +168,9 @@ def run_memory(rows: list[int], *, cols: int, chunk_rows: int, dtype: str = "flo
         console = f"; with the console's malloc {fmt_bytes(res['console']['peak'])}, " \
             f"{res['console']['seconds']:.1f} s" if compare_malloc else ""
         print(
-            f"{n:>12,} rows  store {fmt_bytes(info.store_bytes):>10}  peak RSS {fmt_bytes(res['peak']):>10} "
-            f"(after imports {fmt_bytes(res['baseline'])})  {res['seconds']:.1f} s  {res['n_passes']} passes"
+            f"{n:>12,} rows  store {fmt_bytes(info.store_bytes):>10}  peak RSS {_mib(res['peak']):>12} "
+            f"(after imports {_mib(res['baseline'])})  {res['seconds']:.1f} s  {res['n_passes']} passes  "
+            f"load {res['load'][0]:.1f}-{res['load'][1]:.1f}"
             f"{console}",
             file=sys.stderr,
         )
@@ -164,28 +183,33 @@ def report(results: list[dict], *, cols: int, chunk_rows: int, dtype: str = "flo
     lines = [
         f"## Memory: peak RSS of `MCPCA().fit(store)`, {dtype} x {cols} columns",
         "",
-        f"Each fit in a fresh process; {chunk_rows:,}-row Zarr chunks; "
+        f"Each fit in a fresh process; {chunk_rows:,}-row Zarr chunks; local threaded scheduler, "
+        f"{os.cpu_count()} cores; "
         "peak = `VmHWM` (kernel high-water mark) of the child "
         f"(psutil polling every {POLL_S * 1e3:.0f} ms in brackets); 'after imports' is the peak before the fit "
-        "started (Python, numpy, dask, zarr, scikit-learn).",
+        "started (Python, numpy, dask, zarr, scikit-learn); load = the machine's 1-minute load average "
+        "before and after the child (it slows the fit, not its peak).",
         "",
         "| rows | raw data | store on disk | dask blocks | peak RSS (polled) | after imports "
         "| fit only (peak - imports) "
         f"| peak / {ref['rows'] / 1e6:g}M peak | fit s | n_passes_ |"
-        + (" with `dask-mcpca fit`'s malloc: peak RSS | / first | fit s |" if compare else ""),
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: | ---: | ---: |" * compare,
+        + (" with `dask-mcpca fit`'s malloc: peak RSS | / first | fit s |" if compare else "") + " load |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        + " ---: | ---: | ---: |" * compare,
     ]
     for r in results:
         lines.append(
             f"| {r['rows']:,} | {fmt_bytes(r['nbytes'])} | {fmt_bytes(r['store_bytes'])} | {r['n_blocks']} | "
-            f"{fmt_bytes(r['peak'])} ({fmt_bytes(r['polled'])}) | {fmt_bytes(r['baseline'])} | "
-            f"{fmt_bytes(r['peak'] - r['baseline'])} | {r['peak'] / ref['peak']:.2f} | {r['seconds']:.1f} | "
+            f"{_mib(r['peak'])} ({_mib(r['polled'])}) | {_mib(r['baseline'])} | "
+            f"{_mib(r['peak'] - r['baseline'])} | {r['peak'] / ref['peak']:.2f} | {r['seconds']:.1f} | "
             f"{r['n_passes']} |"
-            + (f" {fmt_bytes(r['console']['peak'])} | {r['console']['peak'] / ref['console']['peak']:.2f} | "
+            + (f" {_mib(r['console']['peak'])} | {r['console']['peak'] / ref['console']['peak']:.2f} | "
                f"{r['console']['seconds']:.1f} |" if compare else "")
+            + f" {r['load'][0]:.1f}-{r['load'][1]:.1f} |"
         )
     if compare:
-        lines += ["", "The last three columns: the same fit in a child that first sets glibc's malloc as "
+        lines += ["", "The three malloc columns before the load: the same fit in a child that first sets "
+                  "glibc's malloc as "
                   "`dask-mcpca fit` does (`dask_mcpca._malloc.reuse_large_blocks`: one arena, no mmap, no trim)."]
     return "\n".join(lines)
 
