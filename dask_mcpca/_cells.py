@@ -70,8 +70,14 @@ GREEDY_SHARE = 0.5
 MAX_ROUNDS = 12
 
 
-#: A row-wise fit warns when at least this share of the sample rows holds a flagged cell.
+#: A row-wise fit warns when at least this share of the sample rows holds a flagged cell beyond
+#: chance: a clean row of p cells holds one with probability ``1 - CELL_QUANTILE ** p`` (63 % at
+#: p = 1000), so the share counted is ``1 - (1 - rows) / (1 - chance)``, the rows' glitches taken
+#: independent of the clean cells' chance flags.  Where the sample expects fewer than
+#: ``BREAKDOWN_MIN_CLEAN`` rows without a chance flag (p in the thousands), the rows cannot tell and
+#: the row check is not made.
 BREAKDOWN_ROW_SHARE = 0.5
+BREAKDOWN_MIN_CLEAN = 20
 
 #: A cellwise fit warns when at least this share of the sample's cells is flagged.
 BREAKDOWN_CELL_SHARE = 0.25
@@ -86,13 +92,16 @@ def breakdown_message(flags: np.ndarray, support: float, *, cellwise: bool) -> s
     if not len(flags):
         return None
     rows, cells = float(flags.any(axis=1).mean()), float(flags.mean())
+    chance = 1.0 - CELL_QUANTILE ** flags.shape[1]
+    rows = 1.0 - (1.0 - rows) / (1.0 - chance) if (1.0 - chance) * len(flags) >= BREAKDOWN_MIN_CLEAN else 0.0
     if cellwise and cells >= BREAKDOWN_CELL_SHARE:
         return (f"MCPCA(cellwise=True): {cells:.0%} of the sample's cells lie far from what their rows' other "
                 "cells predict, so the channels have no clean majority; check the units and the channels "
                 "with most flags (cell_outliers), or leave the worst channels out")
     if not cellwise and rows >= BREAKDOWN_ROW_SHARE:
         return (f"MCPCA: {rows:.0%} of the sample rows hold a cell that the fitted model cannot explain (a "
-                "value far from what the row's other channels predict): a row-wise fit has no clean majority "
+                "value far from what the row's other channels predict, beyond the share a clean row holds by "
+                f"chance at {flags.shape[1]} channels): a row-wise fit has no clean majority "
                 "and its components may follow the glitches; fit with MCPCA(cellwise=True), which leaves "
                 "such cells out and keeps the rest of the row")
     if np.isfinite(support) and support < 0.5:

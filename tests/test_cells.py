@@ -355,3 +355,24 @@ def test_a_cellwise_fit_is_the_same_whatever_the_chunking_and_the_threads():
         assert_same_fit(model, ref, rtol=1e-9, atol=1e-11, names=("components_", "explained_variance_", "mean_"),
                         up_to_sign=True)
         assert model.outlier_cutoff_ == pytest.approx(ref.outlier_cutoff_, rel=1e-9)
+
+
+@pytest.mark.parametrize("p", [40, 300, 1000])
+def test_breakdown_counts_the_rows_glitched_beyond_a_clean_rows_chance_flags(p):
+    """Clean cells flagged at the cell cutoff's rate (0.1 %) put a flag in 63 % of the rows at p = 1000
+    by chance; the warning is about the rows holding a glitch, generated here apart from the chance flags."""
+    from dask_mcpca import _cells
+
+    rng = np.random.default_rng(p)
+    n = 2000
+    chance = rng.random((n, p)) < 1 - _cells.CELL_QUANTILE
+    assert _cells.breakdown_message(chance, 1.0, cellwise=False) is None
+    glitched = chance.copy()
+    hit = rng.random(n) < 0.7  # 70 % of the rows hold one gross cell
+    glitched[np.flatnonzero(hit), rng.integers(0, p, hit.sum())] = True
+    message = _cells.breakdown_message(glitched, 1.0, cellwise=False)
+    assert message is not None and "cellwise=True" in message
+    assert 0.65 <= float(message.split("%")[0].split()[-1]) / 100 <= 0.75
+    few = glitched.copy()
+    few[np.flatnonzero(hit)[: int(0.45 * n)]] = chance[np.flatnonzero(hit)[: int(0.45 * n)]]  # ~ 25 % glitched
+    assert _cells.breakdown_message(few, 1.0, cellwise=False) is None
