@@ -46,7 +46,6 @@ def cmd_report(args, out) -> int:
     (:func:`dask_mcpca._report.summarize`).  Returns the exit status (0).
     """
     from .. import _report
-    from .._passes import single_threaded_blas
 
     if args.max_events is None:  # left out: the report's own default
         args.max_events = _report.MAX_EVENTS
@@ -76,8 +75,7 @@ def cmd_report(args, out) -> int:
     options = parse_storage_options(args.storage_options)
     _malloc.return_large_frees_to_os()  # memory flat in the rows: see its docstring
     # the model and its SHA-256 (as a score store's segments name the model that scored each span of rows)
-    with single_threaded_blas():  # the model's p x p checks: BLAS threads spin against a busy core
-        model, digest = load_model(args.model, options)
+    model, digest = load_model(args.model, options)
     # blocks of about _report.BLOCK_VALUES values, and the time coordinate read with its rows (no index in memory)
     archive = open_archive_for(args, block_values=_report.BLOCK_VALUES, row_index=False)
     X = archive.X

@@ -63,7 +63,6 @@ DEFAULT_OUTPUTS, DEFAULT_DTYPE = "monitoring", "float32"
 
 
 def cmd_score(args, out) -> int:
-    from .._passes import single_threaded_blas
     from .._score_store import as_dataset, model_name, provenance, quiet_consolidated, write_new
 
     refuse_inside_input(args.output, args.store, "--output")
@@ -83,8 +82,7 @@ def cmd_score(args, out) -> int:
         if not args.overwrite:
             raise UsageError(f"output {args.output!r} exists; pass --overwrite to replace it")
         refuse_replacing_other_data(args.output, options)
-    with single_threaded_blas():  # the model's p x p checks: BLAS threads spin against a busy core
-        model, digest = load_model(args.model, options)
+    model, digest = load_model(args.model, options)
     archive = open_archive_for(args)
     X = check_channel_names(model, archive.X, args.store)
     started = time.perf_counter()
@@ -168,7 +166,6 @@ def _score_append(args, out, options) -> int:
 
     from .._exceptions import AppendError
     from .._model import CONTEXT_ROWS
-    from .._passes import single_threaded_blas
     from .._score_append import append_rows, open_for_append
     from .._score_store import MODEL_ATTR, model_name, provenance, quiet_consolidated
 
@@ -180,8 +177,7 @@ def _score_append(args, out, options) -> int:
     if not is_zarr_store(output):
         raise UsageError(f"--output {args.output!r} exists and is not a Zarr store; --append adds rows only to "
                          "a store written by score")
-    with single_threaded_blas():  # the model's p x p checks: BLAS threads spin against a busy core
-        model, digest = load_model(args.model, options)
+    model, digest = load_model(args.model, options)
     source = _score_source(args, model, digest)
     try:
         target = open_for_append(output, args.output, provenance(**source, rows=(0, 0)), OUTPUT_SETS["all"])
