@@ -16,6 +16,18 @@ can take).  Then the moments pass that draws the row sample (what the spread
 read runs), against ``X.T @ X`` on the same block, all with single-threaded
 BLAS; and the line profile of that moments pass (the kernel pass is one
 compiled call).  Writes a section of ``RESULTS.md``.
+
+Wide blocks (issue 37 point 1)::
+
+    python benchmarks/profile_kernel.py --wide --cols 100 300 1000 --dtype float64 float32
+
+times a robust step's ``block_stats`` on one block of each width (as many rows as an 80 MB
+float64 chunk of ``benchmarks/scaling.py``'s stores holds: 100,000 / 33,333 / 10,000 rows) by
+the usual route (:func:`dask_mcpca._kernels.wide_block`) and by the numpy spelling asked for
+(``route="numpy"``: the route every wide block took before, sub-blocks of 32,768 rows), against
+``X.T @ X`` of the same block, the three alternated in each round, wall and CPU time
+(``time.process_time``), one BLAS thread; then the line profile of the usual route's block.
+Writes the ``profile-wide`` section.
 """
 
 from __future__ import annotations
@@ -128,14 +140,111 @@ def profile_kernel(rows: int, cols: int, repeats: int = 7, dtype: str = "float64
     return "\n".join(lines)
 
 
+#: Bytes of the stores' chunks in ``benchmarks/scaling.py`` (float64): a wide block's rows.
+CHUNK_BYTES = 80_000_000
+
+
+def _alternated(calls: dict, repeats: int) -> dict:
+    """Median wall and CPU seconds of each call, the calls rotated in every round."""
+    times = {k: ([], []) for k in calls}
+    keys = list(calls)
+    for r in range(repeats):
+        for k in keys[r % len(keys):] + keys[: r % len(keys)]:
+            t, c = time.perf_counter(), time.process_time()
+            calls[k]()
+            times[k][0].append(time.perf_counter() - t)
+            times[k][1].append(time.process_time() - c)
+    return {k: (float(np.median(w)), float(np.median(c))) for k, (w, c) in times.items()}
+
+
+def profile_wide(cols: list[int], dtypes: list[str], repeats: int = 7) -> str:
+    """A robust step's block at each width and dtype: the usual route, the numpy spelling, X^T X."""
+    from line_profiler import LineProfiler
+    from threadpoolctl import threadpool_limits
+
+    import dask_mcpca._block as block
+    import dask_mcpca._kernels as kernels
+
+    rows_out, profiles = [], []
+    load = os.getloadavg()[0]
+    for p in cols:
+        n = CHUNK_BYTES // (8 * p)
+        rng = np.random.default_rng(0)
+        B = rng.standard_normal((p, p)) / np.sqrt(p) + np.eye(p)
+        X64 = rng.standard_normal((n, p)) @ B
+        A = np.linalg.inv(B.T @ B) / 0.25  # a robust step: the precision over c^2 = 0.25
+        plan = block.PassPlan(center=np.full(p, 0.01), kernels=np.stack([A, A]), unit_exp=1,
+                              offsets=2 * np.array([stats.chi2.ppf(0.975, p), stats.chi2.ppf(0.99, p)]))
+        for dtype in dtypes:
+            X = np.ldexp(X64, 1).astype(dtype)
+            with threadpool_limits(limits=1, user_api="blas"):
+                block.block_stats(X, plan)
+                block.block_stats(X, plan, route="numpy")
+                t = _alternated({"usual": lambda X=X, plan=plan: block.block_stats(X, plan),
+                                 "numpy": lambda X=X, plan=plan: block.block_stats(X, plan, route="numpy"),
+                                 "xtx": lambda X=X: X.T @ X}, repeats)
+                profiler = LineProfiler(kernels.wide_block, kernels._wide_sums)
+                wrapped = profiler(block.block_stats)
+                for _ in range(3):
+                    wrapped(X, plan)
+            rows_out.append((p, n, dtype, t))
+            out = io.StringIO()
+            profiler.print_stats(stream=out, output_unit=1e-3)
+            print(out.getvalue())
+            st = profiler.get_stats()
+            for (filename, _, name), timings in st.timings.items():
+                if name != "_wide_sums":
+                    continue
+                total = sum(x for _, _, x in timings) or 1
+                source = Path(filename).read_text().splitlines()
+                top = sorted(timings, key=lambda x: -x[2])[:6]
+                profiles.append((p, dtype, [(source[ln - 1].strip().replace("|", "\\|"), x * st.unit / 3 * 1e3,
+                                             x / total) for ln, _, x in top]))
+    lines = [
+        "## Per-block kernel at wide p: a robust step's block in memory, 1 BLAS thread (issue 37 point 1)",
+        "",
+        f"`python benchmarks/profile_kernel.py --wide --cols {' '.join(map(str, cols))} --dtype {' '.join(dtypes)}"
+        f" --repeats {repeats}`. BLAS: {blas_info()}. One block of each width (the rows of an 80 MB float64 chunk),"
+        " a robust step's two kernels (core and final, chi-square 97.5 % and 99 %, one matrix); `usual`: "
+        "`block_stats` as the fit runs it (`_kernels.wide_block`); `numpy`: the numpy spelling asked for "
+        "(`route=\"numpy\"`, sub-blocks of 32,768 rows: every wide block's route before); `X.T @ X` of the same "
+        f"block (numpy's SYRK, in the block's dtype). Medians of {repeats} rounds, the three rotated in each; "
+        f"wall ms (CPU ms). 1-min load average {load:.1f} before, {os.getloadavg()[0]:.1f} after, on "
+        f"{os.cpu_count()} cores.",
+        "",
+        "| p | rows | dtype | usual ms | numpy (before) ms | `X.T @ X` ms | usual / X^T X | before / X^T X "
+        "| CPU: usual / X^T X | CPU: before / X^T X |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for p, n, dtype, t in rows_out:
+        u, b, x = t["usual"], t["numpy"], t["xtx"]
+        lines.append(f"| {p} | {n:,} | {dtype} | {u[0] * 1e3:.1f} ({u[1] * 1e3:.1f}) | {b[0] * 1e3:.1f} "
+                     f"({b[1] * 1e3:.1f}) | {x[0] * 1e3:.1f} ({x[1] * 1e3:.1f}) | **{u[0] / x[0]:.2f}** | "
+                     f"{b[0] / x[0]:.2f} | **{u[1] / x[1]:.2f}** | {b[1] / x[1]:.2f} |")
+    lines += ["", "Where the usual route's time goes (`_wide_sums`, per block, line profiler; its six largest lines):",
+              "", "| p | dtype | line | ms | share |", "| ---: | --- | --- | ---: | ---: |"]
+    for p, dtype, top in profiles:
+        for code, ms, share in top:
+            lines.append(f"| {p} | {dtype} | `{code}` | {ms:.1f} | {share:.0%} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--cols", type=int, default=10)
+    parser.add_argument("--cols", type=int, nargs="+", default=[10])
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    parser.add_argument("--dtype", choices=("float64", "float32"), nargs="+", default=["float64"])
+    parser.add_argument("--wide", action="store_true", help="the wide blocks' table (section profile-wide)")
     parser.add_argument("--no-write", action="store_true")
     a = parser.parse_args(argv)
+    if a.wide:
+        body = profile_wide(a.cols, a.dtype, a.repeats)
+        print(body)
+        if not a.no_write:
+            update_section("profile-wide", body)
+        return
+    a.cols, a.dtype = a.cols[0], a.dtype[0]
     body = profile_kernel(a.rows, a.cols, a.repeats, a.dtype)
     print(body)
     if not a.no_write:

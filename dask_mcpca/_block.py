@@ -42,10 +42,10 @@ from typing import Literal
 import numpy as np
 
 from . import _compiled, _missing
-from ._block_rows import Workspace
+from ._block_rows import Workspace, finite_rows
 from ._cells import cell_stats
 from ._compiled import SPLITMIX_GOLDEN, SPLITMIX_MIX1, SPLITMIX_MIX2
-from ._kernels import compiled_moments, numpy_part, one_sweep, two_sweeps
+from ._kernels import TRIANGULAR_MIN_FEATURES, compiled_moments, numpy_part, one_sweep, two_sweeps, wide_block
 from ._partial_stats import partial_stats
 from ._stats import BlockStats, PartialPlan, PassPlan, combine, empty
 
@@ -74,6 +74,22 @@ COMPILED = _compiled.AVAILABLE
 #: in memory, compiled / numpy: 0.41 at p = 10, 0.82 at 20, 0.98 at 30, 0.97
 #: at 50, 1.06 at 100, 1.84 at 300).
 COMPILED_MAX_FEATURES = 32
+
+#: From this many columns on, a kernel pass that the compiled loops do not take goes by
+#: :func:`._kernels.wide_block` (BLAS's products on sub-blocks that stay in cache, the sums of
+#: the block's sub-blocks added as they come) where it serves the plan: a robust step on a
+#: 33,333 x 300 block in memory, one BLAS thread, 2.5x ``X.T @ X`` of the block before, see
+#: ``benchmarks/RESULTS.md`` (profile-wide).  Narrower blocks keep the numpy spelling's sub-blocks.
+WIDE_MIN_FEATURES = TRIANGULAR_MIN_FEATURES
+
+#: Values (rows x columns) of a sub-block of a wide kernel pass (:func:`._kernels.wide_block`), so that its
+#: working rows and their triangular product (16 bytes a value) stay in the 32 MiB cache between
+#: the sweeps: 3,495 rows at p = 300 (a 33,333-row block at p = 300, one BLAS thread: 2,048-8,192
+#: rows within 3 % of each other, 32,768 rows 4 % slower, 512 rows 20 % slower).
+WIDE_SUB_BLOCK_VALUES = 2**20
+
+#: The fewest rows of a wide pass's sub-block (BLAS's products lose speed on fewer).
+WIDE_MIN_ROWS = 1024
 
 #: Blocks the compiled sweep reads as stored, whole (native byte order); others are widened to
 #: float64 a sub-block at a time first.
@@ -198,9 +214,20 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0, *, route: Ro
                 result.sample = _drawn(X, _sampled_mask(X, finite, plan), row_offset, plan, compiled=by_loops)
             return _with_partial_rows(result, X, plan)
         routes = routes[1:]
+    ws = Workspace(np.float64)
+    if routes == ("numpy",) and p >= WIDE_MIN_FEATURES and route is None:
+        # a wide kernel pass: BLAS's products on sub-blocks that stay in cache
+        rows = max(WIDE_MIN_ROWS, min(SUB_BLOCK_ROWS, WIDE_SUB_BLOCK_VALUES // p))
+        with np.errstate(over="ignore", invalid="ignore"):
+            wide = wide_block(X, plan, ws, sub_block_rows=rows)
+        if wide is not None:
+            wide.routes = {"numpy": len(X)}
+            if plan.sample_rate > 0:
+                finite = finite_rows(X) if wide.n_nonfinite else None
+                wide.sample = _drawn(X, _sampled_mask(X, finite, plan), row_offset, plan, compiled=by_loops)
+            return _with_partial_rows(wide, X, plan)
     result = empty(plan, p)
     samples = []
-    ws = Workspace(np.float64)
     for start in range(0, X.shape[0], SUB_BLOCK_ROWS):
         sub = X[start : start + SUB_BLOCK_ROWS]
         Xs = np.asarray(sub, dtype=np.float64)  # float32 values are exact in float64

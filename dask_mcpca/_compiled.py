@@ -101,6 +101,7 @@ __all__ = [
     "flat_top_sums",
     "row_distances",
     "sampled_rows",
+    "shifted_pair",
     "SPLITMIX_GOLDEN",
     "SPLITMIX_MIX1",
     "SPLITMIX_MIX2",
@@ -296,6 +297,24 @@ def transposed_rows(X, center, scale, Yt):  # pragma: no cover - compiled
     x = X.reshape(n * p)
     for t0 in range(0, n, TILE):
         _shift_run(x, p, center, scale, Yt, t0, t0, min(TILE, n - t0))
+
+
+@_compiled(fastmath=False)
+def shifted_pair(X, center, scale, Y, Z):  # pragma: no cover - compiled
+    """``Z = (X - center) * scale`` (float64) and the same rows in ``Y[:, :p]``, ``Y[:, p] = 1``.
+
+    ``X`` (n x p, float64 or float32 as stored, widened here), ``Y`` (n x (p + 1)) and ``Z``
+    (n x p): the wide kernel's working rows in one sweep (:func:`._kernels.wide_rows`), the
+    shift one rounding and the scale a power of two, as numpy's ``_working_rows`` spells them.
+    Without fast-math: the same bits as numpy's subtraction and multiplication.
+    """
+    n, p = X.shape
+    for i in range(n):
+        for j in range(p):
+            v = (np.float64(X[i, j]) - center[j]) * scale
+            Y[i, j] = v
+            Z[i, j] = v
+        Y[i, p] = 1.0
 
 
 @_compiled

@@ -46,7 +46,7 @@ from scipy.linalg.blas import dtrmm as _blas_trmm
 
 from . import _compiled
 from ._block_rows import Workspace, column_reduce, excluded_rows, finite_rows, scaled, shifted, top_exponent
-from ._stats import BlockStats, PassPlan, empty, from_sums
+from ._stats import BlockStats, PassPlan, combine, empty, from_sums
 
 __all__ = [
     "GEMM_ROWS",
@@ -57,6 +57,7 @@ __all__ = [
     "one_sweep",
     "two_sweeps",
     "weighted_sums",
+    "wide_block",
 ]
 
 #: Exponent below which a weight is set to 0 (exp would be subnormal).
@@ -77,6 +78,9 @@ TRIANGULAR_MIN_FEATURES = 33
 
 
 _NO_ROWS = np.zeros(0, bool)
+
+#: The stored dtypes :func:`wide_block` reads as they are (widened in its first sweep).
+_WIDE_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
 
 def _sub_block_stats(
@@ -377,6 +381,105 @@ def weighted_sums(
             wsum[j] += er @ yr
             scatter[j] += (yr * er[:, None]).T @ yr
     return weight, wsum, scatter
+
+
+def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: int) -> BlockStats | None:
+    """A kernel pass's statistics of a wide row block (``TRIANGULAR_MIN_FEATURES`` columns or
+    more) by BLAS's products, ``sub_block_rows`` rows at a time; None where the plan is not one
+    it serves (the caller's sub-block loop then takes the block).
+
+    The same quantities as :func:`numpy_part`, with its work fused (:func:`_wide_sums`): per
+    sub-block, one sweep for the working rows, the triangular product for their quadratic
+    forms, one SYRK for the first kernel's three sums; the sums of the block's sub-blocks are
+    added as they come (one centre, one log-scale of 0), and completed once.  A sub-block it
+    does not serve (a row with NaN or inf, or far; a kernel with no row in its flat top) goes
+    to :func:`numpy_part` and is merged.  Serves kernels of one positive definite matrix whose
+    later kernels have wider flat tops (the default solver's), without excluded values or rows
+    and without a ``"partial"`` plan, in a working unit that is a normal float64; the block
+    float64 or float32 (read as stored, widened in the first sweep).  Sums differ from
+    :func:`numpy_part`'s in their order only (and ``sqrt(g)^2`` for ``g``).
+    """
+    n, p = X.shape
+    if (plan.kernels is None or p < TRIANGULAR_MIN_FEATURES or not n or plan.excluded or plan.excluded_rows
+            or plan.partial is not None or X.dtype not in _WIDE_DTYPES
+            or abs(plan.unit_exp) >= np.finfo(np.float64).maxexp - 1):
+        return None
+    A, J = plan.kernels[0], plan.n_kernels
+    offsets = np.zeros(J) if plan.offsets is None else np.asarray(plan.offsets, dtype=np.float64)
+    if np.any(offsets[1:] < offsets[:-1]) or not all(np.array_equal(B, A) for B in plan.kernels[1:]):
+        return None
+    L = _lower_factor(np.ascontiguousarray(A, dtype=np.float64).tobytes(), p)
+    if L is None:
+        return None
+    S = np.zeros((p + 1, p + 1))  # [scatter, wsum; wsum^T, weight] of the first kernel
+    extra = (np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p)))  # the wider kernels' own terms
+    others, served = [], 0
+    for start in range(0, n, sub_block_rows):
+        sub = X[start : start + sub_block_rows]
+        if _wide_sums(sub, plan, L, offsets, ws, S, extra):
+            served += len(sub)
+        else:
+            others.append(numpy_part(np.asarray(sub, dtype=np.float64), plan, ws)[0])
+    result = empty(plan, p)
+    if served:
+        weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
+        weight[0], wsum[0], scatter[0] = S[p, p], S[p, :p], S[:p, :p]
+        for j in range(1, J):
+            weight[j] = weight[j - 1] + extra[0][j]
+            wsum[j] = wsum[j - 1] + extra[1][j]
+            scatter[j] = scatter[j - 1] + extra[2][j]
+        result = from_sums(served, np.zeros(J), weight, wsum, scatter, plan.center)
+        result.n_rows, result.n_nonfinite, result.n_far = served, 0, 0
+    for part in others:
+        result = combine(result, part)
+    return result
+
+
+def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Workspace, S: np.ndarray, extra) -> bool:
+    """Add sub-block ``Xs``'s sums to ``S`` and ``extra`` (:func:`wide_block`); False, adding
+    nothing, where a row is not finite in working units or its quadratic form overflows, or a
+    kernel has no row in its flat top.
+
+    One sweep shifts and scales the rows (float32 widened as read) into the working rows ``Y``,
+    with a column of ones, and into a copy ``Z`` (:func:`._compiled.shifted_pair`); the
+    triangular product ``Z L`` (TRMM, ``A = L L^T``) in place gives the quadratic forms
+    ``|L^T y|^2``; the rows outside the first kernel's flat top (weight g below 1: a few
+    percent) are multiplied by ``sqrt(g)`` in place, and one SYRK ``Y^T Y`` of the ``p + 1``
+    columns gives the first kernel's scatter, weighted sum (the column of ones) and weight.  A
+    wider kernel's own terms are those rows' ``g_j - g_(j-1)`` terms, as in :func:`weighted_sums`.
+    """
+    n, p = Xs.shape
+    J = len(offsets)
+    center, scale = _shift_and_scale(plan)
+    Y, Z = ws.take("Y1", (n, p + 1)), ws.take("YA", (n, p))
+    if _compiled.AVAILABLE:
+        _compiled.shifted_pair(Xs, center, scale, Y, Z)
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled(shifted(Xs, center, Z), int(-plan.unit_exp))
+        Y[:, :p], Y[:, p] = Z, 1.0
+    _blas_trmm(1.0, L, Z.T, side=0, lower=1, trans_a=1, overwrite_b=1)  # Z L, in place (see _quadratic_form)
+    with np.errstate(over="ignore", invalid="ignore"):
+        quad = np.einsum("ij,ij->i", Z, Z, out=ws.take("quad", (n,)))
+    if not np.all(np.isfinite(quad)):
+        return False  # a row with NaN or inf, or far: numpy_part counts it and leaves it out
+    E = ws.take("exponents", (J, n))
+    for j in range(J):
+        _exponents(quad, offsets[j], out=E[j])
+    G, log_scale = kernel_weights(E)
+    if np.any(log_scale != 0):
+        return False
+    outside = np.flatnonzero(G[0] < 1)
+    rows = Y[outside, :p]  # a copy: the rows as they were, for the wider kernels
+    Y[outside] *= np.sqrt(G[0, outside])[:, None]
+    S += Y.T @ Y  # numpy's SYRK: (p + 1)(p + 2) / 2 products per row
+    for j in range(1, J):
+        out = G[j - 1, outside] < 1  # outside kernel j - 1's flat top
+        g, yr = G[j, outside[out]] - G[j - 1, outside[out]], rows[out]
+        extra[0][j] += g.sum(dtype=np.float64)
+        extra[1][j] += g @ yr
+        extra[2][j] += (yr * g[:, None]).T @ yr
+    return True
 
 
 def _working_rows(X: np.ndarray, plan: PassPlan, out: np.ndarray | None = None):
