@@ -65,14 +65,13 @@ __all__ = ["measure"]
 CHUNK_BYTES = 80_000_000
 
 #: ``--before``: (module, constant, value) set in the fitting process for the rules before the last
-#: change of issue 37 point 1: the first read of a wide store of 7-15 blocks was full, the sample's
-#: fixed point at wide p went to a tenth of ``tol``, the breakdown check judged 5,000 rows, and a
-#: step's change formed ``W^T S W`` and all its eigenvalues.
+#: change of issue 37 point 1: a wide kernel pass went by the numpy spelling's sub-blocks of 32,768
+#: rows (float32 widened by a copy, a shift, a copy for the TRMM, a weighted copy for the SYRK, the
+#: sub-blocks merged one by one), not by ``_kernels.wide_block``.  (The rules of the change before,
+#: measured in the same way: the spread of 4 blocks, Lanczos norms, the sample's ``tol`` and the
+#: breakdown check's cells, are in commit 25ff315's BEFORE.)
 BEFORE = (
-    ("dask_mcpca._passes", "PARTIAL_MIN_BLOCKS_WIDE", 16),  # PARTIAL_MIN_BLOCKS, the rule for every p
-    ("dask_mcpca._robust_step", "LANCZOS_MIN_FEATURES", 10**9),
-    ("dask_mcpca._robust_sample", "WIDE_SAMPLE_FEATURES", 10**9),
-    ("dask_mcpca._fit", "BREAKDOWN_CELLS", 10**18),
+    ("dask_mcpca._block", "WIDE_MIN_FEATURES", 10**9),
 )
 
 #: What each worker reports of its environment (``--worker-malloc`` checks that the setting arrived).

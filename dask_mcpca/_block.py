@@ -83,10 +83,11 @@ COMPILED_MAX_FEATURES = 32
 WIDE_MIN_FEATURES = TRIANGULAR_MIN_FEATURES
 
 #: Values (rows x columns) of a sub-block of a wide kernel pass (:func:`._kernels.wide_block`), so that its
-#: working rows and their triangular product (16 bytes a value) stay in the 32 MiB cache between
-#: the sweeps: 3,495 rows at p = 300 (a 33,333-row block at p = 300, one BLAS thread: 2,048-8,192
-#: rows within 3 % of each other, 32,768 rows 4 % slower, 512 rows 20 % slower).
-WIDE_SUB_BLOCK_VALUES = 2**20
+#: working rows and their triangular product (16 bytes a value) stay in cache between the sweeps:
+#: 1,747 rows at p = 300.  A block of an 80 MB chunk in memory, one BLAS thread, robust step / ``X.T @ X``
+#: for 2^18 .. 2^22 values: 2.38, 2.36, 2.46, 2.56, 2.68 at p = 100; 2.15, 2.12, 2.18, 2.27, 2.29 at
+#: p = 300; at p = 1000 (rows 262 .. 4,194) 2.52, 2.38, 2.24, 2.18, 2.46: hence ``WIDE_MIN_ROWS``.
+WIDE_SUB_BLOCK_VALUES = 2**19
 
 #: The fewest rows of a wide pass's sub-block (BLAS's products lose speed on fewer).
 WIDE_MIN_ROWS = 1024

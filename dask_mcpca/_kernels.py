@@ -446,7 +446,8 @@ def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Works
     ``|L^T y|^2``; the rows outside the first kernel's flat top (weight g below 1: a few
     percent) are multiplied by ``sqrt(g)`` in place, and one SYRK ``Y^T Y`` of the ``p + 1``
     columns gives the first kernel's scatter, weighted sum (the column of ones) and weight.  A
-    wider kernel's own terms are those rows' ``g_j - g_(j-1)`` terms, as in :func:`weighted_sums`.
+    wider kernel's own terms are those rows' ``g_j - g_(j-1)`` terms (non-negative), as in
+    :func:`weighted_sums`, by the same SYRK on those rows weighted by their square roots.
     """
     n, p = Xs.shape
     J = len(offsets)
@@ -470,15 +471,16 @@ def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Works
     if np.any(log_scale != 0):
         return False
     outside = np.flatnonzero(G[0] < 1)
-    rows = Y[outside, :p]  # a copy: the rows as they were, for the wider kernels
+    rows = Y[outside]  # a copy: the rows as they were (and their 1), for the wider kernels
     Y[outside] *= np.sqrt(G[0, outside])[:, None]
     S += Y.T @ Y  # numpy's SYRK: (p + 1)(p + 2) / 2 products per row
     for j in range(1, J):
         out = G[j - 1, outside] < 1  # outside kernel j - 1's flat top
-        g, yr = G[j, outside[out]] - G[j - 1, outside[out]], rows[out]
-        extra[0][j] += g.sum(dtype=np.float64)
-        extra[1][j] += g @ yr
-        extra[2][j] += (yr * g[:, None]).T @ yr
+        w = rows[out] * np.sqrt(G[j, outside[out]] - G[j - 1, outside[out]])[:, None]  # g_j >= g_(j-1)
+        T = w.T @ w  # the same SYRK on those rows: their weight, weighted sum and scatter
+        extra[0][j] += T[p, p]
+        extra[1][j] += T[p, :p]
+        extra[2][j] += T[:p, :p]
     return True
 
 
