@@ -132,9 +132,11 @@ class PassProgress(Callback):
         from distributed import as_completed
 
         final, *parts = client.compute([result, *blocks])
-        for _ in as_completed(parts, loop=client.loop):
+        finished = as_completed(parts, loop=client.loop)
+        del parts  # each block's future let go once counted: a held one pins its statistics in a worker
+        for part in finished:
             self.advance(1)
-        del parts
+            part.release()
         return final.result()
 
     # -- dask local scheduler hook -------------------------------------------

@@ -133,6 +133,38 @@ def test_distributed_bar_counts_futures_not_a_local_callback(run_fit, client, mo
     assert terminal.getvalue().count(f" 1/{N_BLOCKS} blocks") == model.n_passes_
 
 
+def test_distributed_bar_lets_each_block_result_go_once_counted(client):
+    """The bar counts the blocks' futures; a future held to the end of the pass pins that block's
+    statistics in a worker's memory (a p x p matrix each: gigabytes over a thousand blocks at
+    p = 1000).  The scheduler's own transitions count the block results in memory at once."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class Held(SchedulerPlugin):
+        def __init__(self):
+            self.now = self.most = 0
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            if not str(key[0] if isinstance(key, tuple) else key).startswith("_block_task"):
+                return
+            self.now += (finish == "memory") - (start == "memory")
+            self.most = max(self.most, self.now)
+
+    blocks = 64
+    X = np.random.default_rng(0).normal(size=(blocks * 200, 6))
+    held = {}
+    for progress in (False, True):
+        plugin = Held()
+        client.cluster.scheduler.add_plugin(plugin, name="held-blocks")
+        try:
+            with dask.config.set(scheduler=client):
+                MCPCA(progress=progress).fit(da.from_array(X, chunks=(200, 6)))
+        finally:
+            client.cluster.scheduler.remove_plugin(name="held-blocks")
+        held[progress] = plugin.most
+    assert 0 < held[False] <= blocks // 4
+    assert held[True] <= blocks // 4, held  # all 64 while the bar held every future
+
+
 def test_rate_units():
     assert _progress._rate(3_400_000).strip() == "3.4 M rows/s"
     assert _progress._rate(12_500).strip() == "12.5 k rows/s"
