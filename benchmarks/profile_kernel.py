@@ -160,6 +160,7 @@ def _alternated(calls: dict, repeats: int) -> dict:
 def profile_wide(cols: list[int], dtypes: list[str], repeats: int = 7) -> str:
     """A robust step's block at each width and dtype: the usual route, the numpy spelling, X^T X."""
     from line_profiler import LineProfiler
+    from scipy.linalg.blas import dtrmm
     from threadpoolctl import threadpool_limits
 
     import dask_mcpca._block as block
@@ -180,9 +181,14 @@ def profile_wide(cols: list[int], dtypes: list[str], repeats: int = 7) -> str:
             with threadpool_limits(limits=1, user_api="blas"):
                 block.block_stats(X, plan)
                 block.block_stats(X, plan, route="numpy")
+                L = np.asfortranarray(np.linalg.cholesky(A))
+                Z = np.array(X64)
                 t = _alternated({"usual": lambda X=X, plan=plan: block.block_stats(X, plan),
                                  "numpy": lambda X=X, plan=plan: block.block_stats(X, plan, route="numpy"),
-                                 "xtx": lambda X=X: X.T @ X}, repeats)
+                                 "xtx": lambda X=X: X.T @ X,
+                                 "syrk64": lambda X64=X64: X64.T @ X64,
+                                 "trmm64": lambda L=L, Z=Z: dtrmm(1.0, L, Z.T, side=0, lower=1, trans_a=1,
+                                                                  overwrite_b=1)}, repeats)
                 profiler = LineProfiler(kernels.wide_block, kernels._wide_sums)
                 wrapped = profiler(block.block_stats)
                 for _ in range(3):
@@ -212,15 +218,20 @@ def profile_wide(cols: list[int], dtypes: list[str], repeats: int = 7) -> str:
         f"wall ms (CPU ms). 1-min load average {load:.1f} before, {os.getloadavg()[0]:.1f} after, on "
         f"{os.cpu_count()} cores.",
         "",
+        "Floor: the kernel's two float64 products alone on the same rows, the TRMM of the quadratic forms "
+        "and the SYRK `X.T @ X` in float64 (the weighted sums' product), over `X.T @ X` in the block's dtype "
+        "(CPU time).",
+        "",
         "| p | rows | dtype | usual ms | numpy (before) ms | `X.T @ X` ms | usual / X^T X | before / X^T X "
-        "| CPU: usual / X^T X | CPU: before / X^T X |",
-        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| CPU: usual / X^T X | CPU: before / X^T X | CPU: floor (TRMM + SYRK) / X^T X |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for p, n, dtype, t in rows_out:
         u, b, x = t["usual"], t["numpy"], t["xtx"]
+        floor = (t["trmm64"][1] + t["syrk64"][1]) / x[1]
         lines.append(f"| {p} | {n:,} | {dtype} | {u[0] * 1e3:.1f} ({u[1] * 1e3:.1f}) | {b[0] * 1e3:.1f} "
                      f"({b[1] * 1e3:.1f}) | {x[0] * 1e3:.1f} ({x[1] * 1e3:.1f}) | **{u[0] / x[0]:.2f}** | "
-                     f"{b[0] / x[0]:.2f} | **{u[1] / x[1]:.2f}** | {b[1] / x[1]:.2f} |")
+                     f"{b[0] / x[0]:.2f} | **{u[1] / x[1]:.2f}** | {b[1] / x[1]:.2f} | {floor:.2f} |")
     lines += ["", "Where the usual route's time goes (`_wide_sums`, per block, line profiler; its six largest lines):",
               "", "| p | dtype | line | ms | share |", "| ---: | --- | --- | ---: | ---: |"]
     for p, dtype, top in profiles:

@@ -20,7 +20,11 @@ dtype and layout and the pass's plan, never from its values:
     (:func:`._kernels.compiled_moments`).
 ``"numpy"``
     The numpy spelling (:func:`._kernels.numpy_part`): any plan, any rows;
-    the reference the others are tested against.
+    the reference the others are tested against.  A wide block's kernel
+    pass (``WIDE_MIN_FEATURES`` columns or more) is spelled in BLAS's
+    products on cache-sized sub-blocks (:func:`._kernels.wide_block`) where
+    it serves the plan (the default solver's); ``route="numpy"`` asks for
+    the general spelling's sub-blocks instead.
 
 :func:`choose_route` returns the routes a block tries, in order, and why.  A
 compiled kernel declines rows it does not handle (a row far out in working

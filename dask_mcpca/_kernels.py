@@ -21,6 +21,13 @@ numpy spelling (:func:`numpy_part`, and :func:`._partial_stats.partial_stats` fo
 rows with missing cells), which is also the reference they are tested against.  Both
 give the same quantities; their sums differ in order only.
 
+A wide block's kernel pass (``_block.WIDE_MIN_FEATURES`` columns or more) is spelled in BLAS's
+products, :func:`wide_block`: per sub-block of ``_block.WIDE_SUB_BLOCK_VALUES`` values (in
+cache), one compiled sweep for the working rows, a triangular product (TRMM) for the quadratic
+forms and one SYRK for the weighted sums, each about one ``X.T @ X`` of the rows (numpy's
+``X.T @ X`` is itself a SYRK), so the block costs about two; sub-blocks it does not serve go to
+:func:`numpy_part`.
+
 Precision
 ---------
 Every row is shifted, weighted and multiplied in float64, float32 rows
