@@ -401,15 +401,14 @@ def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: 
     added as they come (one centre, one log-scale of 0), and completed once.  A sub-block it
     does not serve (a row with NaN or inf, or far; a kernel with no row in its flat top) goes
     to :func:`numpy_part` and is merged.  Serves kernels of one positive definite matrix whose
-    later kernels have wider flat tops (the default solver's), without excluded values or rows
-    and without a ``"partial"`` plan, in a working unit that is a normal float64; the block
+    later kernels have wider flat tops (the default solver's; the plan's excluded values and rows
+    get weight 0), without a ``"partial"`` plan, in a working unit that is a normal float64; the block
     float64 or float32 (read as stored, widened in the first sweep).  Sums differ from
     :func:`numpy_part`'s in their order only (and ``sqrt(g)^2`` for ``g``).
     """
     n, p = X.shape
-    if (plan.kernels is None or p < TRIANGULAR_MIN_FEATURES or not n or plan.excluded or plan.excluded_rows
-            or plan.partial is not None or X.dtype not in _WIDE_DTYPES
-            or abs(plan.unit_exp) >= np.finfo(np.float64).maxexp - 1):
+    if (plan.kernels is None or p < TRIANGULAR_MIN_FEATURES or not n or plan.partial is not None
+            or X.dtype not in _WIDE_DTYPES or abs(plan.unit_exp) >= np.finfo(np.float64).maxexp - 1):
         return None
     A, J = plan.kernels[0], plan.n_kernels
     offsets = np.zeros(J) if plan.offsets is None else np.asarray(plan.offsets, dtype=np.float64)
@@ -474,6 +473,8 @@ def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Works
     E = ws.take("exponents", (J, n))
     for j in range(J):
         _exponents(quad, offsets[j], out=E[j])
+    if plan.excluded or plan.excluded_rows:
+        E[:, excluded_rows(Xs, plan)] = -np.inf  # weight 0: their products add exact zeros
     G, log_scale = kernel_weights(E)
     if np.any(log_scale != 0):
         return False

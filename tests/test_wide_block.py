@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from dask_mcpca import _block, _kernels
+from dask_mcpca import _block, _compiled, _kernels
 from dask_mcpca._block import PassPlan, block_stats
 
 DTYPES = [np.float64, np.float32]
@@ -75,14 +75,26 @@ def spy(monkeypatch):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("p", [40, 120])
-def test_wide_step_matches_the_plain_definitions(dtype, p, spy, monkeypatch):
-    """Several sub-blocks (the last one short), a working unit of 2^3: the plain statistics, numpy never."""
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled sweep", "numpy sweep"])
+def test_wide_step_matches_the_plain_definitions(dtype, p, compiled, spy, monkeypatch):
+    """Several sub-blocks (the last one short), a working unit of 2^3: the plain statistics, numpy
+    never; the working rows by the compiled sweep or, without numba, by numpy."""
     monkeypatch.setattr(_block, "WIDE_SUB_BLOCK_VALUES", 1100 * p)
+    monkeypatch.setattr(_compiled, "AVAILABLE", compiled and _compiled.AVAILABLE)
     X, plan = _step(3 * 1100 + 37, p, dtype, unit_exp=3)
     got = block_stats(X, plan)
     assert got.routes == {"numpy": len(X)} and spy == []
     assert (got.n_rows, got.n_nonfinite, got.n_far) == (len(X), 0, 0)
     _assert_matches(got, _plain(X, plan))
+    # a stuck value in column 2 (every 40th row) and a repeated row (rows 7 and 2000): weight 0, counted
+    X[::40, 2] = 8.0
+    X[2000] = X[7]
+    row = tuple(np.ldexp(X[7].astype(np.float64), -3))
+    stuck = replace(plan, excluded=((2, 1.0),), excluded_rows=(row,))
+    got = block_stats(X, stuck)
+    assert spy == [] and (got.n_rows, got.n_nonfinite) == (len(X), 0)
+    keep = (X[:, 2] != 8.0) & ~(X == X[7]).all(axis=1)
+    _assert_matches(got, _plain(X, stuck, keep))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -108,14 +120,14 @@ def test_sub_blocks_with_nan_or_far_rows_go_to_numpy(dtype, spy, monkeypatch):
 
 
 def test_plans_it_does_not_serve_keep_the_numpy_spelling(spy):
-    """Kernels of two matrices, excluded values, a kernel not positive definite: the numpy spelling."""
+    """Kernels of two matrices, a narrower second flat top, a kernel not positive definite: the numpy spelling."""
     p = 40
     X, plan = _step(2000, p, np.float64)
     A = plan.kernels[0]
     singular = A.copy()
     singular[0, :] = singular[:, 0] = 0
     for other in (PassPlan(center=plan.center, kernels=np.stack([A, 2 * A]), offsets=plan.offsets),
-                  PassPlan(center=plan.center, kernels=plan.kernels, offsets=plan.offsets, excluded=((1, 0.5),)),
+                  PassPlan(center=plan.center, kernels=plan.kernels, offsets=plan.offsets[::-1]),
                   PassPlan(center=plan.center, kernels=singular[None], offsets=plan.offsets[:1])):
         assert _kernels.wide_block(X, other, _block.Workspace(np.float64), sub_block_rows=1024) is None
         spy.clear()
