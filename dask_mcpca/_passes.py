@@ -245,6 +245,13 @@ class PassRunner:
         #: Every pass sees each channel divided by this (``scale="robust"``; set by the fit after the first read).
         self.scale = None
 
+    def stored_units(self) -> np.ndarray | None:
+        """Per channel, the factor from the fit's working units back to the values as stored:
+        ``scale * 2**unit_exp`` with ``scale="robust"``, where a value's decimal spelling (a round set
+        point) is lost in the division; None without scales, where the working units are the stored
+        values times a power of two (:func:`._repeated.find_repeated` reads a spelling through it)."""
+        return None if self.scale is None else np.ldexp(np.asarray(self.scale, np.float64), self.unit_exp)
+
     def _dask_blocks(self):
         if self._blocks is None:
             self._blocks = list(self.X.to_delayed(optimize_graph=True)[:, 0])

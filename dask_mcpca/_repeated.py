@@ -374,7 +374,7 @@ def significant_digits(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _held_by_fault(values: np.ndarray, counts: np.ndarray, value: float) -> bool:
+def _held_by_fault(values: np.ndarray, counts: np.ndarray, value: float, to_stored: float | None = None) -> bool:
     """Whether ``value``, held by more than ``MAX_REPEATED_SHARE`` of a column's rows (its distinct
     ``values`` and their ``counts``), is a stuck sensor's rather than a regime of the data.
 
@@ -384,7 +384,9 @@ def _held_by_fault(values: np.ndarray, counts: np.ndarray, value: float) -> bool
     like 20.417; spelled in float32 where every value is a float32 value, so that a float32 20.3 reads
     20.3), or on a channel that repeats its other values too.  A continuous measurement repeats no
     value by chance: where at most ``CONTINUOUS_REPEATS`` of the column's other non-zero cells share a
-    value, one measured value held exactly in many rows is a sensor that stopped.
+    value, one measured value held exactly in many rows is a sensor that stopped.  ``to_stored``: the
+    factor back to the values as stored, whose spelling is read (``scale="robust"``; see
+    :func:`_as_stored`).
     """
     if value == 0:
         return False
@@ -392,14 +394,28 @@ def _held_by_fault(values: np.ndarray, counts: np.ndarray, value: float) -> bool
     rest = counts[others]
     if not rest.sum() or rest[rest >= 2].sum() > CONTINUOUS_REPEATS * rest.sum():
         return False
-    spelled = np.append(values[others][:: max(1, -(-int(others.sum()) // DIGITS_VALUES))], value)
+    spelled = _as_stored(np.append(values[others][:: max(1, -(-int(others.sum()) // DIGITS_VALUES))], value),
+                         to_stored)
     if np.array_equal(as_float32(spelled), spelled):  # a float32 recording: spelled as it was written
         spelled = spelled.astype(np.float32)
     digits = significant_digits(spelled)
     return bool(digits[-1] > np.median(digits[:-1]) - SET_POINT_DIGITS)
 
 
-def repeated_values(sample: np.ndarray) -> np.ndarray:
+def _as_stored(values: np.ndarray, to_stored: float | None) -> np.ndarray:
+    """``values`` times ``to_stored``, the division by a channel's scale undone: the product is off
+    by a rounding or two, so it is taken to the float32 value within ``1e-13`` of it where every value
+    has one (a float32 recording), else spelled in 15 significant digits."""
+    if to_stored is None:
+        return values
+    back = values * to_stored
+    near = as_float32(back).astype(np.float64)
+    if np.all(np.abs(near - back) <= 1e-13 * np.abs(back)):
+        return near
+    return np.array([float(f"{v:.15g}") for v in back])
+
+
+def repeated_values(sample: np.ndarray, to_stored: np.ndarray | None = None) -> np.ndarray:
     """``(column, value)`` rows of the sample's repeated values (see above).
 
     Notes
@@ -458,7 +474,8 @@ def repeated_values(sample: np.ndarray) -> np.ndarray:
         spike = ((level >= k) & (level < MAX_HELD_SHARE * n) & (level >= REPEAT_SPIKE * neighbours)
                  & (level >= REPEAT_SPIKE * expected))
         found += [(column, v) for v, held in zip(values[on][spike], level[spike], strict=True)
-                  if held <= MAX_REPEATED_SHARE * n or _held_by_fault(values, counts, v)]
+                  if held <= MAX_REPEATED_SHARE * n
+                  or _held_by_fault(values, counts, v, None if to_stored is None else to_stored[column])]
     return np.array(found, dtype=np.float64).reshape(-1, 2)
 
 
@@ -501,7 +518,7 @@ def in_repeated_rows(rows: np.ndarray, repeated_rows: np.ndarray | None) -> np.n
     return hit
 
 
-def find_repeated(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def find_repeated(sample: np.ndarray, to_stored: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The sample's repeated rows, then the repeated values of its other rows.
 
     A frozen record's values inflate their columns' counts; once its rows are
@@ -511,12 +528,13 @@ def find_repeated(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rows of set points (an idle device's record) are set aside likewise: their
     values are the record's, not stuck channels.  Rows with missing (NaN)
     cells count for the values of their observed cells (a sensor stuck while
-    another channel is offline), not for repeated rows.
+    another channel is offline), not for repeated rows.  ``to_stored``: per column, the factor back
+    to the values as stored (:meth:`._passes.PassRunner.stored_units`).
     """
     complete = sample[~np.isnan(sample).any(axis=1)]  # a record is a whole row
     rows = repeated_rows(complete)
     records = np.concatenate([rows, repeated_rows(complete, set_points=True)])
-    return repeated_values(sample[~in_repeated_rows(sample, records)]), rows
+    return repeated_values(sample[~in_repeated_rows(sample, records)], to_stored), rows
 
 
 def held_out(rows: np.ndarray, repeated: np.ndarray | None, repeated_rows: np.ndarray | None) -> np.ndarray:

@@ -160,7 +160,8 @@ def fit_robust(
         with np.errstate(invalid="ignore"):
             whole = whole[~(np.abs(whole) > FAR_ROW).any(axis=1)]
         state = cellwise_start(whole, sample, fixed_center=fixed_center, kernel_factor=kernel_factor,
-                                cutoff2=runner.cell_cutoff2 if cellwise else np.inf, tol=tol)
+                                cutoff2=runner.cell_cutoff2 if cellwise else np.inf, tol=tol,
+                                to_stored=runner.stored_units())
         if on_step is not None:
             on_step(state)
     if state is None:
@@ -174,7 +175,8 @@ def fit_robust(
             location = fixed_center
         with_gaps = sample if partial_sample is None or not len(partial_sample) else np.concatenate(
             [sample, partial_sample])
-        repeated, rows = find_repeated(with_gaps)  # a value stuck while another channel is offline, too
+        # a value stuck while another channel is offline, too
+        repeated, rows = find_repeated(with_gaps, runner.stored_units())
         resolution = quantization_steps(sample) ** 2 / 12
         state = RobustState(
             location=location,
@@ -199,7 +201,7 @@ def fit_robust(
             state.rate = change / state.last_change
         state.converged = remaining(change, state.rate) < tol
         state.last_change = change
-        if resample and archive_repeats(state, res.sample, runner.unit_exp):
+        if resample and archive_repeats(state, res.sample, runner.unit_exp, runner.stored_units()):
             state.converged = False  # the next step leaves out rows this one weighed
         if on_step is not None:
             on_step(state)

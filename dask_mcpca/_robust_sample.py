@@ -320,6 +320,7 @@ def _pairs(repeated: np.ndarray | None) -> tuple:
 
 def cellwise_start(
     rows: np.ndarray, complete: np.ndarray, *, fixed_center, kernel_factor: float, cutoff2: float, tol: float,
+    to_stored: np.ndarray | None = None,
 ) -> RobustState:
     """The robust state of a cellwise fit, from the in-memory row sample ``rows`` (NaN: missing).
 
@@ -332,14 +333,14 @@ def cellwise_start(
     weighs each row by its distance on those (first with the Gaussian
     radius, then the calibrated one).  The repeated values come from all of
     ``rows``, the repeated rows and the quantization steps from its
-    complete rows ``complete``.  The radii of the full-data passes are then
-    calibrated on the good-cell distances.
+    complete rows ``complete`` (``to_stored``: see :func:`._repeated.find_repeated`).  The radii of
+    the full-data passes are then calibrated on the good-cell distances.
     """
     n, p = rows.shape
     if n < p + 2:
         raise ValueError(f"{n} usable rows are too few for {p} features: the robust fit needs at least {p + 2}")
     med, spread = _cells.robust_columns(rows)
-    repeated, repeated_rows = find_repeated(rows)
+    repeated, repeated_rows = find_repeated(rows, to_stored)
     resolution = quantization_steps(complete) ** 2 / 12 if len(complete) else None
     state = RobustState(
         location=med if fixed_center is None else np.asarray(fixed_center, np.float64),

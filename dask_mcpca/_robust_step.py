@@ -340,10 +340,11 @@ def sample_in_units(sample: np.ndarray, unit_exp: int) -> np.ndarray:
         return sample[~(np.abs(sample) > FAR_ROW).any(axis=1)]  # rows with gaps stay (a partial fit's)
 
 
-def archive_repeats(state: RobustState, sample: np.ndarray, unit_exp: int) -> bool:
+def archive_repeats(state: RobustState, sample: np.ndarray, unit_exp: int, to_stored=None) -> bool:
     """Set ``state``'s repeated values and rows to those of ``sample`` (rows as stored, drawn from
-    the whole archive in a full-data step); True where they changed."""
-    found = find_repeated(sample_in_units(sample, unit_exp))
+    the whole archive in a full-data step); True where they changed.  ``to_stored``: see
+    :func:`._repeated.find_repeated`."""
+    found = find_repeated(sample_in_units(sample, unit_exp), to_stored)
     before = (state.repeated, state.repeated_rows)
     state.repeated, state.repeated_rows = found
     return not all(np.array_equal(b[:0] if a is None else a, b) for a, b in zip(before, found, strict=True))

@@ -115,7 +115,7 @@ def warm_step(
             return res, None
         runner.unit_exp = unit
     sample = sample_in_units(res.sample, runner.unit_exp)
-    state.repeated, state.repeated_rows = find_repeated(sample)
+    state.repeated, state.repeated_rows = find_repeated(sample, runner.stored_units())
     state.cutoff, state.final_cutoff = pass_radii(state, sample, state.core_support * len(sample))
     return res, state
 

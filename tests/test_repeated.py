@@ -235,3 +235,19 @@ def test_a_float32_recording_stuck_over_a_large_share_is_found():
     X[rows, 1] = np.quantile(X[:, 1], 0.99)
     X = X.astype(np.float64)
     assert repeated_values(X).tolist() == [[1.0, X[rows[0], 1]]]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_under_robust_scales_a_set_point_stays_a_regime_and_a_stuck_value_a_fault(dtype):
+    """``scale="robust"`` divides each channel by a scale that is no power of ten: the fit reads a held
+    value's spelling as stored, so a set point 20.5 (20.3 in float32) over 30 % of the rows is not
+    flagged, while a measured value held over the same share is."""
+    set_point = 20.5 if dtype == np.float64 else float(np.float32(20.3))
+    X = _held(set_point, 0.3).astype(dtype).astype(np.float64)
+    flags = np.asarray(MCPCA(scale="robust").fit(X).is_outlier(X))
+    assert flags.mean() <= 0.01  # the set point's rows are the regime
+    Y = _held(0.0, 0.0).astype(dtype).astype(np.float64)
+    rows = np.arange(1000, 4000)
+    Y[rows, 1] = np.quantile(Y[:, 1], 0.99)
+    flags = np.asarray(MCPCA(scale="robust").fit(Y).is_outlier(Y))
+    assert flags[rows].all() and np.delete(flags, rows).mean() <= 0.01

@@ -26,15 +26,16 @@ def _rows(n: int, p: int, seed: int = 0) -> np.ndarray:
     return X
 
 
-@pytest.mark.parametrize(("p", "judged"), [(10, 5_000), (100, 5_000), (200, 2_500), (1_000, 500)])
-def test_breakdown_check_judges_a_bounded_number_of_cells(monkeypatch, p, judged):
-    """5,000 sample rows up to 500,000 cells (p = 100), fewer rows beyond: 2,500 at p = 200."""
+@pytest.mark.parametrize(("p", "cells", "judged"),
+                         [(10, None, 5_000), (100, None, 5_000), (200, None, 2_500), (100, 50_000, 500)])
+def test_breakdown_check_judges_a_bounded_number_of_cells(monkeypatch, p, cells, judged):
+    """5,000 sample rows up to 500,000 cells (p = 100), fewer rows beyond: 2,500 at p = 200; a cap of
+    50,000 cells judges 500 rows at p = 100, as the default cap does at p = 1000 (too long a fit here)."""
     shapes = []
     flags = fit_module.cell_flags
     monkeypatch.setattr(fit_module, "cell_flags", lambda model, rows: shapes.append(rows.shape) or flags(model, rows))
-    assert min(fit_module._cells.BREAKDOWN_ROWS, fit_module.BREAKDOWN_CELLS // p) == judged
-    if p > 200:
-        return  # the rule above; a fit at p = 1000 takes too long for this tier
+    if cells is not None:
+        monkeypatch.setattr(fit_module, "BREAKDOWN_CELLS", cells)
     MCPCA().fit(_rows(6_000, p))
     assert shapes == [(judged, p)]
 
