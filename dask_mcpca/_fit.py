@@ -66,13 +66,6 @@ MIN_KERNEL_FACTOR = 0.5
 #: Accepted chance that the row sample of the robust start is too small.
 SAMPLE_SHORT_PROB = 1e-9
 
-#: The breakdown check judges the cells of at most ``_cells.BREAKDOWN_ROWS`` sample rows and at
-#: most this many cells: 5,000 rows up to p = 100, 1,000 at p = 500.  Judging a cell costs a
-#: completion from its row's other cells (p^2 per row and flagged cell): 5,000 rows were 0.2 of the
-#: client's work at p = 1000 (issue 37).  The check compares a share of the rows with 50 %
-#: (``_cells.BREAKDOWN_ROW_SHARE``), which 500 rows estimate within 2.3 points (one standard error).
-BREAKDOWN_CELLS = 500_000
-
 
 # ------------------------------------------------------------------ helpers
 def _least_sample_size(needed: int) -> int:
@@ -257,7 +250,7 @@ def finish_fit(est, runner, start: _Start, *, k: int, tol: float, max_iter: int,
             f"{runner.n_passes} passes); raise max_iter or tol"
         )
     if solver == "auto":
-        rows = sample[: min(_cells.BREAKDOWN_ROWS, max(BREAKDOWN_CELLS // max(p, 1), 1))]
+        rows = _cells.breakdown_rows(sample)
         breakdown = _cells.breakdown_message(cell_flags(view, rows), view.support_ if view.support_ else np.nan,
                                              cellwise=view.cell_cutoff_ is not None)
     return fit_result(

@@ -1,7 +1,8 @@
 """The client's work of a wide fit (issue 37 point 1): the breakdown check's cells, the sample's stop.
 
 At wide p the client's in-memory work costs p^2 per sample row, so two rules bound it: the breakdown
-check judges at most ``_fit.BREAKDOWN_CELLS`` cells, and the sample's fixed point stops at ``tol``
+check judges at most ``_cells.BREAKDOWN_CELLS`` cells (rows evenly strided over the sample), and the
+sample's fixed point stops at ``tol``
 where the sample is a part of the rows (``_robust_sample.WIDE_SAMPLE_FEATURES``).  Narrow fits keep
 their work (and bits).  The fits they give must agree with the fits without the rules, within the
 sample's noise.
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from paper_reference import angles_deg
 
+import dask_mcpca._cells as cells_module
 import dask_mcpca._fit as fit_module
 import dask_mcpca._robust_sample as robust_sample
 from dask_mcpca import MCPCA
@@ -35,9 +37,35 @@ def test_breakdown_check_judges_a_bounded_number_of_cells(monkeypatch, p, cells,
     flags = fit_module.cell_flags
     monkeypatch.setattr(fit_module, "cell_flags", lambda model, rows: shapes.append(rows.shape) or flags(model, rows))
     if cells is not None:
-        monkeypatch.setattr(fit_module, "BREAKDOWN_CELLS", cells)
+        monkeypatch.setattr(cells_module, "BREAKDOWN_CELLS", cells)
     MCPCA().fit(_rows(6_000, p))
     assert shapes == [(judged, p)]
+
+
+def test_breakdown_rows_are_strided_over_the_whole_sample():
+    """At p = 200, 2,500 of 10,000 sample rows: every fourth row, from the first to the 9,997th, so
+    the sample's later blocks are judged as well as its first (a prefix took rows 0..2,499 only)."""
+    sample = np.repeat(np.arange(10_000.0)[:, None], 200, axis=1)
+    rows = cells_module.breakdown_rows(sample)
+    np.testing.assert_array_equal(rows[:, 0], np.arange(0.0, 10_000.0, 4.0))
+    np.testing.assert_array_equal(cells_module.breakdown_rows(sample[:2_000]), sample[:2_000])
+
+
+def test_breakdown_check_judges_the_archives_end(monkeypatch):
+    """The archive's later half glitched (a cell 30 SDs off in every row), its first half clean: the
+    check judges rows from both halves in their shares; a prefix of the sample saw clean rows only."""
+    rng = np.random.default_rng(3)
+    n, p = 12_000, 200
+    X = rng.normal(size=(n, p))
+    cols = rng.integers(0, p, n - n // 2)
+    X[np.arange(n // 2, n), cols] += 30.0
+    judged = []
+    flags = fit_module.cell_flags
+    monkeypatch.setattr(fit_module, "cell_flags", lambda model, rows: judged.append(rows.copy()) or flags(model, rows))
+    MCPCA().fit(X)
+    (rows,) = judged
+    glitched = (np.abs(rows) > 15).any(axis=1).mean()
+    assert 0.3 < glitched < 0.7
 
 
 def test_wide_sample_stops_at_tol(monkeypatch):
