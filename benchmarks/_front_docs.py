@@ -356,6 +356,16 @@ def _scaling_figures() -> dict[str, Figure]:
                                    pattern=r"(?m)^\| \d \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \| (\d+) \|"),
         "client-p": Figure(RESULTS, "scaling", _P_ROWS, (7,), "{:.2f}", spread=True),
         "client-p-all": Figure(RESULTS, "scaling", (*_P_ROWS, ("1000", "200,000")), (7,), "{:.2f}", spread=True),
+        "client-p-1000": Figure(RESULTS, "scaling", (("1000", "200,000"),), (7,), "{:.2f}"),
+        # scaling-wide (200,000 float64 rows): CPU fit / X^T X pass, the passes in X^T X passes, non-pass s
+        "wide-cpu": Figure(RESULTS, "scaling-wide", (("10",), ("100",), ("300",), ("1000",)), (6,), "{:.2f}", ", "),
+        "wide-cpu-before": Figure(RESULTS, "scaling-wide", (("300 before",), ("1000 before",)), (6,), "{:.2f}",
+                                  " and "),
+        "wide-in-passes": Figure(RESULTS, "scaling-wide", (("300",), ("1000",)), (9,), "{:.2f}", " and "),
+        "wide-nonpass-1000": Figure(RESULTS, "scaling-wide", (("1000",),), (10, 3), "{:.1f}", " s of "),
+        # profile-wide: a robust step's float64 block at p = 300, CPU over X.T @ X: now, before, the two products
+        **{f"wide-block-300{tag}": Figure(RESULTS, "profile-wide", (("300", "33,333", "float64"),), (col,), "{:.2f}")
+           for tag, col in (("", 8), ("-before", 9), ("-floor", 10))},
     }
     shapes = {"10": "20,000,000 x 10 float32", "100": "2,000,000 x 100 float32"}
     for p, shape in shapes.items():
