@@ -162,6 +162,11 @@ def _flagged(data: str, size: str, when: str, digits: int = 1) -> Figure:
     return percent(_HEAVY, None, ((data, size, f"MCPCA {when}"),), 3, digits)
 
 
+#: The data sets of ROBUSTNESS.md's unit table.
+_UNIT_DATA = ("BasicMotions", "Daphnet S06R02E0", "generated factor data (5 % outliers)",
+              "generated tight factors (5 % cross-channel faults)")
+
+
 def _algorithm_figures() -> dict[str, Figure]:
     """algorithm.md's figures: the kernel's profile, the heavy-tailed cutoff's before and after, quantized channels."""
     daphnet, bleeding = ("Daphnet S06R02E0", "7040 x 9"), ("KDD-TSAD 135 InternalBleeding16 (lags 0-3)", "7498 x 4")
@@ -221,6 +226,8 @@ def _algorithm_figures() -> dict[str, Figure]:
         "adc-mcd": Figure(ROBUST, None, pattern=r"MinCovDet \(chi-square 99\.8 %\) [\d.]+% and ([\d.]+)%"),
         "adc-contamination": Figure(ROBUST, None, pattern=r"`MCPCA\(contamination=0\.01\)` flags ([\d.]+)%"),
     }
+    # ROBUSTNESS.md's unit table, column "agreement, worst of the factor sets", scale=None with 2 components
+    figs["units-k2-worst"] = percent(ROBUST, None, tuple((d, "None", "2") for d in _UNIT_DATA), 3, spread=True)
     return figs
 
 
