@@ -34,7 +34,9 @@ __all__ = [
     "BIG_CHANGE",
     "FALL_OFF2",
     "FAR_ROW",
+    "LANCZOS_MAXITER",
     "LANCZOS_MIN_FEATURES",
+    "LANCZOS_SEED",
     "MAX_RATE",
     "RobustState",
     "archive_repeats",
@@ -69,13 +71,21 @@ BIG_CHANGE = 1e300
 MAX_RATE = 0.95
 
 #: From this many whitened directions on, a step's change (:func:`change_in_metric`) takes the
-#: spectral norm by Lanczos iterations (a few dozen p^2 products) instead of forming ``W^T S W`` (two
-#: p^3 products) and all its eigenvalues: at p = 1000, 0.04 s against 0.24 s a step, with one BLAS
-#: thread, the same norm to 1e-13 (issue 37).  Narrower fits keep the dense route and their bits.
+#: spectral norm by Lanczos iterations (a few dozen matrix-vector products) instead of forming
+#: ``W^T S W`` (two p^3 products) and all its eigenvalues (issue 37; measured in benchmarks/).
+#: Narrower fits keep the dense route and their bits.
 LANCZOS_MIN_FEATURES = 256
 
 #: Relative accuracy of the Lanczos norm: the change only decides when the fit stops.
 LANCZOS_TOL = 1e-8
+
+#: ARPACK's restarts at most (each some 20 matrix-vector products): a norm that has not converged
+#: by then falls back to the dense route at once instead of after ARPACK's default ``10 p`` restarts.
+LANCZOS_MAXITER = 30
+
+#: Seed of the Lanczos start vector: a random start (fixed, so the result is the same every time)
+#: is not orthogonal to the top eigenvector, as a vector of ones is for a contrast such as (1, -1, 0, ...).
+LANCZOS_SEED = 0
 
 
 def working_exponent(sample: np.ndarray | None, col_min: np.ndarray, col_max: np.ndarray) -> int:
@@ -280,7 +290,11 @@ def change_in_metric(W: np.ndarray, old_location, location, scatter) -> float:
     """
     with np.errstate(over="ignore", invalid="ignore"):
         shift = W.T @ (location - old_location)
-    norm = _lanczos_norm(W, scatter) if W.shape[1] >= LANCZOS_MIN_FEATURES and np.all(np.isfinite(shift)) else None
+    norm = None
+    if W.shape[1] >= LANCZOS_MIN_FEATURES:
+        if not (np.all(np.isfinite(shift)) and np.all(np.isfinite(scatter))):
+            return BIG_CHANGE  # as the dense route below; ARPACK on inf makes LAPACK complain on stderr
+        norm = _lanczos_norm(W, scatter)
     if norm is None:
         with np.errstate(over="ignore", invalid="ignore"):
             shape = W.T @ scatter @ W - np.eye(W.shape[1])
@@ -291,14 +305,17 @@ def change_in_metric(W: np.ndarray, old_location, location, scatter) -> float:
 
 
 def _lanczos_norm(W: np.ndarray, scatter: np.ndarray) -> float | None:
-    """``||W^T S W - I||_2`` by ARPACK's Lanczos iterations (``LANCZOS_TOL``, a fixed start vector: the
-    same result every time), three p x p products per iteration; None where it does not converge or
-    meets a non-finite value (the caller forms the matrix)."""
+    """``||W^T S W - I||_2`` by ARPACK's Lanczos iterations (``LANCZOS_TOL``, at most ``LANCZOS_MAXITER``
+    restarts, a random start vector of a fixed seed: the same result every time), three matrix-vector
+    products per iteration; None where it does not converge or meets a non-finite value (the caller
+    forms the matrix).  ``scatter`` is finite (the caller checks)."""
     r = W.shape[1]
+    v0 = np.random.default_rng(LANCZOS_SEED).standard_normal(r)
     with np.errstate(over="ignore", invalid="ignore"):
         op = LinearOperator((r, r), matvec=lambda v: W.T @ (scatter @ (W @ v)) - v, dtype=np.float64)
         try:
-            value = eigsh(op, k=1, which="LM", v0=np.ones(r), tol=LANCZOS_TOL, return_eigenvectors=False)
+            value = eigsh(op, k=1, which="LM", v0=v0, tol=LANCZOS_TOL, maxiter=LANCZOS_MAXITER,
+                          return_eigenvectors=False)
         except (ArpackNoConvergence, ArpackError, ValueError):
             return None
     norm = float(np.abs(value).max())
