@@ -144,14 +144,19 @@ def profile_kernel(rows: int, cols: int, repeats: int = 7, dtype: str = "float64
 CHUNK_BYTES = 80_000_000
 
 
-def _alternated(calls: dict, repeats: int) -> dict:
-    """Median wall and CPU seconds of each call, the calls rotated in every round."""
+def _alternated(calls: dict, repeats: int, setup: dict | None = None) -> dict:
+    """Median wall and CPU seconds of each call, the calls rotated in every round.
+
+    ``setup[k]()``, where given, runs before call ``k`` outside the timed region and its result is
+    passed to the call (a fresh operand for a call that overwrites its input).
+    """
     times = {k: ([], []) for k in calls}
-    keys = list(calls)
+    keys, setup = list(calls), setup or {}
     for r in range(repeats):
         for k in keys[r % len(keys):] + keys[: r % len(keys)]:
+            args = (setup[k](),) if k in setup else ()
             t, c = time.perf_counter(), time.process_time()
-            calls[k]()
+            calls[k](*args)
             times[k][0].append(time.perf_counter() - t)
             times[k][1].append(time.process_time() - c)
     return {k: (float(np.median(w)), float(np.median(c))) for k, (w, c) in times.items()}
@@ -182,13 +187,14 @@ def profile_wide(cols: list[int], dtypes: list[str], repeats: int = 7) -> str:
                 block.block_stats(X, plan)
                 block.block_stats(X, plan, route="numpy")
                 L = np.asfortranarray(np.linalg.cholesky(A))
-                Z = np.array(X64)
+                # the TRMM overwrites its operand: a fresh copy of the rows each round, made untimed
                 t = _alternated({"usual": lambda X=X, plan=plan: block.block_stats(X, plan),
                                  "numpy": lambda X=X, plan=plan: block.block_stats(X, plan, route="numpy"),
                                  "xtx": lambda X=X: X.T @ X,
                                  "syrk64": lambda X64=X64: X64.T @ X64,
-                                 "trmm64": lambda L=L, Z=Z: dtrmm(1.0, L, Z.T, side=0, lower=1, trans_a=1,
-                                                                  overwrite_b=1)}, repeats)
+                                 "trmm64": lambda Z, L=L: dtrmm(1.0, L, Z.T, side=0, lower=1, trans_a=1,
+                                                                overwrite_b=1)},
+                                repeats, setup={"trmm64": lambda X64=X64: np.array(X64)})
                 profiler = LineProfiler(kernels.wide_block, kernels._wide_sums)
                 wrapped = profiler(block.block_stats)
                 for _ in range(3):
@@ -214,7 +220,8 @@ def profile_wide(cols: list[int], dtypes: list[str], repeats: int = 7) -> str:
         " a robust step's two kernels (core and final, chi-square 97.5 % and 99 %, one matrix); `usual`: "
         "`block_stats` as the fit runs it (`_kernels.wide_block`); `numpy`: the numpy spelling asked for "
         "(`route=\"numpy\"`, sub-blocks of 32,768 rows: every wide block's route before); `X.T @ X` of the same "
-        f"block (numpy's SYRK, in the block's dtype). Medians of {repeats} rounds, the three rotated in each; "
+        f"block (numpy's SYRK, in the block's dtype). Medians of {repeats} rounds, the five timed calls "
+        "(`usual`, `numpy`, `X.T @ X` and the floor's two products) rotated in each; "
         f"wall ms (CPU ms). 1-min load average {load:.1f} before, {os.getloadavg()[0]:.1f} after, on "
         f"{os.cpu_count()} cores.",
         "",
