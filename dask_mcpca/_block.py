@@ -49,7 +49,15 @@ from . import _compiled, _missing
 from ._block_rows import Workspace, finite_rows
 from ._cells import cell_stats
 from ._compiled import SPLITMIX_GOLDEN, SPLITMIX_MIX1, SPLITMIX_MIX2
-from ._kernels import TRIANGULAR_MIN_FEATURES, compiled_moments, numpy_part, one_sweep, two_sweeps, wide_block
+from ._kernels import (
+    TRIANGULAR_MIN_FEATURES,
+    compiled_moments,
+    flat_tops,
+    numpy_part,
+    one_sweep,
+    two_sweeps,
+    wide_block,
+)
 from ._partial_stats import partial_stats
 from ._stats import BlockStats, PartialPlan, PassPlan, combine, empty
 
@@ -161,18 +169,13 @@ def _usual_routes(X: np.ndarray, plan: PassPlan) -> tuple[tuple[Route, ...], str
     if not all(np.array_equal(B, A) for B in plan.kernels[1:]):
         return ("numpy",), "kernels of more than one matrix", None
     kernel = _compiled.upper_doubled(A)
-    if not _flat_tops(plan):
+    if not flat_tops(plan):
         return ("two_sweeps", "numpy"), "kernels of one matrix, not all with a flat top: two compiled sweeps", kernel
     if X.dtype not in WHOLE_BLOCK_DTYPES or not X.flags.c_contiguous or not len(X):
         why = "flat-top kernels of one matrix, the block not contiguous float64 or float32: one sweep per sub-block"
         return ("one_sweep", "two_sweeps", "numpy"), why, kernel
     why = "flat-top kernels of one matrix (the default solver's), the block contiguous float64 or float32"
     return ("whole_block", "one_sweep", "two_sweeps", "numpy"), why, kernel
-
-
-def _flat_tops(plan: PassPlan) -> bool:
-    """Whether every kernel of the plan has a flat top (``offsets > 0``: the default solver's)."""
-    return plan.offsets is not None and bool(np.all(plan.offsets > 0))
 
 
 def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0, *, route: Route | None = None) -> BlockStats:

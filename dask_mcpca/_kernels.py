@@ -59,6 +59,7 @@ __all__ = [
     "GEMM_ROWS",
     "TRIANGULAR_MIN_FEATURES",
     "compiled_moments",
+    "flat_tops",
     "kernel_weights",
     "numpy_part",
     "one_sweep",
@@ -400,18 +401,19 @@ def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: 
     forms, one SYRK for the first kernel's three sums; the sums of the block's sub-blocks are
     added as they come (one centre, one log-scale of 0), and completed once.  A sub-block it
     does not serve (a row with NaN or inf, or far; a kernel with no row in its flat top) goes
-    to :func:`numpy_part` and is merged.  Serves kernels of one positive definite matrix whose
+    to :func:`numpy_part` and is merged.  Serves kernels of one positive definite matrix, each with a
+    flat top (:func:`flat_tops`: without one every sub-block would go to :func:`numpy_part`), whose
     later kernels have wider flat tops (the default solver's; the plan's excluded values and rows
     get weight 0), without a ``"partial"`` plan, in a working unit that is a normal float64; the block
     float64 or float32 (read as stored, widened in the first sweep).  Sums differ from
     :func:`numpy_part`'s in their order only (and ``sqrt(g)^2`` for ``g``).
     """
     n, p = X.shape
-    if (plan.kernels is None or p < TRIANGULAR_MIN_FEATURES or not n or plan.partial is not None
+    if (plan.kernels is None or not flat_tops(plan) or p < TRIANGULAR_MIN_FEATURES or not n or plan.partial is not None
             or X.dtype not in _WIDE_DTYPES or abs(plan.unit_exp) >= np.finfo(np.float64).maxexp - 1):
         return None
     A, J = plan.kernels[0], plan.n_kernels
-    offsets = np.zeros(J) if plan.offsets is None else np.asarray(plan.offsets, dtype=np.float64)
+    offsets = np.asarray(plan.offsets, dtype=np.float64)
     if np.any(offsets[1:] < offsets[:-1]) or not all(np.array_equal(B, A) for B in plan.kernels[1:]):
         return None
     L = _lower_factor(np.ascontiguousarray(A, dtype=np.float64).tobytes(), p)
@@ -439,6 +441,11 @@ def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: 
     for part in others:
         result = combine(result, part)
     return result
+
+
+def flat_tops(plan: PassPlan) -> bool:
+    """Whether every kernel of the plan has a flat top (``offsets > 0``: the default solver's)."""
+    return plan.offsets is not None and bool(np.all(plan.offsets > 0))
 
 
 def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Workspace, S: np.ndarray, extra) -> bool:

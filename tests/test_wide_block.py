@@ -134,3 +134,18 @@ def test_plans_it_does_not_serve_keep_the_numpy_spelling(spy):
         got = block_stats(X, other)
         assert sum(spy) == len(X)
         assert_allclose(got.weight, block_stats(X, other, route="numpy").weight, rtol=1e-12)
+
+
+@pytest.mark.parametrize("offsets", [None, "zero"], ids=["no offsets", "zero offsets"])
+def test_kernels_without_a_flat_top_are_left_to_the_numpy_spelling_at_once(offsets, spy, monkeypatch):
+    """The paper solver's kernels (no positive offset: no row has weight 1) are not served: no sub-block
+    is swept by the wide kernel before going to the numpy spelling (each was done twice before)."""
+    swept = []
+    wide_sums = _kernels._wide_sums
+    monkeypatch.setattr(_kernels, "_wide_sums", lambda *a: swept.append(1) or wide_sums(*a))
+    X, plan = _step(3000, 40, np.float64)
+    paper = replace(plan, offsets=None if offsets is None else np.zeros(2))
+    assert _kernels.wide_block(X, paper, _block.Workspace(np.float64), sub_block_rows=1024) is None
+    got = block_stats(X, paper)
+    assert swept == [] and sum(spy) == len(X)
+    assert_allclose(got.weight, block_stats(X, paper, route="numpy").weight, rtol=1e-12)
