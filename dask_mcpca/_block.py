@@ -18,13 +18,16 @@ dtype and layout and the pass's plan, never from its values:
 ``"compiled_moments"``
     A moments pass (no kernels) by the compiled loops
     (:func:`._kernels.compiled_moments`).
+``"wide"``
+    A wide block's kernel pass (``WIDE_MIN_FEATURES`` columns or more,
+    beyond the compiled loops) with flat-top kernels (the default
+    solver's): BLAS's products on cache-sized sub-blocks
+    (:func:`._kernels.wide_block`); its sub-blocks with NaN or far rows go
+    to the numpy spelling and are merged (the block's rows counted as
+    ``"wide"``).
 ``"numpy"``
     The numpy spelling (:func:`._kernels.numpy_part`): any plan, any rows;
-    the reference the others are tested against.  A wide block's kernel
-    pass (``WIDE_MIN_FEATURES`` columns or more) is spelled in BLAS's
-    products on cache-sized sub-blocks (:func:`._kernels.wide_block`) where
-    it serves the plan (the default solver's); ``route="numpy"`` asks for
-    the general spelling's sub-blocks instead.
+    the reference the others are tested against.
 
 :func:`choose_route` returns the routes a block tries, in order, and why.  A
 compiled kernel declines rows it does not handle (a row far out in working
@@ -109,7 +112,7 @@ WIDE_MIN_ROWS = 1024
 WHOLE_BLOCK_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
 #: The kernels a block can take (see the module docstring).
-Route = Literal["whole_block", "one_sweep", "two_sweeps", "compiled_moments", "numpy"]
+Route = Literal["whole_block", "one_sweep", "two_sweeps", "compiled_moments", "wide", "numpy"]
 ROUTES: tuple[Route, ...] = typing.get_args(Route)
 
 
@@ -147,6 +150,8 @@ def choose_route(X: np.ndarray, plan: PassPlan, *, route: Route | None = None) -
         raise ValueError(f"route must be one of {ROUTES} or None; got {route!r}")
     X = np.asarray(X)
     usual, reason, kernel = _usual_routes(X, plan)
+    if usual == ("numpy",) and X.shape[1] >= WIDE_MIN_FEATURES and plan.kernels is not None and flat_tops(plan):
+        usual, reason = ("wide", "numpy"), f"{reason}; flat-top kernels: BLAS's products on cache-sized sub-blocks"
     if route is None:
         return Routing(usual, reason, kernel)
     if route in usual:
@@ -223,13 +228,13 @@ def block_stats(X: np.ndarray, plan: PassPlan, row_offset: int = 0, *, route: Ro
             return _with_partial_rows(result, X, plan)
         routes = routes[1:]
     ws = Workspace(np.float64)
-    if routes == ("numpy",) and p >= WIDE_MIN_FEATURES and route is None:
-        # a wide kernel pass: BLAS's products on sub-blocks that stay in cache
+    if routes[0] == "wide":  # BLAS's products on sub-blocks that stay in cache
         rows = max(WIDE_MIN_ROWS, min(SUB_BLOCK_ROWS, WIDE_SUB_BLOCK_VALUES // p))
         with np.errstate(over="ignore", invalid="ignore"):
             wide = wide_block(X, plan, ws, sub_block_rows=rows)
+        routes = routes[1:]
         if wide is not None:
-            wide.routes = {"numpy": len(X)}
+            wide.routes = {"wide": len(X)}
             if plan.sample_rate > 0:
                 finite = finite_rows(X) if wide.n_nonfinite else None
                 wide.sample = _drawn(X, _sampled_mask(X, finite, plan), row_offset, plan, compiled=by_loops)

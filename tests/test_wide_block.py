@@ -83,7 +83,7 @@ def test_wide_step_matches_the_plain_definitions(dtype, p, compiled, spy, monkey
     monkeypatch.setattr(_compiled, "AVAILABLE", compiled and _compiled.AVAILABLE)
     X, plan = _step(3 * 1100 + 37, p, dtype, unit_exp=3)
     got = block_stats(X, plan)
-    assert got.routes == {"numpy": len(X)} and spy == []
+    assert got.routes == {"wide": len(X)} and spy == []
     assert (got.n_rows, got.n_nonfinite, got.n_far) == (len(X), 0, 0)
     _assert_matches(got, _plain(X, plan))
     # a stuck value in column 2 (every 40th row) and a repeated row (rows 7 and 2000): weight 0, counted
@@ -149,3 +149,20 @@ def test_kernels_without_a_flat_top_are_left_to_the_numpy_spelling_at_once(offse
     got = block_stats(X, paper)
     assert swept == [] and sum(spy) == len(X)
     assert_allclose(got.weight, block_stats(X, paper, route="numpy").weight, rtol=1e-12)
+
+
+def test_the_wide_route_can_be_asked_for():
+    """Named "wide" (recorded in ``routes``, asked for with ``route="wide"``) where it serves the block:
+    40 columns with flat-top kernels; not at 10 columns (the compiled loops' width) nor for a moments pass."""
+    X, plan = _step(3000, 40, np.float64)
+    assert _block.choose_route(X, plan).routes == ("wide", "numpy")
+    assert _block.choose_route(X, plan, route="wide").routes == ("wide", "numpy")
+    got = block_stats(X, plan, route="wide")
+    assert got.routes == {"wide": len(X)}
+    _assert_matches(got, _plain(X, plan))
+    assert block_stats(X, plan, route="numpy").routes == {"numpy": len(X)}
+    narrow, narrow_plan = _step(500, 10, np.float64)
+    asked = _block.choose_route(narrow, narrow_plan, route="wide")
+    assert asked.routes == ("numpy",) and "cannot serve" in asked.reason
+    moments = PassPlan(center=plan.center)
+    assert "wide" not in _block.choose_route(X, moments).routes
