@@ -53,7 +53,6 @@ from ._block_rows import Workspace, finite_rows
 from ._cells import cell_stats
 from ._compiled import SPLITMIX_GOLDEN, SPLITMIX_MIX1, SPLITMIX_MIX2
 from ._kernels import (
-    TRIANGULAR_MIN_FEATURES,
     compiled_moments,
     flat_tops,
     numpy_part,
@@ -62,7 +61,7 @@ from ._kernels import (
     wide_block,
 )
 from ._partial_stats import partial_stats
-from ._stats import BlockStats, PartialPlan, PassPlan, combine, empty
+from ._stats import WIDE_FEATURES, BlockStats, PartialPlan, PassPlan, combine, empty
 
 __all__ = [
     "PassPlan",
@@ -95,7 +94,7 @@ COMPILED_MAX_FEATURES = 32
 #: the block's sub-blocks added as they come) where it serves the plan: a robust step on a
 #: 33,333 x 300 block in memory, one BLAS thread, 2.5x ``X.T @ X`` of the block before, see
 #: ``benchmarks/RESULTS.md`` (profile-wide).  Narrower blocks keep the numpy spelling's sub-blocks.
-WIDE_MIN_FEATURES = TRIANGULAR_MIN_FEATURES
+WIDE_MIN_FEATURES = WIDE_FEATURES  # its own name: benchmarks/scaling.py's BEFORE sets it
 
 #: Values (rows x columns) of a sub-block of a wide kernel pass (:func:`._kernels.wide_block`), so that its
 #: working rows and their triangular product (16 bytes a value) stay in cache between the sweeps:

@@ -53,11 +53,10 @@ from scipy.linalg.blas import dtrmm as _blas_trmm
 
 from . import _compiled
 from ._block_rows import Workspace, column_reduce, excluded_rows, finite_rows, scaled, shifted, top_exponent
-from ._stats import BlockStats, PassPlan, combine, empty, from_sums
+from ._stats import WIDE_FEATURES, BlockStats, PassPlan, combine, empty, from_sums
 
 __all__ = [
     "GEMM_ROWS",
-    "TRIANGULAR_MIN_FEATURES",
     "compiled_moments",
     "flat_tops",
     "kernel_weights",
@@ -74,7 +73,7 @@ _LOG_TINY = -700.0
 #: Rows per GEMM of the weighted sums: it keeps a GEMM's operands in cache.
 GEMM_ROWS = 4096
 
-#: From this many columns on, the numpy spelling forms a kernel's quadratic form
+#: From ``WIDE_FEATURES`` columns on (:mod:`._stats`), the numpy spelling forms a kernel's quadratic form
 #: ``y^T A y`` as ``|L^T y|^2`` with ``A = L L^T`` (a triangular product in place, TRMM:
 #: p^2 multiplications per row) instead of ``(Y A) . Y`` (a GEMM: 2 p^2), so that a
 #: robust step's block costs two X^T X products, not three.  Narrower blocks take the
@@ -82,7 +81,6 @@ GEMM_ROWS = 4096
 #: the numpy spelling of a narrow block is unchanged.  A kernel matrix that is not
 #: positive definite (a singular scatter's pseudo-inverse) keeps the GEMM.  Measured
 #: (one BLAS thread, 10,000 x 1,000 rows): 0.25-0.36 s against 0.62-1.0 s.
-TRIANGULAR_MIN_FEATURES = 33
 
 
 _NO_ROWS = np.zeros(0, bool)
@@ -136,11 +134,11 @@ def _sub_block_stats(
 
 def _quadratic_form(Y: np.ndarray, A: np.ndarray, out: np.ndarray, ws: Workspace) -> np.ndarray:
     """``y_k^T A y_k`` of each row of ``Y`` (float64) into ``out``: by the triangular factor
-    of ``A`` in place on a copy of the rows where ``TRIANGULAR_MIN_FEATURES`` allows and ``A``
+    of ``A`` in place on a copy of the rows where ``WIDE_FEATURES`` allows and ``A``
     has one, else ``(Y A) . Y``."""
     n, p = Y.shape
     Z = ws.take("YA", (n, p))
-    L = _lower_factor(np.ascontiguousarray(A, dtype=np.float64).tobytes(), p) if p >= TRIANGULAR_MIN_FEATURES else None
+    L = _lower_factor(np.ascontiguousarray(A, dtype=np.float64).tobytes(), p) if p >= WIDE_FEATURES else None
     if L is None or Y.dtype != np.float64 or not n:
         np.matmul(Y, A.astype(Y.dtype), out=Z)
         return np.einsum("ij,ij->i", Z, Y, out=out)
@@ -392,7 +390,7 @@ def weighted_sums(
 
 
 def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: int) -> BlockStats | None:
-    """A kernel pass's statistics of a wide row block (``TRIANGULAR_MIN_FEATURES`` columns or
+    """A kernel pass's statistics of a wide row block (``WIDE_FEATURES`` columns or
     more) by BLAS's products, ``sub_block_rows`` rows at a time; None where the plan is not one
     it serves (the caller's sub-block loop then takes the block).
 
@@ -409,7 +407,7 @@ def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: 
     :func:`numpy_part`'s in their order only (and ``sqrt(g)^2`` for ``g``).
     """
     n, p = X.shape
-    if (plan.kernels is None or not flat_tops(plan) or p < TRIANGULAR_MIN_FEATURES or not n or plan.partial is not None
+    if (plan.kernels is None or not flat_tops(plan) or p < WIDE_FEATURES or not n or plan.partial is not None
             or X.dtype not in _WIDE_DTYPES or abs(plan.unit_exp) >= np.finfo(np.float64).maxexp - 1):
         return None
     A, J = plan.kernels[0], plan.n_kernels

@@ -24,7 +24,7 @@ from ._block import block_stats
 from ._exceptions import NonFiniteRowsError, NumericalRangeError
 from ._progress import PassProgress
 from ._scale import in_model_units
-from ._stats import BlockStats, PassPlan, combine
+from ._stats import WIDE_FEATURES, BlockStats, PassPlan, combine
 
 __all__ = [
     "PARTIAL_MIN_BLOCKS",
@@ -35,7 +35,6 @@ __all__ = [
     "spread_blocks",
     "tree_reduce",
     "limit_blas_in_task",
-    "WIDE_SPREAD_FEATURES",
 ]
 
 #: Rows per slice when numpy input is processed without a graph.
@@ -49,14 +48,13 @@ SPLIT_EVERY = 8
 #: full pass; fewer blocks are read fully.
 PARTIAL_MIN_BLOCKS = 16
 
-#: From this many columns on (beyond ``_block.COMPILED_MAX_FEATURES``: the blocks take the
-#: numpy spelling), a store of at least ``PARTIAL_MIN_BLOCKS_WIDE`` row blocks draws the sample
+#: From ``WIDE_FEATURES`` columns on (:mod:`._stats`; beyond ``_block.COMPILED_MAX_FEATURES``), a
+#: store of at least ``PARTIAL_MIN_BLOCKS_WIDE`` row blocks draws the sample
 #: from a spread too: 4 of its 7-15 blocks, which see more of the archive than the 4 of 16-32
 #: that ``benchmarks/spread.py`` found as good as a full first pass.  Why wide rows only: a wide
 #: store of 80 MB chunks has few blocks (7 at 200k rows x 300 columns, 10 at 1M x 100), and the
 #: full first read was 0.3 of such a fit's time (``benchmarks/scaling.py``, issue 37); narrow
 #: fits of 7-15 blocks keep their full first read and their bits.
-WIDE_SPREAD_FEATURES = 33
 PARTIAL_MIN_BLOCKS_WIDE = 7
 
 #: The spread: this share of the blocks, at least ``SPREAD_MIN_BLOCKS`` and
@@ -77,14 +75,14 @@ def spread_blocks(n_blocks: int, n_features: int = 0) -> np.ndarray | None:
     """Row blocks to read for the row sample, evenly spread; None: read all (a full pass).
 
     A store of fewer than ``PARTIAL_MIN_BLOCKS`` blocks is read fully, or of fewer than
-    ``PARTIAL_MIN_BLOCKS_WIDE`` where ``n_features`` is at least ``WIDE_SPREAD_FEATURES``.
+    ``PARTIAL_MIN_BLOCKS_WIDE`` where ``n_features`` is at least ``WIDE_FEATURES``.
 
     Block ``i`` of ``m`` is the middle block of the ``i``-th of ``m`` equal
     runs of blocks, so that a time-ordered archive is sampled at ``m`` evenly
     spaced times: an operating regime or a run of faults that lasts longer
     than ``n_blocks / m`` blocks is in the sample.
     """
-    least = PARTIAL_MIN_BLOCKS_WIDE if n_features >= WIDE_SPREAD_FEATURES else PARTIAL_MIN_BLOCKS
+    least = PARTIAL_MIN_BLOCKS_WIDE if n_features >= WIDE_FEATURES else PARTIAL_MIN_BLOCKS
     if n_blocks < least:
         return None
     m = min(SPREAD_MAX_BLOCKS, max(SPREAD_MIN_BLOCKS, int(np.ceil(SPREAD_SHARE * n_blocks))))

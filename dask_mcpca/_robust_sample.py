@@ -19,7 +19,6 @@ from scipy.spatial import cKDTree
 from . import _cells
 from ._block import block_stats
 from ._exceptions import NumericalRangeError
-from ._kernels import TRIANGULAR_MIN_FEATURES as _KERNELS_TRIANGULAR
 from ._missing import MAX_PATTERNS, pattern_key, rare_pattern_rows
 from ._power import spread_directions
 from ._repeated import TIGHT_MIN_ROWS, TIGHT_SHARE, find_repeated, held_out, quantization_steps
@@ -35,7 +34,7 @@ from ._robust_step import (
 )
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
 from ._start import START_FRACTION, TINY_EIGENVALUE, _mahalanobis2, _rank, precision
-from ._stats import BlockStats, combine
+from ._stats import WIDE_FEATURES, BlockStats, combine
 
 __all__ = [
     "CELL_SAMPLE_STEPS",
@@ -44,8 +43,6 @@ __all__ = [
     "SAMPLE_TOL_DIVISOR",
     "STALL_STEPS",
     "TIGHT_RADIUS",
-    "TRIANGULAR_MIN_FEATURES",
-    "WIDE_SAMPLE_FEATURES",
     "cellwise_start",
     "core_radius",
     "gap_patterns",
@@ -61,13 +58,12 @@ MAX_SAMPLE_STEPS = 200
 #: convergence alone (one pass).
 SAMPLE_TOL_DIVISOR = 10
 
-#: From this many columns on, where the sample is a part of the rows, the sample's fixed point stops
-#: at ``tol`` itself: it differs from the data's by the sample's own noise (about
+#: From ``WIDE_FEATURES`` columns on (:mod:`._stats`), where the sample is a part of the rows, the
+#: sample's fixed point stops at ``tol`` itself: it differs from the data's by the sample's own noise (about
 #: ``sqrt(p / n_sample)``, 0.12 at p = 300 and 20,000 rows, 30 times ``tol`` at 200k rows), which two
 #: full-data steps remove whatever the last tenth of ``tol``, and a sample step costs two p^2
 #: products per sample row (at p = 300 it saved one of 7 steps; issue 37).  Narrower fits keep
 #: their steps and bits.
-WIDE_SAMPLE_FEATURES = 33
 
 #: A sample row with ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` sample rows (itself
 #: included, :mod:`._repeated`) within ``TIGHT_RADIUS`` in the whitened metric
@@ -80,9 +76,8 @@ TIGHT_RADIUS = 0.05
 #: of one row's weight rather than converge.
 STALL_STEPS = 10
 
-#: From this many columns on (full rank), a sample step whitens its rows by the lower
-#: Cholesky factor of the precision, a triangular product (:data:`._kernels.TRIANGULAR_MIN_FEATURES`).
-TRIANGULAR_MIN_FEATURES = _KERNELS_TRIANGULAR
+#: From ``WIDE_FEATURES`` columns on (full rank), a sample step whitens its rows by the lower
+#: Cholesky factor of the precision, a triangular product (as :func:`._kernels.numpy_part` does).
 
 #: A pattern of observed cells gets the client's EM to convergence only if at least this share of the
 #: sample's rows hold it (a channel offline for a while), and at least :func:`._missing.rare_pattern_rows`.
@@ -213,10 +208,10 @@ def _sample_step(
 
 def _triangular_whitening(W: np.ndarray) -> np.ndarray | None:
     """The lower Cholesky factor ``L`` (Fortran order) of ``W W^T`` for a square whitening ``W``
-    of at least ``TRIANGULAR_MIN_FEATURES`` columns, or None (narrower, not square, or no factor):
+    of at least ``WIDE_FEATURES`` columns, or None (narrower, not square, or no factor):
     ``|y^T L|`` is ``|y^T W|`` and ``L^T S L`` has the spectrum of ``W^T S W``."""
     p = W.shape[0]
-    if p < TRIANGULAR_MIN_FEATURES or W.shape[1] != p:
+    if p < WIDE_FEATURES or W.shape[1] != p:
         return None
     try:
         L = np.linalg.cholesky(W @ W.T)
@@ -283,7 +278,7 @@ def iterate_on_sample(
     """The core fixed point on the in-memory sample; then the radii of the full-data passes.
 
     It stops where the distance left is below ``tol / SAMPLE_TOL_DIVISOR``, or below ``tol`` for rows of
-    at least ``WIDE_SAMPLE_FEATURES`` columns where the sample is a ``part`` of the data's rows.
+    at least ``WIDE_FEATURES`` columns where the sample is a ``part`` of the data's rows.
 
     First with the Gaussian radius (so the start's neighbourhood, not the
     data's tails, decides what is in the core), then with the calibrated one
@@ -294,7 +289,7 @@ def iterate_on_sample(
     if partial is not None and not len(partial):
         partial = None
     n_sample = len(sample) + (0 if partial is None else len(partial))
-    stop = tol if part and sample.shape[1] >= WIDE_SAMPLE_FEATURES else tol / SAMPLE_TOL_DIVISOR
+    stop = tol if part and sample.shape[1] >= WIDE_FEATURES else tol / SAMPLE_TOL_DIVISOR
     for calibrate in (False, True):
         previous, best, since_best = float("nan"), float("inf"), 0
         for _ in range(MAX_SAMPLE_STEPS):

@@ -61,7 +61,15 @@ import numpy as np
 
 from . import _missing
 
-__all__ = ["PassPlan", "PartialPlan", "BlockStats", "combine", "empty", "from_sums", "merge_moments"]
+__all__ = ["PassPlan", "PartialPlan", "BlockStats", "WIDE_FEATURES", "combine", "empty", "from_sums", "merge_moments"]
+
+#: From this many columns on, rows are wide: beyond the compiled loops (``_block.COMPILED_MAX_FEATURES``
+#: = 32), BLAS's products do a block's work.  One threshold for every wide rule, each of which keeps
+#: narrower fits' work and bits: the kernels' quadratic forms by a triangular product and a kernel
+#: pass by :func:`._kernels.wide_block` (``_block.WIDE_MIN_FEATURES``), a store's first read from a
+#: spread of its blocks (``_passes.PARTIAL_MIN_BLOCKS_WIDE``), the sample's fixed point stopping at
+#: ``tol`` and its triangular whitening (:mod:`._robust_sample`).
+WIDE_FEATURES = 33
 
 #: ``unit_exp`` of an empty moments result: any unit, its weight is 0.
 _NO_UNIT = -(2**20)

@@ -18,10 +18,10 @@ from dask_mcpca import MCPCA
 from dask_mcpca._passes import (
     PARTIAL_MIN_BLOCKS,
     PARTIAL_MIN_BLOCKS_WIDE,
-    WIDE_SPREAD_FEATURES,
     NonFiniteRowsError,
     spread_blocks,
 )
+from dask_mcpca._stats import WIDE_FEATURES
 
 #: Largest angle (degrees) between components of fits that differ only in how
 #: the row sample was drawn (its sampling noise moves the radii a little).
@@ -49,7 +49,7 @@ def test_spread_blocks():
 
 def test_wide_rows_spread_from_fewer_blocks():
     """Wide rows read a spread from ``PARTIAL_MIN_BLOCKS_WIDE`` blocks on; narrow rows keep ``PARTIAL_MIN_BLOCKS``."""
-    wide, narrow = WIDE_SPREAD_FEATURES, WIDE_SPREAD_FEATURES - 1
+    wide, narrow = WIDE_FEATURES, WIDE_FEATURES - 1
     assert spread_blocks(PARTIAL_MIN_BLOCKS_WIDE - 1, wide) is None
     assert spread_blocks(PARTIAL_MIN_BLOCKS - 1, narrow) is None
     assert list(spread_blocks(7, wide)) == [0, 2, 4, 6]  # the middle block of each of 4 equal runs
@@ -62,7 +62,7 @@ def test_wide_rows_spread_from_fewer_blocks():
 def test_wide_store_of_few_blocks_reads_a_spread():
     """A 40-column store of 8 blocks: a spread of 4 for the row sample, then the full passes; the components
     of the fit whose first read is full (8 blocks made narrow-rule by a huge threshold) within sampling noise."""
-    X = archive(n=40_000, p=WIDE_SPREAD_FEATURES + 7, seed=2)
+    X = archive(n=40_000, p=WIDE_FEATURES + 7, seed=2)
     spread = MCPCA().fit(da.from_array(X, chunks=(5_000, -1)))
     assert (spread.n_partial_reads_, spread.n_blocks_read_) == (1, 4)
     assert spread.n_passes_ == 2 and spread.converged_ and spread.n_samples_ == len(X)

@@ -3,7 +3,7 @@
 At wide p the client's in-memory work costs p^2 per sample row, so two rules bound it: the breakdown
 check judges at most ``_cells.BREAKDOWN_CELLS`` cells (rows evenly strided over the sample), and the
 sample's fixed point stops at ``tol``
-where the sample is a part of the rows (``_robust_sample.WIDE_SAMPLE_FEATURES``).  Narrow fits keep
+where the sample is a part of the rows (``_stats.WIDE_FEATURES``).  Narrow fits keep
 their work (and bits).  The fits they give must agree with the fits without the rules, within the
 sample's noise.
 """
@@ -78,7 +78,7 @@ def test_wide_sample_stops_at_tol(monkeypatch):
     wide = MCPCA().fit(X)
     n_wide = len(steps)
     steps.clear()
-    monkeypatch.setattr(robust_sample, "WIDE_SAMPLE_FEATURES", 10**9)
+    monkeypatch.setattr(robust_sample, "WIDE_FEATURES", 10**9)  # the narrow rules
     narrow = MCPCA().fit(X)
     assert 2 <= n_wide < len(steps)
     assert wide.converged_ and narrow.converged_ and wide.n_passes_ == narrow.n_passes_
