@@ -140,16 +140,18 @@ def _result(results: list, names, shared: SharedPasses, first: PassRunner | None
                        n_passes=before[0] + shared.n_passes, n_partial_reads=before[1] + shared.n_partial_reads)
 
 
-def _inside(model, rows: np.ndarray) -> np.ndarray:
-    """The rows (as stored) within ``model``'s cutoff."""
-    return _model.calibrated_d2(model, _model.model_rows(model, rows)) <= model.outlier_cutoff_
+def _inside(model, rows: np.ndarray, in_units: np.ndarray | None = None) -> np.ndarray:
+    """The rows (as stored) within ``model``'s cutoff (``in_units``: the same rows in the model's
+    units, where the caller has them)."""
+    in_units = _model.model_rows(model, rows) if in_units is None else in_units
+    return _model.calibrated_d2(model, in_units) <= model.outlier_cutoff_
 
 
 def _explained(model, rows: np.ndarray) -> np.ndarray:
     """The rows (as stored) that ``model`` explains: within its cutoff, or holding a stuck value or a
     frozen record it learned (a fault it names, whose rows are no state's)."""
     in_units = _model.model_rows(model, rows)
-    return _inside(model, rows) | _model.repeated(model, np.asarray(in_units, np.float64))
+    return _inside(model, rows, in_units) | _model.repeated(model, np.asarray(in_units, np.float64))
 
 
 def _fault_rows(z: np.ndarray, group: np.ndarray, states: list) -> np.ndarray:
@@ -157,9 +159,8 @@ def _fault_rows(z: np.ndarray, group: np.ndarray, states: list) -> np.ndarray:
     fault's: on some channel, beyond ``SHIFT_SD`` SDs of the nearest state (``states``: each one's rows)
     on one side of it (a bias, a drift, a value stuck), not spread about its level (a device switching
     on: ``CENTRED_SD``).  The group's other rows may be another state that the fault's rows were fitted
-    with, and are fitted again.  Where no row departs so, the whole group."""
-    if not states:
-        return group
+    with, and are fitted again.  Where no row departs so, the whole group.  ``states`` is not empty
+    (the first fit of :func:`find_modes` is always a state)."""
     g = z[group]
     nearest = min(states, key=lambda rows: np.sum((np.median(z[rows], axis=0) - np.median(g, axis=0)) ** 2))
     ref = z[nearest]
@@ -183,7 +184,8 @@ def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
     every state's inliers as a state does (:func:`._modes.is_state`, on the robustly standardised
     rows); otherwise they are a fault's rows (a bias, a drift, a stuck value), set aside
     (:func:`_fault_rows`: those departing to one side of the nearest state; the rest of the group
-    may be a state fitted together with them), and the rest are fitted again.  The rows holding a
+    may be a state fitted together with them; the whole group where those are fewer than a state
+    needs), and the rest are fitted again.  The rows holding a
     stuck value or a frozen record a state's fit learned are that fault's, not another state's, and
     are not fitted again.  This repeats until fewer rows are left or ``MAX_MODES`` states are found.
     A state is thus found only where one model cannot explain it, and comparing the inliers of
@@ -211,7 +213,10 @@ def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
             states.append((model, inliers))
             left = np.flatnonzero(~np.any([_explained(m, sample) for m, _ in states], axis=0))
         else:  # a fault's rows: the departures of a state, not a state
-            left = np.setdiff1d(left, _fault_rows(z, inliers, [mine for _, mine in states]))
+            fault = _fault_rows(z, inliers, [mine for _, mine in states])
+            # fewer than a state's rows: the whole group, else each fit would set aside as few as
+            # TIGHT_MIN_ROWS rows and the loop would run a robust fit per handful of rows
+            left = np.setdiff1d(left, inliers if len(fault) < least else fault)
     if len(states) < 2:
         return None
     models = [m for m, _ in states]

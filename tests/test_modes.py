@@ -268,3 +268,22 @@ def test_a_bias_left_with_a_device_switching_on_does_not_hide_its_mode(seed):
     flags = model.is_outlier(faulty)
     assert flags[rows].mean() >= 0.95
     assert np.delete(flags, rows).mean() <= 0.01
+
+
+def test_a_handful_of_fault_rows_sets_the_whole_group_aside(monkeypatch):
+    """An 8-SD bias over 15 % of a one-state archive (1,200 of 8,000 rows): the state's fit, then one fit
+    of the biased rows, which are no state.  Where the rows found departing to one side are fewer than
+    a state needs (here made 5, TIGHT_MIN_ROWS), the whole group is set aside: still two fits, not one
+    fit per 5 rows set aside (about 160 before)."""
+    from dask_mcpca import _fit_modes
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(8000, 6)) @ np.linalg.qr(rng.normal(size=(6, 6)))[0] * 2
+    faulty = _fault(X, np.arange(2000, 3200), "bias", 2, rng)
+    fault_rows = _fit_modes._fault_rows
+    monkeypatch.setattr(_fit_modes, "_fault_rows", lambda z, group, states: fault_rows(z, group, states)[:5])
+    fits = []
+    fit = MCPCA.fit
+    monkeypatch.setattr(MCPCA, "fit", lambda self, *a, **k: fits.append(1) or fit(self, *a, **k))
+    assert _fit_modes.find_modes(faulty, MCPCA()) is None
+    assert len(fits) == 2
