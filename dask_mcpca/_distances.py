@@ -105,20 +105,26 @@ def distances_and_top(model: Any, block, *, top: bool = False,
         top_matrix = _top_matrix(model) if top else np.empty((0, 0))
         ranked = top and len(complete) >= FAST_TOP_MIN_ROWS and _ranks_in_float32(top_matrix)
 
+        mean = np.array(model.mean_, np.float64, order="C")  # the loop's operands, formed once
+        components = np.array(model.components_, np.float64, order="C")
+        inv_var = np.array(1.0 / np.ldexp(lam, -2 * unit), np.float64, order="C")
+        scale = float(np.ldexp(1.0, -unit))
+
         def loop(rows, d2_out, top_out):
             with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
-                _compiled.row_distances(rows, np.array(model.mean_, np.float64, order="C"),
-                                        float(np.ldexp(1.0, -unit)), np.array(model.components_, np.float64, order="C"),
-                                        np.array(1.0 / np.ldexp(lam, -2 * unit), np.float64, order="C"),
-                                        float(inv_noise), top_matrix, d2_out, top_out)
+                _compiled.row_distances(rows, mean, scale, components, inv_var, float(inv_noise), top_matrix,
+                                        d2_out, top_out)
 
         if ranked:  # the distances alone (the same compiled code: top_out empty), the channels from one product
             loop(complete, part_d2, np.empty(0, np.int16))
             part_top[:], unsure = _top_by_product(complete, model.mean_, unit, top_matrix)
-            if len(unsure):  # near ties, rows far out: the loop's own ranking (and its d2 for a row that overflows)
+            if len(unsure):  # near ties, rows far out: the loop's own ranking
                 sub_d2, sub_top = np.empty(len(unsure)), np.empty(len(unsure), np.int16)
                 loop(np.ascontiguousarray(complete[unsure]), sub_d2, sub_top)
-                part_d2[unsure], part_top[unsure] = sub_d2, sub_top
+                part_top[unsure] = sub_top
+                # the same code gave the other rows' d2 above, bit for bit; a row whose contributions
+                # overflow gets NaN here, so the numpy spelling below computes its d2 and channel
+                part_d2[unsure[np.isnan(sub_d2)]] = np.nan
         else:
             loop(complete, part_d2, part_top)
         d2[good] = part_d2
