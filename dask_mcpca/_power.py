@@ -89,9 +89,10 @@ def direction_floors(variances: np.ndarray, directions: np.ndarray, channel_vari
     has_scale = t > 0
     if not has_scale.any() or largest <= 0:
         return np.full(len(variances), relative)
-    q_max = float(np.max(variances[has_scale] / t[has_scale]))
     floors = np.full(len(variances), relative)
-    floors[has_scale] = np.minimum(relative, variance_floor(q_max, p) * t[has_scale])
+    with np.errstate(over="ignore"):  # an overflowing quotient or product is above ``relative``: the minimum keeps it
+        q_max = float(np.max(variances[has_scale] / t[has_scale]))
+        floors[has_scale] = np.minimum(relative, variance_floor(q_max, p) * t[has_scale])
     floors = np.maximum(floors, resolved)
     return np.where(variances > floors, floors, relative)  # round-off either way: the former floor, the same bits
 

@@ -180,7 +180,8 @@ def test_frozen_record_in_busy_quantized_modes_is_a_repeated_row(seed, monkeypat
     # The per-channel rule alone (the solver before repeated rows) misses the record, and the fit turns.
     assert len(_repeated.repeated_values(Xf)) == 0
     with monkeypatch.context() as m:
-        m.setattr(_robust, "find_repeated", lambda s: (_repeated.repeated_values(s), np.empty((0, s.shape[1]))))
+        m.setattr(_robust, "find_repeated",
+                  lambda s, to_stored=None: (_repeated.repeated_values(s, to_stored), np.empty((0, s.shape[1]))))
         old = MCPCA().fit(Xf)
     assert np.asarray(old.is_outlier(Xf))[frozen].mean() < 0.05
     assert angle(old.components_, reference.components_) > 5  # 7.4-9.6 deg on seeds 0-7
