@@ -100,7 +100,7 @@ def breakdown_rows(sample: np.ndarray) -> np.ndarray:
     """The sample rows the breakdown check judges: at most ``BREAKDOWN_ROWS`` rows and
     ``BREAKDOWN_CELLS`` cells, evenly strided over the sample (the whole sample where it fits).  The
     sample is concatenated block by block, so a prefix would judge the start of the archive only."""
-    n, p = len(sample), sample.shape[1] if np.ndim(sample) == 2 else 1
+    n, p = sample.shape
     m = min(BREAKDOWN_ROWS, max(BREAKDOWN_CELLS // max(p, 1), 1))
     if m >= n:
         return sample

@@ -73,14 +73,14 @@ _LOG_TINY = -700.0
 #: Rows per GEMM of the weighted sums: it keeps a GEMM's operands in cache.
 GEMM_ROWS = 4096
 
-#: From ``WIDE_FEATURES`` columns on (:mod:`._stats`), the numpy spelling forms a kernel's quadratic form
-#: ``y^T A y`` as ``|L^T y|^2`` with ``A = L L^T`` (a triangular product in place, TRMM:
-#: p^2 multiplications per row) instead of ``(Y A) . Y`` (a GEMM: 2 p^2), so that a
-#: robust step's block costs two X^T X products, not three.  Narrower blocks take the
-#: compiled loops (``_block.COMPILED_MAX_FEATURES``); below this the GEMM is kept, so
-#: the numpy spelling of a narrow block is unchanged.  A kernel matrix that is not
-#: positive definite (a singular scatter's pseudo-inverse) keeps the GEMM.  Measured
-#: (one BLAS thread, 10,000 x 1,000 rows): 0.25-0.36 s against 0.62-1.0 s.
+# From ``WIDE_FEATURES`` columns on (:mod:`._stats`), the numpy spelling forms a kernel's quadratic form
+# ``y^T A y`` as ``|L^T y|^2`` with ``A = L L^T`` (a triangular product in place, TRMM:
+# p^2 multiplications per row) instead of ``(Y A) . Y`` (a GEMM: 2 p^2), so that a
+# robust step's block costs two X^T X products, not three.  Narrower blocks take the
+# compiled loops (``_block.COMPILED_MAX_FEATURES``); below this the GEMM is kept, so
+# the numpy spelling of a narrow block is unchanged.  A kernel matrix that is not
+# positive definite (a singular scatter's pseudo-inverse) keeps the GEMM.  Measured
+# (one BLAS thread, 10,000 x 1,000 rows): 0.25-0.36 s against 0.62-1.0 s.
 
 
 _NO_ROWS = np.zeros(0, bool)

@@ -58,12 +58,12 @@ MAX_SAMPLE_STEPS = 200
 #: convergence alone (one pass).
 SAMPLE_TOL_DIVISOR = 10
 
-#: From ``WIDE_FEATURES`` columns on (:mod:`._stats`), where the sample is a part of the rows, the
-#: sample's fixed point stops at ``tol`` itself: it differs from the data's by the sample's own noise (about
-#: ``sqrt(p / n_sample)``, 0.12 at p = 300 and 20,000 rows, 30 times ``tol`` at 200k rows), which two
-#: full-data steps remove whatever the last tenth of ``tol``, and a sample step costs two p^2
-#: products per sample row (at p = 300 it saved one of 7 steps; issue 37).  Narrower fits keep
-#: their steps and bits.
+# From ``WIDE_FEATURES`` columns on (:mod:`._stats`), where the sample is a part of the rows, the
+# sample's fixed point stops at ``tol`` itself: it differs from the data's by the sample's own noise (about
+# ``sqrt(p / n_sample)``, 0.12 at p = 300 and 20,000 rows, 30 times ``tol`` at 200k rows), which two
+# full-data steps remove whatever the last tenth of ``tol``, and a sample step costs two p^2
+# products per sample row (at p = 300 it saved one of 7 steps; issue 37).  Narrower fits keep
+# their steps and bits.
 
 #: A sample row with ``max(TIGHT_MIN_ROWS, TIGHT_SHARE * n)`` sample rows (itself
 #: included, :mod:`._repeated`) within ``TIGHT_RADIUS`` in the whitened metric
@@ -76,8 +76,8 @@ TIGHT_RADIUS = 0.05
 #: of one row's weight rather than converge.
 STALL_STEPS = 10
 
-#: From ``WIDE_FEATURES`` columns on (full rank), a sample step whitens its rows by the lower
-#: Cholesky factor of the precision, a triangular product (as :func:`._kernels.numpy_part` does).
+# From ``WIDE_FEATURES`` columns on (full rank), a sample step whitens its rows by the lower
+# Cholesky factor of the precision, a triangular product (as :func:`._kernels.numpy_part` does).
 
 #: A pattern of observed cells gets the client's EM to convergence only if at least this share of the
 #: sample's rows hold it (a channel offline for a while), and at least :func:`._missing.rare_pattern_rows`.
