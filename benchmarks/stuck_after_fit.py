@@ -7,7 +7,7 @@ later used to be found only where the stuck value lay far from what the other
 channels predict (66 % of its rows on a new user's plant archive).  Rows are
 now read in order: on a channel continuous at the fit, ten rows holding one
 value at full precision flag the row, unless the channel held values in the
-1,024 rows before (``dask_mcpca._repeated.stuck_runs``).
+1,024 rows before (``dask_mcpca._stuck.stuck_runs``).
 
 Data:
 

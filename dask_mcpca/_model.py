@@ -36,8 +36,8 @@ from ._distances import calibrated_d2, cell_flags, distances_and_top, judge_cell
 from ._distances import mahalanobis_d2 as mahalanobis_d2  # for _modes (``_model.mahalanobis_d2``)
 from ._exceptions import NonFiniteRowsError
 from ._precision import contributor, model_rows, precision_power, top_channel
-from ._repeated import HOLD_WINDOW, held_out
-from ._stuck import isolated_top, stuck_cells
+from ._repeated import held_out
+from ._stuck import HOLD_WINDOW, isolated_top, stuck_cells
 
 __all__ = [
     "CONTEXT_ROWS",

@@ -18,10 +18,10 @@ must not take for a fault.  From the first pass's row sample:
   records leave;
 - :func:`quantization_steps`: each channel's quantization step (0 for a
   continuous channel), whose rounding error floors its variance;
-- :func:`held_out`: the rows a fit gives no weight to;
-- :func:`stuck_runs`: cells in a run of one exact value, read in row order,
-  where the channel did not repeat values before: a sensor stuck after the
-  fit, which the row sample of a fit never saw.
+- :func:`held_out`: the rows a fit gives no weight to.
+
+A sensor stuck after the fit, which the row sample of a fit never saw, is
+found from rows in order (:func:`._stuck.stuck_runs`).
 """
 
 from __future__ import annotations
@@ -47,9 +47,6 @@ __all__ = [
     "CONTINUOUS_REPEATS",
     "significant_digits",
     "MAX_REPEATED_ROWS",
-    "stuck_runs",
-    "STUCK_RUN",
-    "HOLD_WINDOW",
 ]
 
 #: A repeat (and a tight group of sample rows, :mod:`._robust`) holds at least
@@ -107,19 +104,6 @@ REPEAT_WINDOW = 4
 #: comparison of a column per data row (and of the whole row where that
 #: column matches), and the model and the pass plan carry them.
 MAX_REPEATED_ROWS = 16
-
-
-#: A channel that holds one exact value in this many consecutive rows is stuck from the last of them on
-#: (:func:`stuck_runs`): a continuous measurement repeats its exact value about once in 1e6 rows (float32),
-#: so nine repeats in a row do not happen by chance, and a stuck stretch of s rows is found in s - 9 of them.
-#: The rule reads rows in order and looks only back: a row's verdict never changes when rows are appended.
-STUCK_RUN = 10
-
-#: ... unless, in the ``HOLD_WINDOW`` rows before the cell, the channel repeated a value before the run
-#: began: then it holds values by nature (a slow sensor logged faster than it updates), and its runs are
-#: not faults.  A run longer than the window is stuck whatever came before it.  Each verdict reads a fixed
-#: window of rows before its own, so it does not depend on how the rows are cut into blocks.
-HOLD_WINDOW = 1024
 
 
 #: A repeated record every value of which is 0 or a multiple of
@@ -577,64 +561,3 @@ def saturation_limits(sample: np.ndarray, steps: np.ndarray, repeated: np.ndarra
         if np.mean(cells > high) <= BEYOND_LIMIT_SHARE:
             limits[column, 1] = high
     return limits
-
-
-def stuck_runs(rows: np.ndarray, before: np.ndarray | None, watched: np.ndarray, *, run: int = STUCK_RUN,
-               window: int = HOLD_WINDOW, starts: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Cells of ``rows`` in a run of one exact value at least ``run`` rows long up to them (rows in
-    order), on the ``watched`` channels, where, of the ``window`` rows before the cell, those before
-    the run began hold no repeat (a run longer than ``window`` counts whatever came before it).
-
-    Parameters
-    ----------
-    rows : ndarray of shape (n, p)
-        The rows, in order, as stored.  NaN, inf and 0 never count as a repeat (0 is an idle
-        device's state, and what a row-block method puts in rows it does not judge).
-    before : ndarray of shape (m, p) or None
-        The rows just before ``rows`` (NaN where there are none; ``m >= window`` gives every
-        cell its whole window); None: none.
-    watched : ndarray of bool, shape (p,)
-        The channels the rule applies to.
-    run, window : int
-        :data:`STUCK_RUN` and :data:`HOLD_WINDOW`.
-    starts : bool
-        Also return, for each cell, the row its run began at, counted from the first of ``rows``
-        (negative: in ``before``).
-
-    Returns
-    -------
-    ndarray of bool, shape (n, p)
-        NaN never repeats; which values may be stuck (their precision, a saturation limit) is
-        the caller's to decide.
-    ndarray of int, shape (n, p)
-        With ``starts``.
-    """
-    n, p = rows.shape
-    out = np.zeros((n, p), bool)
-    began_at = np.zeros((n, p), np.int64)
-    cols = np.flatnonzero(watched)
-    if not n or not len(cols):
-        return (out, began_at) if starts else out
-    rows = np.asarray(rows)
-    sub = rows if len(cols) == p else rows[:, cols]
-    head = np.full((0, len(cols)), np.nan) if before is None else np.asarray(before)[-window:, cols]
-    with np.errstate(invalid="ignore"):  # the usual block: no value repeats, and no copy of it is made
-        if not (sub[1:] == sub[:-1]).any() and not (len(head) and (sub[0] == head[-1]).any()):
-            return (out, began_at) if starts else out
-    X = np.concatenate([head, sub]) if len(head) else sub
-    same = np.zeros(X.shape, bool)
-    with np.errstate(invalid="ignore"):  # zeros are a set state (and the rows a method masks), not a held value
-        same[1:] = (X[1:] == X[:-1]) & (X[1:] != 0) & np.isfinite(X[1:])
-    if not same[len(head) :].any():  # the usual block: no value repeats
-        return (out, began_at) if starts else out
-    m = len(X)
-    index = np.arange(m)[:, None]
-    began = np.maximum.accumulate(np.where(same, 0, index), axis=0)  # the first row of each cell's run
-    length = index - began + 1
-    pairs = np.cumsum(same, axis=0)  # repeats up to each row: those before a run are pairs[began - 1] - ...
-    first = np.maximum(index - window, 0)  # the window: rows first .. began - 1 (repeats at rows first+1 ..)
-    earlier = np.take_along_axis(pairs, np.maximum(began - 1, 0), axis=0) - np.take_along_axis(pairs, first, axis=0)
-    stuck = (length >= run) & ((length > window) | (earlier == 0))
-    out[:, cols] = stuck[len(head) :]
-    began_at[:, cols] = began[len(head) :] - len(head)
-    return (out, began_at) if starts else out

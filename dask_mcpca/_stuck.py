@@ -4,7 +4,7 @@ A cell holds a stuck value when it is one the fit learned
 (``repeated_values_``), or, on a channel continuous at the fit, exactly the
 value of the row before where that value needs near its dtype's full
 precision (:func:`held_cells`); a sensor stuck since the fit holds one value
-in :data:`._repeated.STUCK_RUN` consecutive rows of a channel that moves by
+in :data:`STUCK_RUN` consecutive rows (:func:`stuck_runs`) of a channel that moves by
 far more than it is written to (:func:`stuck_cells`); and a flagged row's
 channel at fault is the stuck cell that explains the flag
 (:func:`isolated_top`).  These functions read rows as stored, in order (a
@@ -21,18 +21,33 @@ import numpy as np
 from . import _missing
 from ._distances import observed_counts
 from ._precision import contributor, model_rows
-from ._repeated import HOLD_WINDOW, significant_digits, stuck_runs, value_matches
+from ._repeated import significant_digits, value_matches
 
 __all__ = [
     "FULL_DIGITS",
+    "HOLD_WINDOW",
     "RESOLUTION_RATIO",
     "RUN_DIGITS",
     "SET_POINT_RATIO",
+    "STUCK_RUN",
     "WRITTEN_VALUES",
     "held_cells",
     "isolated_top",
     "stuck_cells",
+    "stuck_runs",
 ]
+
+#: A channel that holds one exact value in this many consecutive rows is stuck from the last of them on
+#: (:func:`stuck_runs`): a continuous measurement repeats its exact value about once in 1e6 rows (float32),
+#: so nine repeats in a row do not happen by chance, and a stuck stretch of s rows is found in s - 9 of them.
+#: The rule reads rows in order and looks only back: a row's verdict never changes when rows are appended.
+STUCK_RUN = 10
+
+#: ... unless, in the ``HOLD_WINDOW`` rows before the cell, the channel repeated a value before the run
+#: began: then it holds values by nature (a slow sensor logged faster than it updates), and its runs are
+#: not faults.  A run longer than the window is stuck whatever came before it.  Each verdict reads a fixed
+#: window of rows before its own, so it does not depend on how the rows are cut into blocks.
+HOLD_WINDOW = 1024
 
 #: Shortest decimal digits (round-trip, :func:`._repeated.significant_digits`) of a value whose exact
 #: repeat from one row to the next is taken as a stuck sensor's, by the dtype the rows are stored in:
@@ -43,7 +58,7 @@ FULL_DIGITS = {np.dtype(np.float64): 13, np.dtype(np.float32): 7}
 
 #: Digits of a value that a stuck run may hold (:func:`stuck_cells`): one fewer than :data:`FULL_DIGITS`, as
 #: about one float32 value in ten is spelled in 6 digits; a run's repeats are evidence enough, with the hold
-#: rule (:func:`._repeated.stuck_runs`), against a channel on a coarser grid, whose values repeat often.
+#: rule (:func:`stuck_runs`), against a channel on a coarser grid, whose values repeat often.
 RUN_DIGITS = {dtype: digits - 1 for dtype, digits in FULL_DIGITS.items()}
 
 #: Values of a channel before a run that say how it moves and how finely it is written (:func:`_moving_channels`).
@@ -51,7 +66,7 @@ WRITTEN_VALUES = 32
 
 #: A channel whose typical change from one row to the next is at least this many times the resolution it is
 #: written at (the last digit of its values' shortest spelling) repeats a value exactly with probability
-#: about 1 / (this ratio) a row, so nine repeats in a row (:data:`._repeated.STUCK_RUN`) are not chance.
+#: about 1 / (this ratio) a row, so nine repeats in a row (:data:`STUCK_RUN`) are not chance.
 RESOLUTION_RATIO = 10.0
 
 
@@ -102,8 +117,8 @@ def stuck_cells(model: Any, block, before) -> np.ndarray:
 
     A channel continuous at the fit (``quantization_steps_`` 0), that moved by far more than it is
     written to before (:func:`_moving_channels`), holding one value, not at a saturation limit
-    (``saturation_limits_``), in :data:`._repeated.STUCK_RUN` consecutive rows, having repeated no
-    other value in the :data:`._repeated.HOLD_WINDOW` rows before (:func:`._repeated.stuck_runs`).
+    (``saturation_limits_``), in :data:`STUCK_RUN` consecutive rows, having repeated no
+    other value in the :data:`HOLD_WINDOW` rows before (:func:`stuck_runs`).
     The fit's row sample learns a value stuck in the fitted rows (``repeated_values_``); this
     rule finds one that sticks later, for monitoring.  Quantized channels, values on a coarser grid
     (an idle device's zeros, a set point) and a saturated reading are not judged by it.
@@ -131,7 +146,7 @@ WRITTEN_VALUES = 32
 
 #: A channel whose typical change from one row to the next is at least this many times the resolution it is
 #: written at (the last digit of its values' shortest spelling) repeats a value exactly with probability
-#: about 1 / (this ratio) a row, so nine repeats in a row (:data:`._repeated.STUCK_RUN`) are not chance.
+#: about 1 / (this ratio) a row, so nine repeats in a row (:data:`STUCK_RUN`) are not chance.
 RESOLUTION_RATIO = 10.0
 
 
@@ -152,7 +167,7 @@ def _moving_channels(block: np.ndarray, before, at: tuple[np.ndarray, np.ndarray
     is on a channel that moves by much more than it is written to: the median change between
     consecutive rows of its last :data:`WRITTEN_VALUES` values before the run is at least
     :data:`RESOLUTION_RATIO` times their median resolution (:func:`_resolution`), those values taken
-    within the cell's window of :data:`._repeated.HOLD_WINDOW` rows (so that no verdict depends on the
+    within the cell's window of :data:`HOLD_WINDOW` rows (so that no verdict depends on the
     chunking).  Where fewer than two lie there (a run longer than the window), the run's own value
     must need near its dtype's full precision (:data:`RUN_DIGITS`).  A channel written on a grid as
     coarse as its movement (a slow temperature in tenths of a degree) is left to the fit's rules;
@@ -229,3 +244,64 @@ def isolated_top(model: Any, block, before, d2, calibrated, flags, top, contribu
     named = explains.any(axis=1)
     top[at[named]] = np.argmax(np.where(explains[named], c[named], -np.inf), axis=1)
     return top
+
+
+def stuck_runs(rows: np.ndarray, before: np.ndarray | None, watched: np.ndarray, *, run: int = STUCK_RUN,
+               window: int = HOLD_WINDOW, starts: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Cells of ``rows`` in a run of one exact value at least ``run`` rows long up to them (rows in
+    order), on the ``watched`` channels, where, of the ``window`` rows before the cell, those before
+    the run began hold no repeat (a run longer than ``window`` counts whatever came before it).
+
+    Parameters
+    ----------
+    rows : ndarray of shape (n, p)
+        The rows, in order, as stored.  NaN, inf and 0 never count as a repeat (0 is an idle
+        device's state, and what a row-block method puts in rows it does not judge).
+    before : ndarray of shape (m, p) or None
+        The rows just before ``rows`` (NaN where there are none; ``m >= window`` gives every
+        cell its whole window); None: none.
+    watched : ndarray of bool, shape (p,)
+        The channels the rule applies to.
+    run, window : int
+        :data:`STUCK_RUN` and :data:`HOLD_WINDOW`.
+    starts : bool
+        Also return, for each cell, the row its run began at, counted from the first of ``rows``
+        (negative: in ``before``).
+
+    Returns
+    -------
+    ndarray of bool, shape (n, p)
+        NaN never repeats; which values may be stuck (their precision, a saturation limit) is
+        the caller's to decide.
+    ndarray of int, shape (n, p)
+        With ``starts``.
+    """
+    n, p = rows.shape
+    out = np.zeros((n, p), bool)
+    began_at = np.zeros((n, p), np.int64)
+    cols = np.flatnonzero(watched)
+    if not n or not len(cols):
+        return (out, began_at) if starts else out
+    rows = np.asarray(rows)
+    sub = rows if len(cols) == p else rows[:, cols]
+    head = np.full((0, len(cols)), np.nan) if before is None else np.asarray(before)[-window:, cols]
+    with np.errstate(invalid="ignore"):  # the usual block: no value repeats, and no copy of it is made
+        if not (sub[1:] == sub[:-1]).any() and not (len(head) and (sub[0] == head[-1]).any()):
+            return (out, began_at) if starts else out
+    X = np.concatenate([head, sub]) if len(head) else sub
+    same = np.zeros(X.shape, bool)
+    with np.errstate(invalid="ignore"):  # zeros are a set state (and the rows a method masks), not a held value
+        same[1:] = (X[1:] == X[:-1]) & (X[1:] != 0) & np.isfinite(X[1:])
+    if not same[len(head) :].any():  # the usual block: no value repeats
+        return (out, began_at) if starts else out
+    m = len(X)
+    index = np.arange(m)[:, None]
+    began = np.maximum.accumulate(np.where(same, 0, index), axis=0)  # the first row of each cell's run
+    length = index - began + 1
+    pairs = np.cumsum(same, axis=0)  # repeats up to each row: those before a run are pairs[began - 1] - ...
+    first = np.maximum(index - window, 0)  # the window: rows first .. began - 1 (repeats at rows first+1 ..)
+    earlier = np.take_along_axis(pairs, np.maximum(began - 1, 0), axis=0) - np.take_along_axis(pairs, first, axis=0)
+    stuck = (length >= run) & ((length > window) | (earlier == 0))
+    out[:, cols] = stuck[len(head) :]
+    began_at[:, cols] = began[len(head) :] - len(head)
+    return (out, began_at) if starts else out

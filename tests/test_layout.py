@@ -179,3 +179,25 @@ def test_public_errors_live_in_one_module_and_are_all_exported():
     for name in _exceptions.__all__:
         assert getattr(dask_mcpca, name) is getattr(_exceptions, name)
         assert f":: {name}\n" in api, f"docs/api.rst does not list {name}"
+
+
+#: Issue 38's sizes: a module a reader can take in at once, and a long function that says what it does.
+MAX_MODULE_LINES = 600
+UNDOCUMENTED_FUNCTION_LINES = 80
+
+
+def test_no_module_over_the_size_a_reader_takes_in():
+    sizes = {_module_name(p): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    over = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by what they do): {over}"
+
+
+def test_a_long_function_has_a_docstring():
+    bare = [
+        f"{_module_name(path)}.{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > UNDOCUMENTED_FUNCTION_LINES and ast.get_docstring(node) is None
+    ]
+    assert not bare, f"functions over {UNDOCUMENTED_FUNCTION_LINES} lines without a docstring: {bare}"

@@ -19,7 +19,7 @@ import xarray as xr
 import zarr
 
 from dask_mcpca import load
-from dask_mcpca._repeated import STUCK_RUN
+from dask_mcpca._stuck import STUCK_RUN
 from dask_mcpca.cli import main
 
 P, CHUNK = 5, 1_500

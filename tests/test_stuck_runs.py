@@ -4,7 +4,7 @@ The fit's row sample learns a value stuck in the fitted rows (``repeated_values_
 tests/test_repeated.py); a sensor that sticks later is found by its run: a
 channel continuous at the fit holding one value, at its dtype's full precision,
 in ``STUCK_RUN`` consecutive rows, where it repeated no other value in the
-``HOLD_WINDOW`` rows before (``dask_mcpca._repeated.stuck_runs``).
+``HOLD_WINDOW`` rows before (``dask_mcpca._stuck.stuck_runs``).
 
 The rule is written out here row by row, plainly, and compared with the
 vectorised one; then the methods that flag rows (``is_outlier``, ``predict``,
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from dask_mcpca import MCPCA
-from dask_mcpca._repeated import HOLD_WINDOW, STUCK_RUN, stuck_runs
+from dask_mcpca._stuck import HOLD_WINDOW, STUCK_RUN, stuck_runs
 
 P = 6
 CHUNKINGS = (997, 4096, 30_000)
