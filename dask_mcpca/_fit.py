@@ -36,7 +36,7 @@ from ._io import as_row_blocks
 from ._model import contamination_cutoff, repeated
 from ._paper import fit_paper
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, spread_blocks
-from ._power import descending_eigh, orient_rows
+from ._power import descending_eigh, direction_floors, orient_rows
 from ._repeated import quantization_steps, saturation_limits
 from ._robust import DEFAULT_TOL as _robust_tol
 from ._robust import fit_robust
@@ -520,7 +520,9 @@ def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[
         found["repeated_rows_"] = np.ldexp(robust.repeated_rows, unit)
     view = model_view(orient_rows(V[:, :k].T), lam[:k], lam[k:], lam.sum(), np.ldexp(location, unit),
                        kernel_scale, support_=float(support), **found, **known)
-    rank = int(np.sum(lam > 0))
+    # the dimensions the distances count: a round-off direction (a constant channel's 1e-15, or 0.0, as the
+    # blocks' sums happened to round) is floored in them and counts for none (_precision.floored_variances)
+    rank = int(np.sum(lam > direction_floors(lam, V, (V**2) @ lam)))
     free = moments.sample[~repeated(view, moments.sample)]  # both in data units
     n_effective = support * moments.n_rows
     cutoff = calibrated_cutoff(calibrated_d2(view, free), OUTLIER_QUANTILE, p=max(rank, 1),

@@ -35,10 +35,25 @@ TINY_EIGENVALUE = 2.0**-1000
 
 
 def precision(scatter: np.ndarray) -> np.ndarray:
-    """Pseudo-inverse of a scatter matrix; directions without spread get 0."""
+    """Pseudo-inverse of a scatter matrix; directions without spread get 0.
+
+    A channel that lies in those directions alone (a constant channel: its
+    share of the kept directions, ``sum_k V_jk^2``, under ``p * eps``, the
+    round-off of orthonormal directions) gets a zero row and column: the
+    pseudo-inverse left it a round-off diagonal of about 1e-29, which a
+    cellwise fit took for a channel with spread 3e-15, flagging its cells
+    and completing them 1e11 from the centre.  A channel with any real share
+    (half each for two channels that always agree) keeps its entries.
+    """
     w, V = spread_directions(scatter)
     keep = w > TINY_EIGENVALUE
-    return (V[:, keep] / w[keep]) @ V[:, keep].T
+    kept = V[:, keep]
+    P = (kept / w[keep]) @ kept.T
+    unseen = (kept**2).sum(axis=1) < len(P) * np.finfo(np.float64).eps
+    if unseen.any():
+        P[unseen, :] = 0.0
+        P[:, unseen] = 0.0
+    return P
 
 
 def _rank(scatter: np.ndarray) -> int:

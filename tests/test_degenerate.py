@@ -79,6 +79,43 @@ def test_constant_column(kw):
     np.testing.assert_allclose(m.explained_variance_[:3], ref.explained_variance_[:3], rtol=0.05)
 
 
+def _correlated(n, p, seed):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, p)) @ (rng.normal(size=(p, p)) / np.sqrt(p) + np.eye(p))
+
+
+@pytest.mark.parametrize("value", [3.0, 0.0])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cellwise_fit_with_a_dead_channel_is_the_fit_without_it(value, dtype):
+    """A constant channel (a dead sensor; all zeros) in a cellwise fit: its round-off in the
+    pseudo-inverse once flagged its cells and completed them 1e11 from the centre, so the mean and
+    the variances blew up (1e26) with no warning, or the fit stopped with a NumericalRangeError.
+    Expected: the fit of the other channels alone."""
+    for seed in (3, 5):
+        X = _correlated(3000, 12, seed).astype(dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            m = MCPCA(cellwise=True).fit(np.insert(X, 6, value, axis=1))
+            ref = MCPCA(cellwise=True).fit(X)
+        assert m.mean_[6] == value
+        np.testing.assert_allclose(np.delete(m.mean_, 6), ref.mean_, atol=0.02)
+        np.testing.assert_allclose(m.explained_variance_[:12], ref.explained_variance_, rtol=0.02)
+        assert m.explained_variance_[12] <= 1e-12 * m.explained_variance_[0]
+        assert not m.cell_outliers(np.insert(X, 6, value, axis=1))[:, 6].any()
+
+
+def test_outlier_cutoff_counts_no_round_off_dimension_whatever_the_chunks():
+    """The calibrated cutoff's degrees of freedom are the directions the distances count: a constant
+    channel's round-off variance (1.1e-15 in one block, 0.0 summed over three) counted as one
+    dimension in one and not the other, so the cutoff and the flags depended on the chunking."""
+    X = np.insert(_correlated(3000, 49, 3), 7, 3.0, axis=1)
+    cutoffs = [MCPCA().fit(X).outlier_cutoff_]
+    cutoffs += [MCPCA().fit(da.from_array(X, chunks=(rows, 50))).outlier_cutoff_ for rows in (1500, 1000)]
+    np.testing.assert_allclose(cutoffs, cutoffs[0], rtol=1e-12)
+    without = MCPCA().fit(np.delete(X, 7, axis=1)).outlier_cutoff_  # 49 dimensions, as the distances count
+    assert cutoffs[0] == pytest.approx(without, rel=0.01)
+
+
 def test_constant_column_leaves_robust_start_of_the_others_alone():
     """DetMCD ranks its starts by the (pseudo-)determinant of the h-subset scatter.
 
