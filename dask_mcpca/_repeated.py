@@ -303,7 +303,11 @@ def quantization_steps(sample: np.ndarray) -> np.ndarray:
     sample happens to hold.  A reading of such a column says only that the
     value lies within half a step of it (``MCPCA.is_outlier`` uses the
     nearest point of that cell); a column whose gaps share no such step is
-    taken as continuous.
+    taken as continuous.  So is a column with fewer than two levels each
+    held by ``TIGHT_SHARE`` of the rows (and by 2): a constant channel with a few
+    glitches at one value would otherwise get the glitch for its step, and
+    its variance floor and nearest-point rule would hide every deviation up
+    to half of it (5 rows at 85 of 20,000 at 20: a step of 65).
     """
     n, p = sample.shape
     steps = np.zeros(p)
@@ -316,6 +320,8 @@ def quantization_steps(sample: np.ndarray) -> np.ndarray:
         on = _lattice(values, counts)
         if on.all() and not (counts >= 2).all():
             continue  # continuous: every distinct value is a lattice point
+        if np.count_nonzero(on & (counts >= max(2, TIGHT_SHARE * counts.sum()))) < 2:
+            continue  # one level and rare values (a dead channel's glitches): no step between levels to read
         gaps = np.diff(values)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             for divisor in range(1, MAX_STEP_DIVISOR + 1):

@@ -106,3 +106,21 @@ def test_a_saturating_channel_is_judged_as_censored_at_its_limit():
     stuck = clipped[low].copy()
     stuck[:, 2] = limit
     assert np.asarray(model.is_outlier(stuck)).mean() >= 0.95
+
+
+def test_a_dead_channel_with_a_few_glitches_at_one_value_has_no_step():
+    """Five rows at 85 on a channel held at 20 in 20,000: the glitch is no level (the fit of the same
+    channel without the glitches has step 0), so the glitches and any new value off 20 are flagged; the
+    glitch once became a step of 65, whose floor and nearest-point rule hid every deviation up to 32."""
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(20_000, 2))
+    X = F @ rng.normal(size=(2, 6)) + 0.3 * rng.normal(size=(20_000, 6)) + 10
+    X[:, 2] = 20.0
+    glitches = [500, 4000, 9000, 13000, 17000]
+    X[glitches, 2] = 85.0
+    model = MCPCA(random_state=0).fit(X)
+    assert model.quantization_steps_[2] == 0.0
+    assert model.is_outlier(X)[glitches].all()
+    new = X[:4].copy()
+    new[:, 2] = [20.0, 30.0, 50.0, 85.0]
+    np.testing.assert_array_equal(model.is_outlier(new), [False, True, True, True])
