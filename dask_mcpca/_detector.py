@@ -167,8 +167,8 @@ class OutlierDetectorMixin:
         """
         check_is_fitted(self, "components_")
 
-        def flags(block, before=None):
-            return _modes.judged_rows(self, block, before)[1]
+        def flags(block, before=None, original=None):
+            return _modes.judged_rows(self, block, before, original)[1]
 
         return self._map_rows(X, flags, None, dtype=bool, storage_options=storage_options, in_order=True, modes_ok=True)
 
@@ -247,8 +247,8 @@ class OutlierDetectorMixin:
         """
         check_is_fitted(self, "components_")
 
-        def labels(block, before=None):
-            return np.where(_modes.judged_rows(self, block, before)[1], -1, 1).astype(np.int64)
+        def labels(block, before=None, original=None):
+            return np.where(_modes.judged_rows(self, block, before, original)[1], -1, 1).astype(np.int64)
 
         return self._map_rows(X, labels, None, dtype=np.int64, storage_options=storage_options, in_order=True,
                               modes_ok=True)
@@ -296,8 +296,8 @@ class OutlierDetectorMixin:
         check_is_fitted(self, "components_")
         offset = self.outlier_threshold_
 
-        def margin(block, before=None):
-            d2, flags, held = _modes.judged_rows(self, block, before)
+        def margin(block, before=None, original=None):
+            d2, flags, held = _modes.judged_rows(self, block, before, original)
             out = _model.weight(self, d2) - offset
             out[flags & ~(out < 0) & held] = -offset  # a score of 0: a stuck value, which the fit gives no weight
             out[flags & ~(out < 0)] = -np.finfo(np.float64).tiny  # d2 above the cutoff, its score rounded to it

@@ -120,12 +120,14 @@ def outlier_flags(model: Any, rows: np.ndarray, d2: np.ndarray, stuck: np.ndarra
     return flags if stuck is None else flags | stuck.any(axis=1)
 
 
-def judged_rows(model: Any, block, before) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def judged_rows(model: Any, block, before, original=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A block's rows (as stored, in order; ``before``: the rows before it, :data:`CONTEXT_ROWS`) as
     :meth:`MCPCA.is_outlier`, ``predict`` and ``decision_function`` judge them: their
     :func:`._distances.calibrated_d2`, the flags of :func:`outlier_flags`, and the rows flagged whatever their
-    distance (a repeated value or row, a stuck run)."""
-    stuck = stuck_cells(model, block, before)
+    distance (a repeated value or row, a stuck run).  ``original``: the block before its unusable rows were
+    zeroed (:func:`nan_for_nonfinite_rows`), whose runs the stuck-run rule reads, as :func:`row_outputs` does:
+    a zeroed row would restart every channel's run."""
+    stuck = stuck_cells(model, block if original is None else original, before)
     rows = model_rows(model, np.asarray(block, np.float64))
     d2 = calibrated_d2(model, rows)
     held = repeated(model, rows) | stuck.any(axis=1)
@@ -179,21 +181,23 @@ def unusable_rows(block, nan_policy: str) -> np.ndarray:
     return bad
 
 
-def nan_for_nonfinite_rows(func, nan_policy: str = "omit"):
+def nan_for_nonfinite_rows(func, nan_policy: str = "omit", *, original: bool = False):
     """Wrap a row-block function: rows holding NaN or inf give NaN (False for flags).
 
     Under ``nan_policy="raise"`` such rows raise :class:`NonFiniteRowsError`
     instead (for dask input, when the block is computed).  Under
     ``"partial"``, rows with some cells NaN (none inf) reach ``func`` as
     they are, which handles them by their observed cells; rows with every
-    cell NaN, or an inf, give NaN.
+    cell NaN, or an inf, give NaN.  ``original``: ``func`` also takes the
+    block as it came (``original=``), where it reads rows in order.
     """
 
     def wrapped(block, *context):
         bad = unusable_rows(block, nan_policy)
         if not bad.any():
             return func(block, *context)
-        out = func(np.where(bad[:, None], 0.0, block), *context)
+        extra = {"original": block} if original else {}
+        out = func(np.where(bad[:, None], 0.0, block), *context, **extra)
         out[bad] = np.nan if out.dtype.kind == "f" else 0
         return out
 

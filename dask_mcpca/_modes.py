@@ -400,12 +400,12 @@ def best_modes(model, rows) -> np.ndarray:
     return finder(model)(rows)
 
 
-def judged_rows(model, block, before=None):
+def judged_rows(model, block, before=None, original=None):
     """:func:`._model.judged_rows` for a model with or without modes.  With modes, each row by its mode
     (:func:`best_modes`): the flags are the mode's, and the distance that mode's ``d2`` rescaled so that
     the model's ``outlier_cutoff_`` is the mode's (``d2 * outlier_cutoff_ / mode cutoff``)."""
     if not has_modes(model):
-        return _model.judged_rows(model, block, before)
+        return _model.judged_rows(model, block, before, original)
     best = best_modes(model, block)
     d2, flags, held = np.full(len(best), np.nan), np.zeros(len(best), bool), np.zeros(len(best), bool)
     block = np.asarray(block)
@@ -413,7 +413,7 @@ def judged_rows(model, block, before=None):
         mine = best == m
         if mine.any():
             # the rows before a mode's rows are the block's: a run that crosses modes is judged whole
-            d2_m, flags[mine], held[mine] = (v[mine] for v in _model.judged_rows(sub, block, before))
+            d2_m, flags[mine], held[mine] = (v[mine] for v in _model.judged_rows(sub, block, before, original))
             d2[mine] = d2_m * (model.outlier_cutoff_ / sub.outlier_cutoff_)
     return d2, flags, held
 

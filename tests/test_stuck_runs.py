@@ -191,3 +191,26 @@ def test_a_recording_written_to_six_decimals_is_judged_by_how_far_it_moves():
     # the run holds row 2,999's value from row 2,999 on: 501 rows, stuck from its tenth
     assert stuck[2_999 + STUCK_RUN - 1 : 3_500, 0].all() and stuck[:, 0].sum() == 501 - STUCK_RUN + 1
     assert not stuck[:, 1].any()
+
+
+@pytest.mark.parametrize("chunks", [None, 1000])
+def test_a_gap_on_another_channel_does_not_restart_a_stuck_run(chunks):
+    """Under ``nan_policy="omit"`` a row with a NaN gives no verdict, but the rows around it are read as
+    stored: the row-flagging methods once judged runs on the block with such rows zeroed, so every eighth
+    row restarted the run and ``is_outlier`` found 699 of the stretch's rows where ``score_rows`` found
+    1,747.  Expected: every row of the stretch from its ``STUCK_RUN``-th on, but the rows with the gap."""
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(30_000, 2))
+    A = F @ rng.normal(size=(2, P)) + 0.3 * rng.normal(size=(30_000, P)) + 10
+    model = MCPCA(random_state=0, nan_policy="omit").fit(A[:20_000])
+    Z = A[20_000:].copy()
+    Z[3000:5000, 1] = Z[2999, 1]  # stuck at its last reading: a run from row 2999
+    Z[3000:5000:8, 3] = np.nan
+    found = slice(2999 + STUCK_RUN - 1, 5000)  # (its first rows may be flagged by the held-cell rule)
+    expected = ~np.isnan(Z[found]).any(axis=1)
+    rows = Z if chunks is None else da.from_array(Z, chunks=(chunks, P))
+    flags = np.asarray(model.is_outlier(rows))
+    np.testing.assert_array_equal(flags[found], expected)
+    np.testing.assert_array_equal(np.asarray(model.predict(rows)) == -1, flags)
+    np.testing.assert_array_equal(np.asarray(model.decision_function(rows)) < 0, flags & ~np.isnan(Z).any(axis=1))
+    np.testing.assert_array_equal(np.asarray(model.score_rows(rows, outputs=("outlier",))["outlier"]), flags)
