@@ -20,14 +20,13 @@ import numpy as np
 
 from . import _missing
 from ._distances import observed_counts
-from ._precision import contributor, model_rows
+from ._precision import contributor, model_rows, precision_power
 from ._repeated import significant_digits, value_matches
 
 __all__ = [
     "FULL_DIGITS",
     "HOLD_WINDOW",
     "RESOLUTION_RATIO",
-    "RUN_DIGITS",
     "SET_POINT_RATIO",
     "STUCK_RUN",
     "WRITTEN_VALUES",
@@ -56,10 +55,6 @@ HOLD_WINDOW = 1024
 #: chance about once in 1e12 (float64) or 1e6 (float32) rows.
 FULL_DIGITS = {np.dtype(np.float64): 13, np.dtype(np.float32): 7}
 
-#: Digits of a value that a stuck run may hold (:func:`stuck_cells`): one fewer than :data:`FULL_DIGITS`, as
-#: about one float32 value in ten is spelled in 6 digits; a run's repeats are evidence enough, with the hold
-#: rule (:func:`stuck_runs`), against a channel on a coarser grid, whose values repeat often.
-RUN_DIGITS = {dtype: digits - 1 for dtype, digits in FULL_DIGITS.items()}
 
 #: Values of a channel before a run that say how it moves and how finely it is written (:func:`_moving_channels`).
 WRITTEN_VALUES = 32
@@ -71,7 +66,12 @@ RESOLUTION_RATIO = 10.0
 
 
 #: A run whose value is written this many times more coarsely than the channel's values before it is a set
-#: point (an idle device's 20.5), not a reading that stuck (:func:`_moving_channels`).
+#: point (an idle device's 20.5), not a reading that stuck (:func:`_moving_channels`).  A run longer than
+#: :data:`HOLD_WINDOW`, whose window holds no value from before it, is a reading that stuck when its value is
+#: written this many times more finely than the channel's spread under the model (0.43159 against a spread of
+#: 1; a set point, 20.5 against 2, is coarser).  That rule once asked for the dtype's near-full precision (12
+#: digits in float64), so a float64 recording logged to six decimals stopped being flagged once its run
+#: outgrew the window, while its float32 copy went on.
 SET_POINT_RATIO = 1000.0
 
 
@@ -105,11 +105,10 @@ def held_cells(model: Any, rows: np.ndarray, before: np.ndarray) -> np.ndarray:
     return held
 
 
-def _full_precision(values: np.ndarray, dtype, digits: dict | None = None) -> np.ndarray:
+def _full_precision(values: np.ndarray, dtype) -> np.ndarray:
     """True for the ``values`` whose shortest spelling in ``dtype`` needs near its full precision
-    (``digits``: by dtype; :data:`FULL_DIGITS` by default)."""
-    digits = FULL_DIGITS if digits is None else digits
-    return significant_digits(values) >= digits.get(np.dtype(dtype), digits[np.dtype(np.float64)])
+    (:data:`FULL_DIGITS`)."""
+    return significant_digits(values) >= FULL_DIGITS.get(np.dtype(dtype), FULL_DIGITS[np.dtype(np.float64)])
 
 
 def stuck_cells(model: Any, block, before) -> np.ndarray:
@@ -132,27 +131,13 @@ def stuck_cells(model: Any, block, before) -> np.ndarray:
     cells, began = stuck_runs(block, before, np.asarray(steps) == 0, starts=True)
     if cells.any():
         at = np.nonzero(cells)
-        keep = _moving_channels(block, before, at, began[at])
+        keep = _moving_channels(block, before, at, began[at], _channel_spreads(model))
         limits = getattr(model, "saturation_limits_", None)
         if limits is not None:
             values = _model_cells(model, block[at], at[1])  # limits are in the model's units
             keep &= (values != limits[at[1], 0]) & (values != limits[at[1], 1])
         cells[at[0][~keep], at[1][~keep]] = False
     return cells
-
-
-#: Values of a channel before a run that say how it moves and how finely it is written (:func:`_moving_channels`).
-WRITTEN_VALUES = 32
-
-#: A channel whose typical change from one row to the next is at least this many times the resolution it is
-#: written at (the last digit of its values' shortest spelling) repeats a value exactly with probability
-#: about 1 / (this ratio) a row, so nine repeats in a row (:data:`STUCK_RUN`) are not chance.
-RESOLUTION_RATIO = 10.0
-
-
-#: A run whose value is written this many times more coarsely than the channel's values before it is a set
-#: point (an idle device's 20.5), not a reading that stuck (:func:`_moving_channels`).
-SET_POINT_RATIO = 1000.0
 
 
 def _resolution(values: np.ndarray, dtype) -> np.ndarray:
@@ -162,14 +147,23 @@ def _resolution(values: np.ndarray, dtype) -> np.ndarray:
         return 10.0 ** (np.floor(np.log10(np.abs(values.astype(np.float64)))) - significant_digits(values) + 1)
 
 
-def _moving_channels(block: np.ndarray, before, at: tuple[np.ndarray, np.ndarray], began: np.ndarray) -> np.ndarray:
+def _channel_spreads(model: Any) -> np.ndarray:
+    """Each channel's standard deviation under the model, in the data's units (as stored)."""
+    spread = np.sqrt(np.maximum(np.diag(precision_power(model, -1.0)), 0.0))
+    scale = getattr(model, "scale_", None)
+    return spread if scale is None else spread * scale
+
+
+def _moving_channels(block: np.ndarray, before, at: tuple[np.ndarray, np.ndarray], began: np.ndarray,
+                     spreads: np.ndarray) -> np.ndarray:
     """Whether each run of the cells ``at`` (rows, columns of ``block``; its run began at row ``began``)
     is on a channel that moves by much more than it is written to: the median change between
     consecutive rows of its last :data:`WRITTEN_VALUES` values before the run is at least
     :data:`RESOLUTION_RATIO` times their median resolution (:func:`_resolution`), those values taken
     within the cell's window of :data:`HOLD_WINDOW` rows (so that no verdict depends on the
     chunking).  Where fewer than two lie there (a run longer than the window), the run's own value
-    must need near its dtype's full precision (:data:`RUN_DIGITS`).  A channel written on a grid as
+    must be written :data:`SET_POINT_RATIO` times more finely than the channel's spread under the model
+    (``spreads``, data units).  A channel written on a grid as
     coarse as its movement (a slow temperature in tenths of a degree) is left to the fit's rules;
     a recording logged to six decimals whose values move by far more is judged.  A run of a value
     written :data:`SET_POINT_RATIO` times more coarsely than the values before it is a set point.
@@ -193,7 +187,7 @@ def _moving_channels(block: np.ndarray, before, at: tuple[np.ndarray, np.ndarray
             moving = (np.median(steps) >= RESOLUTION_RATIO * resolution
                       and _resolution(X[b : b + 1, col], block.dtype)[0] < SET_POINT_RATIO * resolution)
         else:  # the run began before the window: its own value
-            moving = _full_precision(X[b : b + 1, col], block.dtype, RUN_DIGITS)[0]
+            moving = _resolution(X[b : b + 1, col], block.dtype)[0] * SET_POINT_RATIO <= spreads[col]
         keep[which.ravel() == g] = moving
     return keep
 

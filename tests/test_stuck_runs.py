@@ -214,3 +214,23 @@ def test_a_gap_on_another_channel_does_not_restart_a_stuck_run(chunks):
     np.testing.assert_array_equal(np.asarray(model.predict(rows)) == -1, flags)
     np.testing.assert_array_equal(np.asarray(model.decision_function(rows)) < 0, flags & ~np.isnan(Z).any(axis=1))
     np.testing.assert_array_equal(np.asarray(model.score_rows(rows, outputs=("outlier",))["outlier"]), flags)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_run_longer_than_the_window_stays_stuck_and_a_long_set_point_stays_alone(dtype):
+    """Past ``HOLD_WINDOW`` rows no value from before the run is left to judge it by: a reading logged to six
+    decimals once needed float64's 12 digits there, so it stopped being flagged after about 1,000 rows where
+    its float32 copy went on.  Expected: stuck from the run's tenth row to its end, in either dtype; a set
+    point (20.5) held as long is no run."""
+    rng = np.random.default_rng(5)
+    n = 20_000
+    X = np.round(rng.normal(size=(n, 3)), 6)
+    model = MCPCA().fit(X[:10_000].astype(dtype))
+    later = X[10_000:].copy()
+    later[2_000:5_000, 0] = later[1_999, 0]  # 3,001 rows holding row 1,999's reading
+    later[6_000:9_000, 2] = 20.5  # the device parked at its set point
+    from dask_mcpca import _stuck
+
+    stuck = _stuck.stuck_cells(model, later.astype(dtype), None)
+    assert stuck[1_999 + STUCK_RUN - 1 : 5_000, 0].all() and stuck[:, 0].sum() == 3_001 - STUCK_RUN + 1
+    assert not stuck[:, 2].any()
