@@ -33,6 +33,8 @@ __all__ = [
     "FAST_TOP_MIN_ROWS",
     "FLOAT32_ROOM",
     "CellJudgement",
+    "LIMIT_RTOL",
+    "at_limits",
     "calibrated_d2",
     "cell_flags",
     "censored_d2",
@@ -43,6 +45,20 @@ __all__ = [
     "nearest_in_cells",
     "observed_counts",
 ]
+
+
+#: A cell is at a saturation limit when it lies within this share of the limit's magnitude: a float32 copy of a
+#: recording holds the float32 rounding of the float64 limit the fit learned (half a float32 step, 2**-24 of the
+#: value, plus the rounding of a division by ``scale_``), which an exact comparison missed (9 of 267 at-limit
+#: rows flagged where the float64 recording had 1).  A continuous reading this close to a limit is at it.
+LIMIT_RTOL = 2.0**-23
+
+
+def at_limits(block: np.ndarray, limits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cells of ``block`` at their channel's lower and upper saturation limit (``limits``, p x 2, NaN where
+    none; both in the model's units), to :data:`LIMIT_RTOL`."""
+    with np.errstate(invalid="ignore"):
+        return tuple(np.abs(block - limits[:, i]) <= LIMIT_RTOL * np.abs(limits[:, i]) for i in (0, 1))
 
 
 def mahalanobis_d2(model: Any, block) -> np.ndarray:
@@ -318,7 +334,7 @@ def censored_d2(model: Any, block, d2: np.ndarray) -> np.ndarray:
     """
     block = np.asarray(block, np.float64)
     limits = model.saturation_limits_
-    at_low, at_high = block == limits[:, 0], block == limits[:, 1]
+    at_low, at_high = at_limits(block, limits)
     rows = np.flatnonzero((at_low | at_high).any(axis=1))
     if not len(rows):
         return d2
@@ -393,7 +409,7 @@ def _known_cells(model: Any, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     for column, value in () if learned is None else learned:
         held[:, int(column)] |= value_matches(block[:, int(column)], value)
     limits = getattr(model, "saturation_limits_", None)
-    at_limit = (block == limits[:, 0]) | (block == limits[:, 1]) if limits is not None else np.zeros(block.shape, bool)
+    at_limit = np.logical_or(*at_limits(block, limits)) if limits is not None else np.zeros(block.shape, bool)
     return held, at_limit
 
 
@@ -405,7 +421,7 @@ def _censored_fits(model: Any, block: np.ndarray, cond, at_limit: np.ndarray) ->
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         z = (np.ldexp(block - model.mean_, -unit) - cond.completed) / np.sqrt(cond.variances())
     reach = np.sqrt(_cells.cell_cutoff2())
-    upper = block == model.saturation_limits_[:, 1]
+    upper = at_limits(block, model.saturation_limits_)[1]
     return at_limit & np.where(upper, z <= reach, z >= -reach)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import _missing
-from ._distances import observed_counts
+from ._distances import LIMIT_RTOL, observed_counts
 from ._precision import contributor, model_rows, precision_power
 from ._repeated import significant_digits, value_matches
 
@@ -135,7 +135,8 @@ def stuck_cells(model: Any, block, before) -> np.ndarray:
         limits = getattr(model, "saturation_limits_", None)
         if limits is not None:
             values = _model_cells(model, block[at], at[1])  # limits are in the model's units
-            keep &= (values != limits[at[1], 0]) & (values != limits[at[1], 1])
+            with np.errstate(invalid="ignore"):  # NaN: no limit
+                keep &= np.all(np.abs(values[:, None] - limits[at[1]]) > LIMIT_RTOL * np.abs(limits[at[1]]), axis=1)
         cells[at[0][~keep], at[1][~keep]] = False
     return cells
 

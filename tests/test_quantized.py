@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from dask_mcpca import MCPCA, load
 from dask_mcpca._repeated import quantization_steps
@@ -106,6 +107,20 @@ def test_a_saturating_channel_is_judged_as_censored_at_its_limit():
     stuck = clipped[low].copy()
     stuck[:, 2] = limit
     assert np.asarray(model.is_outlier(stuck)).mean() >= 0.95
+
+
+@pytest.mark.parametrize("scale", [None, "robust"])
+def test_a_float32_copy_is_censored_at_the_limit_its_float64_recording_taught(scale):
+    """A model fitted on a float64 recording scores its float32 copy: the copy's cells at the limit hold the
+    float32 rounding of the learned limit, which an exact comparison did not take for the limit (more of the
+    clipped rows flagged than in the recording).  Expected: the copy's flags are the recording's."""
+    from dask_mcpca.testing import clipped_channel
+
+    _, clipped, sat, limit = clipped_channel()
+    assert np.float32(limit) != limit  # the copy's cells are not the limit exactly
+    model = MCPCA(scale=scale).fit(clipped)
+    np.testing.assert_array_equal(np.asarray(model.is_outlier(clipped.astype(np.float32)))[sat],
+                                  np.asarray(model.is_outlier(clipped))[sat])
 
 
 def test_a_dead_channel_with_a_few_glitches_at_one_value_has_no_step():
