@@ -135,8 +135,8 @@ def stuck_cells(model: Any, block, before) -> np.ndarray:
         limits = getattr(model, "saturation_limits_", None)
         if limits is not None:
             values = _model_cells(model, block[at], at[1])  # limits are in the model's units
-            with np.errstate(invalid="ignore"):  # NaN: no limit
-                keep &= np.all(np.abs(values[:, None] - limits[at[1]]) > LIMIT_RTOL * np.abs(limits[at[1]]), axis=1)
+            with np.errstate(invalid="ignore"):  # NaN: no limit, never near
+                keep &= ~np.any(np.abs(values[:, None] - limits[at[1]]) <= LIMIT_RTOL * np.abs(limits[at[1]]), axis=1)
         cells[at[0][~keep], at[1][~keep]] = False
     return cells
 
