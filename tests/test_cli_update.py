@@ -294,6 +294,6 @@ def test_update_through_a_symlinked_model_writes_its_target(data, tmp_path, caps
     other.write_text("stale")
     os.symlink(other, out_link)
     assert _cli(capsys, "fit", store, "--rows", ":20000", "-o", tmp_path / "fresh.json")[0] == 0
-    rc, _, err = _cli(capsys, "update", store, "-m", tmp_path / "fresh.json", "-o", out_link)
+    rc, _, err = _cli(capsys, "update", store, "-m", tmp_path / "fresh.json", "-o", out_link, "--overwrite")
     assert rc == 0, err
     assert os.path.islink(out_link) and load(other).archive_rows_.tolist() == [[0, N]]

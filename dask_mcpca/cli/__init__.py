@@ -5,7 +5,7 @@ Subcommands::
     dask-mcpca fit   STORE [--dataset NAME] [--n-components K] [--solver auto|paper]
                      [--center robust|mean|none] [--nan-policy raise|omit|partial] [--cellwise]
                      [--scheduler ADDRESS] [--output model.json] [--overwrite] [--no-progress]
-    dask-mcpca update STORE --model model.json [--output new.json] [--dataset NAME]
+    dask-mcpca update STORE --model model.json [--output new.json] [--overwrite] [--dataset NAME]
                      [--scheduler ADDRESS] [--no-progress]
     dask-mcpca score STORE --model model.json --output scores.zarr [--dataset NAME]
                      [--overwrite | --append] [--scheduler ADDRESS] [--no-progress]
@@ -284,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument(
         "--output", "-o", metavar="PATH", help="write the updated model here (default: replace --model)"
     )
+    update.add_argument("--overwrite", action="store_true",
+                        help="replace --output if it exists (not needed when --output is the --model file)")
     update.add_argument("--dataset", metavar="NAME", help="array inside the store")
     update.add_argument("--no-progress", action="store_true", help="do not draw a progress line")
     data_options(update)

@@ -9,6 +9,7 @@ and refuses an archive whose rows read have changed.
 from __future__ import annotations
 
 import io
+import os
 import time
 
 import numpy as np
@@ -20,6 +21,7 @@ from .._estimator import MCPCA
 from .._labels import feature_names_of
 from .._params import check_params
 from .._scale import scale_text
+from .._urls import local_path
 from .common import (
     UsageError,
     check_channel_names,
@@ -202,11 +204,24 @@ def _check_fingerprint(args, whole, runs, samples, new_positions: list[int]) -> 
     return list(zip(new_positions, got[len(check):], strict=True))
 
 
+def _same_file(output: str, model: str) -> bool:
+    """Whether ``-o`` names the ``--model`` file itself (the same string, or the same local file)."""
+    if output == model:
+        return True
+    local_output, local_model = local_path(output), local_path(model)
+    if local_output is None or local_model is None:
+        return False
+    return os.path.realpath(local_output) == os.path.realpath(local_model)
+
+
 def cmd_update(args, out) -> int:
     options = parse_storage_options(args.storage_options)
     output = args.output or args.model
     refuse_inside_input(output, args.store, "--output" if args.output else "--model")
     check_output_location(output, is_file=True)
+    elsewhere = args.output is not None and not _same_file(args.output, args.model)
+    if elsewhere and not getattr(args, "overwrite", False) and path_exists(args.output, options):
+        raise UsageError(f"--output {args.output!r} exists; pass --overwrite to replace it")
     model = load_model(args.model, options)[0]
     model.set_params(progress=not args.no_progress)
     runs, samples = _model_runs(model)
@@ -229,7 +244,8 @@ def cmd_update(args, out) -> int:
             )
         if n_all == last:
             print(f"no new rows: the model has read rows {_rowprints.runs_text(runs)} of the {n_all:,} in "
-                  f"{args.store}; {args.model} left as it is", file=out)
+                  f"{args.store}; {args.model} left as it is"
+                  + (f", nothing written to --output {args.output}" if elsewhere else ""), file=out)
             return 0
         args.rows = slice(last, None)
     selected = archive.select(args.rows, args.time)
