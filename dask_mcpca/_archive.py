@@ -88,6 +88,21 @@ def _refuse_non_times(time: slice, row: str) -> None:
                     "2024-01-31 or 2024-01-31T12:00", ("time",)) from None
 
 
+def _time_label(value, index):
+    """A bound for an unsorted time coordinate: text becomes a time of the index's kind.
+
+    pandas reads text on a datetime index as a period (``"2024-01-21T21:00"`` is that whole minute) and,
+    where the index is not sorted, wants each period's ends among the labels, which a stop bound's end
+    (21:00:59.999999999) never is; a time is looked up as itself, the label of one row."""
+    import pandas as pd
+
+    if not isinstance(value, str):
+        return value
+    stamp = pd.Timestamp(value)
+    tz = getattr(index, "tz", None)
+    return stamp.tz_localize(tz) if tz is not None and stamp.tz is None else stamp
+
+
 def _refuse_empty(n: int, n_all: int, rows: slice | None, time: slice | None) -> None:
     """A selection of no rows is the selection's error, not the estimator's (``X is empty``)."""
     if n:
@@ -330,17 +345,21 @@ def _select_time(X, time: slice, row: str, base: int):
     index = X.indexes[row]
     if index.dtype.kind in "iuf":  # labels given as text ("10", from the command line) are numbers here:
         time = slice(*(_numeric_label(v, index.dtype, row) for v in (time.start, time.stop)))
-    elif index.dtype.kind == "M":
+    sorted_ = index.is_monotonic_increasing or index.is_monotonic_decreasing
+    given = time
+    if index.dtype.kind == "M":
         _refuse_non_times(time, row)
+        if not sorted_:  # text on a sorted index keeps pandas' meaning: "2024-01-02" as a stop is that whole day
+            time = slice(*(_time_label(v, index) for v in (time.start, time.stop)))
+    unsorted = (f"the row coordinate {row!r} is not sorted, so a range of labels is no range of rows "
+                "(only bounds that are each the label of exactly one row can be used: they select the rows "
+                f"from the one to the other as stored); sort the archive by {row!r} (xarray: "
+                f"ds.sortby({row!r}).to_zarr(...)) or select rows by position with ")
     try:
         X = X.sel({row: time})
     except (TypeError, ValueError, KeyError) as err:  # pandas: a label its index cannot compare
-        if not (index.is_monotonic_increasing or index.is_monotonic_decreasing):
-            unsorted = (f"the row coordinate {row!r} is not sorted, so a range of labels is no range of rows "
-                        "(only bounds that are each the label of exactly one row could be used); sort the "
-                        f"archive by {row!r} (xarray: ds.sortby({row!r}).to_zarr(...)) or select rows by "
-                        "position with ")
-            raise SelectionError(f"time={time.start!r}:{time.stop!r}: {unsorted}rows=", ("time",),
+        if not sorted_:
+            raise SelectionError(f"time={given.start!r}:{given.stop!r}: {unsorted}rows=", ("time",),
                                  f"{unsorted}--rows START:STOP") from None
         text = " ".join(str(err.args[0] if isinstance(err, KeyError) and err.args else err).split())
         raise SelectionError(
@@ -348,6 +367,12 @@ def _select_time(X, time: slice, row: str, base: int):
             f"{index.dtype} values ({type(err).__name__}: {text})", ("time",)
         ) from None
     n = X.shape[0]
+    if not n and not sorted_ and time.start is not None and time.stop is not None:
+        first, last = index.get_loc(time.start), index.get_loc(time.stop)  # one row each: .sel found them
+        backwards = (f"the row labelled {given.stop!r} (row {base + last:,}) comes before the row labelled "
+                     f"{given.start!r} (row {base + first:,}); {unsorted}")
+        raise SelectionError(f"time={given.start!r}:{given.stop!r}: {backwards}rows=", ("time",),
+                             f"{backwards}--rows START:STOP")
     if not n:
         return X, None
     chosen = X.indexes[row]
@@ -390,7 +415,11 @@ def open_archive(
         Rows to keep, by position (cheap: nothing is read).
     time : slice, optional
         Rows to keep by the label of the row coordinate (``slice("2024-01",
-        "2024-03")``); xarray stores with a row index only.
+        "2024-03")``); xarray stores with a row index only. On a sorted
+        time coordinate text is a period ("2024-03" as a stop keeps all of
+        March); on one that is not sorted each bound must be the label of
+        exactly one row (text is read as that time), and the rows kept run
+        from the one to the other as stored, as xarray's ``sel`` does.
     storage_options : dict, optional
         fsspec options for a URL.
     block_values : int, optional

@@ -256,3 +256,69 @@ def test_channels_of_an_unconsolidated_store_come_in_sorted_order(tmp_path):
         X = open_archive(str(path))
         assert [str(c) for c in X.coords[X.dims[1]].values] == sorted(names)
         np.testing.assert_array_equal(np.asarray(X[:, 0]), ds[sorted(names)[0]].values)
+
+
+# A logger's days written out of order: the second day stored first, then the first (issue: review 3).
+_DAY = pd.date_range("2024-01-21", periods=48, freq="h")
+_STORED = np.r_[24:48, 0:24]  # the row stored at position i holds hour _STORED[i] from the first midnight
+
+
+@pytest.fixture
+def unsorted_store(tmp_path):
+    X = _rows(n=48, seed=5)[:, :3]
+    path = str(tmp_path / "unsorted.zarr")
+    xr.Dataset({c: ("time", X[:, j]) for j, c in enumerate("abc")},
+               coords={"time": _DAY[_STORED]}).to_zarr(path, consolidated=False)
+    return path, X
+
+
+@pytest.mark.parametrize("bounds", [
+    ("2024-01-21T20:00:00", "2024-01-21T21:00:00"),
+    ("2024-01-21T20:00", "2024-01-21T21:00"),
+    (pd.Timestamp("2024-01-21T20:00"), pd.Timestamp("2024-01-21T21:00")),
+    (np.datetime64("2024-01-21T20:00"), np.datetime64("2024-01-21T21:00")),
+])
+def test_time_on_an_unsorted_coordinate_takes_bounds_that_label_one_row_each(unsorted_store, bounds):
+    """Text bounds each the time of one row select from the one row to the other, as stored (as
+    Timestamps do): 20:00 on the first day is stored at 24 + 20 = 44, 21:00 at 45. Text used to be
+    read by pandas as a period, whose end (21:00:59.999...) is no row's label: refused as unsorted."""
+    from dask_mcpca import open_archive
+
+    path, X = unsorted_store
+    chosen = open_archive(path, time=slice(*bounds))
+    np.testing.assert_array_equal(chosen.values, X[44:46])
+    assert list(chosen.time.values) == list(_DAY[[20, 21]].values)
+
+
+def test_time_on_an_unsorted_coordinate_scores_the_rows_between_on_the_command_line(unsorted_store, tmp_path):
+    path, X = unsorted_store
+    model, out = tmp_path / "m.json", tmp_path / "scores.zarr"
+    assert _run("fit", path, "-o", model) == 0
+    assert _run("score", path, "-m", model, "-o", out, "--time", "2024-01-22T22:00:00/2024-01-21T01:00:00") == 0
+    scored = xr.open_zarr(out)  # 22:00 of the second day (row 22) to its end (23), then the first day's 00, 01
+    assert list(scored.time.values) == list(_DAY[[46, 47, 0, 1]].values)
+
+
+@pytest.mark.parametrize("start, stop, why", [
+    ("2024-01-21T20:30", "2024-01-21T21:00", "is not sorted, so a range of labels"),  # 20:30: no row's label
+    ("2024-01-21", "2024-01-22", r"the row labelled '2024-01-22' \(row 0\) comes before the row labelled "
+                                 r"'2024-01-21' \(row 24\)"),
+])
+def test_time_on_an_unsorted_coordinate_refuses_other_bounds(unsorted_store, start, stop, why):
+    from dask_mcpca import open_archive
+    from dask_mcpca._exceptions import SelectionError
+
+    with pytest.raises(SelectionError, match=why + ".*sortby"):
+        open_archive(unsorted_store[0], time=slice(start, stop))
+
+
+def test_time_on_an_unsorted_coordinate_refuses_a_label_of_two_rows(tmp_path):
+    from dask_mcpca import open_archive
+    from dask_mcpca._exceptions import SelectionError
+
+    times = _DAY[[3, 1, 2, 1, 0]]  # 01:00 labels rows 1 and 3
+    path = str(tmp_path / "twice.zarr")
+    xr.Dataset({"a": ("time", np.arange(5.0))}, coords={"time": times}).to_zarr(path, consolidated=False)
+    with pytest.raises(SelectionError, match="is not sorted"):
+        open_archive(path, time=slice("2024-01-21T01:00", "2024-01-21T00:00"))
+    assert open_archive(path, time=slice("2024-01-21T02:00", "2024-01-21T00:00")).shape == (3, 1)
