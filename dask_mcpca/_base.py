@@ -122,7 +122,9 @@ class _BaseMCPCA(OutlierDetectorMixin, ChannelMethodsMixin, ClassNamePrefixFeatu
                         in_order: bool = False):
         X = as_row_blocks(X, storage_options=storage_options)
         check_n_features(self, X)
-        func = _model.nan_for_nonfinite_rows(func, nan_policy or self.nan_policy, original=in_order)
+        policy = nan_policy or self.nan_policy
+        if policy != "cells":  # "cells": ``func`` judges each cell itself, rows with NaN or inf included
+            func = _model.nan_for_nonfinite_rows(func, policy, original=in_order)
         if isinstance(X, da.Array):
             if in_order:  # per-row outputs only
                 return map_in_order(X, func, dtype=dtype, meta=np.empty((0,), dtype))

@@ -18,6 +18,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from . import _labels, _missing, _model, _modes
+from ._distances import cell_flags_of_any_rows
 from ._io import as_row_blocks
 from ._mode_rows import MODE_DTYPE, contributor_by_mode, row_outputs_by_mode
 from ._row_methods import check_n_features, fill_docstrings, map_in_order
@@ -208,19 +209,22 @@ class ChannelMethodsMixin:
         """
         check_is_fitted(self, "components_")
         out = self._map_rows(
-            X, lambda b: _model.cell_flags(self, b), self.n_features_in_, dtype=bool,
-            columns=self._feature_columns(X), storage_options=storage_options, nan_policy="partial",
+            X, lambda b: cell_flags_of_any_rows(self, b), self.n_features_in_, dtype=bool,
+            columns=self._feature_columns(X), storage_options=storage_options, nan_policy="cells",
         )
         return _frame_like(out, X)
 
     def impute(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
-        """``X`` with each missing (NaN) cell replaced by its conditional expectation under the fitted model.
+        """``X`` with each missing (NaN or inf) cell replaced by its conditional expectation under the fitted model.
 
         For a row with observed cells ``O`` and missing cells ``M``:
         ``x_M = mean_M + S_MO S_OO^-1 (x_O - mean_O)``, with ``S`` =
         :meth:`get_covariance` (the best linear reconstruction from the
-        observed channels; Tipping and Bishop 1999).  Observed cells are
-        returned unchanged; rows with every cell missing stay NaN.
+        observed channels; Tipping and Bishop 1999).  An infinite cell is
+        no value and is filled like a missing one (:meth:`cell_outliers`
+        flags it); a model fitted with ``cellwise=True`` fills its flagged
+        cells too.  Observed cells are returned unchanged; rows with no
+        finite cell stay NaN.
 
         Parameters
         ----------
@@ -251,20 +255,22 @@ class ChannelMethodsMixin:
 
         def func(b):
             b = np.asarray(b, np.float64)
-            y = _model.model_rows(self, b)
-            gaps = np.isnan(b)
+            none = ~np.isfinite(b).any(axis=1)  # no finite cell: the row stays NaN
+            y = _model.model_rows(self, np.where(none[:, None], 0.0, b))
+            gaps = ~np.isfinite(b)
             if cellwise:  # flagged cells are left out too, and filled like missing ones
-                gaps |= _model.cell_flags(self, y)
+                gaps |= cell_flags_of_any_rows(self, np.where(np.isinf(b), np.nan, y))
             if not gaps.any():
                 return b.copy()
             filled = _missing.completed(np.where(gaps, np.nan, y) - mean, cov) + mean
             if scale is not None:
                 filled = filled * scale  # back to the data's units
+            filled[none] = np.nan
             return np.where(gaps, filled, b)  # the good cells exactly as given
 
         out = self._map_rows(
             X, func, self.n_features_in_, columns=self._feature_columns(X), storage_options=storage_options,
-            nan_policy="partial", as_stored=True,
+            nan_policy="cells", as_stored=True,
         )
         return _frame_like(out, X)
 

@@ -37,6 +37,7 @@ __all__ = [
     "at_limits",
     "calibrated_d2",
     "cell_flags",
+    "cell_flags_of_any_rows",
     "censored_d2",
     "distances_and_top",
     "good_cell_d2",
@@ -399,6 +400,19 @@ def judge_cells(model: Any, block) -> CellJudgement:
 def cell_flags(model: Any, block) -> np.ndarray:
     """Cells of ``block`` that the fitted model cannot explain, boolean (:func:`judge_cells`)."""
     return judge_cells(model, block).flags
+
+
+def cell_flags_of_any_rows(model: Any, block) -> np.ndarray:
+    """:func:`cell_flags` of rows that may hold no finite cell: an inf cell is flagged, a NaN one is not, in
+    every row (``MCPCA.cell_outliers``)."""
+    block = np.asarray(block, np.float64)
+    some = np.isfinite(block).any(axis=1)
+    if some.all():
+        return cell_flags(model, block)
+    flags = np.isinf(block)
+    if some.any():
+        flags[some] = cell_flags(model, block[some])
+    return flags
 
 
 def _known_cells(model: Any, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -376,3 +376,29 @@ def test_breakdown_counts_the_rows_glitched_beyond_a_clean_rows_chance_flags(p):
     few = glitched.copy()
     few[np.flatnonzero(hit)[: int(0.45 * n)]] = chance[np.flatnonzero(hit)[: int(0.45 * n)]]  # ~ 25 % glitched
     assert _cells.breakdown_message(few, 1.0, cellwise=False) is None
+
+
+@pytest.mark.parametrize("kw", [{"nan_policy": "partial"}, {"cellwise": True}])
+def test_an_infinite_cell_is_flagged_and_filled_and_its_row_kept(kw):
+    """As documented: ``cell_outliers`` flags an inf cell (not a NaN one) and judges the row's other cells
+    as with that cell missing; ``impute`` fills it from the row's good cells by the conditional expectation
+    under ``get_covariance`` (written out here) and returns the others unchanged.  Rows holding an inf were
+    blanked whole: no flag at all, and NaN for the row's finite cells."""
+    rng = np.random.default_rng(0)
+    t = rng.normal(size=(4000, 1))
+    X = np.hstack([t, 2 * t, -t, t]) + 0.3 * rng.normal(size=(4000, 4))
+    model = MCPCA(**kw).fit(X)
+    rows = np.array([[1.0, np.inf, -1.0, 9.0], [1.0, np.nan, -1.0, 9.0], [np.inf, np.nan, np.nan, np.nan]])
+    flags = model.cell_outliers(rows)
+    np.testing.assert_array_equal(flags[0], [False, True, False, flags[1][3]])
+    assert flags[1][3] and not flags[1][:3].any()  # 9 is far from what t = 1 predicts
+    np.testing.assert_array_equal(flags[2], [True, False, False, False])
+    filled = model.impute(rows[:2])
+    S, mu = model.get_covariance(), model.mean_
+    gaps = [1, 3] if kw.get("cellwise") else [1]  # a cellwise model fills its flagged cells too
+    seen = [j for j in range(4) if j not in gaps]
+    expected = mu[gaps] + S[np.ix_(gaps, seen)] @ np.linalg.solve(S[np.ix_(seen, seen)], rows[0, seen] - mu[seen])
+    for row in filled:
+        np.testing.assert_allclose(row[gaps], expected, rtol=1e-9)
+        np.testing.assert_array_equal(row[seen], rows[0, seen])
+    assert np.isnan(model.impute(rows[2:])).all()
