@@ -22,6 +22,10 @@ and published by copies inside the store with its root metadata last
 (:func:`atomic_url_store`, which lists what a reader may see after an
 interruption).
 
+Files that belong together (a report's PNG and CSVs) are put in place one after
+the other once all are written, with Ctrl-C and SIGTERM held meanwhile
+(:func:`atomic_files`).
+
 Writes only: what a path or URL names, its filesystem and a file's bytes (the read path's
 needs) are :mod:`._urls`'.
 """
@@ -33,9 +37,11 @@ import glob
 import os
 import re
 import shutil
+import signal
 import socket
 import stat
 import tempfile
+import threading
 import time
 import uuid
 
@@ -45,6 +51,7 @@ from ._waits import is_timeout
 __all__ = [
     "atomic_path",
     "atomic_open",
+    "atomic_files",
     "atomic_url_store",
     "recover",
     "stale_temporaries",
@@ -55,6 +62,8 @@ __all__ = [
     "PUBLISHING_MARKER",
 ]
 
+#: Signals held while :func:`atomic_files` puts its files in place, acted on once the last is in place.
+HELD_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 #: Suffix of the temporary sibling; ``.old`` is added to a store moved aside.
 TMP_SUFFIX = ".tmp"
 
@@ -508,14 +517,50 @@ def atomic_open(path, mode: str = "w", *, storage_options: dict | None = None, *
                 raise
             raise _naming(err, path) from None
         return
+    with _uploaded(path, storage_options) as tmp, open(tmp, mode, **open_kwargs) as f:
+        yield f
+
+
+@contextlib.contextmanager
+def atomic_files(paths, *, storage_options: dict | None = None):
+    """Yield one temporary file per path of ``paths`` (a list, in the same order); when the block ends
+    without error, put them all in place, in the order of ``paths``, else none of them.
+
+    A local path's temporary is its hidden sibling (:func:`atomic_path`), a URL's a local file uploaded
+    as one object.  An error, Ctrl-C or SIGTERM in the block leaves every path as it was.  Once the
+    block is done the files are put in place one after the other with ``HELD_SIGNALS`` held
+    (:func:`_signals_held`), so such a signal is acted on after the last.  Several renames are not one
+    step: a SIGKILL, a crash or a failed rename between them leaves the first paths new and the
+    others old; callers name last the file whose new content says the set is whole.
+    """
+    paths = list(paths)
+    temporaries: dict[int, str] = {}
+    with contextlib.ExitStack() as stack:
+        for i in reversed(range(len(paths))):  # closed last in, first out: ``paths[0]`` is put in place first
+            local = local_path(paths[i])
+            if local is None:
+                temporaries[i] = stack.enter_context(_uploaded(paths[i], storage_options))
+                continue
+            try:
+                check_file_target(_resolved(local))  # before the work, and again at the rename
+            except OSError as err:
+                raise _naming(err, paths[i]) from None
+            temporaries[i] = stack.enter_context(atomic_path(local))
+        yield [temporaries[i] for i in range(len(paths))]
+        with _signals_held():
+            stack.close()
+
+
+@contextlib.contextmanager
+def _uploaded(path: str, storage_options: dict | None):
+    """A local temporary file uploaded to the URL ``path`` as one object when the block ends without error."""
     fs, where = url_to_fs(path, storage_options)
     with answered(path, "write"):  # before the block's work: an endpoint that does not answer is found now
         info_or_none(fs, where)
     fd, tmp = tempfile.mkstemp(prefix="dask-mcpca-", suffix=TMP_SUFFIX)
     os.close(fd)
     try:
-        with open(tmp, mode, **open_kwargs) as f:
-            yield f
+        yield tmp
         try:
             with answered(path, "write"):
                 fs.put_file(tmp, where)
@@ -523,3 +568,26 @@ def atomic_open(path, mode: str = "w", *, storage_options: dict | None = None, *
             raise _naming(err, path) from None
     finally:
         os.remove(tmp)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """``HELD_SIGNALS`` received in the block are acted on (their handlers restored, each raised again)
+    when it ends.  Only the main thread can set handlers: elsewhere the block runs with them as they are."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {}
+    for name in HELD_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is None or signal.getsignal(number) is None:  # not on this OS, or a handler not set from Python
+            continue
+        previous[number] = signal.signal(number, lambda got, _frame: received.append(got))
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(received):
+            signal.raise_signal(number)

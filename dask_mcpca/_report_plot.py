@@ -1,4 +1,4 @@
-"""The PNG of ``dask-mcpca report``: :func:`plot` draws an :class:`~dask_mcpca._report.ArchiveSummary`.
+"""The PNG of ``dask-mcpca report``: :func:`render` draws an :class:`~dask_mcpca._report.ArchiveSummary`.
 
 Drawn on a :class:`matplotlib.figure.Figure` with its own Agg canvas, so a
 caller's backend and pyplot state are left alone.  Sizes are set in inches
@@ -17,7 +17,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ._report import ArchiveSummary, Event
 
-__all__ = ["plot", "HEATMAP_COLUMNS", "contribution_norm", "figure_title"]
+__all__ = ["plot", "render", "HEATMAP_COLUMNS", "contribution_norm", "figure_title"]
 
 
 #: Columns of the heatmaps over time (groups of consecutive bins).
@@ -250,7 +250,14 @@ MATPLOTLIB_MODULES = ("matplotlib", "matplotlib.backends.backend_agg", "matplotl
 
 
 def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", storage_options=None) -> None:
-    """The PNG report of ``summary``; ``path`` may be a URL.
+    """Write the PNG report of ``summary`` (:func:`render`) to ``path``, which may be a URL, atomically."""
+    from ._atomic import write_bytes
+
+    write_bytes(path, render(summary, title=title), storage_options=storage_options)
+
+
+def render(summary: ArchiveSummary, *, title: str = "") -> bytes:
+    """The PNG report of ``summary``, as bytes.
 
     Drawn on a :class:`matplotlib.figure.Figure` with its own Agg canvas, so
     the caller's matplotlib backend and pyplot state are left alone.  Every
@@ -267,8 +274,6 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.gridspec import GridSpec
-
-    from ._atomic import write_bytes
 
     style = {"font.size": 9, "axes.titlesize": 10, "axes.spines.top": False, "axes.spines.right": False}
     p = len(summary.channels)
@@ -352,4 +357,4 @@ def plot(summary: ArchiveSummary, path: str | os.PathLike, *, title: str = "", s
                 transform=ax.transAxes)
         png = io.BytesIO()
         fig.savefig(png, format="png")
-    write_bytes(path, png.getvalue(), storage_options=storage_options)
+    return png.getvalue()

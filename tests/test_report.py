@@ -323,8 +323,8 @@ def test_a_report_of_selected_rows_names_the_selection_in_its_title(stores, mode
     from dask_mcpca import _report_plot
 
     seen = []
-    monkeypatch.setattr(_report_plot, "plot", lambda summary, path, *, title="", storage_options=None: seen.append(
-        _report_plot.figure_title(summary, title)))
+    monkeypatch.setattr(_report_plot, "render", lambda summary, *, title="": seen.append(
+        _report_plot.figure_title(summary, title)) or b"")
     hour = "2025-03-01T01:00/2025-03-01T02:00"
     assert _report_cli(stores["xarray"], model[1], tmp_path / "t.png", "--time", hour) == 0
     assert _report_cli(stores["zarr"], model[1], tmp_path / "r.png", "--rows", "1000:5000") == 0

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from .. import _malloc
-from .._atomic import atomic_open
+from .._atomic import atomic_files
 from .._urls import is_url
 from .._urls import overlaps as _overlaps
 from .common import (
@@ -40,6 +40,10 @@ def _import_quietly(names) -> None:
 def cmd_report(args, out) -> int:
     """``dask-mcpca report``: the events file (CSV), the optional drift windows (CSV), the figure (PNG)
     and the printed summary of the model's judgement of the archive's rows.
+
+    The files are written to temporaries and put in place together once the PNG is drawn
+    (:func:`dask_mcpca._atomic.atomic_files`): the PNG first, the events CSV last, Ctrl-C and
+    SIGTERM held meanwhile; an error or an interruption before leaves the previous set as it was.
 
     The output paths are checked to be distinct before any read; the archive is opened once and
     the model read once (:func:`.common.load_model`); the summary is one pass over the rows
@@ -92,22 +96,28 @@ def cmd_report(args, out) -> int:
 
     plotting = threading.Thread(target=_import_quietly, args=(MATPLOTLIB_MODULES,), daemon=True)
     plotting.start()
-    with atomic_open(events, "w", storage_options=options, newline="") as f:  # published whole after the pass
-        summary = _report.summarize(
-            model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f, window=window,
-            max_events=args.max_events, reference_rows=reference,
-        )
-    summary.selection = selection
-    if window is not None:
-        with atomic_open(windows, "w", storage_options=options, newline="") as f:
-            _report.write_windows(summary.windows, f)
     title = args.store.rstrip("/").rpartition("/")[2] if is_url(args.store) else os.path.basename(
         os.path.normpath(store_root(args.store))
     )
-    plotting.join()
-    from .._report_plot import plot  # matplotlib is imported only there
+    # the set is put in place together, once the PNG is drawn: the PNG, then the windows, the events last
+    published = [args.output] + ([windows] if window is not None else []) + [events]
+    with atomic_files(published, storage_options=options) as temporaries:
+        staged = dict(zip(published, temporaries, strict=True))
+        with open(staged[events], "w", newline="") as f:
+            summary = _report.summarize(
+                model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f, window=window,
+                max_events=args.max_events, reference_rows=reference,
+            )
+        summary.selection = selection
+        if window is not None:
+            with open(staged[windows], "w", newline="") as f:
+                _report.write_windows(summary.windows, f)
+        plotting.join()
+        from .._report_plot import render  # matplotlib is imported only there
 
-    plot(summary, args.output, title=title, storage_options=options)
+        png = render(summary, title=title)
+        with open(staged[args.output], "wb") as f:
+            f.write(png)
     share = summary.n_flagged / max(summary.n_scored, 1)
     print(
         f"{summary.n_rows:,} rows in {fmt_seconds(time.perf_counter() - started)}: {summary.n_flagged:,} flagged "
