@@ -147,6 +147,10 @@ def _rebuilt(cls: type[T], body: Any, *, nested: bool = False) -> T:
         raise ValueError("it needs a \"params\" and an \"attributes\" object")
     params = {name: _decode_value(v) for name, v in body["params"].items()}
     params.pop("checkpoint", None)  # a path of another fit: never resumed from on refit
+    known = sorted(cls().get_params(deep=False))
+    if unknown := [name for name in params if name not in known]:
+        raise ValueError(f"\"params\" holds {', '.join(map(repr, unknown))}, not a parameter of {cls.__name__} "
+                         f"(its parameters: {', '.join(known)})")
     model = cls(**params)
     model._validate_params()  # scikit-learn's declarative check of the parameters
     for name, value in body["attributes"].items():

@@ -8,11 +8,13 @@ counts and positions come from the rows the test makes NaN itself.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import zarr
 
-from dask_mcpca import load
+from dask_mcpca import MCPCA, load
 from dask_mcpca.cli import main
 
 N, P, CHUNK = 2_000, 4, 500
@@ -81,3 +83,37 @@ def test_update_with_no_new_rows_says_nothing_was_written_to_the_output(data, tm
     assert rc == 0, err
     assert "no new rows" in out and f"nothing written to --output {new}" in out
     assert not new.exists()
+
+
+# ------------------------------------------------------------------ a model file's unknown parameter
+@pytest.mark.parametrize("storage_option", [[], ["--storage-option", "foo=1"]])
+def test_an_unknown_parameter_in_the_model_file_is_named_as_damage(data, tmp_path, capsys, storage_option):
+    store = _store(tmp_path / "a.zarr", data)
+    model, edited = tmp_path / "m.json", tmp_path / "e_foo.json"
+    assert _cli(capsys, "fit", store, "-o", model)[0] == 0
+    document = json.loads(model.read_text())
+    document["params"]["foo"] = 1
+    edited.write_text(json.dumps(document))
+    rc, _, err = _cli(capsys, "score", store, "-m", edited, "-o", tmp_path / "s.zarr", *storage_option)
+    line = _error_line(rc, err)
+    assert f"{str(edited)!r} is a damaged dask-mcpca model file" in line and "'foo'" in line, line
+    assert "--storage-option" not in line and "unexpected keyword" not in line, line
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_the_storage_option_rewrite_leaves_the_package_s_own_type_errors(data, tmp_path, capsys, monkeypatch):
+    """Only a file system's refusal of a keyword the user passed reads as ``--storage-option NAME``: a
+    TypeError that the package's own code raises (here the model file's ``MCPCA(**params)``, as before the
+    parameters were checked by name) is reported as it is, though ``--storage-option foo=1`` was passed."""
+    store = _store(tmp_path / "a.zarr", data)
+    model, edited = tmp_path / "m.json", tmp_path / "e_foo.json"
+    assert _cli(capsys, "fit", store, "-o", model)[0] == 0
+    document = json.loads(model.read_text())
+    document["params"]["foo"] = 1
+    edited.write_text(json.dumps(document))
+    params = MCPCA.get_params
+    monkeypatch.setattr(MCPCA, "get_params", lambda self, deep=True: {**params(self, deep), "foo": None})
+    rc, _, err = _cli(capsys, "score", store, "-m", edited, "-o", tmp_path / "s.zarr", "--storage-option", "foo=1")
+    line = _error_line(rc, err)
+    assert "unexpected keyword argument 'foo'" in line and str(edited) in line, line
+    assert "--storage-option" not in line, line

@@ -60,9 +60,11 @@ import argparse
 import asyncio
 import importlib
 import logging
+import os
 import re
 import sys
 import threading
+import traceback
 
 from .._choices import CLI_CENTERS, CLI_SCALES, NAN_POLICIES, SOLVERS
 from .._version import __version__
@@ -387,8 +389,10 @@ _OPTION_SPELLING = {
 _PARAMETER = re.compile(r"\b(" + "|".join(_OPTION_SPELLING) + r")=('[^']*'|\"[^\"]*\"|[^\s,;)]+)")
 
 
-def _user_spelling(text: str) -> str:
-    """``text`` with the estimator's parameters written as the options the user typed."""
+def _user_spelling(text: str, refused_options: frozenset[str] = frozenset()) -> str:
+    """``text`` with the estimator's parameters written as the options the user typed, and the file
+    system's "unexpected keyword argument" for a name in ``refused_options`` (:func:`_refused_options`)
+    as the ``--storage-option`` that passed it."""
 
     def option(match: re.Match) -> str:
         name, value = match.group(1), match.group(2).strip("'\"")
@@ -397,12 +401,42 @@ def _user_spelling(text: str) -> str:
         return f"{_OPTION_SPELLING[name]} {value}"
 
     text = _PARAMETER.sub(option, text)
-    text = _UNKNOWN_OPTION.sub(r"--storage-option \1=... is not an option of this store's file system", text)
+
+    def unknown(match: re.Match) -> str:
+        name = match.group(1)
+        return (f"--storage-option {name}=... is not an option of this store's file system"
+                if name in refused_options else match.group(0))
+
+    text = _UNKNOWN_OPTION.sub(unknown, text)
     return text.replace("storage_options", "--storage-option")
 
 
 #: An fsspec file system refusing a storage option: ``TypeError: AioSession.__init__() got an unexpected ...``.
 _UNKNOWN_OPTION = re.compile(r"(?:TypeError: )?[\w.]{1,200}\(\) got an unexpected keyword argument '([^']+)'")
+#: The package's own folder: a TypeError raised in its code is no file system's refusal.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _refused_options(err: BaseException, args) -> frozenset[str]:
+    """The ``--storage-option`` names that a file system refused while ``err`` was raised: a TypeError
+    "got an unexpected keyword argument 'NAME'" in ``err``'s chain (its cause or context, the store's
+    opening wraps it) raised in a file system's code, not the package's, for a NAME the user passed.
+    A model file's unknown parameter, or any other unexpected keyword, is left as it is."""
+    passed = {part for key, _ in getattr(args, "storage_options", None) or () for part in str(key).split(".")}
+    refused, seen, todo = set(), set(), [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        todo += [e.__cause__, e.__context__]
+        match = _UNKNOWN_OPTION.search(str(e)) if isinstance(e, TypeError) else None
+        if match is None or match.group(1) not in passed or e.__traceback__ is None:
+            continue
+        *_, innermost = traceback.extract_tb(e.__traceback__)
+        if not os.path.abspath(innermost.filename).startswith(_PACKAGE_DIR + os.sep):
+            refused.add(match.group(1))
+    return frozenset(refused)
 
 
 def _quiet_unraisable(unraisable) -> None:
@@ -456,10 +490,13 @@ def run_args(args) -> int:
         return 130
     except (UsageError, SchedulerLost, FileNotFoundError, KeyError, ValueError, OSError, TimeoutError) as err:
         text = one_line(err)
-        _say(f"{PROG} {args.command}: error: {text if isinstance(err, UsageError) else _user_spelling(text)}")
+        if not isinstance(err, UsageError):
+            text = _user_spelling(text, _refused_options(err, args))
+        _say(f"{PROG} {args.command}: error: {text}")
         return 2
     except (Exception, asyncio.CancelledError) as err:  # the promise: one line, never a traceback
-        _say(f"{PROG} {args.command}: error: {type(err).__name__}: {_user_spelling(one_line(err))}")
+        text = _user_spelling(one_line(err), _refused_options(err, args))
+        _say(f"{PROG} {args.command}: error: {type(err).__name__}: {text}")
         return 2
 
 
