@@ -173,8 +173,10 @@ def unusable_rows(block, nan_policy: str) -> np.ndarray:
     if bad.any() and nan_policy == "partial":
         bad &= ~_missing.partial_rows(np.asarray(block))
     if bad.any() and nan_policy == "raise":
-        raise NonFiniteRowsError(
-            f"{int(bad.sum())} of {len(bad)} rows hold NaN or inf; clean them, or fit with "
+        n_bad = int(bad.sum())
+        raise NonFiniteRowsError(  # a block does not know where it lies, nor what the other blocks hold
+            f"in a block of {len(bad):,} rows (the first found; others may hold more), "
+            f"{f'{n_bad:,} rows hold' if n_bad > 1 else '1 row holds'} NaN or inf; clean them, or fit with "
             "nan_policy='omit' to get NaN for such rows, or nan_policy='partial' to have rows with some cells "
             "missing used by their observed cells"
         )

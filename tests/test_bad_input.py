@@ -278,7 +278,7 @@ def test_default_policy_refuses_nan_rows_after_the_fit_too(kind, method):
     m = MCPCA(n_components=2).fit(_data())
     gappy, _, _ = _with_gaps()
     data = gappy if kind == "numpy" else da.from_array(gappy, chunks=(70, -1))
-    with pytest.raises(NonFiniteRowsError, match="rows hold NaN or inf; .* nan_policy='omit'"):
+    with pytest.raises(NonFiniteRowsError, match="holds? NaN or inf; .* nan_policy='omit'"):
         np.asarray(getattr(m, method)(data))
 
 

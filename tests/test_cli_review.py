@@ -9,6 +9,7 @@ counts and positions come from the rows the test makes NaN itself.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -117,3 +118,26 @@ def test_the_storage_option_rewrite_leaves_the_package_s_own_type_errors(data, t
     line = _error_line(rc, err)
     assert "unexpected keyword argument 'foo'" in line and str(edited) in line, line
     assert "--storage-option" not in line, line
+
+
+# ------------------------------------------------------------------ NaN rows in several blocks
+def test_score_says_its_nan_count_is_one_block_s(data, tmp_path, capsys):
+    """NaN rows in three blocks (3, 1 and 2 of them): the count said is of one block, and says so; it used to
+    read "3 of 500 rows hold NaN or inf", as if the archive's 2,000 rows held 3 (``fit`` says 6 of 2,000)."""
+    nan_rows = [10, 20, 30, 700, 1500, 1600]
+    gappy = data.copy()
+    gappy[nan_rows, 1] = np.nan
+    clean, store = _store(tmp_path / "clean.zarr", data), _store(tmp_path / "gappy.zarr", gappy)
+    model = tmp_path / "m.json"
+    assert _cli(capsys, "fit", clean, "-o", model)[0] == 0
+    rc, _, err = _cli(capsys, "score", store, "-m", model, "-o", tmp_path / "s.zarr")
+    line = _error_line(rc, err)
+    said = re.search(r"in a block of ([\d,]+) rows \(the first found; others may hold more\), (\d+) rows? holds? "
+                     r"NaN or inf; clean them, or fit with --nan-policy omit", line)
+    assert said is not None, line
+    block, count = int(said.group(1).replace(",", "")), int(said.group(2))
+    per_block = np.bincount(np.array(nan_rows) // block, minlength=-(-N // block))
+    assert count in per_block[per_block > 0], (block, count, per_block)
+
+    rc, _, err = _cli(capsys, "fit", store, "-o", tmp_path / "m2.json")
+    assert f"{len(nan_rows)} of {N} rows hold NaN or inf" in _error_line(rc, err)
