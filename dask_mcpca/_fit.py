@@ -189,7 +189,8 @@ def fit_rows(X, est, *, warm: tuple[RobustState, int] | None = None) -> FitResul
             stacklevel=3,
         )
     tol, max_iter = solver_limits(est)
-    runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress)
+    runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress,
+                        names=getattr(est, "feature_names_in_", None))
     ckpt = _checkpoint.Checkpoint.open(est.checkpoint, params=fingerprint_params(est), shape=(n, p))
 
     seed = 0 if est.random_state is None else est.random_state

@@ -110,7 +110,8 @@ def fit_modes(X, est, labels=None) -> FitResult | ModesResult:
         results = _in_threads([job(m) for m in range(len(names))], shared)
         return _result(results, names, shared, None)
 
-    runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress)
+    runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress,
+                        names=getattr(est, "feature_names_in_", None))
     moments, partial, rate = first_read(est, runner, none, seed=seed)
     finder = find_modes(moments.sample, est, seed=seed)
     if finder is None:

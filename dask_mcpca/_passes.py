@@ -22,6 +22,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from ._block import block_stats
 from ._exceptions import NonFiniteRowsError, NumericalRangeError
+from ._no_complete_rows import gap_counts, no_complete_rows_message
 from ._progress import PassProgress
 from ._scale import in_model_units
 from ._stats import WIDE_FEATURES, BlockStats, PassPlan, combine
@@ -214,7 +215,7 @@ class PassRunner:
     ----------
     X : ndarray or dask.array.Array
         Full-row blocks, from :func:`dask_mcpca._io.as_row_blocks`.
-    nan_policy : {"raise", "omit"}
+    nan_policy : {"raise", "omit", "partial"}
     progress : bool
         Show a bar per pass.
     hold_out : callable, optional
@@ -223,10 +224,14 @@ class PassRunner:
         (:func:`dask_mcpca._stuck.stuck_cells`).  For passes that draw no row sample.
     context : int
         Rows before each block that ``hold_out`` reads.
+    names : array-like of str, optional
+        The channels' names, for messages (``feature_names_in_``); columns by number without.
     """
 
-    def __init__(self, X, *, nan_policy: str = "raise", progress: bool = False, hold_out=None, context: int = 0):
+    def __init__(self, X, *, nan_policy: str = "raise", progress: bool = False, hold_out=None, context: int = 0,
+                 names=None):
         self.X = X
+        self.names = names
         self.hold_out, self.context = hold_out, context
         self.nan_policy = nan_policy
         self.progress = progress
@@ -289,9 +294,9 @@ class PassRunner:
                 "nan_policy='partial' to fit rows with some cells missing by their observed cells"
             )
         if stats.n_rows == 0:
-            partial = ("; nan_policy='partial' starts from the rows with every cell observed, so a channel "
-                       "missing in every row cannot be fitted: leave it out") if self.nan_policy == "partial" else ""
-            raise ValueError(f"no rows left to fit: every row holds NaN or inf{partial}")
+            if self.nan_policy == "partial":  # a dead channel, or gaps in every row: one more read tells which
+                raise ValueError(no_complete_rows_message(gap_counts(self.X), self.names))
+            raise ValueError("no rows left to fit: every row holds NaN or inf")
         if plan.kernels is not None:
             _check_finite(stats, label)
         return stats
