@@ -175,7 +175,8 @@ def open_store(path: str | os.PathLike, dataset: str | None = None, *, storage_o
         names the dataset inside the file in the path itself.
     dataset : str, optional
         The array inside a Zarr group or HDF5 file; may be omitted when the
-        store holds a single array.
+        store holds a single array.  A path that names one after ``:`` and
+        another ``dataset`` are refused (ValueError naming both).
 
     Returns
     -------
@@ -184,8 +185,11 @@ def open_store(path: str | os.PathLike, dataset: str | None = None, *, storage_o
     path = os.fspath(path)
     if is_url(path):
         return _open_url(path, dataset, storage_options)
-    if dataset is None:
-        path, dataset = split_store_path(path)
+    path, inner = split_store_path(path)
+    if inner is not None and dataset is not None and inner.strip("/") != dataset.strip("/"):
+        raise ValueError(f"{path + ':' + inner!r} names the dataset {inner!r} after its ':', and dataset={dataset!r} "
+                         "names another; name the dataset once")
+    dataset = dataset if inner is None else inner
     path = os.path.abspath(path)  # the workers of a cluster run in other directories
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such store: {path!r}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 
+import h5py
 import numpy as np
 import pytest
 import zarr
@@ -141,3 +142,32 @@ def test_score_says_its_nan_count_is_one_block_s(data, tmp_path, capsys):
 
     rc, _, err = _cli(capsys, "fit", store, "-o", tmp_path / "m2.json")
     assert f"{len(nan_rows)} of {N} rows hold NaN or inf" in _error_line(rc, err)
+
+
+# ------------------------------------------------------------------ file.h5:/x with --dataset y
+@pytest.fixture
+def two_datasets(tmp_path):
+    """An HDF5 file holding ``a`` (300 x 3) and ``grp/b`` (400 x 5)."""
+    rng = np.random.default_rng(5)
+    path = tmp_path / "multi.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("a", data=rng.normal(size=(300, 3)))
+        f.create_dataset("grp/b", data=rng.normal(size=(400, 5)))
+    return path
+
+
+def test_a_dataset_in_the_path_and_another_in_dataset_are_refused(two_datasets, tmp_path, capsys):
+    out = tmp_path / "m.json"
+    rc, _, err = _cli(capsys, "fit", f"{two_datasets}:/grp/b", "--dataset", "a", "-o", out)
+    line = _error_line(rc, err)
+    assert "'/grp/b'" in line and "--dataset a" in line and "no such store" not in line, line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("dataset", ["grp/b", "/grp/b"])
+def test_the_same_dataset_named_twice_is_read(two_datasets, tmp_path, capsys, dataset):
+    out = tmp_path / "m.json"
+    rc, _, err = _cli(capsys, "fit", f"{two_datasets}:/grp/b", "--dataset", dataset, "-o", out)
+    assert rc == 0, err
+    got = load(out)
+    assert (got.n_features_in_, got.archive_rows_.tolist()) == (5, [[0, 400]])  # grp/b's shape
