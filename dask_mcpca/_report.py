@@ -112,7 +112,7 @@ class ArchiveSummary:
     components: np.ndarray
     robust_ratio: np.ndarray
     classical_ratio: np.ndarray
-    bin_rows: np.ndarray  # first row of each bin
+    bin_rows: np.ndarray  # first row of each bin, in the archive (``summarize``'s ``first_row`` on)
     bin_max: np.ndarray
     bin_mean: np.ndarray
     block_starts: np.ndarray
@@ -154,7 +154,8 @@ class ArchiveSummary:
 def event_columns(row_label: str | None) -> list[str]:
     """The header of the events CSV; ``row_label`` names the row coordinate (None: there is none).
 
-    Columns: event, start_row, stop_row (exclusive), rows, flagged_rows,
+    Columns: event, start_row, stop_row (exclusive; positions in the archive, ``summarize``'s
+    ``first_row`` on), rows, flagged_rows,
     peak_d2, severity (the decades of d² above the cutoff, ``log10(d² /
     outlier_cutoff_)``, summed over the event's flagged rows: far and long
     events rank first; sort on it to rank them), the first and last row's coordinate (``first_time``,
@@ -372,6 +373,7 @@ def summarize(
     storage_options: dict | None = None,
     window: str | Window | None = None,
     reference_rows: tuple[int, int] | None = None,
+    first_row: int = 0,
 ) -> ArchiveSummary:
     """One streaming pass over ``X`` under the fitted ``model``: the :class:`ArchiveSummary` of the report.
 
@@ -406,10 +408,19 @@ def summarize(
         as the pass is past it, so memory stays flat in the rows; the drift
         threshold is calibrated on the windows at the end (:func:`calibrate`).
     reference_rows : (int, int), optional
-        ``[start, stop)`` of the rows of ``X`` the model was fitted on
-        (``dask-mcpca report`` passes the model's ``archive_rows_``): the
-        windows inside them calibrate the drift threshold.  Without them,
-        the spread of all the windows and the model's own level do.
+        ``[start, stop)`` of the rows the model was fitted on, numbered as
+        the report numbers them (``first_row`` on; ``dask-mcpca report``
+        passes the model's ``archive_rows_``): the windows inside them
+        calibrate the drift threshold.  Without them, the spread of all the
+        windows and the model's own level do.
+    first_row : int, default=0
+        The position in the archive of ``X``'s first row (``dask-mcpca
+        report --rows``/``--time`` passes the selection's): every row number
+        reported (the events' ``start_row``/``stop_row``, the windows'
+        ``first_row``, ``bin_rows``, ``block_starts``, a NaN row's error) is
+        ``first_row`` plus the position in ``X``, as ``score`` records its
+        rows; a window of a row count holds the archive's rows from a
+        multiple of it, as a duration's starts at a multiple since 1970.
 
     Returns
     -------
@@ -443,7 +454,7 @@ def summarize(
     events_fold = _Events(channels, max_gap, writer, coordinate is not None, max_events)
     window = _checked_window(window, coordinate)
     drift = WindowFold(model, window, reference_rows) if window is not None else None
-    starts, sizes, results = block_summaries(rows, coordinate, model, window)
+    starts, sizes, results = block_summaries(rows, coordinate, model, window, first_row)
     n_modes = model.n_modes_ if getattr(model, "mode_models_", None) is not None else 0
     fold = _ArchiveFold(n, p, len(sizes), cellwise=getattr(model, "cell_cutoff_", None) is not None, n_modes=n_modes)
     runner = SimpleNamespace(n_rows=n, n_blocks=len(sizes), n_passes=0)
@@ -468,7 +479,7 @@ def summarize(
         components=model.components_,
         robust_ratio=np.asarray(model.explained_variance_ratio_),
         classical_ratio=fold.classical_ratio(),
-        block_starts=starts,
+        block_starts=starts + first_row,
         block_share=fold.block_share,
         n_events=events_fold.count,
         worst_events=events_fold.worst(),
@@ -481,7 +492,7 @@ def summarize(
         drift_components=0 if drift is None else drift.k,
         modes=[str(v) for v in model.modes_] if n_modes else None,
         mode_weights=np.asarray(model.mode_weights_) if n_modes else None,
-        **fold.curves(),
+        **fold.curves(first_row),
     )
 
 
@@ -547,8 +558,9 @@ class _ArchiveFold:
         classical = np.clip(np.linalg.eigvalsh(cov)[::-1], 0, None)
         return classical / classical.sum() if classical.sum() > 0 else classical
 
-    def curves(self) -> dict[str, Any]:
-        """The per-bin curves of :class:`ArchiveSummary`, over the bins that hold a row, by field name."""
+    def curves(self, first_row: int = 0) -> dict[str, Any]:
+        """The per-bin curves of :class:`ArchiveSummary`, over the bins that hold a row, by field name
+        (``bin_rows`` numbered from ``first_row``)."""
         n = self.n
         bin_rows = -(-np.arange(N_BINS) * n // N_BINS)  # first row r of bin b: r * N_BINS // n == b
         used = slice(None) if n > N_BINS else np.flatnonzero(_bins_with_rows(n))
@@ -567,7 +579,7 @@ class _ArchiveFold:
             mode_share = None if self.bin_modes is None else np.where(
                 bin_count[:, None] > 0, self.bin_modes[used] / np.maximum(bin_count, 1)[:, None], np.nan)
         return {
-            "bin_rows": bin_rows[used], "bin_max": self.bin_max[used], "bin_mean": bin_mean,
+            "bin_rows": bin_rows[used] + first_row, "bin_max": self.bin_max[used], "bin_mean": bin_mean,
             "row_values": None if self.bin_labels is None else self.bin_labels[used],
             "bin_missing_share": missing_share, "bin_cells_share": cells_share, "bin_share": bin_share,
             "bin_quiet_mean": bin_quiet_mean, "bin_contrib": bin_contrib, "bin_count": bin_count,

@@ -56,7 +56,7 @@ _CANCEL_SHARE = 0.5
 class BlockSummary:
     """What one row block owes the report (small: no per-row arrays)."""
 
-    start: int
+    start: int  # the block's first row among the rows reported (the archive's: ``first_row`` more)
     n_rows: int
     n_scored: int
     n_flagged: int
@@ -69,7 +69,7 @@ class BlockSummary:
     bin_flagged: np.ndarray  # flagged rows in the bin
     bin_quiet_sum: np.ndarray  # sum of d^2 over the bin's scored rows not flagged
     bin_contrib: np.ndarray  # (width, p) summed channel contributions of the scored rows in the bin
-    runs: np.ndarray  # (m, 2) global [start, stop) of the runs of flagged rows, in row order
+    runs: np.ndarray  # (m, 2) [start, stop) in the archive of the runs of flagged rows, in row order
     run_peak: np.ndarray  # (m,) largest d^2 of the run
     run_contrib: np.ndarray  # (m, p) summed channel contributions of the run
     run_severity: np.ndarray  # (m,) summed decades of d^2 above the cutoff over the run's flagged rows
@@ -116,6 +116,8 @@ def summarize_block(
     model,
     labels: np.ndarray | None = None,
     window: Window | None = None,
+    *,
+    first_row: int = 0,
 ) -> BlockSummary:
     """The :class:`BlockSummary` of rows ``start:start + len(block)`` of an archive of ``n_total`` rows.
 
@@ -129,15 +131,19 @@ def summarize_block(
     ----------
     block : array of shape (n, p)
     start : int
-        The block's first row in the archive.
+        The block's first row among the rows reported (the bins are counted from there).
     n_total : int
-        Rows of the archive (the bins span them).
+        Rows reported (the bins span them).
     model : MCPCA
         Fitted.
     labels : array of shape (n,), optional
         The row coordinate (time) of the block's rows.
     window : Window, optional
         Drift windows: their weighted sums are added to the summary.
+    first_row : int, default=0
+        The archive's position of the first row reported: the runs, the drift windows (a row count's
+        window ``k`` holds the archive's rows ``k * rows`` on) and the error below number rows from the
+        archive's first, ``first_row + start`` being this block's first.
 
     Raises
     ------
@@ -151,7 +157,7 @@ def summarize_block(
     m = _scoring(model, cellwise) if modes is None else None
     # with modes, rows as stored about the largest mode's centre (each mode scores them in its own units)
     centre = m.centre if modes is None else model.mode_means_[int(np.argmax(model.mode_weights_))]
-    fold = _BlockFold(start, n, n_total, p, centre=centre, cellwise=cellwise, window=window,
+    fold = _BlockFold(start, n, n_total, p, first_row=first_row, centre=centre, cellwise=cellwise, window=window,
                       two_c2=2 * float(model.kernel_scale_) ** 2, cutoff=float(model.outlier_cutoff_),
                       n_modes=0 if modes is None else len(modes),
                       window_mode=None if modes is None else int(np.argmax(model.mode_weights_)))
@@ -159,10 +165,10 @@ def summarize_block(
         lab = None if labels is None else np.asarray(labels[a : a + min(SLICE_ROWS, n - a)])
         if modes is None:
             X = model_rows(model, np.asarray(block[a : a + SLICE_ROWS], np.float64))  # scale="robust": X / scale_
-            fold.add(_score_slice(m, X, start + a), start + a, lab)
+            fold.add(_score_slice(m, X, first_row + start + a), start + a, lab)
         else:
             X = np.asarray(block[a : a + SLICE_ROWS], np.float64)
-            fold.add(_score_by_mode(model, modes, centre, X, start + a), start + a, lab)
+            fold.add(_score_by_mode(model, modes, centre, X, first_row + start + a), start + a, lab)
     return fold.summary(labelled=labels is not None)
 
 
@@ -190,13 +196,14 @@ def _score_by_mode(model, modes: list[_Model], centre: np.ndarray, X: np.ndarray
     return _Scored(X, first.ok, first.complete, first.whole, None, d, flags, Y, contrib, best)
 
 
-def block_summaries(rows, coordinate, model, window: Window | None):
+def block_summaries(rows, coordinate, model, window: Window | None, first_row: int = 0):
     """The archive's row blocks: their first rows, their sizes, and their summaries in row order (lazily).
 
     A dask array's blocks are its chunks, summarized in dask tasks
     (:func:`_in_row_order`); a numpy array's are ``NUMPY_BLOCK_SLICES *
     SLICE_ROWS`` rows, summarized here.  The row coordinate is cut (or
-    rechunked) to the same blocks.
+    rechunked) to the same blocks.  ``first_row``: the archive's position of ``rows``' first
+    (:func:`summarize_block`); the first rows returned count from ``rows``' first.
     """
     import dask
     import dask.array as da
@@ -220,13 +227,13 @@ def block_summaries(rows, coordinate, model, window: Window | None):
             label_blocks = [coordinate[s : s + m] for s, m in zip(starts, sizes, strict=True)]
     if data_blocks is None:
         results = (
-            summarize_block(rows[s : s + m], int(s), n, model, lab, window)
+            summarize_block(rows[s : s + m], int(s), n, model, lab, window, first_row=first_row)
             for s, m, lab in zip(starts, sizes, label_blocks, strict=True)
         )
     else:
         client = _active_client()
         tasks = [
-            dask.delayed(summarize_task, pure=True)(b, int(s), n, model, lab, window)
+            dask.delayed(summarize_task, pure=True)(b, int(s), n, model, lab, window, first_row)
             for b, s, lab in zip(data_blocks, starts, label_blocks, strict=True)
         ]
         results = _in_row_order(tasks, window=WINDOW_PER_THREAD * _scheduler_threads(client), client=client)
@@ -294,12 +301,14 @@ def _in_row_order(tasks: list, *, window: int, client):
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def summarize_task(block, start: int, n_total: int, model, labels=None, window=None) -> BlockSummary:
+def summarize_task(block, start: int, n_total: int, model, labels=None, window=None,
+                   first_row: int = 0) -> BlockSummary:
     """:func:`summarize_block` in a dask task, with single-threaded BLAS (as a fit's passes)."""
     from ._passes import limit_blas_in_task
 
     limit_blas_in_task()
-    return summarize_block(block, start, n_total, model, None if labels is None else np.asarray(labels), window)
+    return summarize_block(block, start, n_total, model, None if labels is None else np.asarray(labels), window,
+                           first_row=first_row)
 
 
 def _score_slice(m: _Model, X: np.ndarray, first_row: int) -> _Scored:
@@ -340,7 +349,8 @@ def _score_slice(m: _Model, X: np.ndarray, first_row: int) -> _Scored:
 class _BlockFold:
     """A block's sums, slice by slice: moments, bins, runs and drift windows (:func:`summarize_block`)."""
 
-    def __init__(self, start: int, n: int, n_total: int, p: int, *, centre: np.ndarray, cellwise: bool,
+    def __init__(self, start: int, n: int, n_total: int, p: int, *, first_row: int = 0, centre: np.ndarray,
+                 cellwise: bool,
                  window: Window | None, two_c2: float, cutoff: float, n_modes: int = 0,
                  window_mode: int | None = None):
         self.centre = centre  # the model's: the slices' rows Y are about it
@@ -348,6 +358,7 @@ class _BlockFold:
         # kernel are its): a window mostly in other modes has too few of them and is not monitored
         self.window_mode = window_mode
         self.start, self.n, self.p, self.window, self.two_c2, self.cutoff = start, n, p, window, two_c2, cutoff
+        self.first_row = first_row  # the archive's position of row 0 of the bins: runs and windows number from it
         self.scale = max(n_total, 1)
         self.first_bin = start * N_BINS // self.scale
         width = (start + max(n, 1) - 1) * N_BINS // self.scale - self.first_bin + 1
@@ -366,13 +377,14 @@ class _BlockFold:
         self.win: dict[int, list] = {}  # window id -> [first row, first label, rows, scored, flagged, sw, ...]
 
     def add(self, s: _Scored, first_row: int, lab: np.ndarray | None) -> None:
-        """Fold in one scored slice, the archive's rows from ``first_row`` (``lab``: their row coordinate)."""
+        """Fold in one scored slice, the rows reported from ``first_row`` (``lab``: their row coordinate)."""
         self._add_moments(s)
         self._add_bins(s, first_row, lab)
+        at = self.first_row + first_row  # in the archive
         if self.window is not None:
             watched = s.complete if self.window_mode is None else s.complete & (s.mode == self.window_mode)
-            add_windows(self.win, self.window, first_row, lab, s.Y, s.d, s.ok, watched, s.flags, self.two_c2)
-        self._add_runs(s, first_row, lab)
+            add_windows(self.win, self.window, at, lab, s.Y, s.d, s.ok, watched, s.flags, self.two_c2)
+        self._add_runs(s, at, lab)
 
     def _add_moments(self, s: _Scored) -> None:
         """The complete rows' count, mean and scatter, merged in (:func:`._stats.merge_moments`)."""

@@ -41,7 +41,8 @@ def cmd_report(args, out) -> int:
     """``dask-mcpca report``: the events file (CSV), the optional drift windows (CSV), the figure (PNG)
     and the printed summary of the model's judgement of the archive's rows.
 
-    The files are written to temporaries and put in place together once the PNG is drawn
+    Rows are numbered as in the archive (``--rows 50:`` reports its first row as 50), as ``score``
+    records them.  The files are written to temporaries and put in place together once the PNG is drawn
     (:func:`dask_mcpca._atomic.atomic_files`): the PNG first, the events CSV last, Ctrl-C and
     SIGTERM held meanwhile; an error or an interruption before leaves the previous set as it was.
 
@@ -90,6 +91,12 @@ def cmd_report(args, out) -> int:
           f"{digest[:12]}); {scale_text(model)}", file=out, flush=True)
     selection = archive.selection
     reference = _reference_rows(model, archive.span) if window is not None else None
+    # rows are numbered as in the archive (as score records them), from the selection's first row in it;
+    # rows that are not one run of the archive (time labels repeated out of order) from the first selected
+    first_row = archive.span[0] if archive.span is not None else 0
+    if archive.span is None:
+        print(f"the rows {selection} selects are not one run of the archive: rows are numbered from the first "
+              "selected (0), not the archive's", file=out)
     started = time.perf_counter()
     # matplotlib's import (about 1.4 s) runs while the pass's tasks read and compute, not after
     from .._report_plot import MATPLOTLIB_MODULES
@@ -106,7 +113,7 @@ def cmd_report(args, out) -> int:
         with open(staged[events], "w", newline="") as f:
             summary = _report.summarize(
                 model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f, window=window,
-                max_events=args.max_events, reference_rows=reference,
+                max_events=args.max_events, reference_rows=reference, first_row=first_row,
             )
         summary.selection = selection
         if window is not None:
@@ -167,15 +174,15 @@ def modes_text(summary) -> str:
 
 
 def _reference_rows(model, span: tuple[int, int] | None) -> tuple[int, int] | None:
-    """The rows of the report (its numbering: from the first row selected) the model was fitted on, from
-    its ``archive_rows_`` and ``span``, the positions of the rows ``--rows``/``--time`` select: of the runs
+    """The rows of the report (their positions in the archive) the model was fitted on, from its
+    ``archive_rows_`` and ``span``, the positions of the rows ``--rows``/``--time`` select: of the runs
     it records, the one that shares the most rows with them; None when either is unknown or they do not meet."""
     fitted = getattr(model, "archive_rows_", None)
     if fitted is None:
         return None
     if span is None:
         return None
-    shared = [(max(int(a), span[0]) - span[0], min(int(b), span[1]) - span[0])
+    shared = [(max(int(a), span[0]), min(int(b), span[1]))
               for a, b in np.asarray(fitted).reshape(-1, 2)]
     a, b = max(shared, key=lambda r: r[1] - r[0])
     return (a, b) if a < b else None
