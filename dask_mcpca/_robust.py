@@ -199,10 +199,32 @@ def fit_robust(
         )
         if np.isfinite(state.last_change) and state.last_change > 0:
             state.rate = change / state.last_change
-        state.converged = remaining(change, state.rate) < tol
+        state.converged = remaining(change, state.rate) < tol or (cellwise and _at_flag_floor(change, state.rate, tol))
         state.last_change = change
         if resample and archive_repeats(state, res.sample, runner.unit_exp, runner.stored_units()):
             state.converged = False  # the next step leaves out rows this one weighed
         if on_step is not None:
             on_step(state)
     return state
+
+
+#: A cellwise fit's full-data steps have stalled when the ratio of their last two changes is at least this
+#: (:func:`_at_flag_floor`).
+STALL_RATE = 0.8
+#: ... and the last change, under this many ``tol``, is the toggling of the cells at the cutoff.
+FLAG_FLOOR = 3.0
+
+
+def _at_flag_floor(change: float, rate: float, tol: float) -> bool:
+    """Whether a cellwise fit's steps have stalled at the noise of its cell flags: no longer contracting
+    (``rate >= STALL_RATE``), each moving it by under ``FLAG_FLOOR * tol``.
+
+    A full-data pass keeps no cell's flag from the pass before (out of core), so the cells at the cutoff
+    are flagged in one pass and not the next, and the steps go on moving the state by about ``tol``
+    (1.0-1.3 ``tol`` at p = 100 and 20,000 rows, 1.8-2.4 at 4,000 rows) without contracting: the
+    extrapolated distance left (:func:`._robust_step.remaining`) never fell under ``tol``, and most
+    cellwise fits at p = 100 warned after their last pass.  ``tol`` is a tenth of the sampling noise's
+    scale ``sqrt(p / n)``: the state is as settled as the flags allow.
+    """
+    return bool(np.isfinite(rate) and rate >= STALL_RATE and change < FLAG_FLOOR * tol)
+
