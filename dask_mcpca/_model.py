@@ -32,7 +32,14 @@ from typing import Any
 import numpy as np
 
 from . import _missing
-from ._distances import calibrated_d2, cell_flags, distances_and_top, judge_cells, observed_counts
+from ._distances import (
+    calibrated_d2,
+    cell_flags,
+    cell_flags_of_any_rows,
+    distances_and_top,
+    judge_cells,
+    observed_counts,
+)
 from ._distances import mahalanobis_d2 as mahalanobis_d2  # for _modes (``_model.mahalanobis_d2``)
 from ._exceptions import NonFiniteRowsError
 from ._precision import contributor, model_rows, precision_power, top_channel
@@ -287,6 +294,8 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
         for name, out in parts.items():
             if bad.any():
                 out[bad] = np.nan if out.dtype.kind == "f" else (-1 if name == "top_channel" else 0)
+        if "cells" in parts and bad.any():  # as cell_outliers judges them: an inf cell flagged, the rest on their own
+            parts["cells"][bad] = cell_flags_of_any_rows(model, block[bad])
         if "n_observed" in outputs and "n_observed" not in parts:
             parts["n_observed"] = nan_for_nonfinite_rows(lambda b: judged_counts(model, b), "partial")(block)
         return parts

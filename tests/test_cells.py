@@ -430,3 +430,19 @@ def test_a_cellwise_fit_of_clean_data_converges_without_a_warning(p):
         Y = X - X.mean(axis=0)
         captured = [np.sum((Y @ C.T) ** 2) for C in (model.components_[:3], pca.components_)]
         assert captured[0] >= 0.99 * captured[1]
+
+
+@pytest.mark.parametrize("nan_policy", ["omit", "partial"])
+def test_score_rows_writes_the_cells_cell_outliers_flags_in_rows_with_nan_or_inf(nan_policy):
+    """``score``'s ``cells`` output is ``cell_outliers``, also in the rows a row-wise output leaves out (an inf
+    cell; under ``"omit"`` any NaN): those rows were written with no flag."""
+    rng = np.random.default_rng(0)
+    t = rng.normal(size=(4000, 1))
+    X = np.hstack([t, 2 * t, -t, t]) + 0.3 * rng.normal(size=(4000, 4))
+    model = MCPCA(cellwise=True, nan_policy=nan_policy).fit(X)
+    rows = X[:6].copy()
+    rows[0, 1], rows[1, 2], rows[2, 3] = np.inf, np.nan, 9.0
+    rows[3, 0], rows[3, 3] = np.nan, 9.0
+    cells = model.score_rows(rows, outputs=("cells",))["cells"]
+    np.testing.assert_array_equal(cells, model.cell_outliers(rows))
+    assert cells[0, 1] and cells[2, 3] and cells[3, 3] and not cells[1].any()
