@@ -59,7 +59,7 @@ import numpy as np
 
 from . import _cells
 from ._passes import PassResult, PassRunner
-from ._repeated import find_repeated, quantization_steps
+from ._repeated import find_repeated, held_out, quantization_steps
 from ._robust_sample import cellwise_start, gap_patterns, iterate_on_sample
 from ._robust_step import FALL_OFF2, FAR_ROW, RobustState, archive_repeats, floored, full_step, remaining
 from ._start import START_FRACTION, robust_start
@@ -170,13 +170,16 @@ def fit_robust(
                 f"{moments.n_rows} usable rows are too few for {p} features: "
                 f"the robust fit needs at least {p + 2}"
             )
-        location, scatter = robust_start(sample, seed=seed)
-        if fixed_center is not None:
-            location = fixed_center
         with_gaps = sample if partial_sample is None or not len(partial_sample) else np.concatenate(
             [sample, partial_sample])
         # a value stuck while another channel is offline, too
         repeated, rows = find_repeated(with_gaps, runner.stored_units())
+        # the start from the rows the fit weighs: a stuck stretch's rows in the start's half widened it over
+        # a second operating state (the rows of two states of three taken for one, 33 % of rows flagged)
+        free = sample[~held_out(sample, repeated, rows)]
+        location, scatter = robust_start(free if len(free) >= p + 2 else sample, seed=seed)
+        if fixed_center is not None:
+            location = fixed_center
         resolution = quantization_steps(sample) ** 2 / 12
         state = RobustState(
             location=location,

@@ -287,3 +287,33 @@ def test_a_handful_of_fault_rows_sets_the_whole_group_aside(monkeypatch):
     monkeypatch.setattr(MCPCA, "fit", lambda self, *a, **k: fits.append(1) or fit(self, *a, **k))
     assert _fit_modes.find_modes(faulty, MCPCA()) is None
     assert len(fits) == 2
+
+
+def test_a_stuck_stretch_does_not_join_two_states_into_one():
+    """Three states (55/30/15 %, each its own centre, axes and spread, visited in stretches of 500 rows) and a
+    channel stuck over 10 % of the rows, across the largest and the smallest state.  The robust start took the
+    least outlying half with the stuck rows in it, which widened it over the second state: one fit took two
+    states, and every row of the second (30 %) was flagged.  The stuck rows get no weight in the fit, so the
+    start leaves them out too.  Expected from the construction: three modes, each state's rows sent to one
+    mode of their own, under 1 % of the untouched rows flagged, the stuck stretch found."""
+    rng = np.random.default_rng(4)
+    n, p, stretch = 20_000, 8, 500
+    order = rng.permutation(np.repeat(np.arange(3), np.round(np.array([0.55, 0.30, 0.15]) * n / stretch).astype(int)))
+    truth = np.repeat(order, stretch)[:n]
+    X = np.empty((n, p))
+    for s in range(3):
+        mean = rng.choice([-1, 1], p) * rng.uniform(6, 12, p) * (s > 0)
+        basis, _ = np.linalg.qr(rng.normal(size=(p, p)))
+        X[truth == s] = (rng.normal(size=((truth == s).sum(), p)) * np.geomspace(3, 0.3, p)) @ basis.T + mean
+    stuck = np.arange(3666, 5666)
+    assert set(truth[stuck]) == {0, 2}
+    X[stuck, 4] = np.quantile(X[stuck, 4], 0.99)
+    model = MCPCA(modes="auto").fit(X)
+    assert model.n_modes_ == 3
+    mode = np.asarray(model.predict_mode(X))
+    assert all(len(np.unique(mode[truth == s])) == 1 for s in range(3)) and len(np.unique(mode)) == 3
+    flags = np.asarray(model.is_outlier(X))
+    untouched = np.ones(n, bool)
+    untouched[stuck] = False
+    assert flags[untouched].mean() < 0.01
+    assert flags[stuck].mean() > 0.95
