@@ -369,7 +369,8 @@ def test_score_writes_a_new_store_lazily_and_atomically(stores, model_file, tmp_
     assert "Completed" not in err
     g = zarr.open_group(str(out_path), mode="r")
     assert sorted(g.array_keys()) == ["channel", "component", "contributions", "d2", "n_observed", "outlier", "scores",
-                                      "weight"]  # the outputs, and the coordinates of their channels and components
+                                      "top_channel", "weight"]  # the outputs, and their channels' and components'
+    # coordinates
     np.testing.assert_allclose(g["d2"][:], model.mahalanobis(X), rtol=1e-12)
     np.testing.assert_allclose(g["contributions"][:], model.channel_contributions(X), rtol=1e-12)
     assert g["scores"].shape == (N_ROWS, model.n_components_)

@@ -309,8 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--outputs", type=_output_names, metavar="NAMES",
         help="what to write: 'monitoring' (default: d2, outlier, top_channel, n_observed, and cells for a model "
-        "fitted with cellwise=True), 'all' (scores, weight, outlier, d2, contributions, n_observed), or names "
-        f"separated by commas from {', '.join(SCORE_ARRAYS)}; all are computed from one read of each block.  "
+        "fitted with cellwise=True), 'all' (every output valid for the model: scores, weight, outlier, d2, "
+        "contributions, n_observed, top_channel; cells for a cellwise model; mode, and no scores, for a model "
+        f"with operating modes), or names separated by commas from {', '.join(SCORE_ARRAYS)}; all are computed "
+        "from one read of each block.  "
         "Bytes per row, float64: scores 8 k, weight, d2 8, outlier 1, contributions 8 p, n_observed, "
         "top_channel 2, cells p before compression (k components, p channels); --dtype float32 halves the "
         "floats' share",

@@ -32,8 +32,8 @@ from .outputs import (
     refuse_replacing_other_data,
 )
 
-__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "default_outputs", "with_mode",
-           "cmd_score"]
+__all__ = ["SCORE_ARRAYS", "OUTPUT_SETS", "DEFAULT_OUTPUTS", "DEFAULT_DTYPE", "LEGACY_OUTPUTS", "default_outputs",
+           "all_outputs", "with_mode", "cmd_score"]
 
 #: The arrays ``score`` writes, and what each holds (also in the output's attributes).
 SCORE_ARRAYS = {
@@ -51,15 +51,18 @@ SCORE_ARRAYS = {
              "one byte a cell before compression, which leaves little of a mostly False array)",
 }
 #: ``score --outputs`` by a name: ``monitoring`` (the default: what an alarm needs, the distance,
-#: the flag, the channel to look at and how many channels the row was judged on) and ``all``.
+#: the flag, the channel to look at and how many channels the row was judged on) and ``all``: every output
+#: valid for the model (:func:`all_outputs` picks them from these, once the model is read).
 OUTPUT_SETS = {
     "monitoring": ("d2", "outlier", "top_channel", "n_observed"),
-    "all": ("scores", "weight", "outlier", "d2", "contributions", "n_observed"),
+    "all": tuple(SCORE_ARRAYS),
 }
-#: ``score``'s defaults: 9 bytes a row (float32 d2, the flag, two int16 counts), against 8 (k + p + 2) + 3
-#: for ``--outputs all --dtype float64``.  A store written before the defaults changed says what it holds
-#: (its ``outputs`` and ``dtype`` attributes), or holds ``all`` in float64: ``--append`` goes on with that.
+#: ``score``'s defaults: 9 bytes a row (float32 d2, the flag, two int16 counts), against 8 (k + p + 2) + 5
+#: for ``--outputs all --dtype float64`` on a plain model.
 DEFAULT_OUTPUTS, DEFAULT_DTYPE = "monitoring", "float32"
+#: What a store written before the defaults changed holds when it records no ``outputs`` attribute (``all``
+#: as it then was, in float64): ``--append`` goes on with that.
+LEGACY_OUTPUTS = ("scores", "weight", "outlier", "d2", "contributions", "n_observed")
 
 
 def cmd_score(args, out) -> int:
@@ -86,7 +89,7 @@ def cmd_score(args, out) -> int:
     archive = open_archive_for(args)
     X = check_channel_names(model, archive.X, args.store)
     started = time.perf_counter()
-    names, dtype = with_mode(model, args.outputs or default_outputs(model)), args.dtype or DEFAULT_DTYPE
+    names, dtype = _requested(model, args.outputs), args.dtype or DEFAULT_DTYPE
     outputs = _score_outputs(model, X, names, dtype)
     span = archive.span
     attrs = {
@@ -126,6 +129,26 @@ def default_outputs(model) -> tuple[str, ...]:
     fitted with ``cellwise=True`` (its rows are judged on their good cells: the flags say which)."""
     names = OUTPUT_SETS[DEFAULT_OUTPUTS]
     return (*names, "cells") if getattr(model, "cell_cutoff_", None) is not None else names
+
+
+def all_outputs(model) -> tuple[str, ...]:
+    """What ``score --outputs all`` writes: every output of :data:`SCORE_ARRAYS` valid for the model, in that
+    order: ``cells`` only for a model fitted with ``cellwise=True``; ``mode`` only for a model with operating
+    modes, and then no ``scores`` (each mode has its own components)."""
+    cellwise = getattr(model, "cell_cutoff_", None) is not None
+    modes = getattr(model, "mode_models_", None) is not None
+    left_out = {"cells"} if not cellwise else set()
+    left_out |= {"scores"} if modes else {"mode"}
+    return tuple(name for name in SCORE_ARRAYS if name not in left_out)
+
+
+def _requested(model, outputs: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The outputs ``score`` writes for ``--outputs`` (None: the default; ``all``: :func:`all_outputs`)."""
+    if outputs is None:
+        return with_mode(model, default_outputs(model))
+    if tuple(outputs) == OUTPUT_SETS["all"]:
+        return all_outputs(model)
+    return with_mode(model, tuple(outputs))
 
 
 def with_mode(model, names: tuple[str, ...]) -> tuple[str, ...]:
@@ -180,7 +203,7 @@ def _score_append(args, out, options) -> int:
     model, digest = load_model(args.model, options)
     source = _score_source(args, model, digest)
     try:
-        target = open_for_append(output, args.output, provenance(**source, rows=(0, 0)), OUTPUT_SETS["all"])
+        target = open_for_append(output, args.output, provenance(**source, rows=(0, 0)), LEGACY_OUTPUTS)
     except AppendError as err:
         raise UsageError(str(err)) from None
     start, stop = target.rows
@@ -200,7 +223,7 @@ def _score_append(args, out, options) -> int:
     X = whole[stop - lead :] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop - lead, None)})
     n_new = X.shape[0] - lead
     names, dtype = target.names, target.dtype
-    if args.outputs is not None and tuple(args.outputs) != names:
+    if args.outputs is not None and _requested(model, args.outputs) != names:
         raise UsageError(f"--outputs differs from what --output {args.output!r} holds ({','.join(names)}); "
                          "leave it out with --append")
     if args.dtype is not None and args.dtype != dtype:
@@ -224,7 +247,8 @@ def _score_append(args, out, options) -> int:
         f"appended to {args.output}, which now holds rows {start:,}:{n_all:,}"
         + (f"\nrows {stop:,}:{n_all:,} were scored with {args.model} (SHA-256 {digest[:12]}), rows "
            f"{segments[-2]['rows'][0]:,}:{stop:,} with another model (SHA-256 "
-           f"{segments[-2][MODEL_ATTR][:12]}): segment {len(segments)} of the store's 'segments' attribute"
+           f"{segments[-2][MODEL_ATTR][:12]}): segment {len(segments) - 1} (an index into the store's "
+           "'segments' attribute)"
            if began else ""),
         file=out,
     )
