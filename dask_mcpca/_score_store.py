@@ -264,9 +264,19 @@ def open_scores(path: str | os.PathLike, **kwargs):
 
     Examples
     --------
+    A tiny store of the layout ``score`` writes (three rows, two flagged), in a temporary folder:
+
+    >>> import tempfile, numpy as np, xarray as xr
     >>> from dask_mcpca import open_scores
-    >>> ds = open_scores("scores.zarr")  # doctest: +SKIP
-    >>> ds.top_channel_name.where(ds.outlier, drop=True)  # doctest: +SKIP
+    >>> path = tempfile.mkdtemp() + "/scores.zarr"
+    >>> xr.Dataset({"outlier": ("time", [False, True, True]), "top_channel": ("time", np.int16([-1, 2, 0]))},
+    ...            attrs={"channels": ["temp", "flow", "press"]}).to_zarr(path)  # doctest: +ELLIPSIS
+    <xarray.backends.zarr.ZarrStore object at 0x...>
+    >>> ds = open_scores(path)
+    >>> ds.top_channel_name.where(ds.outlier.compute(), drop=True).values.tolist()  # the flagged rows' channels
+    ['press', 'temp']
+
+    The flags are computed first (``ds.outlier.compute()``): ``where(..., drop=True)`` takes no lazy mask.
     """
     import xarray as xr
 
