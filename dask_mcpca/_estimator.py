@@ -127,14 +127,11 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
         with ``solver="auto"`` and ``center`` robust or False, the previous
         fit's location, scatter and radii go straight into the full-data
         passes, with no sample stage; the first pass draws the new row
-        sample.  For an archive grown by rows like the old ones, with a
-        Gaussian-like bulk, this takes 2 passes and gives the cold fit's
-        components (within 0.1 degree in the tests; 2 passes in 10 of 10
-        draws, normal and Student t with 5 degrees of freedom, 40,000 rows by
-        6 channels, the first half fitted first).  Heavier tails may need more
-        and warn: with t(3) rows, 3 passes and a ``ConvergenceWarning`` in 4
-        of 5 draws (the components still within 0.02 degree of the cold
-        fit's).  A fit of another width, or a model loaded from a file,
+        sample.  An archive grown by rows like the old ones, with a
+        Gaussian-like bulk, takes 2 passes and gives the cold fit's
+        components (0.1 degree); heavier tails may take more and warn
+        (t(3) rows: 3 passes and a ``ConvergenceWarning`` in 4 of 5 draws).
+        A fit of another width, or a model loaded from a file,
         starts cold.  To add rows to a model without reading the old ones
         again, see :meth:`partial_fit`.
     contamination : "auto" or float in (0, 0.5], default="auto"
@@ -254,13 +251,9 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
         ``"auto"``: ``(column, value)`` pairs that a column of the sample holds
         exactly in at least max(5, 0.1 %) and at most 10 % of its rows, and
     saturation_limits_ : ndarray of shape (n_features, 2)
-        Each channel's lower and upper saturation limit, NaN where it has
-        none: the extreme value that a channel continuous at the fit
-        (``quantization_steps_`` 0) holds exactly in at least 0.2 % (and at
-        most half) of its rows, with few values beyond it: a clipped
-        sensor, an ADC at its range limit.  A reading at a limit is judged
-        as censored (the quantity lay at or beyond it).  Set by every fit
-        (all NaN where no channel saturates).
+        Each channel's lower and upper saturation limit (NaN: none), the
+        extreme a continuous channel holds exactly in at least 0.2 % of its
+        rows (a clipped sensor); a reading there is judged as censored.
         at least 5 times as often as any of the 4 nearest distinct values of
         that column on either side: a stuck sensor's value (counted on the
         rows not equal to a ``repeated_rows_`` row).  Rows holding one carry
