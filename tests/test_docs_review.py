@@ -66,3 +66,19 @@ def test_outputs_all_writes_every_output_valid_for_the_model(kind, tmp_path, cap
     assert everything == _expected_all(kind)
     assert default <= everything
     capsys.readouterr()
+
+
+def test_append_takes_outputs_all_to_a_store_scored_with_it(tmp_path, capsys):
+    """``--append --outputs all`` names what a store scored with ``--outputs all`` holds: accepted."""
+    X = _data("plain")
+    store, model_path, out = tmp_path / "archive.zarr", tmp_path / "model.json", tmp_path / "scores.zarr"
+    z = zarr.create_array(str(store), shape=(N - CHUNK, P), chunks=(CHUNK, P), dtype=X.dtype)
+    z[:] = X[: N - CHUNK]
+    _fit("plain", X).save(model_path)
+    assert _score(tmp_path, store, model_path, "scores.zarr", "--outputs", "all") == _expected_all("plain")
+    z.resize(X.shape)
+    z[N - CHUNK:] = X[N - CHUNK:]
+    assert main(["score", str(store), "--model", str(model_path), "--output", str(out), "--append", "--outputs",
+                 "all", "--no-progress"]) == 0
+    assert zarr.open_group(str(out), mode="r").attrs["rows"] == [0, N]
+    capsys.readouterr()
