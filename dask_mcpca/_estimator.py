@@ -26,7 +26,7 @@ from ._exceptions import BreakdownWarning
 from ._fit import FitResult, fit_rows
 from ._fit_modes import ModesResult, fit_modes
 from ._io import as_row_blocks, split_store_path
-from ._mode_methods import MODE_ATTRIBUTES, ModesMixin
+from ._mode_methods import ModesMixin
 from ._params import PARAMETER_CONSTRAINTS, check_params
 from ._partial_fit import PartialFitMixin
 from ._passes import single_threaded_blas
@@ -35,6 +35,9 @@ from ._save import SaveMixin
 from ._urls import overlaps
 
 __all__ = ["MCPCA"]
+
+#: The fitted attributes ``fit`` sets from its input before clearing the previous fit's (:mod:`._labels`).
+INPUT_NAMES = ("feature_names_in_", "feature_dim_in_")
 
 
 class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
@@ -131,8 +134,8 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
         Gaussian-like bulk, takes 2 passes and gives the cold fit's
         components (0.1 degree); heavier tails may take more and warn
         (t(3) rows: 3 passes and a ``ConvergenceWarning`` in 4 of 5 draws).
-        A fit of another width, or a model loaded from a file,
-        starts cold.  To add rows to a model without reading the old ones
+        A fit of another width, a ``cellwise`` fit, or a model loaded from
+        a file, starts cold.  To add rows to a model without reading the old ones
         again, see :meth:`partial_fit`.
     contamination : "auto" or float in (0, 0.5], default="auto"
         The alarm rate of the outlier rule (scikit-learn's and PyOD's
@@ -525,13 +528,12 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
                 f"by {type(self).__name__}"
             )
         self._forget_update_sums()
-        for name in MODE_ATTRIBUTES:
-            vars(self).pop(name, None)
-        vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
-        vars(self).pop("archive_samples_", None)
         warm = ((self._robust_state, self._robust_unit, getattr(self, "scale_", None))
                 if getattr(self, "_robust_state", None) is not None else None)
-        vars(self).pop("scale_", None)  # set again by a fit with scale="robust"
+        # nothing of a previous fit survives a refit (a cellwise model's cell_cutoff_ judged a row-wise
+        # refit's rows cell by cell); the command line sets archive_rows_ again, it knows the archive
+        for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("_") and n not in INPUT_NAMES]:
+            del self.__dict__[name]
         modes = self.modes if modes is None else modes
         with single_threaded_blas():
             if modes is None:

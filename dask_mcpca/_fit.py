@@ -386,9 +386,10 @@ def _to_scaled(moments, partial_sample: np.ndarray, scale: np.ndarray):
 
 def _warm_state(est, warm, p: int):
     """The previous fit's robust state, working unit and scales, if ``warm_start`` and one of the same
-    width and ``scale`` exists (a state is in the units of its fit's scales)."""
+    width and ``scale`` exists (a state is in the units of its fit's scales).  A cellwise fit starts
+    cold: the warm passes weigh whole rows (a warm cellwise refit was the row-wise fit)."""
     state = None if warm is None else warm[0]
-    if not est.warm_start or est.center == "mean" or state is None or len(state.location) != p:
+    if not est.warm_start or est.center == "mean" or est.cellwise or state is None or len(state.location) != p:
         return None
     if (warm[2] is not None) != (getattr(est, "scale", None) == "robust"):
         return None
