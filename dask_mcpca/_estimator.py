@@ -116,9 +116,9 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
         continuous benchmarks is measured (``benchmarks/cellwise.py``).
     checkpoint : str or path-like, optional
         Local file to which the small state of the fit is written after every
-        step (atomically); a fit started again with the same data and
-        parameters resumes there.  A URL other than ``file://`` is refused,
-        as is a path inside the store being fitted.
+        step (atomically); a fit started again with the same data (its first
+        read covers every block) and parameters resumes there.  A URL other
+        than ``file://`` is refused, as is a path inside the fitted store.
     sample_size : int, default=20000
         Rows drawn during the first pass for the robust start (``"auto"``).
     random_state : int or None, default=None

@@ -281,7 +281,8 @@ def _cold_fit(est, runner, ckpt, *, seed: int, max_iter: int) -> _Start:
     """The first read (:func:`first_read`), then the robust stage (:func:`robust_stage`).
 
     The first read is a full pass, except for the default solver with
-    ``center`` robust or False on a store of many row blocks: it then
+    ``center`` robust or False on a store of many row blocks and no
+    ``checkpoint``: it then
     reads a spread of the blocks (:func:`._passes.spread_blocks`), and
     the robust stage's passes count the rows and check them for NaN.
     The working unit is chosen from the first read's row sample, full or
@@ -291,7 +292,9 @@ def _cold_fit(est, runner, ckpt, *, seed: int, max_iter: int) -> _Start:
     units (``work``, with the mapped sample), the unit, the robust state,
     the channels' scales and the cell cutoff, as a :class:`_Start`.
     """
-    moments, partial_sample, rate = first_read(est, runner, ckpt, seed=seed)
+    # a checkpointed fit reads every block first: the checkpoint's data fingerprint is then the whole
+    # archive's, not a spread of its blocks' (another archive sharing those blocks was resumed from it)
+    moments, partial_sample, rate = first_read(est, runner, ckpt, seed=seed, spread=est.checkpoint is None)
     return robust_stage(est, runner, moments, partial_sample, ckpt=ckpt, seed=seed, max_iter=max_iter,
                         archive_sample_rate=rate)
 

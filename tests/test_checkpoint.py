@@ -697,3 +697,21 @@ def test_float32_checkpoint_resumes_when_the_sums_run_in_another_order(tmp_path,
     changed[100] *= 2  # the mean moves by about 1e-3 of its spread: other data
     with pytest.raises(CheckpointMismatchError, match="other data"):
         MCPCA(checkpoint=path, **kw).fit(_blocks(changed))
+
+
+def test_a_checkpoint_of_a_many_block_store_is_refused_for_another_sharing_its_spread_blocks(tmp_path):
+    """A store of 40 blocks is first read from a spread of them; the checkpoint's fingerprint was of those
+    blocks alone, so another archive holding the same spread blocks resumed from it (0 passes, the old
+    model). A checkpointed fit reads every block first."""
+    from dask_mcpca._exceptions import CheckpointMismatchError
+    from dask_mcpca._passes import spread_blocks
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40_000, 5))
+    path = tmp_path / "fit.ckpt.npz"
+    MCPCA(n_components=2, checkpoint=path).fit(da.from_array(X, chunks=(1000, 5)))
+    shared = (spread_blocks(40, 5)[:, None] * 1000 + np.arange(1000)).ravel()
+    Y = rng.normal(size=(40_000, 5)) * [5, 1, 1, 1, 0.2]
+    Y[shared] = X[shared]
+    with pytest.raises(CheckpointMismatchError, match="written for other data"):
+        MCPCA(n_components=2, checkpoint=path).fit(da.from_array(Y, chunks=(1000, 5)))
