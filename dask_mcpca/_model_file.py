@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._atomic import write_bytes
 from ._exceptions import ModelFormatError
+from ._fitted_params import check_fitted_params
 from ._urls import read_bytes
 from ._version import __version__
 
@@ -107,13 +108,17 @@ def save(model: Any, path: str | os.PathLike, *, storage_options: dict | None = 
     ----------
     model : MCPCA
         A fitted estimator: its ``get_params()`` and its attributes whose
-        names end in ``_`` are written.
+        names end in ``_`` are written.  Refused (ValueError) where
+        ``set_params`` changed a parameter that defines the fitted model
+        (:func:`dask_mcpca._fitted_params.check_fitted_params`): the file
+        would say another model than it holds, and ``load`` refuse it.
     path : str or path-like
         Destination file or fsspec URL; replaced atomically if it exists.
     storage_options : dict, optional
         fsspec options for a URL.
     """
     check_is_fitted(model, "components_")
+    check_fitted_params(model, "save")
     modes = getattr(model, MODE_MODELS, None) is not None
     version = 3 if modes else (2 if len(getattr(model, "repeated_rows_", ())) else 1)
     document = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _labels, _modes
+from ._fitted_params import check_fitted_params
 from ._io import as_row_blocks
 from ._params import check_params
 from ._passes import single_threaded_blas
@@ -84,7 +85,11 @@ class PartialFitMixin:
         Raises
         ------
         ValueError
-            ``X`` has other features than the fit; or the model keeps no sums
+            ``set_params`` changed a parameter that defines the fitted model
+            (``scale``, ``center``, ``solver``, ``cellwise``,
+            ``n_components``, ``kernel_factor``; ``nan_policy`` and
+            ``progress`` may change): set it back, or refit; ``X`` has other
+            features than the fit; or the model keeps no sums
             to update (``solver="paper"``, data with fewer rows than
             ``n_features + 2``, a model saved before ``partial_fit`` existed):
             refit it.
@@ -111,6 +116,7 @@ class PartialFitMixin:
         if not hasattr(self, "components_"):
             return self.fit(X, y, storage_options=storage_options)
         check_params(self)
+        check_fitted_params(self, "partial_fit")  # set_params since the fit: not the model it updates
         _labels.check_feature_names(self, X, reset=False)
         X = as_row_blocks(X, storage_options=storage_options)
         check_n_features(self, X)
