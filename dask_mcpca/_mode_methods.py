@@ -9,6 +9,7 @@ fitted is :mod:`._fit_modes`; the rule that sends a row to a mode, :mod:`._modes
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 from typing import Any
 
@@ -21,11 +22,13 @@ from . import _modes
 from ._fit_modes import ModesResult
 from ._update import UPDATE_ATTRIBUTES
 
-__all__ = ["MODE_ATTRIBUTES", "ModesMixin"]
+__all__ = ["MODE_ATTRIBUTES", "ModesMixin", "RUNTIME_PARAMS"]
 
 #: What a fit with ``modes`` sets beside the usual attributes (removed by a refit).
 MODE_ATTRIBUTES = ("mode_models_", "n_modes_", "modes_", "mode_weights_", "mode_means_", "mode_channels_",
                    "_mode_finder")
+#: The estimator's parameters read at run time, not fitted: its modes' models take them from it on ``partial_fit``.
+RUNTIME_PARAMS = ("nan_policy", "progress")
 
 
 class ModesMixin:
@@ -47,17 +50,24 @@ class ModesMixin:
     def _update_modes(self, X) -> None:
         """:meth:`partial_fit` of a model with modes: each new row goes to its mode (:meth:`predict_mode`,
         one pass) and each mode with new rows is updated by them (:meth:`partial_fit` of its model, one
-        pass each); the shares follow the rows seen (:meth:`_adopt_modes`).  ``X``: full-row blocks."""
+        pass each); the shares follow the rows seen (:meth:`_adopt_modes`).  ``X``: full-row blocks.
+
+        Each mode's model is updated with the estimator's run-time parameters (:data:`RUNTIME_PARAMS`, which
+        ``set_params`` may have changed since the fit), and on a copy: the modes change together or, where
+        one mode's update raises, not at all."""
         codes = self.predict_mode(X)
         codes = np.asarray(codes.compute() if isinstance(codes, da.Array) else codes)
-        passes = 1
+        runtime = {name: getattr(self, name) for name in RUNTIME_PARAMS}
+        models, passes, n_samples = [], 1, 0
         for m, model in enumerate(self.mode_models_):
+            model = copy.deepcopy(model).set_params(**runtime)
             mine = codes == m
             if mine.any():
                 model.partial_fit(X[mine])
-                passes += 1
-        self._adopt_modes(self.mode_models_, [m.n_samples_seen_ for m in self.mode_models_])
-        self.n_samples_, self.n_passes_ = int(len(codes)), passes
+                passes, n_samples = passes + 1, n_samples + model.n_samples_  # the rows kept (omit skips some)
+            models.append(model)
+        self._adopt_modes(models, [m.n_samples_seen_ for m in models])
+        self.n_samples_, self.n_passes_ = int(n_samples), passes
 
     def _adopt_modes(self, models: list, weights) -> None:
         """The modes' models and shares on the estimator (see ``n_modes_``): the largest mode's fitted
