@@ -29,6 +29,16 @@ class SaveMixin:
         storage_options : dict, optional
             fsspec options for a URL (``{"endpoint_url": ...}``, credentials).
 
+        Raises
+        ------
+        ValueError
+            ``set_params`` changed, since the fit, a parameter that defines the
+            fitted model (``scale``, ``center``, ``solver``, ``cellwise``,
+            ``n_components``, or a ``kernel_factor`` its kernels cannot have):
+            the file would describe another model than it holds.  Set it back,
+            or refit.  ``nan_policy``, ``progress`` and the parameters that only
+            steer a fit may change.
+
         See Also
         --------
         dask_mcpca.load : Read the model back.
