@@ -30,10 +30,11 @@ from ._block_rows import shifted as _shifted
 from ._contributions import contributions_with_gaps
 from ._distances import calibrated_d2, judge_cells
 from ._drift import Window, WindowSums, add_windows, window_sums
-from ._model import outlier_flags
-from ._passes import NonFiniteRowsError
+from ._model import CONTEXT_ROWS, outlier_flags
+from ._passes import NonFiniteRowsError, rows_before
 from ._precision import contribution_matrix, model_rows
 from ._stats import merge_moments
+from ._stuck import stuck_cells
 
 __all__ = ["BlockSummary", "block_summaries", "summarize_block", "summarize_task", "N_BINS", "SLICE_ROWS"]
 
@@ -118,6 +119,7 @@ def summarize_block(
     window: Window | None = None,
     *,
     first_row: int = 0,
+    before: np.ndarray | None = None,
 ) -> BlockSummary:
     """The :class:`BlockSummary` of rows ``start:start + len(block)`` of an archive of ``n_total`` rows.
 
@@ -144,6 +146,10 @@ def summarize_block(
         The archive's position of the first row reported: the runs, the drift windows (a row count's
         window ``k`` holds the archive's rows ``k * rows`` on) and the error below number rows from the
         archive's first, ``first_row + start`` being this block's first.
+    before : array of shape (CONTEXT_ROWS, p), optional
+        The :data:`._model.CONTEXT_ROWS` rows before the block, as stored (NaN where there are none; None:
+        none), which the stuck-sensor rule reads (:func:`._stuck.stuck_cells`), as :meth:`MCPCA.is_outlier`
+        reads them, so that a row's flag does not depend on how the rows are cut into blocks.
 
     Raises
     ------
@@ -163,13 +169,24 @@ def summarize_block(
                       window_mode=None if modes is None else int(np.argmax(model.mode_weights_)))
     for a in range(0, n, SLICE_ROWS):
         lab = None if labels is None else np.asarray(labels[a : a + min(SLICE_ROWS, n - a)])
+        raw = np.asarray(block[a : a + SLICE_ROWS])  # as stored: the stuck-sensor rule reads its dtype's digits
+        context = _slice_before(block, a, before)
         if modes is None:
-            X = model_rows(model, np.asarray(block[a : a + SLICE_ROWS], np.float64))  # scale="robust": X / scale_
-            fold.add(_score_slice(m, X, first_row + start + a), start + a, lab)
+            X = model_rows(model, np.asarray(raw, np.float64))  # scale="robust": X / scale_
+            fold.add(_score_slice(m, X, first_row + start + a, raw, context), start + a, lab)
         else:
-            X = np.asarray(block[a : a + SLICE_ROWS], np.float64)
-            fold.add(_score_by_mode(model, modes, centre, X, first_row + start + a), start + a, lab)
+            X = np.asarray(raw, np.float64)
+            fold.add(_score_by_mode(model, modes, centre, X, first_row + start + a, raw, context), start + a, lab)
     return fold.summary(labelled=labels is not None)
+
+
+def _slice_before(block, a: int, before: np.ndarray | None) -> np.ndarray | None:
+    """The :data:`CONTEXT_ROWS` rows before row ``a`` of ``block`` (``before``: those before its first row)."""
+    if a == 0:
+        return before
+    if a >= CONTEXT_ROWS or before is None:
+        return np.asarray(block[max(a - CONTEXT_ROWS, 0) : a])
+    return np.concatenate([np.asarray(before)[a - CONTEXT_ROWS :], np.asarray(block[:a])])
 
 
 def _scoring(model, cellwise: bool) -> _Model:
@@ -178,12 +195,14 @@ def _scoring(model, cellwise: bool) -> _Model:
                   cellwise)
 
 
-def _score_by_mode(model, modes: list[_Model], centre: np.ndarray, X: np.ndarray, first_row: int) -> _Scored:
+def _score_by_mode(model, modes: list[_Model], centre: np.ndarray, X: np.ndarray, first_row: int,
+                   raw: np.ndarray | None = None, before: np.ndarray | None = None) -> _Scored:
     """Score the rows ``X`` (as stored) under ``model``, which has operating modes (``modes``: what scoring
     reads of each): each row by its mode (:func:`._modes.best_modes`), its distance that mode's rescaled to the
     model's ``outlier_cutoff_`` (as :func:`._modes.judged_rows` gives it), its flag and contributions the
-    mode's; ``Y`` about ``centre``, as stored."""
-    scored = [_score_slice(m, model_rows(m.model, X), first_row) for m in modes]
+    mode's; ``Y`` about ``centre``, as stored.  ``raw``, ``before``: as :func:`_score_slice`'s (each mode's
+    stuck-sensor rule reads the rows before the slice, whatever their modes, as :func:`._modes.judged_rows`)."""
+    scored = [_score_slice(m, model_rows(m.model, X), first_row, raw, before) for m in modes]
     first = scored[0]
     best = _modes.best_modes(model, np.where(first.ok[:, None], X, 0.0) if not first.whole else X)
     rows = np.arange(len(X))
@@ -225,19 +244,33 @@ def block_summaries(rows, coordinate, model, window: Window | None, first_row: i
             label_blocks = coordinate.rechunk((sizes,)).to_delayed().ravel()
         else:
             label_blocks = [coordinate[s : s + m] for s, m in zip(starts, sizes, strict=True)]
+    runs = _reads_runs(model)  # each block reads the CONTEXT_ROWS rows before it, as is_outlier does
     if data_blocks is None:
         results = (
-            summarize_block(rows[s : s + m], int(s), n, model, lab, window, first_row=first_row)
+            summarize_block(rows[s : s + m], int(s), n, model, lab, window, first_row=first_row,
+                            before=_numpy_before(rows, int(s)) if runs else None)
             for s, m, lab in zip(starts, sizes, label_blocks, strict=True)
         )
     else:
         client = _active_client()
+        befores = [None] * len(sizes)
+        if runs:  # sliced from the blocks before (a task reads the end of its predecessor too)
+            befores = rows_before(rows, CONTEXT_ROWS).to_delayed().ravel()
         tasks = [
-            dask.delayed(summarize_task, pure=True)(b, int(s), n, model, lab, window, first_row)
-            for b, s, lab in zip(data_blocks, starts, label_blocks, strict=True)
+            dask.delayed(summarize_task, pure=True)(b, int(s), n, model, lab, window, first_row, bf)
+            for b, s, lab, bf in zip(data_blocks, starts, label_blocks, befores, strict=True)
         ]
         results = _in_row_order(tasks, window=WINDOW_PER_THREAD * _scheduler_threads(client), client=client)
     return starts, sizes, results
+
+
+def _numpy_before(rows, s: int) -> np.ndarray:
+    """The :data:`CONTEXT_ROWS` rows of the in-memory ``rows`` before row ``s`` (NaN before the first)."""
+    got = np.asarray(rows[max(s - CONTEXT_ROWS, 0) : s])
+    if len(got) == CONTEXT_ROWS:
+        return got
+    pad = np.full((CONTEXT_ROWS - len(got), rows.shape[1]), np.nan, dtype=got.dtype if got.dtype.kind == "f" else float)
+    return np.concatenate([pad, got.astype(pad.dtype, copy=False)])
 
 
 #: Names of dask's synchronous scheduler (``dask.config.set(scheduler=...)``).
@@ -302,18 +335,33 @@ def _in_row_order(tasks: list, *, window: int, client):
 
 
 def summarize_task(block, start: int, n_total: int, model, labels=None, window=None,
-                   first_row: int = 0) -> BlockSummary:
+                   first_row: int = 0, before=None) -> BlockSummary:
     """:func:`summarize_block` in a dask task, with single-threaded BLAS (as a fit's passes)."""
     from ._passes import limit_blas_in_task
 
     limit_blas_in_task()
     return summarize_block(block, start, n_total, model, None if labels is None else np.asarray(labels), window,
-                           first_row=first_row)
+                           first_row=first_row, before=None if before is None else np.asarray(before))
 
 
-def _score_slice(m: _Model, X: np.ndarray, first_row: int) -> _Scored:
+def _reads_runs(model) -> bool:
+    """Whether the stuck-sensor rule can flag a cell of ``model`` (or of one of its modes): it judges only
+    the channels continuous at the fit (``quantization_steps_`` 0).  Otherwise no block needs the rows
+    before it."""
+    models = getattr(model, "mode_models_", None) if _modes.has_modes(model) else None
+    for sub in [model] if models is None else models:
+        steps = getattr(sub, "quantization_steps_", None)
+        if steps is not None and np.any(np.asarray(steps) == 0):
+            return True
+    return False
+
+
+def _score_slice(m: _Model, X: np.ndarray, first_row: int, raw: np.ndarray | None = None,
+                 before: np.ndarray | None = None) -> _Scored:
     """Score the rows ``X`` (the archive's from ``first_row``): distances, flags, contributions.
 
+    ``raw``: the rows as stored, whose runs the stuck-sensor rule reads (:func:`._stuck.stuck_cells`)
+    with ``before``, the :data:`CONTEXT_ROWS` rows before them (None: ``X``, no rows before).
     Rows with a gap are scored on their observed cells with
     ``nan_policy="partial"`` (as :meth:`MCPCA.is_outlier` does) and not
     scored otherwise; with ``nan_policy="raise"`` they are an error.
@@ -334,7 +382,8 @@ def _score_slice(m: _Model, X: np.ndarray, first_row: int) -> _Scored:
     Xs = X if whole else np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf): the centre
     judged = judge_cells(model, Xs) if m.cellwise else None  # once, for the distance and the cells
     d = calibrated_d2(model, Xs, judged=judged)  # rows with gaps: on their observed cells, as is_outlier does
-    flags = ok & outlier_flags(model, Xs, d)
+    stuck = stuck_cells(model, X if raw is None else raw, before)  # the rows as stored, unusable ones too
+    flags = ok & outlier_flags(model, Xs, d, stuck)
     Y = _shifted(X, centre) if whole else np.where(complete[:, None], X - centre, 0.0)
     contrib = Y @ m.M
     np.square(contrib, out=contrib)  # (P y)_j^2 / P_jj: reconstruction-based contributions (gaps below)
