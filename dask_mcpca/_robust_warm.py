@@ -150,8 +150,10 @@ def update_robust(
     """
     c2, p = state.kernel_size2, len(state.location)
     cutoffs = [state.cutoff, state.final_cutoff]
+    # a cellwise model's update judges cells as its fit's passes did (a row with one bad cell keeps the rest)
     plan = step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated,
-                     excluded_rows=state.repeated_rows, partial=runner.nan_policy == "partial")
+                     excluded_rows=state.repeated_rows, partial=runner.nan_policy == "partial",
+                     cells=getattr(runner, "cell_cutoff2", None), missing_ok=runner.nan_policy == "partial")
     new = runner.run(plan, label="update")
     if new.gaps:
         new = em_completed(new, plan, [flat_top_consistency(p, c2, q) for q in cutoffs], fixed_center,

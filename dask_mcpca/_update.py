@@ -80,6 +80,7 @@ def update_rows(X, model) -> FitResult:
                         hold_out=partial(_stuck_rows, model), context=CONTEXT_ROWS)
     runner.unit_exp = unit
     runner.scale = getattr(model, "scale_", None)  # the fit's scales: the sums are in its units
+    runner.cell_cutoff2 = getattr(model, "cell_cutoff_", None)  # a cellwise model judges the new rows' cells
     fixed = None if model.center == "robust" else state.location
     state, merged, new = update_robust(runner, state, sums, fixed_center=fixed)
     share = float(new.weight[1] * np.exp(new.log_scale[1]) / max(new.n_rows, 1))
