@@ -97,6 +97,7 @@ class _Scored(NamedTuple):
     Y: np.ndarray  # the rows about the model's centre (0 for a row with a gap)
     contrib: np.ndarray  # each row's channel contributions (0 for a row not scored)
     mode: np.ndarray | None = None  # the mode that judged each row (a model with operating modes)
+    Yw: np.ndarray | None = None  # Y with a cellwise model's flagged cells at their conditional expectation (None: Y)
 
 
 class _Model(NamedTuple):
@@ -392,7 +393,26 @@ def _score_slice(m: _Model, X: np.ndarray, first_row: int, raw: np.ndarray | Non
         contrib[~ok] = 0.0
         if gaps.any():
             contrib[gaps] = np.nan_to_num(contributions_with_gaps(X[gaps] - centre, m.P, m.cov))
-    return _Scored(X, ok, complete, whole, judged, d, flags, Y, contrib)
+    return _Scored(X, ok, complete, whole, judged, d, flags, Y, contrib, None, _completed_cells(m, Y, complete, judged))
+
+
+def _completed_cells(m: _Model, Y: np.ndarray, complete: np.ndarray, judged) -> np.ndarray | None:
+    """``Y`` with the flagged cells of a cellwise model's complete rows (``judged``) replaced by their
+    conditional expectation given the row's other cells (:func:`._missing.completed`), as the cellwise
+    distance, and so the kernel weight, sees the row; None where no such cell is flagged.
+
+    A glitched cell keeps its row's weight near 1: entered as read, it would put its glitch, at full
+    weight, into the drift windows' scatter (every window called drift over the model's own rows).
+    A row with every cell flagged comes back NaN (:meth:`_BlockFold.add` leaves it out of the windows).
+    """
+    if judged is None:
+        return None
+    rows = complete & judged.flags.any(axis=1)
+    if not rows.any():
+        return None
+    Yw = Y.copy()
+    Yw[rows] = _missing.completed(np.where(judged.flags[rows], np.nan, Y[rows]), m.cov)
+    return Yw
 
 
 class _BlockFold:
@@ -432,7 +452,12 @@ class _BlockFold:
         at = self.first_row + first_row  # in the archive
         if self.window is not None:
             watched = s.complete if self.window_mode is None else s.complete & (s.mode == self.window_mode)
-            add_windows(self.win, self.window, at, lab, s.Y, s.d, s.ok, watched, s.flags, self.two_c2)
+            Yw = s.Y
+            if s.Yw is not None:  # a cellwise model's flagged cells at their conditional expectation
+                Yw = s.Yw
+                whole = np.isfinite(Yw).all(axis=1)
+                watched, Yw = watched & whole, np.where(whole[:, None], Yw, 0.0)
+            add_windows(self.win, self.window, at, lab, Yw, s.d, s.ok, watched, s.flags, self.two_c2)
         self._add_runs(s, at, lab)
 
     def _add_moments(self, s: _Scored) -> None:
