@@ -127,8 +127,9 @@ class PartialFitMixin:
         if not modes and not hasattr(self, "update_location_"):
             raise ValueError(
                 f"{type(self).__name__}.partial_fit: this model keeps no sums to update (fitted with "
-                f"solver={self.solver!r}, on fewer rows than n_features + 2, or saved by a version without "
-                "partial_fit); refit it with fit, then update it with partial_fit"
+                f"solver={self.solver!r}, on fewer rows than n_features + 2, resumed from a checkpoint of a "
+                "finished fit, which ran no pass to sum, or saved by a version without partial_fit); refit it "
+                "with fit (without that checkpoint), then update it with partial_fit"
             )
         vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
         vars(self).pop("archive_samples_", None)

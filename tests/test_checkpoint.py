@@ -715,3 +715,15 @@ def test_a_checkpoint_of_a_many_block_store_is_refused_for_another_sharing_its_s
     Y[shared] = X[shared]
     with pytest.raises(CheckpointMismatchError, match="written for other data"):
         MCPCA(n_components=2, checkpoint=path).fit(da.from_array(Y, chunks=(1000, 5)))
+
+
+def test_a_model_resumed_from_a_finished_checkpoint_says_why_it_cannot_be_updated(tmp_path):
+    """A rerun of a finished checkpointed fit runs no pass that sums the rows, so it keeps no sums for
+    partial_fit; the refusal named only other causes, and its advice (refit) resumed the same checkpoint."""
+    X = _data()
+    path = tmp_path / "fit.ckpt.npz"
+    assert hasattr(MCPCA(checkpoint=path).fit(_blocks(X)), "update_location_")
+    again = MCPCA(checkpoint=path).fit(_blocks(X))
+    assert not hasattr(again, "update_location_")
+    with pytest.raises(ValueError, match="checkpoint of a finished fit"):
+        again.partial_fit(X[:100])
