@@ -101,8 +101,18 @@ class Window:
             ids = np.arange(first_row // self.rows, (first_row + n - 1) // self.rows + 1, dtype=np.int64)
             return np.concatenate([[0], ids[1:] * self.rows - first_row]).astype(np.intp), ids
         ids = self.ids(np.arange(first_row, first_row + n), labels)
+        back = np.flatnonzero(np.diff(ids) < 0)
+        if len(back):
+            raise self.out_of_order(labels[back[0] + 1])
         heads = np.flatnonzero(np.diff(ids, prepend=ids[0] - 1))
         return heads, ids[heads]
+
+    def out_of_order(self, at) -> ValueError:
+        """The error for a row (at ``at``: its time, or its row) in an earlier window than a row before it."""
+        return ValueError(
+            f"--window {self.text!r}: the row coordinate is not increasing (a row at {at} falls in an earlier "
+            "window than a row before it); drift windows need rows in time order"
+        )
 
     def start(self, window_id: int):
         """The first row number, or the time, at which window ``window_id`` starts."""
@@ -160,7 +170,9 @@ def add_windows(win: dict, window: Window, first_row: int, labels, Y, d2, ok, co
         w = np.exp(d2 * (-1.0 / two_c2))
     else:
         w = np.where(complete, np.exp(-np.where(complete, d2, np.inf) / two_c2), 0.0)
-    heads, ids = window.segments(first_row, len(Y), labels)
+    heads, ids = window.segments(first_row, len(Y), labels)  # refuses times out of order within the slice
+    if win and ids[0] < max(win):  # ... and a slice that starts in an earlier window than the block's rows before
+        raise window.out_of_order(first_row if labels is None else labels[0])
     for h, t, wid in zip(heads, np.append(heads[1:], len(Y)), ids.tolist(), strict=True):
         Yw, ww = Y[h:t], w[h:t]
         sums = win.get(wid)
@@ -338,16 +350,19 @@ class WindowFold:
         self.open: dict[int, list] = {}
         self.closed: list[tuple] = []
         self.last_closed = None
+        self.largest = None  # the last window of the blocks folded in
         self.threshold, self.calibration = np.nan, ""
 
     def add(self, s: WindowSums) -> None:
+        """Fold in a block's window sums; a block whose first window is before the last window of the blocks
+        before it is refused (rows out of time order), as :meth:`Window.segments` refuses them within a slice."""
+        if len(s.ids) and self.largest is not None and s.ids[0] < self.largest:
+            raise self.window.out_of_order(s.first_label[0] if s.first_label is not None else s.first_row[0])
+        if len(s.ids):
+            self.largest = int(s.ids[-1])
         for i, wid in enumerate(s.ids.tolist()):
             if self.last_closed is not None and wid <= self.last_closed:
-                raise ValueError(
-                    f"--window {self.window.text!r}: the row coordinate is not increasing (a row at "
-                    f"{s.first_label[i] if s.first_label is not None else s.first_row[i]} falls in a window already "
-                    "closed); drift windows need rows in time order"
-                )
+                raise self.window.out_of_order(s.first_label[i] if s.first_label is not None else s.first_row[i])
             o = self.open.get(wid)
             fields = [s.first_row[i], None if s.first_label is None else s.first_label[i], s.rows[i], s.scored[i],
                       s.complete[i], s.flagged[i], s.sw[i], s.sw2[i], s.swy[i].copy(), s.swyy[i].copy()]

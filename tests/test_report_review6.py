@@ -2,6 +2,10 @@
 
 - a sensor stuck after the fit: the report's flagged rows are :meth:`MCPCA.is_outlier`'s, row for row,
   whatever the chunking (the stuck-run rule reads the rows before each block);
+- a cellwise model over its own glitched rows calls no window drift (its flagged cells enter the windows at
+  their conditional expectation), while a sensor offset still is;
+- times out of order are refused by duration windows whatever the chunking (one chunk, several, a block of
+  several slices);
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pytest
 
 from dask_mcpca import MCPCA
 from dask_mcpca import _report as report
+from dask_mcpca import _report_block as report_block
 
 
 def _flagged_rows(events_csv: str, n: int) -> np.ndarray:
@@ -79,3 +84,25 @@ def test_a_cellwise_model_over_its_own_glitched_rows_calls_no_drift(glitches):
     fitted = w["first_row"] < len(X)
     assert np.nanmax(w["residual_ratio"][fitted]) < 1.5
     np.testing.assert_array_equal(w["drift"], (~fitted).astype(float))
+
+
+@pytest.mark.parametrize("chunk, slice_rows", [(4_000, None), (500, None), (4_000, 1_000), (None, None)])
+def test_times_out_of_order_are_refused_whatever_the_chunking(chunk, slice_rows, monkeypatch):
+    """Rows 2,000-2,099 are timed 10 hours back, into an earlier 3-hour window (the review's construction):
+    refused in one chunk (once merged into that window silently), in chunks of 500, and in a block whose
+    slices (``SLICE_ROWS`` 1,000) cut at the jump."""
+    import xarray as xr
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4_000, 6)) @ rng.normal(size=(6, 6))
+    model = MCPCA(n_components=3).fit(X)
+    t = pd.date_range("2025-01-01", periods=4_000, freq="1min").values.copy()
+    t[2_000:2_100] -= np.timedelta64(600, "m")
+    A = xr.DataArray(X, dims=("time", "channel"), coords={"time": t})
+    if chunk is not None:
+        A = A.chunk({"time": chunk})
+    if slice_rows is not None:
+        monkeypatch.setattr(report_block, "SLICE_ROWS", slice_rows)
+    with pytest.raises(ValueError, match="--window '3h': the row coordinate is not increasing"):
+        report.summarize(model, A, window="3h")
+    report.summarize(model, A, window="100")  # a row count's windows read no time
