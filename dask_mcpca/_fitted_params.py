@@ -33,9 +33,13 @@ too; a model with modes hands them to its modes' models
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["FIXED_CENTRE_TOL", "changed_params", "check_fitted_params", "fitted_values"]
+from ._schedule import robust_kernel_size2
+
+__all__ = ["FIXED_CENTRE_TOL", "changed_params", "check_fitted_params", "fitted_values", "kernel_scale_range"]
 
 #: Largest distance (a share of the largest spread) between ``update_location_`` and ``mean_`` of a fixed centre.
 FIXED_CENTRE_TOL = 1e-9
@@ -88,14 +92,12 @@ def _same(value, fitted) -> bool:
 def changed_params(params, model) -> list[str]:
     """``name=value (fitted with ...)`` for each of the estimator ``params``' parameters that the fitted ``model``
     contradicts (the same estimator, or a mode's model for a model with modes)."""
-    from ._persist import _kernel_scale_range
-
     out = []
     for name, allowed in fitted_values(model).items():
         value = getattr(params, name)
         if not any(_same(value, a) for a in allowed):
             out.append(f"{name}={value!r} (fitted with {' or '.join(map(repr, allowed))})")
-    low, high = _kernel_scale_range(params, int(model.n_features_in_))
+    low, high = kernel_scale_range(params, int(model.n_features_in_))
     if not low <= float(model.kernel_scale_) <= high:
         out.append(f"kernel_factor={params.kernel_factor!r} (fitted with another: kernel_scale_ is "
                    f"{float(model.kernel_scale_):.6g})")
@@ -124,3 +126,12 @@ def check_fitted_params(model, action: str) -> None:
             f"{type(model).__name__}.{action}: set_params changed parameter(s) that define the fitted model: "
             f"{', '.join(found)}; set them back, or refit with fit"
         )
+
+
+def kernel_scale_range(model, p: int) -> tuple[float, float]:
+    """Bounds of a fitted ``kernel_scale_``: ``sqrt(c^2)`` of 1..p features, times ``kernel_factor`` or 1
+    (what ``load`` accepts, and what a ``kernel_factor`` changed after the fit must still allow)."""
+    factor = float(getattr(model, "kernel_factor", 1.0))
+    low = math.sqrt(robust_kernel_size2(1)) * min(1.0, factor)
+    high = math.sqrt(robust_kernel_size2(p)) * max(1.0, factor)
+    return low * (1 - 1e-12), high * (1 + 1e-12)

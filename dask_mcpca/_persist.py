@@ -80,8 +80,8 @@ from typing import TypeVar
 import numpy as np
 
 from ._exceptions import ModelFormatError
+from ._fitted_params import kernel_scale_range
 from ._model_file import FORMAT, FORMAT_VERSION, MAX_MODEL_BYTES, damaged, read, save
-from ._schedule import robust_kernel_size2
 from ._update_checks import FIX, UPDATE_ARRAYS, UPDATE_SUMS_TOL, check_update_sums
 
 T = TypeVar("T")
@@ -214,7 +214,7 @@ def validate_fitted(model) -> None:
     if getattr(model, "cell_cutoff_", None) is not None:  # a cellwise fit's: a chi-square(1) quantile
         _real(model, "cell_cutoff_", lambda v: 1.0 <= v < 1e4, "a squared cell cutoff in [1, 1e4)")
     _validate_variances(model)
-    low, high = _kernel_scale_range(model, p)
+    low, high = kernel_scale_range(model, p)
     _real(model, "kernel_scale_", lambda v: low <= v <= high,
           f"a float in [{low:.6g}, {high:.6g}] (sqrt(c^2) of {p} features times kernel_factor)")
     _real(model, "outlier_threshold_", lambda v: 0 <= v <= 1, "a float in [0, 1]")
@@ -380,14 +380,6 @@ def _validate_variances(model) -> None:
     if ratio[0] > 0 and not np.allclose(ratio / ratio[0] * lam[0], lam, rtol=CONSISTENCY_TOL,
                                         atol=CONSISTENCY_TOL * lam[0]):
         raise ValueError("explained_variance_ratio_ is not explained_variance_ over one total")
-
-
-def _kernel_scale_range(model, p: int) -> tuple[float, float]:
-    """Bounds of a fitted ``kernel_scale_``: ``sqrt(c^2)`` of 1..p features, times ``kernel_factor`` or 1."""
-    factor = float(getattr(model, "kernel_factor", 1.0))
-    low = math.sqrt(robust_kernel_size2(1)) * min(1.0, factor)
-    high = math.sqrt(robust_kernel_size2(p)) * max(1.0, factor)
-    return low * (1 - 1e-12), high * (1 + 1e-12)
 
 
 def _validate_update(model, p: int, *, found_steps: bool = True) -> None:
