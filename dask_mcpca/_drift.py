@@ -40,9 +40,10 @@ all follow a change (a report of the new rows only, or of rows a
 to theirs nor hide behind their own spread.
 
 A window is monitored when at least ``MIN_COMPLETE_SHARE`` of its rows,
-and ``max(MIN_COMPLETE_ROWS, p + 1)`` rows, hold every channel; otherwise
-(a channel offline most of the window) ``monitored`` is 0 and ``drift``
-is empty, never 0.  A monitored window whose rows all lie beyond the
+and ``max(MIN_COMPLETE_ROWS, p + 1)`` rows, hold every channel (with
+operating modes: and are of the largest mode, the one the windows watch);
+otherwise (a channel offline most of the window, or another mode) ``monitored``
+is 0 and ``drift`` is empty, never 0.  A monitored window whose rows all lie beyond the
 model's kernel (effective rows ``<= k + 1``) has an infinite ratio: drift.
 The figures behind these choices are in ``benchmarks/DRIFT.md``.
 """
@@ -72,6 +73,7 @@ __all__ = [
     "add_windows",
     "window_sums",
     "DRIFT_Z",
+    "unmonitored_reason",
 ]
 
 
@@ -154,22 +156,26 @@ class WindowSums:
     first_label: np.ndarray | None  # (m,) its row coordinate, if any
     rows: np.ndarray  # (m,) rows
     scored: np.ndarray  # (m,) scored rows
-    complete: np.ndarray  # (m,) rows without a missing cell (those in the weighted sums)
+    complete: np.ndarray  # (m,) rows without a missing cell
     flagged: np.ndarray  # (m,) flagged rows
     sw: np.ndarray  # (m,) sum of w
     sw2: np.ndarray  # (m,) sum of w^2
     swy: np.ndarray  # (m, p) sum of w y
     swyy: np.ndarray  # (m, p, p) sum of w y y^T
+    watched: np.ndarray | None = None  # (m,) rows in the weighted sums: the complete rows (with modes, the
+    # largest mode's); None: the complete rows
 
 
 def add_windows(win: dict, window: Window, first_row: int, labels, Y, d2, ok, complete, flags,
-                two_c2: float) -> None:
+                two_c2: float, watched=None) -> None:
     """Add one slice's rows (from row ``first_row`` of the archive) to the per-window sums ``win``
-    (see :class:`WindowSums`)."""
-    if complete.all():
+    (see :class:`WindowSums`): only the rows ``watched`` (default: the ``complete`` rows) enter the
+    weighted sums."""
+    watched = complete if watched is None else watched
+    if watched.all():
         w = np.exp(d2 * (-1.0 / two_c2))
     else:
-        w = np.where(complete, np.exp(-np.where(complete, d2, np.inf) / two_c2), 0.0)
+        w = np.where(watched, np.exp(-np.where(watched, d2, np.inf) / two_c2), 0.0)
     heads, ids = window.segments(first_row, len(Y), labels)  # refuses times out of order within the slice
     if win and ids[0] < max(win):  # ... and a slice that starts in an earlier window than the block's rows before
         raise window.out_of_order(first_row if labels is None else labels[0])
@@ -179,7 +185,7 @@ def add_windows(win: dict, window: Window, first_row: int, labels, Y, d2, ok, co
         if sums is None:
             label = None if labels is None else labels[h]
             p = Y.shape[1]
-            sums = win[wid] = [first_row + int(h), label, 0, 0, 0, 0, 0.0, 0.0, np.zeros(p), np.zeros((p, p))]
+            sums = win[wid] = [first_row + int(h), label, 0, 0, 0, 0, 0.0, 0.0, np.zeros(p), np.zeros((p, p)), 0]
         sums[2] += t - h
         sums[3] += int(ok[h:t].sum())
         sums[4] += int(complete[h:t].sum())
@@ -189,6 +195,7 @@ def add_windows(win: dict, window: Window, first_row: int, labels, Y, d2, ok, co
         sums[7] += float(ww @ ww)
         sums[8] += swy
         sums[9] += swyy
+        sums[10] += int(watched[h:t].sum())
 
 
 def _weighted_sums(Y: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -216,6 +223,7 @@ def window_sums(win: dict, p: int, labelled: bool) -> WindowSums:
         sw2=np.array([c[7] for c in col]),
         swy=np.array([c[8] for c in col]).reshape(len(col), p),
         swyy=np.array([c[9] for c in col]).reshape(len(col), p, p),
+        watched=np.array([c[10] for c in col], dtype=np.int64),
     )
 
 
@@ -315,10 +323,11 @@ def window_columns(n_variances: int) -> list[str]:
 
     window_start (the window's first time, or first row without a row
     coordinate), first_row, rows, scored_rows, complete_rows (rows without
-    a missing cell: those in the weighted sums), flagged_rows,
+    a missing cell), watched_rows (the rows in the weighted sums: the
+    complete rows; with operating modes, those of the largest mode), flagged_rows,
     share_flagged, effective_rows (Kish's ``(sum w)^2 / sum w^2`` of the
     kernel weights), monitored (1: enough complete rows to judge the
-    window), residual_ratio (:func:`residual_ratio`), drift_threshold (the
+    window: :func:`unmonitored_reason`), residual_ratio (:func:`residual_ratio`), drift_threshold (the
     same for every window: :func:`calibrate`), drift (1 above the threshold,
     0 below, empty where not monitored), reference (1: a window of the rows
     the threshold was calibrated on), subspace_angle_deg (largest principal
@@ -327,7 +336,8 @@ def window_columns(n_variances: int) -> list[str]:
     robust variance of each component in the window: ``c_j^T S c_j`` with S
     the weighted covariance).
     """
-    return ["window_start", "first_row", "rows", "scored_rows", "complete_rows", "flagged_rows", "share_flagged",
+    return ["window_start", "first_row", "rows", "scored_rows", "complete_rows", "watched_rows", "flagged_rows",
+            "share_flagged",
             "effective_rows", "monitored", "residual_ratio", "drift_threshold", "drift", "reference",
             "subspace_angle_deg"] + [f"var_{j + 1}" for j in range(n_variances)]
 
@@ -365,11 +375,12 @@ class WindowFold:
                 raise self.window.out_of_order(s.first_label[i] if s.first_label is not None else s.first_row[i])
             o = self.open.get(wid)
             fields = [s.first_row[i], None if s.first_label is None else s.first_label[i], s.rows[i], s.scored[i],
-                      s.complete[i], s.flagged[i], s.sw[i], s.sw2[i], s.swy[i].copy(), s.swyy[i].copy()]
+                      s.complete[i], s.flagged[i], s.sw[i], s.sw2[i], s.swy[i].copy(), s.swyy[i].copy(),
+                      s.complete[i] if s.watched is None else s.watched[i]]
             if o is None:
                 self.open[wid] = fields
             else:
-                for j in range(2, 10):
+                for j in range(2, 11):
                     o[j] = o[j] + fields[j]
         if len(s.ids):
             for wid in sorted(w for w in self.open if w < s.ids[0]):
@@ -380,11 +391,11 @@ class WindowFold:
             self._close(wid)
 
     def _close(self, wid: int) -> None:
-        first_row, label, rows, scored, complete, flagged, sw, sw2, swy, swyy = self.open.pop(wid)
+        first_row, label, rows, scored, complete, flagged, sw, sw2, swy, swyy, watched = self.open.pop(wid)
         self.last_closed = wid
         start = self.window.start(wid) if self.window.nanoseconds is not None or label is None else label
         n_eff = sw**2 / sw2 if sw2 > 0 else 0.0
-        monitored = complete >= max(MIN_COMPLETE_SHARE * rows, MIN_COMPLETE_ROWS, self.p + 1) and self.k < self.p
+        monitored = watched >= max(MIN_COMPLETE_SHARE * rows, MIN_COMPLETE_ROWS, self.p + 1) and self.k < self.p
         angle, ratio, var = np.nan, np.nan, np.full(self.n_var, np.nan)
         if n_eff > self.k + 1:
             S0 = swyy / sw  # about the model's centre
@@ -397,7 +408,7 @@ class WindowFold:
             ratio = np.inf  # complete rows, but every one beyond the model's kernel
         reference = self.reference_rows is not None and (
             self.reference_rows[0] <= first_row and first_row + rows <= self.reference_rows[1])
-        self.closed.append((start, int(first_row), int(rows), int(scored), int(complete), int(flagged),
+        self.closed.append((start, int(first_row), int(rows), int(scored), int(complete), int(watched), int(flagged),
                             flagged / max(scored, 1), n_eff, int(monitored), ratio, np.nan, np.nan, int(reference),
                             angle, *var))
 
@@ -413,6 +424,12 @@ class WindowFold:
         with np.errstate(invalid="ignore"):
             t["drift"] = np.where(monitored, (t["residual_ratio"] > self.threshold).astype(float), np.nan)
         return t
+
+
+def unmonitored_reason(modes: bool) -> str:
+    """Why a window is not monitored, for the summary line and the PNG's legend: too few of the rows the
+    windows watch, the complete rows, or with operating modes (``modes``) those of the largest mode."""
+    return "too few complete rows of the largest mode" if modes else "too few complete rows"
 
 
 def write_windows(table: dict[str, np.ndarray], f: TextIO) -> None:

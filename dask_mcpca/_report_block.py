@@ -457,7 +457,7 @@ class _BlockFold:
                 Yw = s.Yw
                 whole = np.isfinite(Yw).all(axis=1)
                 watched, Yw = watched & whole, np.where(whole[:, None], Yw, 0.0)
-            add_windows(self.win, self.window, at, lab, Yw, s.d, s.ok, watched, s.flags, self.two_c2)
+            add_windows(self.win, self.window, at, lab, Yw, s.d, s.ok, s.complete, s.flags, self.two_c2, watched)
         self._add_runs(s, at, lab)
 
     def _add_moments(self, s: _Scored) -> None:

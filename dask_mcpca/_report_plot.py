@@ -213,7 +213,9 @@ def _plot_modes(ax, summary: ArchiveSummary, xs, heads) -> None:
 
 def _plot_drift(ax, summary: ArchiveSummary) -> None:
     """Each window's residual ratio (log), the threshold, the drift windows in red and the windows not
-    monitored (too few complete rows) as grey spans."""
+    monitored (too few complete rows, with modes of the largest mode) as grey spans."""
+    from ._drift import unmonitored_reason
+
     w = summary.windows
     x, ratio = np.asarray(w["window_start"]), np.asarray(w["residual_ratio"], float)
     monitored, drift = w["monitored"] == 1, np.nan_to_num(w["drift"]) == 1
@@ -221,7 +223,8 @@ def _plot_drift(ax, summary: ArchiveSummary) -> None:
     off = np.flatnonzero(~monitored)
     for i in off:
         ax.axvspan(edges[i], edges[i + 1], color=_GREY, alpha=0.35, lw=0,
-                   label=f"not monitored ({len(off)} windows: too few complete rows)" if i == off[0] else None)
+                   label=f"not monitored ({len(off)} windows: {unmonitored_reason(summary.modes is not None)})"
+                   if i == off[0] else None)
     ref = np.flatnonzero(w["reference"] == 1)
     if len(ref):
         ax.axvspan(edges[ref[0]], edges[ref[-1] + 1], color=_BLUE, alpha=0.06, lw=0,

@@ -106,3 +106,40 @@ def test_times_out_of_order_are_refused_whatever_the_chunking(chunk, slice_rows,
     with pytest.raises(ValueError, match="--window '3h': the row coordinate is not increasing"):
         report.summarize(model, A, window="3h")
     report.summarize(model, A, window="100")  # a row count's windows read no time
+
+
+def test_windows_with_modes_count_complete_and_watched_rows(tmp_path, capsys):
+    """With operating modes the windows watch the largest mode's rows: ``complete_rows`` counts every complete
+    row (it counted the largest mode's alone), ``watched_rows`` the largest mode's by ``predict_mode``, and a
+    window of another mode is not monitored for "too few complete rows of the largest mode"."""
+    import xarray as xr
+
+    from dask_mcpca import load
+    from dask_mcpca.cli import main
+
+    rng = np.random.default_rng(1)
+    n, p = 12_000, 5
+    state = ((np.arange(n) // 1_500) % 3 == 2).astype(int)  # state 1 in every third stretch of 1,500 rows
+    A, B = rng.normal(size=(p, p)), rng.normal(size=(p, p))
+    X = np.where(state[:, None] == 0, rng.normal(size=(n, p)) @ A, rng.normal(size=(n, p)) @ B * 0.5 + 20)
+    X[7_000:7_010, 2] = np.nan  # 10 rows with a gap, in a window of the largest mode
+    model = MCPCA(nan_policy="omit").fit(X, modes=state)
+    model.save(tmp_path / "m.json")
+    ds = xr.Dataset({f"c{j}": ("time", X[:, j]) for j in range(p)},
+                    coords={"time": pd.date_range("2025-01-01", periods=n, freq="1min")})
+    ds.chunk({"time": 2_000}).to_zarr(tmp_path / "s.zarr")
+    windows = tmp_path / "w.csv"
+    assert main(["report", str(tmp_path / "s.zarr"), "-m", str(tmp_path / "m.json"), "-o", str(tmp_path / "r.png"),
+                 "--window", "500", "--windows", str(windows), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    table = pd.read_csv(windows)
+    complete = np.isfinite(X).all(axis=1)
+    largest = int(np.argmax(load(tmp_path / "m.json").mode_weights_))
+    mode = np.asarray(load(tmp_path / "m.json").predict_mode(np.where(complete[:, None], X, 0.0)))
+    starts = table["first_row"].to_numpy()
+    np.testing.assert_array_equal(table["complete_rows"], [complete[r : r + 500].sum() for r in starts])
+    np.testing.assert_array_equal(table["watched_rows"],
+                                  [(complete & (mode == largest))[r : r + 500].sum() for r in starts])
+    other = state[starts] != largest
+    assert other.sum() == 6 and (table["monitored"][other] == 0).all() and (table["monitored"][~other] == 1).all()
+    assert "6 not monitored (too few complete rows of the largest mode)" in out

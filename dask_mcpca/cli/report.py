@@ -135,11 +135,13 @@ def cmd_report(args, out) -> int:
     if summary.modes is not None:
         print(modes_text(summary), file=out)
     if window is not None:
+        from .._drift import unmonitored_reason
+
         w = summary.windows
         n_drift = int(np.nansum(w["drift"])) if len(w["drift"]) else 0
         n_off = int((w["monitored"] == 0).sum()) if len(w["drift"]) else 0
         print(f"{len(w['drift']):,} windows of {args.window}, {n_drift:,} above the drift threshold"
-              + (f", {n_off:,} not monitored (too few complete rows)" if n_off else "")
+              + (f", {n_off:,} not monitored ({unmonitored_reason(summary.modes is not None)})" if n_off else "")
               + f" (calibrated on {summary.drift_calibration}): {windows}", file=out)
     return 0
 
