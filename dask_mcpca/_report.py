@@ -156,7 +156,12 @@ def event_columns(row_label: str | None) -> list[str]:
 
     Columns: event, start_row, stop_row (exclusive; positions in the archive, ``summarize``'s
     ``first_row`` on), rows, flagged_rows,
-    peak_d2, severity (the decades of d² above the cutoff, ``log10(d² /
+    peak_d2 (the largest, over the event's flagged rows, of the calibrated distance that
+    :meth:`MCPCA.is_outlier` compares with ``outlier_cutoff_``, :func:`._distances.calibrated_d2`:
+    ``-2 kernel_scale_² log(weight)`` of ``score_rows``' weight; not ``mahalanobis``/``score``'s
+    ``d2`` where they differ: a row with gaps mapped to p channels, quantized channels' cells, a
+    cellwise model's good cells, a mode's distance rescaled to the model's cutoff), severity (the
+    decades of d² above the cutoff, ``log10(d² /
     outlier_cutoff_)``, summed over the event's flagged rows: far and long
     events rank first; sort on it to rank them), the first and last row's coordinate (``first_time``,
     ``last_time``) when the archive has a row coordinate, and the

@@ -6,6 +6,8 @@
   their conditional expectation), while a sensor offset still is;
 - times out of order are refused by duration windows whatever the chunking (one chunk, several, a block of
   several slices);
+- with operating modes, windows.csv counts every complete row and the largest mode's (``watched_rows``);
+- the events' ``peak_d2`` is the calibrated distance ``is_outlier`` judges (pins docs/report.md's text).
 """
 
 from __future__ import annotations
@@ -143,3 +145,28 @@ def test_windows_with_modes_count_complete_and_watched_rows(tmp_path, capsys):
     other = state[starts] != largest
     assert other.sum() == 6 and (table["monitored"][other] == 0).all() and (table["monitored"][~other] == 1).all()
     assert "6 not monitored (too few complete rows of the largest mode)" in out
+
+
+def test_peak_d2_is_the_calibrated_distance_is_outlier_judges(glitches):
+    """The events' ``peak_d2``, as docs/report.md says: the largest over the event's flagged rows of the distance
+    ``is_outlier`` compares with ``outlier_cutoff_``, which ``score_rows``' weight carries
+    (``-2 kernel_scale_² log(weight)``): on a row with a gap, not ``score_rows``' ``d2`` (the observed cells'),
+    and for a cellwise model the good cells' distance."""
+    _, X, _ = glitches
+    X = X.copy()
+    X[5_000] += 3.0  # an event of one row, with a gap
+    X[5_000, 4] = np.nan
+    for cellwise in (False, True):
+        model = MCPCA(cellwise=cellwise, nan_policy="partial").fit(X)
+        r = model.score_rows(X, outputs=("d2", "weight", "outlier"))
+        calibrated = -2 * model.kernel_scale_**2 * np.log(np.asarray(r["weight"]))
+        flagged = np.asarray(r["outlier"])
+        f = io.StringIO()
+        report.summarize(model, X, events=f, max_events=0)
+        events = pd.read_csv(io.StringIO(f.getvalue()))
+        runs = zip(events["start_row"], events["stop_row"], strict=True)
+        expected = [calibrated[a:b][flagged[a:b]].max() for a, b in runs]
+        np.testing.assert_allclose(events["peak_d2"], expected, rtol=1e-5)
+        gap = events[events["start_row"] == 5_000]
+        if not cellwise:
+            assert len(gap) == 1 and not np.isclose(gap["peak_d2"].iloc[0], np.asarray(r["d2"])[5_000], rtol=1e-3)
