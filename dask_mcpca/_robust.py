@@ -76,6 +76,12 @@ SAMPLE_SIZE = 20_000
 DEFAULT_TOL = 1e-3
 STATISTICAL_TOL = 0.1
 
+#: A cellwise fit's full-data steps have stalled when the ratio of their last two changes is at least this
+#: (:func:`_at_flag_floor`).
+STALL_RATE = 0.8
+#: ... and the last change, under this many ``tol``, is the toggling of the cells at the cutoff.
+FLAG_FLOOR = 3.0
+
 
 def fit_robust(
     runner: PassRunner,
@@ -211,12 +217,6 @@ def fit_robust(
     return state
 
 
-#: A cellwise fit's full-data steps have stalled when the ratio of their last two changes is at least this
-#: (:func:`_at_flag_floor`).
-STALL_RATE = 0.8
-#: ... and the last change, under this many ``tol``, is the toggling of the cells at the cutoff.
-FLAG_FLOOR = 3.0
-
 
 def _at_flag_floor(change: float, rate: float, tol: float) -> bool:
     """Whether a cellwise fit's steps have stalled at the noise of its cell flags: no longer contracting
@@ -230,4 +230,3 @@ def _at_flag_floor(change: float, rate: float, tol: float) -> bool:
     scale ``sqrt(p / n)``: the state is as settled as the flags allow.
     """
     return bool(np.isfinite(rate) and rate >= STALL_RATE and change < FLAG_FLOOR * tol)
-
