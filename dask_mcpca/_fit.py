@@ -34,7 +34,7 @@ from ._distances import calibrated_d2, cell_flags, mahalanobis_d2
 from ._fit_result import FitResult, ModelView, fit_result, model_view, update_sums, with_cutoff
 from ._io import as_row_blocks
 from ._model import contamination_cutoff, repeated
-from ._paper import fit_paper
+from ._paper import fit_paper, sample_variances
 from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, spread_blocks
 from ._power import descending_eigh, direction_floors, orient_rows
 from ._repeated import quantization_steps, saturation_limits
@@ -238,7 +238,7 @@ def finish_fit(est, runner, start: _Start, *, k: int, tol: float, max_iter: int,
         state = fit_paper(runner, center=center, scatter0=scatter0, n_components=k, eta=est.eta,
                           n_decay=est.n_decay, kernel_factor=est.kernel_factor, tol=tol, max_iter=max_iter,
                           state=ckpt.load("paper"), on_step=lambda s: ckpt.save("paper", s))
-        view = _from_paper(state, center, scatter0, k, unit, known=known)
+        view = _from_paper(state, center, scatter0, k, unit, sample=work.sample, known=known)
         n_iter = state.n_iter
         converged = state.converged and (robust is None or robust.converged)
     final = getattr(runner, "last_sums", None) if solver == "auto" else None  # the final pass, over every row
@@ -537,15 +537,21 @@ def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[
     return with_cutoff(view, cutoff)
 
 
-def _from_paper(state, center, scatter0, k, unit, *, known: dict[str, Any]) -> ModelView:
-    """The model from the paper solver's last step (``known`` as for :func:`_from_robust`)."""
+def _from_paper(state, center, scatter0, k, unit, *, sample, known: dict[str, Any]) -> ModelView:
+    """The model from the paper solver's last step (``known`` as for :func:`_from_robust`); the last
+    component's variance and the discarded total from the row ``sample`` (:func:`._paper.sample_variances`;
+    all in working units)."""
     # The power iteration stops within tol of K's eigenvector, so rows are
     # orthogonal only to ~tol; Gram-Schmidt in order makes them exactly so.
     q, r = np.linalg.qr(np.array(state.components).T)
     components = orient_rows((q * np.sign(np.diag(r))).T)
     variances = np.maximum(np.array(state.variances), 0.0)
-    total = max(float(np.trace(scatter0)), float(variances.sum()))
-    rest = total - variances.sum()
+    last, rest = sample_variances(sample, center, components, k)
+    if last is not None:
+        variances[-1] = last
+    if rest is None:  # no sample row: the unweighted trace less the kept variances
+        rest = max(float(np.trace(scatter0)) - float(variances.sum()), 0.0)
+    total = float(variances.sum()) + rest
     rest_lam = np.full(len(center) - k, rest / (len(center) - k)) if k < len(center) else np.empty(0)
     lam = variances_in_data_units(np.concatenate([variances, rest_lam]), unit)
     kernel_scale = np.sqrt(robust_kernel_size2(len(center)))

@@ -3,7 +3,7 @@
 Paper (Algorithm 3)
     Component i starts at ``sigma_i = sqrt(lambda_i)`` of the unweighted
     scatter and is shrunk ``n_decay`` times by ``eta``; the last size is
-    ``eta**(n_decay - 1) * sqrt(lambda_i)`` (3.6 % for the published 0.95, 65).
+    ``eta**(n_decay - 1) * sqrt(lambda_i)`` (3.75 % for the published 0.95, 65).
 
 Flat-top kernels (``solver="auto"``)
     The default weighs a row by ``exp(-max(d^2 - q, 0) / (2 c^2))``, with
