@@ -14,10 +14,10 @@ import re
 import h5py
 import numpy as np
 import pytest
-import zarr
+from test_cli_update import _cli
+from test_cli_update import _store as _zarr_store
 
 from dask_mcpca import MCPCA, load
-from dask_mcpca.cli import main
 
 N, P, CHUNK = 2_000, 4, 500
 
@@ -28,15 +28,7 @@ def data():
 
 
 def _store(path, X, chunk=CHUNK) -> str:
-    z = zarr.create_array(str(path), shape=X.shape, chunks=(chunk, X.shape[1]), dtype=X.dtype)
-    z[:] = X
-    return str(path)
-
-
-def _cli(capsys, *args) -> tuple[int, str, str]:
-    rc = main([*map(str, args), "--no-progress"])
-    out, err = capsys.readouterr()
-    return rc, out, err
+    return _zarr_store(path, X, chunk)
 
 
 def _error_line(rc, err) -> str:
@@ -88,14 +80,20 @@ def test_update_with_no_new_rows_says_nothing_was_written_to_the_output(data, tm
 
 
 # ------------------------------------------------------------------ a model file's unknown parameter
-@pytest.mark.parametrize("storage_option", [[], ["--storage-option", "foo=1"]])
-def test_an_unknown_parameter_in_the_model_file_is_named_as_damage(data, tmp_path, capsys, storage_option):
+def _with_unknown_parameter(data, tmp_path, capsys):
+    """A store and a model file fitted on it whose ``params`` hold ``"foo": 1``, which MCPCA does not take."""
     store = _store(tmp_path / "a.zarr", data)
     model, edited = tmp_path / "m.json", tmp_path / "e_foo.json"
     assert _cli(capsys, "fit", store, "-o", model)[0] == 0
     document = json.loads(model.read_text())
     document["params"]["foo"] = 1
     edited.write_text(json.dumps(document))
+    return store, edited
+
+
+@pytest.mark.parametrize("storage_option", [[], ["--storage-option", "foo=1"]])
+def test_an_unknown_parameter_in_the_model_file_is_named_as_damage(data, tmp_path, capsys, storage_option):
+    store, edited = _with_unknown_parameter(data, tmp_path, capsys)
     rc, _, err = _cli(capsys, "score", store, "-m", edited, "-o", tmp_path / "s.zarr", *storage_option)
     line = _error_line(rc, err)
     assert f"{str(edited)!r} is a damaged dask-mcpca model file" in line and "'foo'" in line, line
@@ -107,12 +105,7 @@ def test_the_storage_option_rewrite_leaves_the_package_s_own_type_errors(data, t
     """Only a file system's refusal of a keyword the user passed reads as ``--storage-option NAME``: a
     TypeError that the package's own code raises (here the model file's ``MCPCA(**params)``, as before the
     parameters were checked by name) is reported as it is, though ``--storage-option foo=1`` was passed."""
-    store = _store(tmp_path / "a.zarr", data)
-    model, edited = tmp_path / "m.json", tmp_path / "e_foo.json"
-    assert _cli(capsys, "fit", store, "-o", model)[0] == 0
-    document = json.loads(model.read_text())
-    document["params"]["foo"] = 1
-    edited.write_text(json.dumps(document))
+    store, edited = _with_unknown_parameter(data, tmp_path, capsys)
     params = MCPCA.get_params
     monkeypatch.setattr(MCPCA, "get_params", lambda self, deep=True: {**params(self, deep), "foo": None})
     rc, _, err = _cli(capsys, "score", store, "-m", edited, "-o", tmp_path / "s.zarr", "--storage-option", "foo=1")
