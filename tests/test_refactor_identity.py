@@ -48,6 +48,12 @@ History of the record (``RECORDED_ON`` names the latest):
   variance), recorded on another machine (numba's CPU znver4, not rocketlake; numpy
   without AVX512_SPR); against the 3f64f1a record every fit differs by at most 6.0e-14 of
   an output's magnitude in float64 and 8.3e-7 in float32, with the same pass counts.
+- 4296692: the paper solver's last component's variance (and a single channel's, and the
+  discarded directions' total) comes from the row sample (c3f4c7e, review 7): the paper
+  fits' variances moved by up to 2.8e-4 of the largest (the last one), their covariance_
+  by up to 0.16 of its largest entry with the mean centre; the default solver's fits by
+  at most 8e-14 in float64 and 4.6e-7 in float32 (this machine's numba CPU, znver5), with
+  the same pass counts.
 
 What is compared: ``components_``, ``explained_variance_``, ``mean_``,
 ``covariance_``, ``outlier_cutoff_`` and ``n_passes_`` of a handful of fits
