@@ -633,6 +633,7 @@ def test_load_refuses_a_damaged_model(tmp_path, edit, fragment):
     assert "edited.json" in str(err.value) and fragment in str(err.value)
 
 
+@pytest.mark.slow  # CI tier: writes and reads a file of the size limit (3 s)
 @pytest.mark.parametrize("what", ["/dev/zero", "nested", "huge"])
 def test_load_reads_a_bounded_amount(tmp_path, what):
     from dask_mcpca import _persist, load

@@ -126,6 +126,7 @@ def _last_frame(err) -> str:
     return tb.tb_frame.f_code.co_filename
 
 
+@pytest.mark.slow  # CI tier: 200 hypothesis examples per solver (5 s)
 @pytest.mark.parametrize("kw", SOLVERS)
 @settings(SETTINGS, max_examples=200)  # cheap: most examples fit in milliseconds or fail at once
 @given(X=anywhere())

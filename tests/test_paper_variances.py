@@ -24,6 +24,7 @@ def _fit(X, **kw):
         return MCPCA(solver="paper", center=False, **kw).fit(X)
 
 
+@pytest.mark.slow  # CI tier: the paper's 65 kernel sizes (1.9 s)
 def test_the_last_components_variance_on_the_papers_example():
     S = np.array([[8, 3, -1], [3, 4, -2], [-1, -2, 6.0]])  # the covariance of the paper's experiment
     truth = np.linalg.eigvalsh(S)[::-1]

@@ -64,6 +64,7 @@ def _contents(folder) -> dict[str, bytes]:
     return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
 
 
+@pytest.mark.slow  # CI tier: two report runs each (2 s)
 @pytest.mark.parametrize("failure", [RuntimeError, KeyboardInterrupt])
 def test_a_report_stopped_while_drawing_leaves_the_previous_set(failure, archive, tmp_path, monkeypatch):
     """The drawing fails (an error, Ctrl-C) after both CSVs are written: no new file appears, the
@@ -88,6 +89,7 @@ def test_a_report_stopped_before_the_first_run_leaves_no_file(archive, tmp_path,
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow  # CI tier: report runs with signals (2.3 s)
 def test_a_ctrl_c_while_the_set_is_put_in_place_comes_after_the_last_file(archive, tmp_path, monkeypatch):
     """The files are put in place in a fixed order, the PNG first, the events CSV last; a Ctrl-C
     arriving at the first rename is acted on only once all three are the new run's."""

@@ -114,6 +114,7 @@ def test_every_score_store_opens_with_xarray_and_names_its_channels(kind, data, 
     assert flags["flag_values"] == list(range(-1, P)) and flags["flag_meanings"].split() == ["none", *names]
 
 
+@pytest.mark.slow  # CI tier: three command-line scores and appends (4.6 s)
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_appended_score_store_opens_with_xarray_as_a_full_score(kind, data, tmp_path, capsys):
     archive = tmp_path / ("a.h5" if kind == "hdf5" else "a.zarr")
