@@ -323,12 +323,14 @@ def quantization_steps(sample: np.ndarray) -> np.ndarray:
         if np.count_nonzero(on & (counts >= max(2, TIGHT_SHARE * counts.sum()))) < 2:
             continue  # one level and rare values (a dead channel's glitches): no step between levels to read
         gaps = np.diff(values)
+        # a float32 recording's gaps are off by up to a float32 spacing (1000.1 - 1000.0 is 0.1000366)
+        slack = 2.0 * float(np.spacing(np.float32(np.abs(values).max()))) if _stored_as_float32(values) else 0.0
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             for divisor in range(1, MAX_STEP_DIVISOR + 1):
                 step = gaps.min() / divisor
                 ratio = gaps / step  # inf where the gaps span more than float64 (no common step)
-                if step > 0 and np.all(np.isfinite(ratio)) and np.all(
-                        np.abs(ratio - np.rint(ratio)) <= STEP_RTOL * np.maximum(ratio, 1.0)):
+                if step > 0 and slack < MAX_SLACK * step and np.all(np.isfinite(ratio)) and np.all(
+                        np.abs(ratio - np.rint(ratio)) <= STEP_RTOL * np.maximum(ratio, 1.0) + slack / step):
                     steps[column] = step
                     break
     return steps
@@ -338,6 +340,15 @@ def quantization_steps(sample: np.ndarray) -> np.ndarray:
 MAX_STEP_DIVISOR = 10
 #: Relative tolerance of "a whole multiple of the step" (values rounded to decimals are not exact in binary).
 STEP_RTOL = 1e-6
+#: ... plus, for a column every value of which is a float32 value, two float32 spacings of its largest magnitude
+#: (a float32 copy of values rounded to 0.1 near 1000 missed its step: the gaps are 0.0999756 or 0.1000366),
+#: where that is under this share of the step (else float32 cannot tell the step).
+MAX_SLACK = 0.1
+
+
+def _stored_as_float32(values: np.ndarray) -> bool:
+    """Whether every value is a float32 value (a float32 recording, read as float64)."""
+    return bool(np.array_equal(as_float32(values), values))
 
 
 def _expected_counts(values: np.ndarray, on: np.ndarray, n: int, centre: float, scale: float) -> np.ndarray:

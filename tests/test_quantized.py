@@ -139,3 +139,16 @@ def test_a_dead_channel_with_a_few_glitches_at_one_value_has_no_step():
     new = X[:4].copy()
     new[:, 2] = [20.0, 30.0, 50.0, 85.0]
     np.testing.assert_array_equal(model.is_outlier(new), [False, True, True, True])
+
+
+def test_a_float32_copy_of_a_channel_rounded_to_tenths_keeps_its_step():
+    """Values rounded to 0.1 near 1000, stored as float32: their gaps are off by a float32 spacing
+    (0.0999756, 0.1000366), beyond the step rule's 1e-6, so the channel was taken as continuous.
+    Expected from the construction: a step of 0.1 (to float32's resolution), as in float64."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20_000, 4)) @ rng.normal(size=(4, 4))
+    X[:, 2] = np.round(1000 + 0.1 * X[:, 2] / X[:, 2].std(), 1)
+    for dtype in (np.float64, np.float32):
+        steps = MCPCA(random_state=0).fit(X.astype(dtype)).quantization_steps_
+        assert steps[2] == pytest.approx(0.1, rel=1e-3), dtype
+        assert not steps[[0, 1, 3]].any()
