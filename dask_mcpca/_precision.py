@@ -25,6 +25,7 @@ from ._scale import in_model_units
 
 __all__ = [
     "CONTRIBUTION_METHODS",
+    "channel_variances",
     "contribution_matrix",
     "contributor",
     "floored_variances",
@@ -44,6 +45,13 @@ def model_rows(model: Any, block):
 
 
 # ----------------------------------------------------------- variances, precision
+def channel_variances(model: Any) -> np.ndarray:
+    """Each channel's variance under the model's fitted variances as they are (not floored), in its units."""
+    C = model.components_
+    return ((C**2).T @ np.maximum(model.explained_variance_, 0.0)
+            + max(model.noise_variance_, 0.0) * np.maximum(1.0 - (C**2).sum(axis=0), 0.0))
+
+
 def floored_variances(model: Any) -> tuple[np.ndarray, float]:
     """The fitted variances and noise variance, floored at the fit's round-off level.
 
@@ -69,10 +77,8 @@ def floored_variances(model: Any) -> tuple[np.ndarray, float]:
     top = max(float(lam.max(initial=0.0)), model.noise_variance_)
     floor = variance_floor(top, model.n_features_in_) if top > 0 else np.finfo(float).tiny
     if top > 0 and lam.min(initial=floor) <= floor:  # each direction in its own channels' units
-        C = model.components_
-        spread = np.maximum(lam, 0.0)
-        channels = (C**2).T @ spread + model.noise_variance_ * np.maximum(1.0 - (C**2).sum(axis=0), 0.0)
-        return np.maximum(lam, direction_floors(spread, C.T, channels)), max(model.noise_variance_, floor)
+        floors = direction_floors(np.maximum(lam, 0.0), model.components_.T, channel_variances(model))
+        return np.maximum(lam, floors), max(model.noise_variance_, floor)
     return np.maximum(lam, floor), max(model.noise_variance_, floor)
 
 

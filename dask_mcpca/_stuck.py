@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _missing
 from ._distances import LIMIT_RTOL, observed_counts
-from ._precision import contributor, model_rows
+from ._precision import channel_variances, contributor, model_rows
 from ._repeated import significant_digits, value_matches
 
 __all__ = [
@@ -151,9 +151,7 @@ def _resolution(values: np.ndarray, dtype) -> np.ndarray:
 def _channel_spreads(model: Any) -> np.ndarray:
     """Each channel's standard deviation under the model, in the data's units (as stored): from its
     fitted variances as they are, not floored (a channel that never moved has none, whatever its runs)."""
-    C, lam = model.components_, np.maximum(model.explained_variance_, 0.0)
-    variances = (C**2).T @ lam + max(model.noise_variance_, 0.0) * np.maximum(1.0 - (C**2).sum(axis=0), 0.0)
-    spread = np.sqrt(variances)
+    spread = np.sqrt(channel_variances(model))
     scale = getattr(model, "scale_", None)
     return spread if scale is None else spread * scale
 
