@@ -416,6 +416,7 @@ DOCS_FIGURES: dict[str, Figure] = {
                              pattern=r"were flagged ([\d.]+) against ([\d.]+) for the others"),
     "clip-factors": percent(CELLS, None, (_CLIP,), 2, 2),
     "clip-factors-before": percent(CELLS, None, (_CLIP,), 3, 2),
+    "clip-pooled": Figure(CELLS, None, ((_CLIP[0], "clipped / the others, draws 1-6 pooled"),), (2,), "{:.2f}"),
     "clip-noise": percent(CELLS, None, ((_NOISE, "clipped (3 %)"), (_NOISE, "the others")), 2, 2, " % against "),
     # monitoring.md
     "update-angle": Figure(_MONITOR, None, fmt="{:.2f}", pattern=r"Worst over all: angle ([\d.]+) deg"),

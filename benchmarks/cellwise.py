@@ -177,31 +177,51 @@ def saturation_table() -> list[str]:
     lines = [
         "## A saturating channel (40,000 x 16, 3 factors, one channel clipped at its 97th percentile)",
         "",
-        "| clipped channel | rows | flagged by `MCPCA()` | the same rows before the clipping | the oracle | "
-        "learned limit (the clip) |",
+        "| clipped channel | rows | flagged by `MCPCA()` | the same rows before the clipping | "
+        "the oracle, clipped cell left out | learned limit (the clip) |",
         "|---|---|---|---|---|---|",
     ]
     for own_noise, what in ((True, "mostly its own noise"), (False, "follows the factors")):
         before, flags, oracle, sat, learned, limit = _clipped_rows(own_noise)
         ratios = " | ".join(f"{f[sat].mean() / f[~sat].mean():.2f}" for f in (flags, before, oracle))
+        pooled = _pooled_ratio(own_noise)
         lines += [f"| {what} | clipped (3 %) | {flags[sat].mean():.4f} | {before[sat].mean():.4f} | "
                   f"{oracle[sat].mean():.4f} | {learned:.4f} ({limit:.4f}) |",
                   f"| {what} | the others | {flags[~sat].mean():.4f} | {before[~sat].mean():.4f} | "
                   f"{oracle[~sat].mean():.4f} | |",
-                  f"| {what} | clipped / the others | {ratios} | |"]
+                  f"| {what} | clipped / the others | {ratios} | |",
+                  f"| {what} | clipped / the others, draws 1-{POOLED_DRAWS} pooled | {pooled:.2f} | | | |"]
     lines += [
         "",
-        "A reading at the limit is judged as censored: the clipped rows are flagged no more often than the same "
-        "rows were before the clipping. Where the clipped channel follows the factors, its top 3 % are the "
-        "factors' tail, and those rows were flagged more often than the others before any clipping. The oracle "
-        "judges with the clean rows' own mean and covariance (chi-square 99.8 %), a clipped cell left out: it "
-        "shows what the rows themselves warrant, so the issue's target (clipped rows flagged within 2x of the "
-        "others) is out of reach of a calibrated distance where the clipped channel follows the factors. Before "
-        "the limits were learned (the code before commit c58e36a) the clipped rows of the second archive were "
-        "flagged 0.0692 against 0.0019 for the others (measured on 2026-11-27).",
+        "A reading at the limit is judged as censored: the row is judged by its other cells' distance *given* "
+        "the quantity, at its most plausible value at or beyond the limit (`_distances._profiled_d2`). Where "
+        "the clipped channel follows the factors, its top 3 % are the factors' tail: judged on the other cells "
+        "alone (the oracle's column, the clean rows' own mean and covariance, chi-square 99.8 %), those rows are "
+        "flagged about three times as often as the others, as they were before any clipping. Being at the limit "
+        "is ordinary for such a channel, so its own extremeness is no longer counted against the row; a fault "
+        "on another channel still is, and a reading at the limit that the other channels place far inside the "
+        "range is still flagged (tests/test_quantized.py). Issue 33's target, clipped rows flagged within 2x of "
+        "the others: met in every row of the table. Before the limits were learned (the code before commit "
+        "c58e36a) the clipped rows of the second archive were flagged 0.0692 against 0.0019 for the others; "
+        "with the cell left out (before commit 'censored rows judged given the quantity'), 3.36x.",
         "",
     ]
     return lines
+
+
+#: Draws pooled for the ratio of the saturation table (about 1,200 clipped rows each).
+POOLED_DRAWS = 6
+
+
+def _pooled_ratio(own_noise: bool) -> float:
+    """The share of clipped rows flagged by ``MCPCA()`` over that of the others, draws pooled."""
+    at_limit, others = [], []
+    for seed in range(1, POOLED_DRAWS + 1):
+        _, clipped, sat, _ = clipped_channel(own_noise=own_noise, seed=seed)
+        flags = np.asarray(MCPCA().fit(clipped).is_outlier(clipped))
+        at_limit.append(flags[sat])
+        others.append(flags[~sat])
+    return float(np.concatenate(at_limit).mean() / np.concatenate(others).mean())
 
 
 def stuck_in_gaps_table() -> list[str]:

@@ -109,6 +109,61 @@ def test_a_saturating_channel_is_judged_as_censored_at_its_limit():
     assert np.asarray(model.is_outlier(stuck)).mean() >= 0.95
 
 
+@pytest.mark.parametrize("own_noise", [False, True])
+def test_saturated_clean_rows_are_flagged_as_often_as_the_others(own_noise):
+    """Issue 33's target: the clean rows at a channel's limit flagged within 2x of the other clean rows.
+    Where the clipped channel follows the factors, its top 3 % are the factors' tail: judged on the
+    other cells alone (the censored cell left out) they were flagged 3.4x as often.  Three draws
+    pooled (about 3,600 clipped rows)."""
+    from dask_mcpca.testing import clipped_channel
+
+    at_limit, others = [], []
+    for seed in (1, 2, 3):
+        _, clipped, sat, _ = clipped_channel(own_noise=own_noise, seed=seed)
+        flags = np.asarray(MCPCA().fit(clipped).is_outlier(clipped))
+        at_limit.append(flags[sat])
+        others.append(flags[~sat])
+    assert np.concatenate(at_limit).mean() <= 2.0 * np.concatenate(others).mean()
+
+
+def test_a_censored_row_is_judged_given_the_quantity_beyond_the_limit():
+    """The rule written out plainly, with the fitted model's own covariance: a row whose channel j sits
+    at its upper limit L gets ``min over t >= L of d2(x with x_j = t) - (t - mean_j)^2 / C_jj`` (its
+    other cells' distance given the quantity), a chi-square on the p - 1 other cells mapped to p
+    channels at the same probability, or its distance as read where that is nearer.  Expected flags
+    from scipy's bounded minimisation, on the clipped rows the other cells place at the limit, a
+    quarter of them with a fault on another channel."""
+    from scipy import optimize, stats
+
+    from dask_mcpca.testing import clipped_channel
+
+    _, clipped, sat, limit = clipped_channel(n=20_000)
+    model = MCPCA().fit(clipped)
+    C, mu, j, p = model.get_covariance(), model.mean_, 2, clipped.shape[1]
+    P = np.linalg.inv(C)
+    other = np.arange(p) != j
+    beta = np.linalg.solve(C[np.ix_(other, other)], C[other, j])
+    rows = clipped[sat & ((clipped[:, other] - mu[other]) @ beta + mu[j] >= limit)]
+    rows[::4, 5] += 3 * np.sqrt(C[5, 5])  # a fault in a quarter of them, so both sides of the cutoff are seen
+
+    def given(t, x):
+        y = x - mu
+        y[j] = t - mu[j]
+        return y @ P @ y - (t - mu[j]) ** 2 / C[j, j]
+
+    expected = []
+    for x in rows:
+        least = optimize.minimize_scalar(given, bounds=(limit, limit + 50 * np.sqrt(C[j, j])), args=(x.copy(),),
+                                         method="bounded", options={"xatol": 1e-10}).fun
+        mapped = stats.chi2.isf(stats.chi2.sf(least, p - 1), p)
+        expected.append(min(mapped, (x - mu) @ P @ (x - mu)))
+    expected = np.array(expected)
+    clear = np.abs(expected / model.outlier_cutoff_ - 1) > 0.01
+    assert clear.sum() >= 0.95 * len(rows) and len(rows) >= 300
+    np.testing.assert_array_equal(np.asarray(model.is_outlier(rows))[clear], (expected > model.outlier_cutoff_)[clear])
+    assert (expected > model.outlier_cutoff_).any()  # the check sees both sides of the cutoff
+
+
 @pytest.mark.parametrize("scale", [None, "robust"])
 def test_a_float32_copy_is_censored_at_the_limit_its_float64_recording_taught(scale):
     """A model fitted on a float64 recording scores its float32 copy: the copy's cells at the limit hold the
