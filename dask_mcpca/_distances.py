@@ -457,8 +457,12 @@ def _profiled_d2(model: Any, Y: np.ndarray, cond, censored: np.ndarray, upper: n
     if not len(rows):
         return d2
     cols = np.argmax(censored[rows], axis=1)
-    unit = working_unit(model)[2]
-    marginal = np.diagonal(np.ldexp(precision_power(model, -1.0), -2 * unit))[cols]
+    lam, noise, unit = working_unit(model)
+    C = model.components_[:, cols]  # the diagonal of precision_power(model, -1) at the censored channels
+    marginal = (C**2).T @ lam
+    if model.n_components_ < model.n_features_in_:
+        marginal += noise * (1.0 - (C**2).sum(axis=0))
+    marginal = np.ldexp(marginal, -2 * unit)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         t_hat = cond.completed[rows, cols]
         a, b = 1.0 / cond.variances()[rows, cols], 1.0 / marginal
