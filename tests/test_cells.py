@@ -446,3 +446,18 @@ def test_score_rows_writes_the_cells_cell_outliers_flags_in_rows_with_nan_or_inf
     cells = model.score_rows(rows, outputs=("cells",))["cells"]
     np.testing.assert_array_equal(cells, model.cell_outliers(rows))
     assert cells[0, 1] and cells[2, 3] and cells[3, 3] and not cells[1].any()
+
+
+def test_a_row_whose_every_cell_is_flagged_is_an_outlier():
+    """A cellwise model judges a row on its good cells; a row with none left (every cell far off) had
+    distance NaN and was called an inlier, where a row-wise model flags it."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20_000, 3)) @ rng.normal(size=(3, 8)) + 0.2 * rng.normal(size=(20_000, 8))
+    model = MCPCA(cellwise=True, random_state=0).fit(X)
+    far = np.vstack([np.full((1, 8), 1e6), 1e4 * (-1.0) ** np.arange(8), 50 * rng.normal(size=(2, 8))])
+    out = model.score_rows(far, outputs=("outlier", "cells", "d2"))
+    assert out["cells"].all()  # nothing left to judge the rows on
+    assert out["outlier"].all() and np.asarray(model.is_outlier(far)).all()
+    assert np.isinf(np.asarray(out["d2"])).all()
+    nan_row = np.full((1, 8), np.nan)  # a row of no reading at all is missing, not an outlier
+    assert not np.asarray(MCPCA(cellwise=True, nan_policy="partial", random_state=0).fit(X).is_outlier(nan_row)).any()

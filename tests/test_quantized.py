@@ -128,12 +128,14 @@ def test_saturated_clean_rows_are_flagged_as_often_as_the_others(own_noise):
 
 def test_a_censored_row_is_judged_given_the_quantity_beyond_the_limit():
     """The rule written out plainly, with the fitted model's own covariance: a row whose channel j sits
-    at its upper limit L gets ``min over t >= L of d2(x with x_j = t) - (t - mean_j)^2 / C_jj`` (its
-    other cells' distance given the quantity), a chi-square on the p - 1 other cells mapped to p
-    channels at the same probability, or its distance as read where that is nearer.  Expected flags
-    from scipy's bounded minimisation, on the clipped rows the other cells place at the limit, a
-    quarter of them with a fault on another channel."""
-    from scipy import optimize, stats
+    at its upper limit L gets ``min over t >= L of d2(x with x_j = t)`` less ``min over t >= L of
+    (t - mean_j)^2 / C_jj`` (what any reading beyond the limit costs on its own), judged on all p
+    channels, or its distance as read where that is nearer.  Expected flags from scipy's bounded
+    minimisation, on the clipped rows the other cells place at the limit: a quarter of them with a
+    fault on another channel, a quarter with the factors pushed far along channel j's direction (a
+    process excursion the limit hides; leaving the cell out charged it, the excess beyond the limit
+    must be charged too)."""
+    from scipy import optimize
 
     from dask_mcpca.testing import clipped_channel
 
@@ -145,23 +147,27 @@ def test_a_censored_row_is_judged_given_the_quantity_beyond_the_limit():
     beta = np.linalg.solve(C[np.ix_(other, other)], C[other, j])
     rows = clipped[sat & ((clipped[:, other] - mu[other]) @ beta + mu[j] >= limit)]
     rows[::4, 5] += 3 * np.sqrt(C[5, 5])  # a fault in a quarter of them, so both sides of the cutoff are seen
+    rows[1::4] += 4 * C[:, j] / np.sqrt(C[j, j])  # an excursion along channel j's direction, 4 SDs further out
+    rows[:, j] = limit
 
-    def given(t, x):
+    def full(t, x):
         y = x - mu
         y[j] = t - mu[j]
-        return y @ P @ y - (t - mu[j]) ** 2 / C[j, j]
+        return y @ P @ y
 
+    own = max(limit - mu[j], 0.0) ** 2 / C[j, j]
     expected = []
     for x in rows:
-        least = optimize.minimize_scalar(given, bounds=(limit, limit + 50 * np.sqrt(C[j, j])), args=(x.copy(),),
+        least = optimize.minimize_scalar(full, bounds=(limit, limit + 50 * np.sqrt(C[j, j])), args=(x.copy(),),
                                          method="bounded", options={"xatol": 1e-10}).fun
-        mapped = stats.chi2.isf(stats.chi2.sf(least, p - 1), p)
-        expected.append(min(mapped, (x - mu) @ P @ (x - mu)))
+        expected.append(min(least - own, (x - mu) @ P @ (x - mu)))
     expected = np.array(expected)
     clear = np.abs(expected / model.outlier_cutoff_ - 1) > 0.01
     assert clear.sum() >= 0.95 * len(rows) and len(rows) >= 300
-    np.testing.assert_array_equal(np.asarray(model.is_outlier(rows))[clear], (expected > model.outlier_cutoff_)[clear])
-    assert (expected > model.outlier_cutoff_).any()  # the check sees both sides of the cutoff
+    flags = np.asarray(model.is_outlier(rows))
+    np.testing.assert_array_equal(flags[clear], (expected > model.outlier_cutoff_)[clear])
+    assert flags[1::4].mean() >= 0.95  # the excursions are seen
+    assert flags[2::4].mean() <= 0.05  # the clean ones mostly not
 
 
 @pytest.mark.parametrize("scale", [None, "robust"])
@@ -207,3 +213,48 @@ def test_a_float32_copy_of_a_channel_rounded_to_tenths_keeps_its_step():
         steps = MCPCA(random_state=0).fit(X.astype(dtype)).quantization_steps_
         assert steps[2] == pytest.approx(0.1, rel=1e-3), dtype
         assert not steps[[0, 1, 3]].any()
+
+
+def test_the_least_distance_beyond_the_limits_is_scipys_bounded_minimum():
+    """:func:`dask_mcpca._censored.least_beyond` (every set of cells held at their limits tried) against
+    scipy's L-BFGS-B over the same box, for 1-3 censored cells, upper and lower limits mixed."""
+    from scipy import optimize
+
+    from dask_mcpca._censored import least_beyond
+
+    rng = np.random.default_rng(0)
+    for m in (1, 2, 3):
+        B = rng.normal(size=(40, m, m))
+        A = B @ B.transpose(0, 2, 1) + 0.1 * np.eye(m)
+        c, limit = rng.normal(size=(40, m)), rng.normal(size=(40, m))
+        upper = rng.random((40, m)) < 0.5
+        got = least_beyond(A, c, limit, upper)
+        for i in range(40):
+            bounds = [(lo, None) if up else (None, lo) for lo, up in zip(limit[i], upper[i], strict=True)]
+            Ai, ci = A[i], c[i]
+            res = optimize.minimize(lambda t, Ai=Ai, ci=ci: (t - ci) @ Ai @ (t - ci), limit[i], bounds=bounds,
+                                    jac=lambda t, Ai=Ai, ci=ci: 2 * Ai @ (t - ci), method="L-BFGS-B",
+                                    options={"ftol": 1e-15, "gtol": 1e-12})
+            assert got[i] == pytest.approx(res.fun, rel=1e-6, abs=1e-9)
+
+
+def test_rows_with_two_saturated_channels_are_flagged_as_often_as_the_others():
+    """Two channels that follow the factors, each clipped at its 97th percentile: the rows where both
+    saturate (about 1 % of the rows, the factors' far tail) were flagged ten times as often as the
+    clean rows when both cells were left out."""
+    both_flagged, others = [], []
+    for seed in (1, 2):
+        rng = np.random.default_rng(seed)
+        loadings = rng.normal(size=(16, 3))
+        X = rng.normal(size=(40_000, 3)) @ loadings.T + 0.2 * rng.normal(size=(40_000, 16))
+        at = np.zeros(X.shape, bool)
+        for j in (2, 7):
+            limit = np.quantile(X[:, j], 0.97)
+            at[:, j] = X[:, j] >= limit
+            X[at[:, j], j] = limit
+        flags = np.asarray(MCPCA().fit(X).is_outlier(X))
+        both = at[:, 2] & at[:, 7]
+        both_flagged.append(flags[both])
+        others.append(flags[~at.any(axis=1)])
+    assert len(np.concatenate(both_flagged)) >= 800
+    assert np.concatenate(both_flagged).mean() <= 2.0 * np.concatenate(others).mean()
