@@ -65,8 +65,10 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
         components at once, in 2-4 passes.
     center : {"robust", "mean"} or False, default="robust"
         ``"robust"``: the robust location (a weighted mean with weights
-        from the fit).  ``"mean"``: the ordinary mean.  False: no centring,
-        the paper's zero-mean setting.
+        from the fit).  ``"mean"``: the ordinary mean (not with
+        ``nan_policy="partial"`` or ``cellwise=True``, whose rows keep only
+        some of their cells).  False: no centring, the paper's zero-mean
+        setting.
     eta : float, default=0.95
         Kernel-size decay factor of the paper's schedule (``solver="paper"``).
     n_decay : int, default=65

@@ -82,6 +82,14 @@ def check_params(estimator: BaseEstimator) -> None:
         estimator.get_params(deep=False),
         caller_name=type(estimator).__name__,
     )
+    if estimator.center == "mean" and (estimator.nan_policy == "partial" or estimator.cellwise):
+        what = "nan_policy='partial'" if estimator.nan_policy == "partial" else "cellwise=True"
+        raise ValueError(
+            f"{type(estimator).__name__}: center='mean' with {what}: the ordinary mean of rows whose cells are "
+            "missing or left out is not the mean of the data (it would be the complete rows' mean, biased where "
+            "gaps depend on the values); use center='robust' (the default), whose location is estimated with "
+            "the gaps under the model"
+        )
     if estimator.nan_policy == "partial" and estimator.solver != "auto":
         raise ValueError(
             f"{type(estimator).__name__}: nan_policy='partial' needs solver='auto' (the paper's algorithm "

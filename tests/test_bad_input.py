@@ -759,3 +759,14 @@ def test_a_count_of_partial_rows_above_the_rows_used_is_refused_on_load(tmp_path
     del doc["attributes"]["n_samples_partial_"]  # a file written before the count: loads without it
     path.write_text(json.dumps(doc))
     assert not hasattr(load(path), "n_samples_partial_")
+
+
+@pytest.mark.parametrize("kw", [{"nan_policy": "partial"}, {"cellwise": True}])
+def test_the_ordinary_mean_of_rows_with_gaps_is_refused(kw):
+    """With gaps that depend on the values (channel 0 offline whenever channel 1 reads high), the ordinary
+    mean the fit took was the complete rows' mean, 5 spreads from the data's; refused, naming the fix."""
+    rng = np.random.default_rng(0)
+    X = rng.multivariate_normal(np.zeros(4), 0.9 * np.ones((4, 4)) + 0.1 * np.eye(4), size=2000)
+    X[X[:, 1] > 0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"center='mean' with .*center='robust'"):
+        MCPCA(center="mean", **kw).fit(X)
