@@ -30,7 +30,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from . import _cells, _checkpoint
 from ._block import PassPlan
-from ._distances import calibrated_d2, cell_flags, mahalanobis_d2
+from ._distances import calibrated_d2, cell_flags, mahalanobis_d2, sample_d2
 from ._fit_result import FitResult, ModelView, fit_result, model_view, update_sums, with_cutoff
 from ._io import as_row_blocks
 from ._model import contamination_cutoff, repeated
@@ -530,7 +530,7 @@ def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[
     rank = int(np.sum(lam > direction_floors(lam, V, (V**2) @ lam)))
     free = moments.sample[~repeated(view, moments.sample)]  # both in data units
     n_effective = support * moments.n_rows
-    cutoff = calibrated_cutoff(calibrated_d2(view, free), OUTLIER_QUANTILE, p=max(rank, 1),
+    cutoff = calibrated_cutoff(calibrated_d2(view, free, sample_d2(view, free)), OUTLIER_QUANTILE, p=max(rank, 1),
                                n_effective=n_effective, law="fitted")
     if not np.isfinite(cutoff):  # too few rows to calibrate on (n <= p + 1): the Gaussian quantile
         cutoff = outlier_cutoff_d2(max(rank, 1))

@@ -84,3 +84,48 @@ def test_wide_sample_stops_at_tol(monkeypatch):
     assert wide.converged_ and narrow.converged_ and wide.n_passes_ == narrow.n_passes_
     assert angles_deg(wide.components_[:5], narrow.components_[:5]).max() < 0.5
     np.testing.assert_allclose(wide.explained_variance_, narrow.explained_variance_, rtol=0.01)
+
+
+@pytest.mark.parametrize("n_components", [None, 20])
+def test_calibration_distances_at_wide_p_agree_with_the_precision(n_components):
+    """The cutoff's calibration distances at p = 150 (BLAS products, runs of rows): each row's
+    ``y^T P y`` with ``P`` the inverse of the model's covariance built from its attributes, to round-off,
+    and the per-row methods' distances (the compiled loop) to round-off; rows with a gap and a row far out
+    as the per-row methods give them."""
+    from dask_mcpca._distances import SAMPLE_GEMM_FEATURES, SAMPLE_GEMM_ROWS, mahalanobis_d2, sample_d2
+
+    p = 150
+    assert p >= SAMPLE_GEMM_FEATURES
+    model = MCPCA(n_components=n_components).fit(_rows(4_000, p, seed=2)[400:])
+    rng = np.random.default_rng(5)
+    rows = rng.normal(size=(SAMPLE_GEMM_ROWS + 37, p)) * np.geomspace(3.0, 0.3, p)
+    C = model.components_
+    cov = C.T @ np.diag(model.explained_variance_) @ C + model.noise_variance_ * (np.eye(p) - C.T @ C)
+    y = rows - model.mean_
+    expected = np.einsum("ij,ij->i", y @ np.linalg.inv(cov), y)
+    np.testing.assert_allclose(sample_d2(model, rows), expected, rtol=1e-9)
+    np.testing.assert_allclose(sample_d2(model, rows), mahalanobis_d2(model, rows), rtol=1e-12)
+    rows[3, 7] = np.nan
+    rows[5] = 1e200
+    got, per_row = sample_d2(model, rows[:8]), mahalanobis_d2(model, rows[:8])
+    np.testing.assert_array_equal(got[[3, 5]], per_row[[3, 5]])
+    assert np.isfinite(got[3]) and got[5] == np.inf
+    np.testing.assert_allclose(got, per_row, rtol=1e-12)
+
+
+def test_triangular_distances_in_runs_of_rows():
+    """The sample steps' triangular whitening, ``TRIANGULAR_ROWS`` rows at a time: each row's ``|y^T L|^2``
+    (numpy's product), the rows' results those of one product of all of them to round-off (BLAS takes the
+    last rows of a run by another kernel), a row that overflows inf."""
+    rng = np.random.default_rng(6)
+    p = 40
+    L = np.asfortranarray(np.linalg.cholesky(np.cov(rng.normal(size=(200, p)), rowvar=False)))
+    Y = rng.normal(size=(2 * robust_sample.TRIANGULAR_ROWS + 5, p))
+    Y[-1] = 1e300
+    d2 = robust_sample._triangular_d2(Y, L)
+    np.testing.assert_allclose(d2[:-1], np.sum((Y[:-1] @ L) ** 2, axis=1), rtol=1e-12)
+    assert d2[-1] == np.inf
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(robust_sample, "TRIANGULAR_ROWS", len(Y))
+        np.testing.assert_allclose(robust_sample._triangular_d2(Y, L), d2, rtol=1e-14)
+    assert len(robust_sample._triangular_d2(Y[:0], L)) == 0
