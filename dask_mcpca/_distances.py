@@ -38,19 +38,9 @@ SAMPLE_GEMM_FEATURES = 128
 #: rows at once paid their page faults, twice the time).
 SAMPLE_GEMM_ROWS = 2048
 
-#: From this many channels on, :func:`sample_d2` takes the numpy spelling (BLAS products) rather than the
-#: compiled loop: on 20,000 rows, the same time at p = 100, half at p = 200, a third at p = 1000 (1.3 s of
-#: a p = 1000 fit's client work, issue 37).
-SAMPLE_GEMM_FEATURES = 128
-#: Rows per product of :func:`sample_d2` (16 MB at p = 1000: its temporaries are reused, where all the
-#: rows at once paid their page faults, twice the time).
-SAMPLE_GEMM_ROWS = 2048
-
 __all__ = [
     "FAST_TOP_MIN_ROWS",
     "FLOAT32_ROOM",
-    "SAMPLE_GEMM_FEATURES",
-    "SAMPLE_GEMM_ROWS",
     "SAMPLE_GEMM_FEATURES",
     "SAMPLE_GEMM_ROWS",
     "CellJudgement",
@@ -106,20 +96,6 @@ def mahalanobis_d2(model: Any, block) -> np.ndarray:
     d2 : ndarray of shape (n_rows,)
     """
     return distances_and_top(model, block)[0]
-
-
-def sample_d2(model: Any, rows) -> np.ndarray:
-    """:func:`mahalanobis_d2` of in-memory sample rows whose distances calibrate a cutoff (a quantile,
-    which their round-off moves by round-off): from ``SAMPLE_GEMM_FEATURES`` channels on, the numpy
-    spelling (:func:`_numpy_d2`, ``SAMPLE_GEMM_ROWS`` rows at a time), which agrees with the compiled
-    loop to round-off (2e-15 relative at p = 1000) at a third of its cost; else :func:`mahalanobis_d2`
-    itself.  The per-row methods keep the compiled loop, whose bits do not depend on a row's block."""
-    rows = np.asarray(rows)
-    if (rows.ndim != 2 or rows.shape[1] < SAMPLE_GEMM_FEATURES or not len(rows)
-            or getattr(model, "cell_cutoff_", None) is not None):
-        return mahalanobis_d2(model, rows)
-    return np.concatenate([_numpy_d2(model, rows[start : start + SAMPLE_GEMM_ROWS])
-                           for start in range(0, len(rows), SAMPLE_GEMM_ROWS)])
 
 
 def sample_d2(model: Any, rows) -> np.ndarray:
