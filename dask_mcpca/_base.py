@@ -152,7 +152,8 @@ class _BaseMCPCA(OutlierDetectorMixin, ChannelMethodsMixin, ClassNamePrefixFeatu
             Rows with NaN or inf give NaN under ``nan_policy="omit"``; under
             ``"partial"``, a row with some NaN cells gives the scores of the
             row completed by :meth:`impute` (the conditional expectation of
-            its missing cells given the observed ones).
+            its missing cells given the observed ones); a model fitted with
+            ``cellwise=True`` completes its flagged cells the same way.
 
         Raises
         ------

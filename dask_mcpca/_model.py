@@ -217,13 +217,20 @@ def projector(model: Any, nan_policy: str):
     """The row-block function of :meth:`MCPCA.transform`.
 
     Under ``nan_policy="partial"`` a row with gaps is first completed by
-    its missing cells' conditional expectation (:func:`._missing.completed`).
+    its missing cells' conditional expectation (:func:`._missing.completed`);
+    a cellwise model completes its flagged cells the same way (as
+    :meth:`MCPCA.impute` fills them), so one glitched cell does not move
+    the row's scores.
     """
     comps, mean = model.components_, model.mean_
-    cov = precision_power(model, -1.0) if nan_policy == "partial" else None
+    cellwise = getattr(model, "cell_cutoff_", None) is not None
+    cov = precision_power(model, -1.0) if nan_policy == "partial" or cellwise else None
 
     def func(b):
-        Y = np.asarray(b, np.float64) - mean
+        b = np.asarray(b, np.float64)
+        Y = b - mean
+        if cellwise:
+            Y[cell_flags(model, b)] = np.nan
         if cov is not None and np.isnan(Y).any():
             Y = _missing.completed(Y, cov)
         return Y @ comps.T

@@ -461,3 +461,27 @@ def test_a_row_whose_every_cell_is_flagged_is_an_outlier():
     assert np.isinf(np.asarray(out["d2"])).all()
     nan_row = np.full((1, 8), np.nan)  # a row of no reading at all is missing, not an outlier
     assert not np.asarray(MCPCA(cellwise=True, nan_policy="partial", random_state=0).fit(X).is_outlier(nan_row)).any()
+
+
+def test_a_cellwise_models_scores_complete_the_flagged_cells():
+    """One cell of a row glitched by +100 (p = 80): a cellwise model flags the cell and does not flag the
+    row, so its scores must not follow the glitch (they moved by 15 where the row's other cells place the
+    quantity).  Expected: the row with the cell replaced by its conditional expectation given the other
+    cells under the model's covariance (the textbook formula), projected; and close to the clean row's."""
+    rng = np.random.default_rng(81)
+    X = rng.normal(size=(6000, 3)) @ rng.normal(size=(3, 80)) * 3 + rng.normal(size=(6000, 80)) + 5
+    model = MCPCA(n_components=3, cellwise=True, random_state=0).fit(X)
+    rows = X[:5].copy()
+    rows[np.arange(5), [7, 20, 33, 46, 79]] += 100
+    assert np.asarray(model.cell_outliers(rows)).sum() == 5 and not np.asarray(model.is_outlier(rows)).any()
+    S, mu = model.get_covariance(), model.mean_
+    expected = []
+    for row, j in zip(rows, [7, 20, 33, 46, 79], strict=True):
+        o = np.arange(80) != j
+        y = row - mu
+        y[j] = S[j, o] @ np.linalg.solve(S[np.ix_(o, o)], y[o])
+        expected.append(y @ model.components_.T)
+    got = np.asarray(model.transform(rows))
+    np.testing.assert_allclose(got, np.array(expected), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(model.score_rows(rows, outputs=("scores",))["scores"]), got, rtol=1e-12)
+    assert np.abs(got - np.asarray(model.transform(X[:5]))).max() < 1.0
