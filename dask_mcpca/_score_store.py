@@ -193,6 +193,8 @@ def as_dataset(outputs: dict, *, model, X: Any, attrs: dict, descriptions: dict)
             a = a.copy(data=_uniform_rows(a.data))
         arrays[name] = a
     ds = xr.Dataset(arrays, attrs={k: v for k, v in attrs.items() if v is not None})
+    for var in ds.variables.values():  # the archive's encoding (a Zarr v2 compressor on its time
+        var.encoding = {}  # coordinate, its chunks) is not the score store's: a v3 store takes no v2 codec
     if channel_dim in ds.dims:  # object: written as Zarr v3 variable-length text
         ds = ds.assign_coords({channel_dim: np.asarray(names, dtype=object)})
     ds.attrs[CHANNELS_ATTR] = names

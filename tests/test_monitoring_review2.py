@@ -1,0 +1,46 @@
+"""The command-line monitoring loop, second review of 2026-11-28.
+
+Each test writes a real Zarr or HDF5 archive under ``tmp_path`` and runs the
+commands as a user does; the expected values come from an independent source
+(a fresh ``score`` of the same rows, the Python API on the numpy array), never
+from the output of the code under test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from dask_mcpca import MCPCA
+from dask_mcpca.cli import main
+
+P = 6
+
+
+def _data(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 3)) @ rng.normal(size=(3, P)) + 0.3 * rng.normal(size=(n, P)) + 50
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    rc = main([*map(str, args), "--no-progress"])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_an_archive_written_in_zarr_format_2_is_scored(tmp_path, capsys):
+    """Finding 1: the archive's v2 compressor on its time coordinate was written into the v3 score store
+    ("Expected a BytesBytesCodec. Got Blosc")."""
+    X = _data(2_000)
+    names = [f"ch{j}" for j in range(P)]
+    ds = xr.Dataset({n: ("time", X[:, j]) for j, n in enumerate(names)},
+                    coords={"time": pd.date_range("2024-01-01", periods=len(X), freq="1min")})
+    ds.to_zarr(tmp_path / "a.zarr", zarr_format=2)
+    model = MCPCA().fit(xr.DataArray(X, dims=("time", "channel"), coords={"channel": names}))
+    model.save(tmp_path / "m.json")
+    rc, _, err = _cli(capsys, "score", tmp_path / "a.zarr", "-m", tmp_path / "m.json", "-o", tmp_path / "s.zarr")
+    assert rc == 0, err
+    got = xr.open_zarr(tmp_path / "s.zarr")
+    np.testing.assert_array_equal(got.time.values, ds.time.values)
+    np.testing.assert_allclose(got.d2.values, model.mahalanobis(X), rtol=1e-5)
