@@ -44,3 +44,32 @@ def test_an_archive_written_in_zarr_format_2_is_scored(tmp_path, capsys):
     got = xr.open_zarr(tmp_path / "s.zarr")
     np.testing.assert_array_equal(got.time.values, ds.time.values)
     np.testing.assert_allclose(got.d2.values, model.mahalanobis(X), rtol=1e-5)
+
+
+def _zarr(path, X, chunk: int = 500) -> str:
+    import zarr
+
+    zarr.create_array(str(path), shape=X.shape, chunks=(chunk, X.shape[1]), dtype=X.dtype)[:] = X
+    return str(path)
+
+
+def test_outputs_monitoring_is_the_default_for_a_cellwise_model(tmp_path, capsys):
+    """Finding 6: ``--outputs monitoring`` (documented as the default) left out ``cells`` of a cellwise model,
+    and ``score --append --outputs monitoring`` to a store scored by default was refused."""
+    import zarr
+
+    X = _data(3_000)
+    store = _zarr(tmp_path / "a.zarr", X[:2_000])
+    MCPCA(cellwise=True).fit(X[:2_000]).save(tmp_path / "m.json")
+    model = ("-m", tmp_path / "m.json")
+    assert _cli(capsys, "score", store, *model, "-o", tmp_path / "d.zarr")[0] == 0
+    assert _cli(capsys, "score", store, *model, "--outputs", "monitoring", "-o", tmp_path / "n.zarr")[0] == 0
+    default, named = xr.open_zarr(tmp_path / "d.zarr"), xr.open_zarr(tmp_path / "n.zarr")
+    assert set(named.data_vars) == set(default.data_vars) >= {"d2", "outlier", "top_channel", "n_observed", "cells"}
+    z = zarr.open_array(store, mode="r+")
+    z.resize(X.shape)
+    z[2_000:] = X[2_000:]
+    rc, out, err = _cli(capsys, "score", store, *model, "--outputs", "monitoring", "-o", tmp_path / "d.zarr",
+                        "--append")
+    assert rc == 0, err
+    assert xr.open_zarr(tmp_path / "d.zarr").sizes["row"] == len(X)

@@ -70,7 +70,7 @@ from .._choices import CLI_CENTERS, CLI_SCALES, NAN_POLICIES, SOLVERS
 from .._version import __version__
 from .common import PROG, Stdout, UsageError, one_line
 from .scheduler import DEFAULT_CONNECT_TIMEOUT, MAX_CONNECT_TIMEOUT, SchedulerLost, use_scheduler
-from .score import OUTPUT_SETS, SCORE_ARRAYS
+from .score import DEFAULT_OUTPUTS, OUTPUT_SETS, SCORE_ARRAYS
 
 __all__ = ["main", "COMMANDS"]
 
@@ -159,7 +159,10 @@ def _label_slice(text: str) -> slice:
 
 
 def _output_names(text: str) -> tuple[str, ...]:
-    """``--outputs``: ``all``, ``monitoring`` or names of :data:`SCORE_ARRAYS` separated by commas."""
+    """``--outputs``: ``all``, ``monitoring`` or names of :data:`SCORE_ARRAYS` separated by commas; None for
+    ``monitoring``, the default, which is exactly no ``--outputs`` (``cells`` too for a cellwise model)."""
+    if text.strip() == DEFAULT_OUTPUTS:
+        return None
     if text.strip() in OUTPUT_SETS:
         return OUTPUT_SETS[text.strip()]
     names = _name_list(text)
