@@ -461,9 +461,11 @@ def repeated_values(sample: np.ndarray, to_stored: np.ndarray | None = None) -> 
     """
     found = []
     w = REPEAT_WINDOW
+    gappy = np.isnan(sample).any(axis=0)
     for column in range(sample.shape[1]):
         cells = sample[:, column]
-        cells = cells[~np.isnan(cells)]  # a channel's missing cells say nothing of its values
+        if gappy[column]:
+            cells = cells[~np.isnan(cells)]  # a channel's missing cells say nothing of its values
         n = len(cells)
         k = max(TIGHT_MIN_ROWS, int(TIGHT_SHARE * n))
         values, counts = np.unique(cells, return_counts=True)
@@ -535,10 +537,12 @@ def find_repeated(sample: np.ndarray, to_stored: np.ndarray | None = None) -> tu
     another channel is offline), not for repeated rows.  ``to_stored``: per column, the factor back
     to the values as stored (:meth:`._passes.PassRunner.stored_units`).
     """
-    complete = sample[~np.isnan(sample).any(axis=1)]  # a record is a whole row
+    gaps = np.isnan(sample).any(axis=1)
+    complete = sample[~gaps] if gaps.any() else sample  # a record is a whole row (no copy: 160 MB at p = 1000)
     rows = repeated_rows(complete)
     records = np.concatenate([rows, repeated_rows(complete, set_points=True)])
-    return repeated_values(sample[~in_repeated_rows(sample, records)], to_stored), rows
+    held = in_repeated_rows(sample, records)
+    return repeated_values(sample[~held] if held.any() else sample, to_stored), rows
 
 
 def held_out(rows: np.ndarray, repeated: np.ndarray | None, repeated_rows: np.ndarray | None) -> np.ndarray:
@@ -564,9 +568,11 @@ def saturation_limits(sample: np.ndarray, steps: np.ndarray, repeated: np.ndarra
     p = sample.shape[1]
     limits = np.full((p, 2), np.nan)
     stuck = {(int(c), float(v)) for c, v in (() if repeated is None else repeated)}
+    finite = np.isfinite(sample).all(axis=0)
     for column in np.flatnonzero(np.asarray(steps) == 0):
         cells = sample[:, column]
-        cells = cells[np.isfinite(cells)]
+        if not finite[column]:
+            cells = cells[np.isfinite(cells)]
         if not len(cells):
             continue
         n = len(cells)
