@@ -16,7 +16,8 @@ What a store was scored with is kept in its attributes (:func:`._score_store.pro
 the input (path, dataset, variables), the archive rows by position, the
 number of channels and the segments: which model file (its path and SHA-256)
 scored which rows.  Rows are appended only to a store written from the same
-input with as many channels (:func:`check_appendable`); they may be scored by
+input with the same channels (:func:`check_appendable`: the resolved store path and
+dataset, and the channels' names, however ``--variables`` spelled them); they may be scored by
 another model, the model ``dask-mcpca update`` made of the one before, as the
 monitoring loop does (fit once, then each period ``update`` and
 ``score --append``).  The new rows then start a segment of their own
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from . import _rowprints
 from ._exceptions import AppendError
 from ._score_store import (
+    CHANNELS_ATTR,
     MODEL_ATTR,
     ROW_DIGESTS_ATTR,
     ROWS_ATTR,
@@ -52,12 +54,16 @@ from ._score_store import (
     rows_at,
     segments_of,
 )
+from ._urls import is_url
 
 __all__ = ["AppendTarget", "open_for_append", "append_rows", "check_appendable", "clone_for_append",
            "aligned_chunks", "segments_after", "stored_digests", "digests_after", "old_rows_changed"]
 
-#: What must be the same for rows to be appended: attribute -> what it is, in words.
-_SAME = {"source": "input store", "dataset": "--dataset", "variables": "--variables", "n_features": "channels"}
+#: What must be the same for rows to be appended: attribute -> what it is, in words.  The input store is
+#: compared as a resolved path (symlinks followed), the dataset without its leading '/', the channels by their
+#: resolved names (:data:`._score_store.CHANNELS_ATTR`), not by how ``--variables`` spelled them.
+_SAME = {"source": "input store", "dataset": "--dataset", "n_features": "number of channels",
+         CHANNELS_ATTR: "channels"}
 #: Metadata files of a Zarr node (v2 and v3): always copied, never linked (zarr rewrites them in place).
 _METADATA = {"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"}
 
@@ -189,7 +195,7 @@ def check_appendable(attrs: dict, expected: dict, output: str) -> tuple[int, int
     ------
     AppendError
         The store is incomplete, was written before stores recorded their rows, or from other data
-        (another input, selection or number of channels).
+        (another input store or dataset, other channels; see :data:`_SAME`).
     """
     if attrs.get("complete") is not True:
         raise AppendError(f"--output {output!r} is not a complete score store (no complete: true); score it again "
@@ -200,10 +206,26 @@ def check_appendable(attrs: dict, expected: dict, output: str) -> tuple[int, int
         raise AppendError(f"--output {output!r} does not record the archive rows and model it was scored with "
                           "(written by an older dask-mcpca); score it again with --overwrite")
     for key, what in _SAME.items():
-        if attrs.get(key) != expected[key]:
+        if key == CHANNELS_ATTR and (attrs.get(key) is None or expected.get(key) is None):
+            continue  # a store written before it recorded its channels' names: their number is compared
+        have, want = (_comparable(key, value) for value in (attrs.get(key), expected.get(key)))
+        if have != want:
             raise AppendError(f"--output {output!r} was scored from other data: its {what} is {attrs.get(key)!r}, "
-                              f"this command's {expected[key]!r}")
+                              f"this command's {expected.get(key)!r}")
     return rows[0], rows[1]
+
+
+def _comparable(key: str, value):
+    """``value`` of the provenance attribute ``key`` as compared for an append: a local input store as its
+    resolved path (``os.path.realpath``: the same store through a symlink), a dataset without its leading
+    '/' (``g/x``, ``/g/x`` and ``file.h5:/g/x`` name one dataset), channel names as text."""
+    if key == "source" and isinstance(value, str) and not is_url(value):
+        return os.path.realpath(value)
+    if key == "dataset" and isinstance(value, str):
+        return value.strip("/") or None
+    if key == CHANNELS_ATTR and isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    return value
 
 
 def stored_digests(attrs: dict, output: str) -> list[tuple[int, int]]:

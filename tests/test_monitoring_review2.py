@@ -73,3 +73,54 @@ def test_outputs_monitoring_is_the_default_for_a_cellwise_model(tmp_path, capsys
                         "--append")
     assert rc == 0, err
     assert xr.open_zarr(tmp_path / "d.zarr").sizes["row"] == len(X)
+
+
+def test_a_new_channel_in_the_archive_appends_with_variables_naming_the_models(tmp_path, capsys):
+    """Finding 3: after a sensor was added to an xarray archive, ``score --append --variables`` naming the
+    model's channels (as the refusal without it advises) was refused: the store recorded --variables None."""
+    X = _data(3_000)
+    names = [f"c{j}" for j in range(P)]
+    times = pd.date_range("2024-01-01", periods=len(X), freq="1min")
+    whole = xr.Dataset({n: ("time", X[:, j]) for j, n in enumerate(names)}, coords={"time": times})
+    path = tmp_path / "a.zarr"
+    whole.isel(time=slice(0, 2_000)).chunk(time=500).to_zarr(path)
+    MCPCA().fit(xr.DataArray(X[:2_000], dims=("time", "channel"), coords={"channel": names})).save(tmp_path / "m.json")
+    model = ("-m", tmp_path / "m.json")
+    assert _cli(capsys, "score", path, *model, "-o", tmp_path / "s.zarr")[0] == 0
+    whole.isel(time=slice(2_000, None)).chunk(time=500).to_zarr(path, append_dim="time")
+    extra = np.r_[np.full(2_000, np.nan), np.random.default_rng(1).normal(size=1_000)]
+    xr.Dataset({"new": ("time", extra)}).to_zarr(path, mode="a")
+    rc, _, err = _cli(capsys, "score", path, *model, "-o", tmp_path / "s.zarr", "--append")
+    assert rc == 2 and "--variables" in err  # the new sensor: the refusal says how to leave it out
+    rc, _, err = _cli(capsys, "score", path, *model, "-o", tmp_path / "s.zarr", "--append",
+                      "--variables", ",".join(names))
+    assert rc == 0, err
+    assert _cli(capsys, "score", path, *model, "--variables", ",".join(names), "-o", tmp_path / "f.zarr")[0] == 0
+    appended, fresh = xr.open_zarr(tmp_path / "s.zarr"), xr.open_zarr(tmp_path / "f.zarr")
+    np.testing.assert_array_equal(appended.outlier.values, fresh.outlier.values)
+    np.testing.assert_array_equal(appended.d2.values, fresh.d2.values)
+
+
+def test_one_hdf5_dataset_however_spelled_is_the_same_input_for_append(tmp_path, capsys):
+    """Finding 4: ``--dataset g/x``, ``--dataset /g/x``, ``a.h5:/g/x`` and the file through a symlink were
+    "other data" for ``score --append``."""
+    import h5py
+
+    X = _data(4_000)
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        f.create_dataset("g/x", data=X[:1_000], maxshape=(None, P), chunks=(500, P))
+    (tmp_path / "link.h5").symlink_to(tmp_path / "a.h5")
+    MCPCA().fit(X[:1_000]).save(tmp_path / "m.json")
+    model, out = ("-m", tmp_path / "m.json"), ("-o", tmp_path / "s.zarr")
+    assert _cli(capsys, "score", tmp_path / "a.h5", "--dataset", "g/x", *model, *out)[0] == 0
+    for i, spelling in enumerate(([f"{tmp_path / 'a.h5'}:/g/x"], [tmp_path / "a.h5", "--dataset", "/g/x"],
+                                  [tmp_path / "link.h5", "--dataset", "g/x"])):
+        with h5py.File(tmp_path / "a.h5", "a") as f:
+            f["g/x"].resize((2_000 + 1_000 * i, P))
+            f["g/x"][1_000 + 1_000 * i:] = X[1_000 + 1_000 * i: 2_000 + 1_000 * i]
+        rc, _, err = _cli(capsys, "score", *spelling, *model, *out, "--append")
+        assert rc == 0, (spelling, err)
+    assert _cli(capsys, "score", tmp_path / "a.h5", "--dataset", "g/x", *model, "-o", tmp_path / "f.zarr")[0] == 0
+    appended, fresh = xr.open_zarr(tmp_path / "s.zarr"), xr.open_zarr(tmp_path / "f.zarr")
+    np.testing.assert_array_equal(appended.d2.values, fresh.d2.values)
+    np.testing.assert_array_equal(appended.outlier.values, fresh.outlier.values)

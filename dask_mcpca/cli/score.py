@@ -173,10 +173,15 @@ def _score_outputs(model, X, names: tuple[str, ...], dtype: str) -> dict:
 
 def _score_source(args, model, digest: str) -> dict:
     """What a score store is scored from (its input and model), as :func:`dask_mcpca._score_store.provenance`
-    takes it; ``digest``: the model file's SHA-256."""
+    takes it; ``digest``: the model file's SHA-256.  A local store is named by its resolved path (symlinks
+    followed), the dataset without its leading '/', from ``--dataset`` or ``file.h5:/dataset``: however spelled,
+    one input is one provenance, as ``score --append`` compares it."""
+    from .._io import split_store_path
+
+    dataset = args.dataset if args.dataset is not None else split_store_path(args.store)[1]
     return {
-        "source": args.store if "://" in args.store else os.path.abspath(store_root(args.store)),
-        "dataset": args.dataset,
+        "source": args.store if "://" in args.store else os.path.realpath(store_root(args.store)),
+        "dataset": dataset.strip("/") or None if dataset is not None else None,
         "variables": args.variables,
         "n_features": model.n_features_in_,
         "digest": digest,
@@ -190,7 +195,7 @@ def _score_append(args, out, options) -> int:
     from .._exceptions import AppendError
     from .._model import CONTEXT_ROWS
     from .._score_append import append_rows, open_for_append
-    from .._score_store import MODEL_ATTR, model_name, provenance, quiet_consolidated
+    from .._score_store import CHANNELS_ATTR, MODEL_ATTR, channel_names, model_name, provenance, quiet_consolidated
 
     quiet_consolidated()  # before the store is first listed
     output = local_path(args.output)
@@ -202,12 +207,14 @@ def _score_append(args, out, options) -> int:
                          "a store written by score")
     model, digest = load_model(args.model, options)
     source = _score_source(args, model, digest)
+    whole = check_channel_names(model, open_archive_for(args).X, args.store)
+    # the channels compared by their resolved names (as the store records them), not by --variables' spelling
+    expected = {**provenance(**source, rows=(0, 0)), CHANNELS_ATTR: channel_names(model, whole)}
     try:
-        target = open_for_append(output, args.output, provenance(**source, rows=(0, 0)), LEGACY_OUTPUTS)
+        target = open_for_append(output, args.output, expected, LEGACY_OUTPUTS)
     except AppendError as err:
         raise UsageError(str(err)) from None
     start, stop = target.rows
-    whole = check_channel_names(model, open_archive_for(args).X, args.store)
     n_all = whole.shape[0]
     if n_all < stop:
         raise UsageError(f"{args.store!r} has {n_all:,} rows, fewer than the {stop:,} already scored in --output "
