@@ -124,3 +124,18 @@ def test_one_hdf5_dataset_however_spelled_is_the_same_input_for_append(tmp_path,
     appended, fresh = xr.open_zarr(tmp_path / "s.zarr"), xr.open_zarr(tmp_path / "f.zarr")
     np.testing.assert_array_equal(appended.d2.values, fresh.d2.values)
     np.testing.assert_array_equal(appended.outlier.values, fresh.outlier.values)
+
+
+def test_update_on_rows_with_nan_gives_advice_update_can_follow(tmp_path, capsys):
+    """Finding 7: ``update`` on new rows with NaN said "pass --nan-policy omit", an option update does not have."""
+    X = _data(2_000)
+    X[1_500, 2] = np.nan
+    store = _zarr(tmp_path / "a.zarr", X)
+    assert _cli(capsys, "fit", store, "--rows", ":1000", "-o", tmp_path / "m.json")[0] == 0
+    before = (tmp_path / "m.json").read_bytes()
+    rc, _, err = _cli(capsys, "update", store, "-m", tmp_path / "m.json")
+    assert rc == 2
+    assert "rows 1,000:2,000" in err and "pass --nan-policy" not in err and "dask-mcpca fit" in err
+    assert (tmp_path / "m.json").read_bytes() == before  # left as it was
+    rc, _, err = _cli(capsys, "update", store, "-m", tmp_path / "m.json", "--rows", "1000:1500")  # as advised
+    assert rc == 0, err

@@ -18,6 +18,7 @@ from .. import _rowprints
 from .._choices import CLI_CENTERS as _CENTERS
 from .._choices import CLI_SCALES as _SCALES
 from .._estimator import MCPCA
+from .._exceptions import NonFiniteRowsError
 from .._labels import feature_names_of
 from .._params import check_params
 from .._scale import scale_text
@@ -268,7 +269,16 @@ def cmd_update(args, out) -> int:
     where = f"rows {span[0]:,}:{span[1]:,}" if span is not None else "the rows selected"
     print(f"updating {args.model} with {where} of {args.store}: {describe(X)}", file=out, flush=True)
     started = time.perf_counter()
-    model.partial_fit(X)  # removes archive_rows_ (partial_fit does not know the archive): recorded again here
+    try:
+        model.partial_fit(X)  # removes archive_rows_ (partial_fit does not know the archive): recorded again here
+    except NonFiniteRowsError as err:  # its advice, nan_policy='omit', is fit's: update takes no --nan-policy
+        found = str(err).partition(";")[0]
+        raise UsageError(
+            f"{found} in {where} of {args.store}; the model was fitted with --nan-policy raise and update keeps "
+            "its policy: clean them, refit with 'dask-mcpca fit ... --nan-policy omit' (rows with NaN left out) "
+            "or '--nan-policy partial' (such rows fitted by their observed cells), or leave them out of the "
+            "update with --rows START:STOP"
+        ) from None
     elapsed = time.perf_counter() - started
     _record_span(model, span, runs=runs, samples=samples + new_samples)
     model.set_params(progress=False)
