@@ -76,14 +76,22 @@ def outlyingness(sample: np.ndarray, *, n_directions: int = N_DIRECTIONS, seed: 
     over the directions ``x_i - x_j`` of ``n_directions`` pairs.  The pairs are
     drawn after ordering the rows by their distance to the mean, so the result
     depends on the set of rows, not on their order, and it is equivariant
-    under rotation, translation and scaling.
+    under rotation, translation and scaling.  The directions and z-scores
+    are computed from the rows centred at the coordinatewise median (the
+    differences and the deviations from a median do not depend on the
+    centre): one row of a float32 fill value (9.97e36) among 6,000 moved the
+    mean so far that every other row, centred at it, lost all its digits and
+    became the same row, every direction's MAD was 0, and the fit rested on
+    the first rows by index, the fill row among them.
     """
     n, p = sample.shape
-    centred = sample - sample.mean(axis=0)
-    norm2 = np.einsum("ij,ij->i", centred, centred)
+    about_mean = sample - sample.mean(axis=0)
+    norm2 = np.einsum("ij,ij->i", about_mean, about_mean)
     order = np.argsort(norm2, kind="stable")
     if np.any(np.diff(norm2[order]) == 0):  # ties (repeated rows): broken by the columns, in order
-        order = np.lexsort((*centred.T[::-1], norm2))
+        order = np.lexsort((*about_mean.T[::-1], norm2))
+    del about_mean
+    centred = sample - np.median(sample, axis=0)
     rows = centred[order]
     rng = np.random.default_rng(seed)
     i, j = rng.integers(0, n, n_directions), rng.integers(0, n, n_directions)

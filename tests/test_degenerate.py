@@ -313,3 +313,22 @@ def test_a_direction_without_spread_is_measured_consistently():
         rows = X[:50].copy()
         rows[:, blank] = value
         assert (np.asarray(model.is_outlier(rows)) == (True if flagged else base)).all(), value
+
+
+@pytest.mark.parametrize("p, fill", [(50, np.float32(9.96921e36)), (5, 1e37)])
+def test_one_row_of_a_fill_value_does_not_move_the_fit(p, fill):
+    """A record written with a fill value (netCDF's float32 default, 9.97e36) in every cell, one row in
+    6,000: the robust start centred the sample at its mean, which that row moved so far that every other
+    row lost its digits; the fit then followed the row (variances 1e72) or flagged every row, converged
+    and silent.  Expected: scikit-learn's PCA of the rows without it, and the row flagged."""
+    from sklearn.decomposition import PCA
+
+    rng = np.random.default_rng(17)
+    X = (rng.normal(size=(6000, 3)) @ rng.normal(size=(3, p)) * 3 + rng.normal(size=(6000, p)) + 5)
+    X = X.astype(np.float32) if p == 50 else X
+    ref = PCA(n_components=3).fit(np.delete(X, 10, axis=0).astype(np.float64))
+    X[10] = fill
+    model = MCPCA(n_components=3, random_state=0).fit(X)
+    np.testing.assert_allclose(model.explained_variance_, ref.explained_variance_, rtol=0.05)
+    flags = np.asarray(model.is_outlier(X))
+    assert flags[10] and flags.mean() < 0.01
