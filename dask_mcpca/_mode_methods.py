@@ -54,8 +54,12 @@ class ModesMixin:
 
         Each mode's model is updated with the estimator's run-time parameters (:data:`RUNTIME_PARAMS`, which
         ``set_params`` may have changed since the fit), and on a copy: the modes change together or, where
-        one mode's update raises, not at all."""
-        codes = self.predict_mode(X)
+        one mode's update raises, not at all.
+
+        The rows are sent to the modes as :meth:`predict_mode` does, without its check of the channel names:
+        ``X`` is the rows :meth:`partial_fit` checked and then read into unnamed blocks, which would warn
+        "X does not have valid feature names" of a model fitted on named channels."""
+        codes = self._map_row_blocks(X, partial(_modes.best_modes, self), None, np.int64)  # predict_mode's rule
         codes = np.asarray(codes.compute() if isinstance(codes, da.Array) else codes)
         runtime = {name: getattr(self, name) for name in RUNTIME_PARAMS}
         models, passes, n_samples = [], 1, 0

@@ -139,3 +139,31 @@ def test_update_on_rows_with_nan_gives_advice_update_can_follow(tmp_path, capsys
     assert (tmp_path / "m.json").read_bytes() == before  # left as it was
     rc, _, err = _cli(capsys, "update", store, "-m", tmp_path / "m.json", "--rows", "1000:1500")  # as advised
     assert rc == 0, err
+
+
+def _two_modes(n: int, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4)) @ rng.normal(size=(4, 4))
+    X[rng.random(n) < 0.4] += [12.0, -9.0, 7.0, 0.0]  # a second operating mode
+    return xr.DataArray(X, dims=("time", "channel"), coords={"channel": ["a", "b", "c", "d"]})
+
+
+def test_partial_fit_of_a_modes_model_on_named_rows_warns_only_of_real_name_mismatches():
+    """Finding 8: ``partial_fit`` of a ``modes`` model fitted on a named DataArray warned "X does not have valid
+    feature names" for rows with the same names (the rows were sent to modes from unnamed blocks)."""
+    import warnings
+
+    A = _two_modes(3_000)
+    model = MCPCA(modes="auto").fit(A[:2_000])
+    assert model.n_modes_ == 2
+    seen = np.array([m.n_samples_seen_ for m in model.mode_models_])
+    expected = np.bincount(model.predict_mode(A[2_000:]), minlength=2)  # the public rule, on the named rows
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.partial_fit(A[2_000:])
+    assert not [w for w in caught if "feature names" in str(w.message)]
+    np.testing.assert_array_equal([m.n_samples_seen_ for m in model.mode_models_] - seen, expected)
+    with warnings.catch_warnings(record=True) as caught:  # a real mismatch still warns
+        warnings.simplefilter("always")
+        model.partial_fit(A[2_000:].values)
+    assert [w for w in caught if "does not have valid feature names" in str(w.message)]
