@@ -60,10 +60,20 @@ def _rank(scatter: np.ndarray) -> int:
     return len(spread_directions(scatter)[0])
 
 
+#: Rows of :func:`_mahalanobis2` multiplied at once: their product (16 MB at p = 1000) is reused, where
+#: all of a 20,000-row sample's (160 MB) paid its page faults.
+DISTANCE_ROWS = 2048
+
+
 def _mahalanobis2(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
-    """Squared distances under ``scatter``; inf for rows so far that they overflow."""
+    """Squared distances under ``scatter``, ``DISTANCE_ROWS`` rows at a time; inf for rows so far that
+    they overflow."""
+    P = precision(scatter)
+    d2 = np.empty(len(Y))
     with np.errstate(over="ignore", invalid="ignore"):
-        d2 = np.einsum("ij,ij->i", Y @ precision(scatter), Y)
+        for start in range(0, len(Y), DISTANCE_ROWS):
+            rows = Y[start : start + DISTANCE_ROWS]
+            d2[start : start + len(rows)] = np.einsum("ij,ij->i", rows @ P, rows)
     d2[np.isnan(d2)] = np.inf
     return d2
 
