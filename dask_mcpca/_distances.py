@@ -20,7 +20,14 @@ import numpy as np
 
 from . import _cells, _compiled, _missing
 from ._censored import charged_d2
-from ._precision import contribution_matrix, contributor, precision_power, top_channel, working_unit
+from ._precision import (
+    channel_variances,
+    contribution_matrix,
+    contributor,
+    precision_power,
+    top_channel,
+    working_unit,
+)
 from ._repeated import value_matches
 
 #: Complete rows from which :func:`distances_and_top` ranks the channels by one float32 product
@@ -45,6 +52,7 @@ __all__ = [
     "SAMPLE_GEMM_ROWS",
     "CellJudgement",
     "LIMIT_RTOL",
+    "LIMIT_SPREAD_SHARE",
     "at_limits",
     "calibrated_d2",
     "cell_flags",
@@ -53,6 +61,7 @@ __all__ = [
     "distances_and_top",
     "good_cell_d2",
     "judge_cells",
+    "limit_tolerances",
     "mahalanobis_d2",
     "nearest_in_cells",
     "observed_counts",
@@ -66,12 +75,26 @@ __all__ = [
 #: rows flagged where the float64 recording had 1).  A continuous reading this close to a limit is at it.
 LIMIT_RTOL = 2.0**-23
 
+#: ... but never farther than this share of the channel's spread under the model: a channel near 1e5 whose
+#: spread is 1e-3 took readings 8 spreads inside its limit for readings at it (2**-23 of 1e5 is 13 spreads),
+#: judged them as censored, and missed a fault there.  (A float32 copy of such a channel cannot hold its
+#: variation anyway: float32's spacing near 1e5 is 0.008.)
+LIMIT_SPREAD_SHARE = 1e-3
 
-def at_limits(block: np.ndarray, limits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cells of ``block`` at their channel's lower and upper saturation limit (``limits``, p x 2, NaN where
-    none; both in the model's units), to :data:`LIMIT_RTOL`."""
+
+def limit_tolerances(model: Any) -> np.ndarray:
+    """How far from each of ``saturation_limits_`` (p x 2) a cell is at it: :data:`LIMIT_RTOL` of the limit,
+    at most :data:`LIMIT_SPREAD_SHARE` of the channel's spread under the model (both in the model's units)."""
+    spread = np.sqrt(channel_variances(model))
     with np.errstate(invalid="ignore"):
-        return tuple(np.abs(block - limits[:, i]) <= LIMIT_RTOL * np.abs(limits[:, i]) for i in (0, 1))
+        return np.fmin(LIMIT_RTOL * np.abs(model.saturation_limits_), LIMIT_SPREAD_SHARE * spread[:, None])
+
+
+def at_limits(block: np.ndarray, limits: np.ndarray, tolerances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cells of ``block`` at their channel's lower and upper saturation limit (``limits``, p x 2, NaN where
+    none; both in the model's units), within ``tolerances`` (:func:`limit_tolerances`)."""
+    with np.errstate(invalid="ignore"):
+        return tuple(np.abs(block - limits[:, i]) <= tolerances[:, i] for i in (0, 1))
 
 
 def mahalanobis_d2(model: Any, block) -> np.ndarray:
@@ -363,7 +386,8 @@ def censored_d2(model: Any, block, d2: np.ndarray) -> np.ndarray:
     """
     block = np.asarray(block, np.float64)
     limits = model.saturation_limits_
-    at_low, at_high = at_limits(block, limits)
+    tolerances = limit_tolerances(model)
+    at_low, at_high = at_limits(block, limits, tolerances)
     rows = np.flatnonzero((at_low | at_high).any(axis=1))
     if not len(rows):
         return d2
@@ -375,7 +399,7 @@ def censored_d2(model: Any, block, d2: np.ndarray) -> np.ndarray:
         return d2
     sub = rows[some]
     cond = _missing.conditional(Y[some], np.isnan(Y[some]) | consistent[some], prec)
-    upper = at_limits(block[sub], limits)[1]
+    upper = at_high[sub]
     charged, counts = charged_d2(model, Y[some], cond, consistent[some], upper, working_unit(model)[2])
     judged = _missing.equivalent_d2(charged, counts, block.shape[1])
     out = np.array(d2, dtype=np.float64, copy=True)
@@ -425,8 +449,8 @@ def judge_cells(model: Any, block) -> CellJudgement:
     if at_limit.any():  # a reading at a limit is bad where the good cells place the quantity well inside
         fits = _censored_fits(model, block, cond, at_limit)
         bad |= at_limit & ~fits
-        d2, n_judged = charged_d2(model, Y, cond, fits, at_limits(block, model.saturation_limits_)[1],
-                                  working_unit(model)[2])
+        upper = at_limits(block, model.saturation_limits_, limit_tolerances(model))[1]
+        d2, n_judged = charged_d2(model, Y, cond, fits, upper, working_unit(model)[2])
     d2[np.isnan(d2) & ((n_judged > 0) | bad.any(axis=1))] = np.inf  # no good cell left: nothing explains it
     return CellJudgement(bad, d2, n_judged)
 
@@ -457,7 +481,8 @@ def _known_cells(model: Any, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     for column, value in () if learned is None else learned:
         held[:, int(column)] |= value_matches(block[:, int(column)], value)
     limits = getattr(model, "saturation_limits_", None)
-    at_limit = np.logical_or(*at_limits(block, limits)) if limits is not None else np.zeros(block.shape, bool)
+    at_limit = (np.logical_or(*at_limits(block, limits, limit_tolerances(model))) if limits is not None
+                else np.zeros(block.shape, bool))
     return held, at_limit
 
 
@@ -469,7 +494,7 @@ def _censored_fits(model: Any, block: np.ndarray, cond, at_limit: np.ndarray) ->
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         z = (np.ldexp(block - model.mean_, -unit) - cond.completed) / np.sqrt(cond.variances())
     reach = np.sqrt(_cells.cell_cutoff2())
-    upper = at_limits(block, model.saturation_limits_)[1]
+    upper = at_limits(block, model.saturation_limits_, limit_tolerances(model))[1]
     return at_limit & np.where(upper, z <= reach, z >= -reach)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import _missing
-from ._distances import LIMIT_RTOL, observed_counts
+from ._distances import limit_tolerances, observed_counts
 from ._precision import channel_variances, contributor, model_rows
 from ._repeated import significant_digits, value_matches
 
@@ -135,8 +135,9 @@ def stuck_cells(model: Any, block, before) -> np.ndarray:
         limits = getattr(model, "saturation_limits_", None)
         if limits is not None:
             values = _model_cells(model, block[at], at[1])  # limits are in the model's units
+            tolerances = limit_tolerances(model)[at[1]]
             with np.errstate(invalid="ignore"):  # NaN: no limit, never near
-                keep &= ~np.any(np.abs(values[:, None] - limits[at[1]]) <= LIMIT_RTOL * np.abs(limits[at[1]]), axis=1)
+                keep &= ~np.any(np.abs(values[:, None] - limits[at[1]]) <= tolerances, axis=1)
         cells[at[0][~keep], at[1][~keep]] = False
     return cells
 

@@ -258,3 +258,22 @@ def test_rows_with_two_saturated_channels_are_flagged_as_often_as_the_others():
         others.append(flags[~at.any(axis=1)])
     assert len(np.concatenate(both_flagged)) >= 800
     assert np.concatenate(both_flagged).mean() <= 2.0 * np.concatenate(others).mean()
+
+
+def test_a_reading_inside_the_limit_is_not_at_it_whatever_the_channels_offset():
+    """The same clipped channel written with an offset of 1e5 and a spread of 1e-3 (a pressure in kPa):
+    2**-23 of the limit is 13 spreads, so a reading 8 spreads inside the limit counted as at it, was
+    judged as censored and a fault there was missed (0 of 300 flagged against 300 at offset 0).  Known
+    truth: the readings 8 channel SDs low are faults, at either offset."""
+    from dask_mcpca.testing import clipped_channel
+
+    X, clipped, sat, _ = clipped_channel(n=20_000)
+    near = np.flatnonzero(~sat & (X[:, 2] > np.quantile(X[:, 2], 0.90)))[:300]
+    sd = X[:, 2].std()
+    for offset, unit in ((0.0, 1.0), (1e5, 1e-3)):
+        shifted = clipped.copy()
+        shifted[:, 2] = offset + unit * clipped[:, 2]
+        model = MCPCA(random_state=0).fit(shifted)
+        rows = shifted[near].copy()
+        rows[:, 2] = model.saturation_limits_[2, 1] - 8 * unit * sd
+        assert np.asarray(model.is_outlier(rows)).mean() >= 0.99, offset
