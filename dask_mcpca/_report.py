@@ -379,6 +379,7 @@ def summarize(
     window: str | Window | None = None,
     reference_rows: tuple[int, int] | None = None,
     first_row: int = 0,
+    context: Any = None,
 ) -> ArchiveSummary:
     """One streaming pass over ``X`` under the fitted ``model``: the :class:`ArchiveSummary` of the report.
 
@@ -426,6 +427,12 @@ def summarize(
         ``first_row`` plus the position in ``X``, as ``score`` records its
         rows; a window of a row count holds the archive's rows from a
         multiple of it, as a duration's starts at a multiple since 1970.
+    context : input of the same kind as ``X``, optional
+        The archive's rows just before ``X``'s first (at most
+        :data:`._model.CONTEXT_ROWS`), read by the stuck-run rule and not
+        reported: ``X``'s first rows are judged as in a full score of the
+        archive (``dask-mcpca report --rows``/``--time`` passes them, as
+        ``score --append`` reads them).
 
     Returns
     -------
@@ -459,7 +466,10 @@ def summarize(
     events_fold = _Events(channels, max_gap, writer, coordinate is not None, max_events)
     window = _checked_window(window, coordinate)
     drift = WindowFold(model, window, reference_rows) if window is not None else None
-    starts, sizes, results = block_summaries(rows, coordinate, model, window, first_row)
+    if context is not None:
+        context = as_row_blocks(_in_model_order(model, context), storage_options=storage_options,
+                                block_values=BLOCK_VALUES)
+    starts, sizes, results = block_summaries(rows, coordinate, model, window, first_row, context=context)
     n_modes = model.n_modes_ if getattr(model, "mode_models_", None) is not None else 0
     fold = _ArchiveFold(n, p, len(sizes), cellwise=getattr(model, "cell_cutoff_", None) is not None, n_modes=n_modes)
     runner = SimpleNamespace(n_rows=n, n_blocks=len(sizes), n_passes=0)

@@ -216,8 +216,12 @@ def _score_by_mode(model, modes: list[_Model], centre: np.ndarray, X: np.ndarray
     return _Scored(X, first.ok, first.complete, first.whole, None, d, flags, Y, contrib, best)
 
 
-def block_summaries(rows, coordinate, model, window: Window | None, first_row: int = 0):
+def block_summaries(rows, coordinate, model, window: Window | None, first_row: int = 0, context=None):
     """The archive's row blocks: their first rows, their sizes, and their summaries in row order (lazily).
+
+    ``context``: the rows of the archive just before ``rows``' first (at most :data:`CONTEXT_ROWS`, as stored,
+    in the model's channel order; None: none, ``rows`` start the archive), read by the first blocks' stuck-run
+    rule as a full score reads them.
 
     A dask array's blocks are its chunks, summarized in dask tasks
     (:func:`_in_row_order`); a numpy array's are ``NUMPY_BLOCK_SLICES *
@@ -246,17 +250,20 @@ def block_summaries(rows, coordinate, model, window: Window | None, first_row: i
         else:
             label_blocks = [coordinate[s : s + m] for s, m in zip(starts, sizes, strict=True)]
     runs = _reads_runs(model)  # each block reads the CONTEXT_ROWS rows before it, as is_outlier does
+    lead = 0 if context is None else context.shape[0]
     if data_blocks is None:
+        joined = rows if not lead else np.concatenate([np.asarray(context, dtype=rows.dtype), rows])
         results = (
             summarize_block(rows[s : s + m], int(s), n, model, lab, window, first_row=first_row,
-                            before=_numpy_before(rows, int(s)) if runs else None)
+                            before=_numpy_before(joined, int(s) + lead) if runs else None)
             for s, m, lab in zip(starts, sizes, label_blocks, strict=True)
         )
     else:
         client = _active_client()
         befores = [None] * len(sizes)
-        if runs:  # sliced from the blocks before (a task reads the end of its predecessor too)
-            befores = rows_before(rows, CONTEXT_ROWS).to_delayed().ravel()
+        if runs:  # sliced from the blocks before (a task reads the end of its predecessor too), after context
+            joined = rows if not lead else da.concatenate([da.asarray(context).astype(rows.dtype), rows])
+            befores = rows_before(joined, CONTEXT_ROWS).to_delayed().ravel()[-len(sizes):]
         tasks = [
             dask.delayed(summarize_task, pure=True)(b, int(s), n, model, lab, window, first_row, bf)
             for b, s, lab, bf in zip(data_blocks, starts, label_blocks, befores, strict=True)

@@ -167,3 +167,34 @@ def test_partial_fit_of_a_modes_model_on_named_rows_warns_only_of_real_name_mism
         warnings.simplefilter("always")
         model.partial_fit(A[2_000:].values)
     assert [w for w in caught if "does not have valid feature names" in str(w.message)]
+
+
+def test_a_selection_after_row_0_is_judged_with_the_rows_before_it(tmp_path, capsys):
+    """Finding 2: ``score --rows N:``/``--time`` and ``report --rows N:`` judged their first rows without the rows
+    before them, so a channel stuck across row N was flagged on other rows than by ``score --append`` (40 against
+    34).  The expected flags: a full score of the whole archive, cut at row N."""
+    import re
+
+    n, cut = 4_000, 3_000
+    X = _data(n)
+    X[cut - 5 : cut + 40, 2] = X[cut - 6, 2]  # channel 2 sticks across row `cut`
+    names = [f"c{j}" for j in range(P)]
+    times = pd.date_range("2024-01-01", periods=n, freq="1min")
+    path = tmp_path / "a.zarr"
+    ds = xr.Dataset({c: ("time", X[:, j]) for j, c in enumerate(names)}, coords={"time": times})
+    ds.chunk(time=500).to_zarr(path)
+    MCPCA().fit(xr.DataArray(X[:cut], dims=("time", "channel"), coords={"channel": names})).save(tmp_path / "m.json")
+    model = ("-m", tmp_path / "m.json")
+    assert _cli(capsys, "score", path, *model, "-o", tmp_path / "full.zarr")[0] == 0
+    expected = xr.open_zarr(tmp_path / "full.zarr").outlier.values[cut:]
+    assert expected[:40].sum() >= 30  # the stuck run is flagged in a full score
+    for selection in (["--rows", f"{cut}:"], ["--time", f"{times[cut]}/"]):
+        rc, _, err = _cli(capsys, "score", path, *model, *selection, "-o", tmp_path / "s.zarr", "--overwrite")
+        assert rc == 0, err
+        np.testing.assert_array_equal(xr.open_zarr(tmp_path / "s.zarr").outlier.values, expected)
+    assert _cli(capsys, "score", path, *model, "--rows", f":{cut}", "-o", tmp_path / "a2.zarr")[0] == 0
+    assert _cli(capsys, "score", path, *model, "-o", tmp_path / "a2.zarr", "--append")[0] == 0
+    np.testing.assert_array_equal(xr.open_zarr(tmp_path / "a2.zarr").outlier.values[cut:], expected)
+    rc, out, err = _cli(capsys, "report", path, *model, "--rows", f"{cut}:", "-o", tmp_path / "r.png")
+    assert rc == 0, err
+    assert int(re.search(r"([\d,]+) flagged", out).group(1).replace(",", "")) == expected.sum()

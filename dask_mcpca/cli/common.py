@@ -92,6 +92,40 @@ class Archive:
             got = self.opened.select(rows, time, block_values=self.block_values)
         return replace(self, X=got.X, span=got.span, n_all=got.n_all, selection=chosen)
 
+    @property
+    def lead(self) -> int:
+        """How many rows before the selection a full score reads too: at most
+        :data:`dask_mcpca._model.CONTEXT_ROWS`, fewer near the archive's start, none for a selection from
+        row 0 or one that is not one run of rows.
+
+        A stuck run and ``top_channel``'s held-cell rule read the rows in order (:func:`dask_mcpca._model.row_outputs`):
+        a selection scored without the rows before it would judge its first rows as the archive's first;
+        ``score --append`` reads them too, so ``--rows N:``, ``--time`` and ``--append`` agree row for row."""
+        from .._model import CONTEXT_ROWS
+
+        return 0 if self.span is None else min(self.span[0], CONTEXT_ROWS)
+
+    def context(self, model):
+        """The :attr:`lead` rows before the selection, channels in the model's order (:func:`check_channel_names`,
+        which has spoken for the selection already); None where there are none."""
+        import io
+
+        if not self.lead:
+            return None
+        rows = self.select(rows=slice(self.span[0] - self.lead, self.span[0])).X
+        return check_channel_names(model, rows, self.store, err=io.StringIO())
+
+    def with_context(self, model):
+        """``X`` after the :attr:`lead` rows before it, read as one selection (their shared blocks are read
+        once), channels in the model's order (:func:`check_channel_names`, which has spoken for the
+        selection already)."""
+        import io
+
+        if not self.lead:
+            return check_channel_names(model, self.X, self.store, err=io.StringIO())
+        whole = self.select(rows=slice(self.span[0] - self.lead, self.span[1])).X
+        return check_channel_names(model, whole, self.store, err=io.StringIO())
+
     def with_rows(self, X) -> Archive:
         """The same rows as ``X`` (the channels reordered or the rows cut by the command)."""
         return replace(self, X=X)

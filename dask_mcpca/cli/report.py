@@ -114,6 +114,7 @@ def cmd_report(args, out) -> int:
             summary = _report.summarize(
                 model, X, max_gap=args.max_gap, progress=not args.no_progress, events=f, window=window,
                 max_events=args.max_events, reference_rows=reference, first_row=first_row,
+                context=archive.context(model),  # the rows before --rows N: / --time, as score reads them
             )
         summary.selection = selection
         if window is not None:

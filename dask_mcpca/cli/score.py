@@ -87,10 +87,14 @@ def cmd_score(args, out) -> int:
         refuse_replacing_other_data(args.output, options)
     model, digest = load_model(args.model, options)
     archive = open_archive_for(args)
-    X = check_channel_names(model, archive.X, args.store)
+    check_channel_names(model, archive.X, args.store)  # refused or warned of once, here
+    # after the rows before a selection from row N > 0 (archive.lead), whose outputs are left out, as --append
+    # reads them: a stuck run crossing row N is found as in a full score
+    lead, whole = archive.lead, archive.with_context(model)
+    X = _after(whole, lead)
     started = time.perf_counter()
     names, dtype = _requested(model, args.outputs), args.dtype or DEFAULT_DTYPE
-    outputs = _score_outputs(model, X, names, dtype)
+    outputs = {n: _after(a, lead) for n, a in _score_outputs(model, whole, names, dtype).items()}
     span = archive.span
     attrs = {
         "model": model_name(args.model),
@@ -171,6 +175,13 @@ def _score_outputs(model, X, names: tuple[str, ...], dtype: str) -> dict:
     return outputs
 
 
+def _after(a, lead: int):
+    """The rows of the dask array or DataArray ``a`` after its first ``lead``."""
+    if not lead:
+        return a
+    return a.isel({a.dims[0]: slice(lead, None)}) if hasattr(a, "isel") else a[lead:]
+
+
 def _score_source(args, model, digest: str) -> dict:
     """What a score store is scored from (its input and model), as :func:`dask_mcpca._score_store.provenance`
     takes it; ``digest``: the model file's SHA-256.  A local store is named by its resolved path (symlinks
@@ -239,8 +250,7 @@ def _score_append(args, out, options) -> int:
     started = time.perf_counter()
     try:
         target.check_arrays(SCORE_ARRAYS)
-        outputs = {n: a.isel({a.dims[0]: slice(lead, None)}) if hasattr(a, "isel") else a[lead:]
-                   for n, a in _score_outputs(model, X, names, dtype).items()}
+        outputs = {n: _after(a, lead) for n, a in _score_outputs(model, X, names, dtype).items()}
         n_out, segments = append_rows(
             target, outputs, model=model, X=X, whole=whole, digest=digest, model_name=model_name(args.model),
             descriptions=SCORE_ARRAYS, compute=lambda *tasks: compute_settled(*tasks, progress=not args.no_progress))
