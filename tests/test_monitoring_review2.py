@@ -198,3 +198,16 @@ def test_a_selection_after_row_0_is_judged_with_the_rows_before_it(tmp_path, cap
     rc, out, err = _cli(capsys, "report", path, *model, "--rows", f"{cut}:", "-o", tmp_path / "r.png")
     assert rc == 0, err
     assert int(re.search(r"([\d,]+) flagged", out).group(1).replace(",", "")) == expected.sum()
+
+
+def test_a_nan_row_before_a_selection_does_not_refuse_its_score(tmp_path, capsys):
+    """Reading the rows before ``--rows N:`` (finding 2) must not refuse the rows selected for a NaN row the
+    selection leaves out, under ``nan_policy='raise'``."""
+    X = _data(2_000)
+    X[1_500, 1] = np.nan
+    store = _zarr(tmp_path / "a.zarr", X)
+    model = MCPCA().fit(X[:1_000])
+    model.save(tmp_path / "m.json")
+    rc, _, err = _cli(capsys, "score", store, "-m", tmp_path / "m.json", "--rows", "1501:", "-o", tmp_path / "s.zarr")
+    assert rc == 0, err
+    np.testing.assert_allclose(xr.open_zarr(tmp_path / "s.zarr").d2.values, model.mahalanobis(X[1_501:]), rtol=1e-5)

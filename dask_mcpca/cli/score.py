@@ -91,6 +91,7 @@ def cmd_score(args, out) -> int:
     # after the rows before a selection from row N > 0 (archive.lead), whose outputs are left out, as --append
     # reads them: a stuck run crossing row N is found as in a full score
     lead, whole = archive.lead, archive.with_context(model)
+    whole, lead = _finite_context(model, whole, lead)
     X = _after(whole, lead)
     started = time.perf_counter()
     names, dtype = _requested(model, args.outputs), args.dtype or DEFAULT_DTYPE
@@ -182,6 +183,29 @@ def _after(a, lead: int):
     return a.isel({a.dims[0]: slice(lead, None)}) if hasattr(a, "isel") else a[lead:]
 
 
+def _finite_context(model, X, lead: int):
+    """``X`` and ``lead`` (its first rows, the context before the rows scored) with the context cut after its
+    last row holding NaN or inf where the model was fitted with ``nan_policy='raise'``: the rows scored are the
+    user's to clean, not the rows before them (``score --rows 5501:`` leaves out a NaN row 5500), and a
+    stuck run that such a row interrupts is judged from the rows after it.  Reads the context (at most
+    :data:`dask_mcpca._model.CONTEXT_ROWS` rows: a chunk or two) once more, only then."""
+    import numpy as np
+
+    if not lead or getattr(model, "nan_policy", "raise") != "raise":
+        return X, lead
+    rows = np.asarray(_head(X, lead))
+    bad = np.flatnonzero(~np.isfinite(rows).all(axis=1)) if rows.dtype.kind in "fc" else []
+    if not len(bad):
+        return X, lead
+    return _after(X, int(bad[-1]) + 1), lead - int(bad[-1]) - 1
+
+
+def _head(a, n: int):
+    """The first ``n`` rows of the dask array or DataArray ``a``, computed."""
+    part = a.isel({a.dims[0]: slice(0, n)}).data if hasattr(a, "isel") else a[:n]
+    return part.compute() if hasattr(part, "compute") else part
+
+
 def _score_source(args, model, digest: str) -> dict:
     """What a score store is scored from (its input and model), as :func:`dask_mcpca._score_store.provenance`
     takes it; ``digest``: the model file's SHA-256.  A local store is named by its resolved path (symlinks
@@ -239,6 +263,7 @@ def _score_append(args, out, options) -> int:
     # score's.  It reads at most one stored chunk more than the new rows.
     lead = min(stop, CONTEXT_ROWS)
     X = whole[stop - lead :] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop - lead, None)})
+    X, lead = _finite_context(model, X, lead)
     n_new = X.shape[0] - lead
     names, dtype = target.names, target.dtype
     if args.outputs is not None and _requested(model, args.outputs) != names:
