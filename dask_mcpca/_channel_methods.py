@@ -21,7 +21,9 @@ from . import _labels, _missing, _model, _modes
 from ._distances import cell_flags_of_any_rows
 from ._io import as_row_blocks
 from ._mode_rows import MODE_DTYPE, contributor_by_mode, row_outputs_by_mode
+from ._passes import rows_before
 from ._row_methods import check_n_features, fill_docstrings, map_in_order
+from ._stuck import stuck_cells
 
 __all__ = ["ROW_OUTPUTS", "ChannelMethodsMixin"]
 
@@ -185,6 +187,15 @@ class ChannelMethodsMixin:
         row's clean cells look bad (:mod:`dask_mcpca._cells`).  A missing
         (NaN) cell is not flagged; an infinite one is.
 
+        A cell of a sensor stuck since the fit is flagged too: a channel
+        continuous at the fit that holds one value over a run of rows
+        (:func:`dask_mcpca._stuck.stuck_cells`, the rule :meth:`is_outlier`
+        flags its rows by), whose readings cannot be trusted however well
+        the other cells predict them.  Rows are read in order, as time, as
+        :meth:`is_outlier` reads them (the first row has none before it);
+        ``score_rows(X, outputs=("cells",))`` and ``dask-mcpca score``'s
+        ``cells`` are these flags.
+
         Parameters
         ----------
         {rows_in}
@@ -208,11 +219,21 @@ class ChannelMethodsMixin:
                [False, False,  True, False]])
         """
         check_is_fitted(self, "components_")
-        out = self._map_rows(
-            X, lambda b: cell_flags_of_any_rows(self, b), self.n_features_in_, dtype=bool,
-            columns=self._feature_columns(X), storage_options=storage_options, nan_policy="cells",
-        )
-        return _frame_like(out, X)
+        _modes.refuse(self, "this method")
+        _labels.check_feature_names(self, X, reset=False)
+        blocks = as_row_blocks(X, storage_options=storage_options)
+        check_n_features(self, blocks)
+
+        def flags(block, before=None):  # rows as stored, in order: ``before`` the rows before the block
+            judged = cell_flags_of_any_rows(self, _model.model_rows(self, block))
+            return judged | stuck_cells(self, block, before)
+
+        if isinstance(blocks, da.Array):  # each block with the rows before it (a stuck run crosses blocks)
+            out = da.blockwise(flags, "ij", blocks, "ij", rows_before(blocks, _model.CONTEXT_ROWS), "ij",
+                               align_arrays=False, concatenate=True, dtype=bool, meta=np.empty((0, 0), bool))
+        else:
+            out = flags(blocks)
+        return _frame_like(_labels.like_rows(out, X, columns=self._feature_columns(X)), X)
 
     def impute(self, X: Any, *, storage_options: dict | None = None) -> np.ndarray | da.Array:
         """``X`` with each missing (NaN or inf) cell replaced by its conditional expectation under the fitted model.
@@ -299,7 +320,8 @@ class ChannelMethodsMixin:
             (:meth:`is_outlier`), ``"d2"`` (:meth:`mahalanobis`),
             ``"contributions"`` (:meth:`channel_contributions`),
             ``"n_observed"`` (:meth:`n_observed`), ``"cells"``
-            (:meth:`cell_outliers`, boolean, n_features wide) and ``"top_channel"``: the
+            (:meth:`cell_outliers`, boolean, n_features wide: a stuck sensor's
+            cells included, read in order as ``"outlier"``) and ``"top_channel"``: the
             channel at fault (int16; -1 where the contributions are all
             NaN): the channel with the largest contribution, except in a
             flagged row that holds a stuck value, learned by the fit

@@ -301,8 +301,9 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
         for name, out in parts.items():
             if bad.any():
                 out[bad] = np.nan if out.dtype.kind == "f" else (-1 if name == "top_channel" else 0)
-        if "cells" in parts and bad.any():  # as cell_outliers judges them: an inf cell flagged, the rest on their own
-            parts["cells"][bad] = cell_flags_of_any_rows(model, block[bad])
+        if "cells" in parts and bad.any():  # as cell_outliers judges them: an inf cell flagged, the rest on their own,
+            # and a stuck sensor's cells (its run read from the rows as stored, as for the other rows)
+            parts["cells"][bad] = cell_flags_of_any_rows(model, block[bad]) | stuck_cells(model, original, before)[bad]
         if "n_observed" in outputs and "n_observed" not in parts:
             parts["n_observed"] = nan_for_nonfinite_rows(lambda b: judged_counts(model, b), "partial")(block)
         return parts

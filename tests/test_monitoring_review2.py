@@ -211,3 +211,27 @@ def test_a_nan_row_before_a_selection_does_not_refuse_its_score(tmp_path, capsys
     rc, _, err = _cli(capsys, "score", store, "-m", tmp_path / "m.json", "--rows", "1501:", "-o", tmp_path / "s.zarr")
     assert rc == 0, err
     np.testing.assert_allclose(xr.open_zarr(tmp_path / "s.zarr").d2.values, model.mahalanobis(X[1_501:]), rtol=1e-5)
+
+
+def test_cell_outliers_flags_a_stuck_sensors_cells_as_score_rows_cells_does(tmp_path):
+    """Finding 5: ``score_rows``' ``cells`` (and ``score``'s) held a stuck sensor's cells, ``cell_outliers`` did not
+    (37 against 14 cells of a stuck stretch).  Both flag them now: a stuck sensor's cells cannot be trusted.  The
+    expected cells: the stuck channel's from the STUCK_RUN-th row holding the value (the documented rule, by which
+    :meth:`is_outlier` flags those rows too)."""
+    import zarr
+
+    from dask_mcpca._stuck import STUCK_RUN
+
+    X = _data(5_000, seed=1)
+    model = MCPCA(cellwise=True).fit(X[:3_000])
+    Y = X[3_000:].copy()
+    Y[1_000:1_040, 3] = Y[999, 3]  # channel 3 sticks for 40 rows
+    path = tmp_path / "y.zarr"
+    zarr.create_array(str(path), shape=Y.shape, chunks=(1_020, P), dtype=Y.dtype)[:] = Y  # a block ends in the run
+    stuck = slice(999 + STUCK_RUN - 1, 1_040)  # the value held from row 999 on
+    assert model.is_outlier(Y)[stuck].all()
+    for rows in (Y, str(path)):
+        cells = np.asarray(model.cell_outliers(rows))
+        assert cells[stuck, 3].all()
+        np.testing.assert_array_equal(cells, np.asarray(model.score_rows(rows, outputs=("cells",))["cells"]))
+    np.testing.assert_array_equal(np.asarray(model.cell_outliers(str(path))), model.cell_outliers(Y))

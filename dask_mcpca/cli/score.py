@@ -47,8 +47,9 @@ SCORE_ARRAYS = {
                    "flag (-1: none observed)",
     "mode": "predict_mode: the operating mode that judged the row, an index into the model's modes_ (the 'modes' "
             "attribute; -1: none, a row not scored; 0 for every row of a model without modes)",
-    "cells": "cell_outliers: True where a cell lies far from what the row's other cells predict (rows x channels, "
-             "one byte a cell before compression, which leaves little of a mostly False array)",
+    "cells": "cell_outliers: True where a cell lies far from what the row's other cells predict or a sensor stuck "
+             "since the fit holds it (rows x channels, one byte a cell before compression, which leaves little of a "
+             "mostly False array)",
 }
 #: ``score --outputs`` by a name: ``monitoring`` (the default: what an alarm needs, the distance,
 #: the flag, the channel to look at and how many channels the row was judged on) and ``all``: every output
