@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 import xarray as xr
 
 from dask_mcpca import MCPCA
@@ -169,6 +170,7 @@ def test_partial_fit_of_a_modes_model_on_named_rows_warns_only_of_real_name_mism
     assert [w for w in caught if "does not have valid feature names" in str(w.message)]
 
 
+@pytest.mark.slow  # five commands (about 5 s)
 def test_a_selection_after_row_0_is_judged_with_the_rows_before_it(tmp_path, capsys):
     """Finding 2: ``score --rows N:``/``--time`` and ``report --rows N:`` judged their first rows without the rows
     before them, so a channel stuck across row N was flagged on other rows than by ``score --append`` (40 against
