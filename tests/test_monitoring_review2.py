@@ -170,16 +170,12 @@ def test_partial_fit_of_a_modes_model_on_named_rows_warns_only_of_real_name_mism
     assert [w for w in caught if "does not have valid feature names" in str(w.message)]
 
 
-@pytest.mark.slow  # five commands (about 5 s)
-def test_a_selection_after_row_0_is_judged_with_the_rows_before_it(tmp_path, capsys):
-    """Finding 2: ``score --rows N:``/``--time`` and ``report --rows N:`` judged their first rows without the rows
-    before them, so a channel stuck across row N was flagged on other rows than by ``score --append`` (40 against
-    34).  The expected flags: a full score of the whole archive, cut at row N."""
-    import re
-
-    n, cut = 4_000, 3_000
+def _stuck_across(tmp_path, capsys, n: int = 4_000, cut: int = 3_000):
+    """An xarray archive whose channel 2 sticks across row ``cut``, a model fitted on the rows before, and the
+    flags of a full score of the archive from row ``cut`` on: the archive, ``-m`` and the model, the times,
+    ``cut`` and the flags."""
     X = _data(n)
-    X[cut - 5 : cut + 40, 2] = X[cut - 6, 2]  # channel 2 sticks across row `cut`
+    X[cut - 5 : cut + 40, 2] = X[cut - 6, 2]
     names = [f"c{j}" for j in range(P)]
     times = pd.date_range("2024-01-01", periods=n, freq="1min")
     path = tmp_path / "a.zarr"
@@ -190,6 +186,25 @@ def test_a_selection_after_row_0_is_judged_with_the_rows_before_it(tmp_path, cap
     assert _cli(capsys, "score", path, *model, "-o", tmp_path / "full.zarr")[0] == 0
     expected = xr.open_zarr(tmp_path / "full.zarr").outlier.values[cut:]
     assert expected[:40].sum() >= 30  # the stuck run is flagged in a full score
+    return path, model, times, cut, expected
+
+
+def test_score_rows_n_flags_a_stuck_run_across_row_n_as_a_full_score(tmp_path, capsys):
+    """Finding 2, the fast tier: ``score --rows N:`` against a full score of the archive, cut at row N."""
+    path, model, _, cut, expected = _stuck_across(tmp_path, capsys)
+    rc, _, err = _cli(capsys, "score", path, *model, "--rows", f"{cut}:", "-o", tmp_path / "s.zarr")
+    assert rc == 0, err
+    np.testing.assert_array_equal(xr.open_zarr(tmp_path / "s.zarr").outlier.values, expected)
+
+
+@pytest.mark.slow  # five commands (about 5 s)
+def test_a_selection_after_row_0_is_judged_with_the_rows_before_it(tmp_path, capsys):
+    """Finding 2: ``score --rows N:``/``--time`` and ``report --rows N:`` judged their first rows without the rows
+    before them, so a channel stuck across row N was flagged on other rows than by ``score --append`` (40 against
+    34).  The expected flags: a full score of the whole archive, cut at row N."""
+    import re
+
+    path, model, times, cut, expected = _stuck_across(tmp_path, capsys)
     for selection in (["--rows", f"{cut}:"], ["--time", f"{times[cut]}/"]):
         rc, _, err = _cli(capsys, "score", path, *model, *selection, "-o", tmp_path / "s.zarr", "--overwrite")
         assert rc == 0, err
