@@ -538,17 +538,17 @@ def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[
 
 
 def _from_paper(state, center, scatter0, k, unit, *, sample, known: dict[str, Any]) -> ModelView:
-    """The model from the paper solver's last step (``known`` as for :func:`_from_robust`); the last
-    component's variance and the discarded total from the row ``sample`` (:func:`._paper.sample_variances`;
-    all in working units)."""
+    """The model from the paper solver's last step (``known`` as for :func:`_from_robust`); the
+    components' variances and the discarded total from the row ``sample`` (:func:`._paper.sample_variances`;
+    all in working units; the solver's own weighted variances where no sample row is left)."""
     # The power iteration stops within tol of K's eigenvector, so rows are
     # orthogonal only to ~tol; Gram-Schmidt in order makes them exactly so.
     q, r = np.linalg.qr(np.array(state.components).T)
     components = orient_rows((q * np.sign(np.diag(r))).T)
     variances = np.maximum(np.array(state.variances), 0.0)
-    last, rest = sample_variances(sample, center, components, k)
-    if last is not None:
-        variances[-1] = last
+    kept, rest = sample_variances(sample, center, components, k)
+    if kept is not None:
+        variances = kept
     if rest is None:  # no sample row: the unweighted trace less the kept variances
         rest = max(float(np.trace(scatter0)) - float(variances.sum()), 0.0)
     total = float(variances.sum()) + rest
