@@ -216,7 +216,7 @@ def _sample_step(
             "float64 limit carry weight); rescale the data or remove those rows"
         )
     location = mean if fixed_center is None else fixed_center
-    factor = flat_top_consistency(len(state.location), c2, state.cutoff)
+    factor = flat_top_consistency(p, c2, state.cutoff)  # the dimension the radius is for: the scatter's rank
     scatter = floored(covariance_about(cov, mean, fixed_center) * factor, state.resolution)
     change = change_in_metric(W, state.location, location, scatter) if len(w) else 0.0
     state.location, state.scatter = location, scatter

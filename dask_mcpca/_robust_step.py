@@ -45,6 +45,7 @@ __all__ = [
     "em_completed",
     "floored",
     "full_step",
+    "kernel_rank",
     "relative_change",
     "remaining",
     "sample_in_units",
@@ -214,6 +215,18 @@ def step_plan(
                     excluded_rows=rows, partial=part, cells=cell_plan)
 
 
+def kernel_rank(scatter: np.ndarray) -> int:
+    """The dimension the kernels of ``scatter`` weigh rows in: its rank (the directions above
+    :func:`._power.direction_floors`), at least 1.
+
+    The radii are chi-square quantiles of that many degrees of freedom (:func:`._robust_sample.pass_radii`),
+    and so must the consistency factors be (:func:`._schedule.flat_top_consistency`): with the full width,
+    30 constant channels beside 30 live ones inflated every fitted variance 1.3 times, 10 derived
+    channels among 100 by 1.2 %.  (The decomposition is cached: the radii read it first.)
+    """
+    return max(len(spread_directions(scatter)[0]), 1)
+
+
 def full_step(
     runner: PassRunner,
     state: RobustState,
@@ -231,7 +244,7 @@ def full_step(
     and consistent scatter in ``state.final_*``.  ``sample_rate`` also draws
     a row sample in the pass (a warm start's).
     """
-    c2, p = state.kernel_size2, len(state.location)
+    c2, p = state.kernel_size2, kernel_rank(state.scatter)
     cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
     plan = step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated,
                      excluded_rows=state.repeated_rows, partial=runner.nan_policy == "partial",

@@ -23,6 +23,7 @@ from ._robust_step import (
     em_completed,
     floored,
     full_step,
+    kernel_rank,
     relative_change,
     sample_in_units,
     step_plan,
@@ -148,7 +149,7 @@ def update_robust(
     new rows' sums (their ``weight * exp(log_scale) / n_rows`` is the new
     rows' weighted share).
     """
-    c2, p = state.kernel_size2, len(state.location)
+    c2, p = state.kernel_size2, kernel_rank(state.scatter)
     cutoffs = [state.cutoff, state.final_cutoff]
     # a cellwise model's update judges cells as its fit's passes did (a row with one bad cell keeps the rest)
     plan = step_plan(state.location, state.scatter, c2, cutoffs, excluded=state.repeated,

@@ -332,3 +332,21 @@ def test_one_row_of_a_fill_value_does_not_move_the_fit(p, fill):
     np.testing.assert_allclose(model.explained_variance_, ref.explained_variance_, rtol=0.05)
     flags = np.asarray(model.is_outlier(X))
     assert flags[10] and flags.mean() < 0.01
+
+
+@pytest.mark.parametrize("extra", ["constant", "derived"])
+def test_dead_or_derived_channels_do_not_inflate_the_variances(extra):
+    """30 live channels (3 factors) with 30 constant ones beside them, or with 10 channels that are
+    differences of others: the robust fit's consistency factor was taken for the full width while its
+    radii were for the rank, and every variance came out 1.3x (constant) or 1.2 % (derived) too large.
+    Expected: scikit-learn's PCA on these clean rows, within 1 %."""
+    from sklearn.decomposition import PCA
+
+    rng = np.random.default_rng(71)
+    X = rng.normal(size=(20_000, 3)) @ rng.normal(size=(3, 30)) * 3 + rng.normal(size=(20_000, 30)) + 5
+    if extra == "constant":
+        X = np.hstack([X, np.full((20_000, 30), 2.0)])
+    else:
+        X = np.hstack([X, X[:, :10] - X[:, 10:20]])
+    got = MCPCA(n_components=3, random_state=0).fit(X).explained_variance_
+    np.testing.assert_allclose(got, PCA(3).fit(X).explained_variance_, rtol=0.01)
