@@ -539,10 +539,30 @@ def find_repeated(sample: np.ndarray, to_stored: np.ndarray | None = None) -> tu
     """
     gaps = np.isnan(sample).any(axis=1)
     complete = sample[~gaps] if gaps.any() else sample  # a record is a whole row (no copy: 160 MB at p = 1000)
-    rows = repeated_rows(complete)
+    rows = _not_at_limits(repeated_rows(complete), complete)
     records = np.concatenate([rows, repeated_rows(complete, set_points=True)])
     held = in_repeated_rows(sample, records)
     return repeated_values(sample[~held] if held.any() else sample, to_stored), rows
+
+
+def _not_at_limits(rows: np.ndarray, complete: np.ndarray) -> np.ndarray:
+    """The repeated ``rows`` that hold no value at a saturation limit of ``complete`` (:func:`saturation_limits`).
+
+    A clipped channel beside discrete ones (a flow clipped at its range limit, a machine's on/off
+    state) repeats whole rows exactly: the limit with each state.  That is a saturation, not a
+    frozen logger's record: taken for one, its 600 rows (3 %) got no weight and were all flagged.
+    A row is taken for a saturation where every one of its cells on a continuous channel is at a
+    limit (the others quantized): a frozen record repeats its continuous channels' values too, one
+    of which may lie in its channel's last 5 % and look like a limit, but not all of them.
+    """
+    if not len(rows):
+        return rows
+    steps = quantization_steps(complete)
+    limits = saturation_limits(complete, steps)
+    with np.errstate(invalid="ignore"):  # NaN: no limit
+        at = (rows[:, :, None] == limits[None]).any(axis=2)
+    saturated = at.any(axis=1) & (at | (steps > 0)).all(axis=1)
+    return rows[~saturated]
 
 
 def held_out(rows: np.ndarray, repeated: np.ndarray | None, repeated_rows: np.ndarray | None) -> np.ndarray:

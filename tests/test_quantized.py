@@ -277,3 +277,24 @@ def test_a_reading_inside_the_limit_is_not_at_it_whatever_the_channels_offset():
         rows = shifted[near].copy()
         rows[:, 2] = model.saturation_limits_[2, 1] - 8 * unit * sd
         assert np.asarray(model.is_outlier(rows)).mean() >= 0.99, offset
+
+
+def test_a_clipped_channel_beside_a_state_channel_is_no_frozen_record():
+    """A flow that follows a valve's state (0 or 1) and is clipped at the top of its range: the rows at
+    the limit repeat exactly (the limit, state 1), and the whole-row rule took them for a frozen logger's
+    record, all 600 flagged.  Known truth: they are clean; a record really replayed over 300 rows, its
+    flow inside the range, is still one."""
+    rng = np.random.default_rng(0)
+    state = rng.integers(0, 2, 20_000).astype(float)
+    flow = 3.0 * state + rng.normal(size=20_000)
+    flow = np.minimum(flow, np.quantile(flow, 0.97))
+    X = np.column_stack([flow, state])
+    model = MCPCA(random_state=0).fit(X)
+    at = X[:, 0] == model.saturation_limits_[0, 1]
+    assert at.sum() == 600 and len(model.repeated_rows_) == 0
+    assert np.asarray(model.is_outlier(X))[at].mean() <= 0.01
+    frozen = X.copy()
+    frozen[5000:5300] = [1.234567, 1.0]
+    model = MCPCA(random_state=0).fit(frozen)
+    assert [1.234567, 1.0] in model.repeated_rows_.tolist()
+    assert np.asarray(model.is_outlier(frozen))[5000:5300].all()
