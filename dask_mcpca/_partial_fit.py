@@ -8,6 +8,7 @@ ones; the estimator copies the result onto itself as ``fit`` does.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from . import _labels, _modes
@@ -16,7 +17,7 @@ from ._io import as_row_blocks
 from ._params import check_params
 from ._passes import single_threaded_blas
 from ._row_methods import check_n_features
-from ._update import UPDATE_ATTRIBUTES, update_rows
+from ._update import UPDATE_ATTRIBUTES, NoUsableRowsWarning, update_rows
 
 __all__ = ["PartialFitMixin"]
 
@@ -57,6 +58,20 @@ class PartialFitMixin:
         day's own faults (or a new regime) set what counts as normal.
         ``n_samples_`` and ``n_passes_`` then say what the update read (the
         new rows, 1 pass); ``n_samples_seen_`` counts every row in the sums.
+
+        With ``center="mean"`` the centre is the plain mean of every row
+        seen, as ``fit`` on them sets it: the new rows' plain mean and count
+        (a moments pass over them first: 2 passes) are merged with the kept
+        ones (``update_location_``, ``n_samples_seen_``) by the same pairwise
+        formula, and the merged covariances are taken about that mean.
+
+        **New rows of which none can be used** (each holds NaN or inf under
+        ``nan_policy="omit"``, e.g. one channel dead for the whole chunk; or
+        no observed cell under ``"partial"``: a logger offline for the
+        period) leave the model as it was, and ``partial_fit`` warns
+        (:class:`~dask_mcpca._update.NoUsableRowsWarning`, a
+        ``UserWarning``); they are not counted in ``n_samples_seen_``.
+        Under ``nan_policy="raise"`` such rows raise, as any row with NaN.
 
         **A change of regime is not followed.**  Rows of a new operating
         regime lie far from the model, get little or no weight and are
@@ -131,13 +146,25 @@ class PartialFitMixin:
                 "finished fit, which ran no pass to sum, or saved by a version without partial_fit); refit it "
                 "with fit (without that checkpoint), then update it with partial_fit"
             )
+        if not modes:
+            with single_threaded_blas():
+                result = update_rows(X, self)
+            if result is None:  # no usable row: a no-op (a logger offline for the period), said once
+                warnings.warn(
+                    f"{type(self).__name__}.partial_fit: none of the {X.shape[0]} new rows can be used (each "
+                    + ("has no observed cell" if self.nan_policy == "partial" else "holds NaN or inf")
+                    + f", nan_policy={self.nan_policy!r}); the model is left as it was and these rows are not "
+                    "counted in n_samples_seen_; update it again when rows with readings arrive",
+                    NoUsableRowsWarning,
+                    stacklevel=2,
+                )
+                return self
         vars(self).pop("archive_rows_", None)  # the command line sets it again (it knows the archive)
         vars(self).pop("archive_samples_", None)
-        with single_threaded_blas():
-            if modes:  # each mode by its new rows: a pass to send them, then one per mode
+        if modes:  # each mode by its new rows: a pass to send them, then one per mode
+            with single_threaded_blas():
                 self._update_modes(X)
-                return self
-            result = update_rows(X, self)
+            return self
         self._set_fitted(result)
         return self
 

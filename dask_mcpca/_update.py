@@ -14,6 +14,7 @@ from functools import partial
 import numpy as np
 
 from ._block import BlockStats
+from ._exceptions import NonFiniteRowsError
 from ._fit import variances_in_data_units
 from ._fit_result import FitResult, fit_result, model_view, update_sums, with_cutoff
 from ._model import CONTEXT_ROWS
@@ -21,9 +22,10 @@ from ._passes import PassRunner
 from ._power import descending_eigh, orient_rows
 from ._robust_step import RobustState
 from ._robust_warm import update_robust
+from ._stats import PassPlan, merge_moments
 from ._stuck import stuck_cells
 
-__all__ = ["UPDATE_ATTRIBUTES", "UPDATE_WARN_SHARE", "update_rows"]
+__all__ = ["UPDATE_ATTRIBUTES", "UPDATE_WARN_SHARE", "NoUsableRowsWarning", "update_rows"]
 
 #: Fitted attributes that hold what :meth:`MCPCA.partial_fit` updates from (see its docstring).
 UPDATE_ATTRIBUTES = ("update_log_weights_", "update_means_", "update_covariances_", "update_location_",
@@ -32,6 +34,11 @@ UPDATE_ATTRIBUTES = ("update_log_weights_", "update_means_", "update_covariances
 #: ``partial_fit`` warns when the new rows' weighted share under the final kernel is below this:
 #: most of them lie beyond it, where they are flagged and barely move the model (a new regime).
 UPDATE_WARN_SHARE = 0.5
+
+
+class NoUsableRowsWarning(UserWarning):
+    """``partial_fit`` was given rows of which none can be used (each holds NaN or inf, or under
+    ``nan_policy="partial"`` no observed cell): the model is left as it was (a no-op)."""
 
 
 def _update_state(model) -> RobustState:
@@ -54,7 +61,34 @@ def _stuck_rows(model, block, before) -> np.ndarray:
     return stuck_cells(model, block, before).any(axis=1)
 
 
-def update_rows(X, model) -> FitResult:
+def _merged_center(X, model, runner: PassRunner, location: np.ndarray) -> np.ndarray | None:
+    """The centre an update takes its covariances about: None (the merged weighted means) for
+    ``center="robust"``; for ``center="mean"``, the plain mean of every row seen (working units).
+
+    A ``center="mean"`` fit centres on the plain mean of its finite rows (:func:`._fit.robust_stage`),
+    kept as ``update_location_`` with their count ``n_samples_seen_``; the new rows' plain mean and
+    count are read in a moments pass (every finite row, as the fit's, stuck sensors too) and merged
+    with them by the pairwise rule (:func:`._stats.merge_moments`), so that the update's ``mean_``
+    is the plain mean of all the rows, as ``fit`` on them sets it.  ``center=False``: the origin.
+    """
+    if model.center == "robust":
+        return None
+    if model.center is False:
+        return location
+    plain = PassRunner(X, nan_policy=model.nan_policy, progress=model.progress)
+    plain.scale = runner.scale
+    try:
+        moments = plain.run(PassPlan(center=np.zeros(len(location))), label="update: mean")
+    finally:
+        runner.n_passes += plain.n_passes
+        runner.n_usable_rows = plain.n_usable_rows
+    moments = moments.in_units(int(model.update_unit_))
+    _, mean, _ = merge_moments(float(model.n_samples_seen_), location, np.zeros((len(location),) * 2),
+                               float(moments.n_rows), moments.mean[0], np.zeros((len(location),) * 2))
+    return mean
+
+
+def update_rows(X, model) -> FitResult | None:
     """An update of the fitted ``model`` by the new rows ``X``, in one pass; see :meth:`MCPCA.partial_fit`.
 
     Parameters
@@ -67,9 +101,12 @@ def update_rows(X, model) -> FitResult:
 
     Returns
     -------
-    FitResult
+    FitResult or None
         The attributes the update changes (``quantization_steps_``,
-        ``converged_`` and ``n_features_in_`` stay as they are).
+        ``converged_`` and ``n_features_in_`` stay as they are); None when
+        no row of ``X`` can be used (each holds NaN or inf under
+        ``nan_policy="omit"``, or no observed cell under ``"partial"``):
+        there is nothing to update.
     """
     unit, k = int(model.update_unit_), model.n_components_
     state = _update_state(model)
@@ -81,8 +118,15 @@ def update_rows(X, model) -> FitResult:
     runner.unit_exp = unit
     runner.scale = getattr(model, "scale_", None)  # the fit's scales: the sums are in its units
     runner.cell_cutoff2 = getattr(model, "cell_cutoff_", None)  # a cellwise model judges the new rows' cells
-    fixed = None if model.center == "robust" else state.location
-    state, merged, new = update_robust(runner, state, sums, fixed_center=fixed)
+    try:
+        fixed = _merged_center(X, model, runner, state.location)
+        state, merged, new = update_robust(runner, state, sums, fixed_center=fixed)
+    except NonFiniteRowsError:  # nan_policy="raise": its own error
+        raise
+    except ValueError:
+        if runner.n_usable_rows != 0:
+            raise
+        return None  # no usable row: the caller leaves the model as it is (and warns)
     share = float(new.weight[1] * np.exp(new.log_scale[1]) / max(new.n_rows, 1))
     if share < UPDATE_WARN_SHARE:
         warnings.warn(

@@ -215,6 +215,12 @@ def _same_file(output: str, model: str) -> bool:
     return os.path.realpath(local_output) == os.path.realpath(local_model)
 
 
+def _seen(model) -> int:
+    """Rows in the sums ``model`` keeps for ``partial_fit`` (each mode keeps its own)."""
+    modes = getattr(model, "mode_models_", None)
+    return sum(m.n_samples_seen_ for m in modes) if modes else getattr(model, "n_samples_seen_", 0)
+
+
 def cmd_update(args, out) -> int:
     options = parse_storage_options(args.storage_options)
     output = args.output or args.model
@@ -269,6 +275,7 @@ def cmd_update(args, out) -> int:
     where = f"rows {span[0]:,}:{span[1]:,}" if span is not None else "the rows selected"
     print(f"updating {args.model} with {where} of {args.store}: {describe(X)}", file=out, flush=True)
     started = time.perf_counter()
+    seen_before = _seen(model)
     try:
         model.partial_fit(X)  # removes archive_rows_ (partial_fit does not know the archive): recorded again here
     except NonFiniteRowsError as err:  # its advice, nan_policy='omit', is fit's: update takes no --nan-policy
@@ -280,12 +287,17 @@ def cmd_update(args, out) -> int:
             "update with --rows START:STOP"
         ) from None
     elapsed = time.perf_counter() - started
+    if _seen(model) == seen_before:  # no usable row (partial_fit warned): nothing to record, the file kept
+        print(f"no usable rows in {where} of {args.store}; {args.model} left as it is"
+              + (f", nothing written to --output {args.output}" if elsewhere else "")
+              + "; they are read again by the next update", file=out)
+        return 0
     _record_span(model, span, runs=runs, samples=samples + new_samples)
     model.set_params(progress=False)
     model.save(output, storage_options=options)
     recorded = _model_runs(model)[0]
     modes = getattr(model, "mode_models_", None)
-    seen = sum(m.n_samples_seen_ for m in modes) if modes else model.n_samples_seen_  # each mode keeps its sums
+    seen = _seen(model)
     passes = f"{model.n_passes_} pass" + ("es" if model.n_passes_ > 1 else "")
     print(
         f"read {model.n_samples_:,} new rows in {passes} ({fmt_seconds(elapsed)}); the model's sums "
