@@ -85,7 +85,9 @@ class ModesMixin:
         for name, value in vars(largest).items():
             if name.endswith("_") and not name.startswith("_") and name not in (*UPDATE_ATTRIBUTES, "scale_"):
                 setattr(self, name, value)
-        self._robust_state, self._robust_unit = largest._robust_state, getattr(largest, "_robust_unit", None)
+        # a loaded model's modes hold no robust state (it is not saved), nor do modes an update left untouched
+        self._robust_state = getattr(largest, "_robust_state", None)
+        self._robust_unit = getattr(largest, "_robust_unit", None)
         self.mode_means_ = np.stack([m.mean_ * getattr(m, "scale_", 1.0) for m in models])
         vars(self).pop("_mode_finder", None)
         self.mode_channels_ = _modes.finder(self).channels

@@ -205,7 +205,11 @@ def validate_fitted(model) -> None:
         raise ValueError("covariance_ is not symmetric")
     _real(model, "noise_variance_", lambda v: math.isfinite(v) and v >= 0, "a finite float >= 0")
     scale = getattr(model, "scale_", None)  # scale="robust": the channels' robust scales; none before scale existed
-    if (scale is not None) != (getattr(model, "scale", None) == "robust"):
+    if getattr(model, "mode_models_", None) is not None:  # each mode has its own scales: checked on its model
+        if scale is not None:
+            raise ValueError("scale_ of a model with operating modes is each mode's (mode_models_[m].scale_), "
+                             "not the model's own")
+    elif (scale is not None) != (getattr(model, "scale", None) == "robust"):
         raise ValueError(f"scale={getattr(model, 'scale', None)!r} and scale_ disagree (scale_ is set exactly "
                          "for scale='robust')")
     if scale is not None and not (isinstance(scale, np.ndarray) and scale.shape == (p,) and scale.dtype.kind == "f"

@@ -81,6 +81,7 @@ def in_model_units(block, scale: np.ndarray | None) -> np.ndarray:
 
 def scale_text(model) -> str:
     """What a command prints of a model's units: ``"scale robust (...)"`` or ``"scale none (...)"``."""
+    model = (getattr(model, "mode_models_", None) or [model])[0]  # with operating modes: each mode's own scales
     if getattr(model, "scale_", None) is not None:
         return "scale robust (components, loadings and drift windows in units of each channel's robust scale)"
     return "scale none (components, loadings and drift windows in the data's units)"
