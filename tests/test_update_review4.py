@@ -99,3 +99,19 @@ def test_cli_update_with_no_usable_rows_keeps_the_model_file(tmp_path, capsys):
     assert "no usable rows in rows 3,000:4,000" in out and "left as it is" in out
     assert model.read_bytes() == before
     assert load(model).archive_rows_.tolist() == [[0, 3000]]
+
+
+@pytest.mark.parametrize("name", ["rep.html", "rep.svg", "rep"])
+def test_report_refuses_an_output_named_for_another_format(tmp_path, capsys, name):
+    # before: PNG bytes were written into rep.html, exit 0
+    X = np.random.default_rng(5).standard_normal((600, 3))
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=X.shape, chunks=(300, 3), dtype=X.dtype)
+    z[:] = X
+    model = tmp_path / "m.json"
+    MCPCA().fit(X).save(model)
+    capsys.readouterr()
+    rc = main(["report", str(tmp_path / "a.zarr"), "-m", str(model), "-o", str(tmp_path / name), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "PNG" in err and ".png" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / name).exists() and not (tmp_path / "rep.csv").exists()

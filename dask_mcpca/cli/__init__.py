@@ -336,7 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--model", "-m", required=True, metavar="PATH", help="model file (path or URL) written by 'fit'"
     )
-    report.add_argument("--output", "-o", default="report.png", metavar="PATH", help="PNG (default report.png)")
+    report.add_argument("--output", "-o", default="report.png", metavar="PATH",
+                        help="the figure, written as PNG: a name ending in .png, others refused (default report.png)")
     report.add_argument("--events", metavar="PATH", help="events CSV (default: the PNG's name with .csv)")
     report.add_argument("--dataset", metavar="NAME", help="array inside the store")
     report.add_argument(

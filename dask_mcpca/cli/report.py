@@ -6,6 +6,7 @@ import importlib
 import os
 import threading
 import time
+import urllib.parse
 
 import numpy as np
 
@@ -25,7 +26,10 @@ from .common import (
 )
 from .outputs import check_output_location, refuse_inside_input
 
-__all__ = ["MODE_STRETCHES", "cmd_report", "cmd_demo", "modes_text"]
+__all__ = ["MODE_STRETCHES", "PICTURE_EXTENSION", "cmd_report", "cmd_demo", "modes_text"]
+
+#: The extension ``report --output`` must have: the figure is written as PNG (matplotlib's ``savefig``).
+PICTURE_EXTENSION = ".png"
 
 
 def _import_quietly(names) -> None:
@@ -35,6 +39,19 @@ def _import_quietly(names) -> None:
             importlib.import_module(name)
     except Exception:  # matplotlib missing or broken: the later import says so in one line
         pass
+
+
+def _check_picture_name(path: str) -> None:
+    """Refuse an ``--output`` whose extension is not ``.png`` (any case): the figure is PNG bytes, which
+    ``rep.html`` or ``rep.svg`` would hold under a name that says otherwise.  A URL's path is read as a file's."""
+    name = urllib.parse.urlsplit(path).path if "://" in path else path
+    ext = os.path.splitext(name)[1]
+    if ext.lower() != PICTURE_EXTENSION:
+        raise UsageError(
+            f"--output {path!r}: the report is a PNG picture, "
+            + (f"not {ext[1:]}" if ext else "and the name has no extension")
+            + f"; name it with {PICTURE_EXTENSION} (e.g. {os.path.splitext(name)[0] or 'report'}{PICTURE_EXTENSION})"
+        )
 
 
 def cmd_report(args, out) -> int:
@@ -77,6 +94,7 @@ def cmd_report(args, out) -> int:
         if _overlaps(path, args.model):
             raise UsageError(f"{what} {path!r} would overwrite the model {args.model!r} being read")
         check_output_location(path, is_file=True)
+    _check_picture_name(args.output)
     options = parse_storage_options(args.storage_options)
     _malloc.return_large_frees_to_os()  # memory flat in the rows: see its docstring
     # the model and its SHA-256 (as a score store's segments name the model that scored each span of rows)
