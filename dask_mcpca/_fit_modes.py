@@ -39,6 +39,11 @@ from ._scale import robust_scales
 
 __all__ = ["ModesResult", "check_modes", "find_modes", "fit_modes"]
 
+#: Rounds of refitting the states on the rows their rule sends them (:func:`_settle`) ...
+SETTLE_ROUNDS = 6
+#: ... until the rule sends at most this share of the sample's rows to another state.
+SETTLE_CHANGED = 1e-3
+
 
 @dataclass(frozen=True)
 class ModesResult:
@@ -112,7 +117,7 @@ def fit_modes(X, est, labels=None) -> FitResult | ModesResult:
 
     runner = PassRunner(X, nan_policy=est.nan_policy, progress=est.progress,
                         names=getattr(est, "feature_names_in_", None))
-    moments, partial, rate = first_read(est, runner, none, seed=seed)
+    moments, partial, rate = first_read(est, runner, none, seed=seed, spread=False)
     finder = find_modes(moments.sample, est, seed=seed)
     if finder is None:
         return finish(runner, moments, partial, rate)
@@ -203,34 +208,78 @@ def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
     z = (sample - center) / scale  # the evidence's units
     probe = clone(est).set_params(modes=None, n_components=None, contamination="auto", progress=False,
                                   random_state=seed, cellwise=False)
+    fitter = clone(est).set_params(modes=None, progress=False, random_state=seed)  # as the fit fits a mode
     states: list = []  # (model, indices of its inliers)
     left = np.arange(n)  # the rows no state explains, less those of the faults found
-    while len(states) < MAX_MODES and len(left) >= least:
-        model = clone(probe).fit(sample[left])
-        inliers = left[_inside(model, sample[left])]
-        if len(inliers) < least:
+    faults = np.zeros(n, bool)  # the rows set aside as a fault's
+    settled = None
+    for _ in range(MAX_MODES):  # each round peels states off, then settles them; a round adds a state or ends
+        found = len(states)
+        while len(states) < MAX_MODES and len(left) >= least:
+            model = clone(probe).fit(sample[left])
+            inliers = left[_inside(model, sample[left])]
+            if len(inliers) < least:
+                break
+            if all(is_state(*sorted((z[mine], z[inliers]), key=len, reverse=True), scale, center)
+                   for _, mine in states):
+                states.append((model, inliers))
+                left = np.flatnonzero(~np.any([_explained(m, sample) for m, _ in states], axis=0) & ~faults)
+            else:  # a fault's rows: the departures of a state, not a state
+                fault = _fault_rows(z, inliers, [mine for _, mine in states])
+                # fewer than a state's rows: the whole group, else each fit would set aside as few as
+                # TIGHT_MIN_ROWS rows and the loop would run a robust fit per handful of rows
+                gone = inliers if len(fault) < least else fault
+                faults[gone] = True
+                left = np.setdiff1d(left, gone)
+        if len(states) < 2 or (settled is not None and len(states) == found):
             break
-        if all(is_state(*sorted((z[mine], z[inliers]), key=len, reverse=True), scale, center) for _, mine in states):
-            states.append((model, inliers))
-            left = np.flatnonzero(~np.any([_explained(m, sample) for m, _ in states], axis=0))
-        else:  # a fault's rows: the departures of a state, not a state
-            fault = _fault_rows(z, inliers, [mine for _, mine in states])
-            # fewer than a state's rows: the whole group, else each fit would set aside as few as
-            # TIGHT_MIN_ROWS rows and the loop would run a robust fit per handful of rows
-            left = np.setdiff1d(left, inliers if len(fault) < least else fault)
-    if len(states) < 2:
-        return None
-    models = [m for m, _ in states]
-    for _ in range(len(models)):  # a state its rows are not sent to could not be fitted: drop it
-        shares = np.array([len(inliers) for _, inliers in states], np.float64)
-        finder = mode_finder(models, shares / shares.sum())
-        rows = np.bincount(finder(sample), minlength=len(models))
-        if rows.min() >= least or len(models) <= 2:
+        settled = _settle([m for m, _ in states], sample, fitter, least)
+        if settled is None:
             break
-        keep = np.flatnonzero(rows >= least)
-        states, models = [states[i] for i in keep], [models[i] for i in keep]
-    if len(models) < 2 or rows.min() < least:
+        models, codes = settled
+        # each state as the fit will hold it: its model of the rows sent to it, its inliers those it explains
+        own = np.zeros(n, bool)
+        for m, model in enumerate(models):
+            mine = codes == m
+            own[mine] = _explained(model, sample[mine])
+        states = [(model, np.flatnonzero((codes == m) & own)) for m, model in enumerate(models)]
+        left = np.flatnonzero(~own & ~faults)  # rows their mode does not explain: another state's?
+        if len(states) >= MAX_MODES or len(left) < least:
+            break
+    if settled is None:
         return None
+    models, codes = settled
+    rows = np.bincount(codes, minlength=len(models))
     order = np.argsort(-rows, kind="stable")  # mode 0 the largest
-    shares = np.array([len(states[i][1]) for i in order], np.float64)
-    return mode_finder([models[i] for i in order], shares / shares.sum())
+    return mode_finder([models[i] for i in order], rows[order] / rows.sum())
+
+
+def _settle(models: list, sample: np.ndarray, fitter, least: float) -> tuple[list, np.ndarray] | None:
+    """The states ``models`` (robust fits of groups of ``sample``) made consistent with the rule that
+    sends rows to them: each state fitted (``fitter``, as the fit fits a mode) on the rows the rule of
+    the states' models sends it, and the rule built again from those fits and their shares of the rows,
+    until it sends no more than ``SETTLE_CHANGED`` of the rows elsewhere (at most ``SETTLE_ROUNDS``
+    times).  The fit then fits each mode on the rows this rule sends it, and its models give back the
+    same rule (:meth:`MCPCA.predict_mode`), so that a mode judges the rows it was fitted on.  A state
+    that gets fewer than ``least`` rows is dropped.  Returns the models and each sample row's state;
+    None where fewer than two states are left."""
+    shares = np.full(len(models), 1.0 / len(models))
+    codes = mode_finder(models, shares)(sample) if len(models) > 1 else None
+    for _ in range(SETTLE_ROUNDS):
+        if len(models) < 2:
+            return None
+        rows = np.bincount(codes, minlength=len(models))
+        if rows.min() < least:  # a state its rows are not sent to could not be fitted: drop it
+            keep = np.flatnonzero(rows >= least)
+            models = [models[i] for i in keep]
+            if len(models) < 2:
+                return None
+            codes = mode_finder(models, rows[keep] / rows[keep].sum())(sample)
+            continue
+        models = [clone(fitter).fit(sample[codes == m]) for m in range(len(models))]
+        new = mode_finder(models, rows / rows.sum())(sample)
+        changed, codes = np.mean(new != codes), new
+        if changed <= SETTLE_CHANGED:
+            break
+    rows = np.bincount(codes, minlength=len(models))
+    return (models, codes) if len(models) >= 2 and rows.min() >= least else None

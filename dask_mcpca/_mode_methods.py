@@ -111,7 +111,9 @@ class ModesMixin:
         Returns
         -------
         modes : ndarray or dask array of int64, shape (n_samples,)
-            0 for every row of a model fitted without modes.
+            0 for every row of a model fitted without modes.  -1 (no mode) for a row that cannot be judged,
+            as ``score_rows``'s ``mode`` gives it: a row holding NaN or inf under ``nan_policy="omit"`` (all
+            NaN, or any cell); under ``"raise"`` such rows raise :class:`NonFiniteRowsError`.
 
         Examples
         --------
@@ -124,5 +126,7 @@ class ModesMixin:
         (2, [600, 400])
         """
         check_is_fitted(self, "components_")
-        return self._map_rows(X, partial(_modes.best_modes, self), None, dtype=np.int64,
-                              storage_options=storage_options, as_stored=True, modes_ok=True)
+        # nan_policy="cells": the rows with NaN or inf reach modes_of_rows, which gives them -1 (NO_MODE)
+        return self._map_rows(X, partial(_modes.modes_of_rows, self, nan_policy=self.nan_policy), None,
+                              dtype=np.int64, storage_options=storage_options, nan_policy="cells", as_stored=True,
+                              modes_ok=True)

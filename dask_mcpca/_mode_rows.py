@@ -24,13 +24,14 @@ __all__ = ["MODE_DTYPE", "NO_MODE", "contributor_by_mode", "row_outputs_by_mode"
 #: The dtype of the ``mode`` output (an index into ``modes_``).
 MODE_DTYPE = np.int16
 #: The ``mode`` of a row no mode judges (a row holding NaN or inf).
-NO_MODE = -1
+NO_MODE = _modes.NO_MODE
 
 
 def row_outputs_by_mode(model: Any, outputs: tuple[str, ...], nan_policy: str):
     """The row-block function of :meth:`MCPCA.score_rows` for ``outputs`` (which may name ``"mode"``).
 
-    Without modes: :func:`._model.row_outputs`, with ``mode`` 0.  With modes: each row's outputs are
+    Without modes: :func:`._model.row_outputs`, with ``mode`` 0 (:data:`NO_MODE` for a row holding NaN or
+    inf).  With modes: each row's outputs are
     its mode's (``d2`` its mode's Mahalanobis distance, ``weight`` its :meth:`MCPCA.score_samples`, the
     flag, the contributions and the channel at fault its mode's); ``mode`` is :data:`NO_MODE` for a row
     no mode judges.  ``"scores"`` (each mode has its own components) is not among them.
@@ -42,8 +43,8 @@ def row_outputs_by_mode(model: Any, outputs: tuple[str, ...], nan_policy: str):
 
         def plain(block, before=None):
             parts = inner(block, before) if len(outputs) > want_mode else {}
-            if want_mode:
-                parts["mode"] = np.zeros(len(block), MODE_DTYPE)
+            if want_mode:  # the one mode, NO_MODE where the row cannot be judged (as predict_mode gives it)
+                parts["mode"] = np.where(_model.unusable_rows(block, nan_policy), NO_MODE, 0).astype(MODE_DTYPE)
             return parts
 
         return plain

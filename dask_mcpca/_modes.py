@@ -10,10 +10,12 @@ its mode.
 - ``modes=<labels>`` (``fit(X, modes=labels)``): the user's label of each
   row.  Each mode's first read and every robust step run in shared passes.
 - ``modes="auto"``: the states are found on the first read's row sample
-  (:func:`find_modes`) and each row is given the state whose Gaussian
-  explains it best; a mode is accepted only on the evidence that separates
-  a state from a fault (:func:`_is_state`).  One state found: the fit goes
-  on as ``modes=None`` from the same first read, with the same result.
+  (a full read: a spread of blocks can miss a state; :func:`._fit_modes.find_modes`)
+  and each row is given the state whose Gaussian explains it best; a mode is
+  accepted only on the evidence that separates a state from a fault
+  (:func:`is_state`), and the states are settled so that the rule built from
+  the fitted modes sends each mode the rows it was fitted on.  One state
+  found: the fit goes on as ``modes=None`` from the same first read.
 
 The passes are shared: each mode's fit is the single-mode fit
 (:func:`._fit.robust_stage`, :func:`._fit.finish_fit`), run in a thread
@@ -25,8 +27,8 @@ one tree of merges).  The passes of the fit are those of its slowest
 mode; each mode's arithmetic is that of its own rows alone, so the
 threads' timing cannot change a result.
 
-Rows are judged by the mode that explains them best, the smallest
-``d2 / outlier_cutoff_`` over the modes (:func:`judged_rows`).
+Rows are judged by their mode (:func:`best_modes`, the rule of
+:class:`ModeFinder` built from the fitted modes; :func:`judged_rows`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ._stats import BlockStats, combine
 
 __all__ = [
     "MAX_MODES",
+    "NO_MODE",
     "ModeFinder",
     "ModeRunner",
     "SharedPasses",
@@ -62,8 +65,12 @@ __all__ = [
     "has_modes",
     "judged_rows",
     "mahalanobis_d2",
+    "modes_of_rows",
     "refuse",
 ]
+
+#: The mode of a row no mode can judge (holding NaN or inf): :meth:`MCPCA.predict_mode` and ``score_rows``.
+NO_MODE = -1
 
 #: ``modes="auto"`` finds at most this many states.
 MAX_MODES = 4
@@ -398,6 +405,16 @@ def best_modes(model, rows) -> np.ndarray:
     if not has_modes(model):
         return np.zeros(len(rows), np.int64)
     return finder(model)(rows)
+
+
+def modes_of_rows(model, block, nan_policy: str) -> np.ndarray:
+    """:meth:`MCPCA.predict_mode` of a row block as stored: :func:`best_modes`, and ``NO_MODE`` (-1) for the
+    rows no mode can judge (:func:`._model.unusable_rows`: holding NaN or inf; under ``"raise"`` they raise)."""
+    block = np.asarray(block)
+    bad = _model.unusable_rows(block, nan_policy)
+    out = best_modes(model, np.where(bad[:, None], 0.0, block) if bad.any() else block)
+    out[bad] = NO_MODE
+    return out
 
 
 def judged_rows(model, block, before=None, original=None):

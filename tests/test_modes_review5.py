@@ -5,6 +5,7 @@ Expected values come from the generated truth (each row's state) and from plain 
 (``MCPCA().fit``), which the rest of the suite checks against independent references.
 """
 
+import dask.array as da
 import numpy as np
 from test_modes import two_states
 
@@ -34,3 +35,61 @@ def test_a_loaded_modes_model_updates_when_its_largest_mode_gets_no_rows(tmp_pat
     loaded.partial_fit(X[truth == 1][:300])  # rows of the smaller mode only
     assert [m.n_samples_seen_ for m in loaded.mode_models_] == [1500, 1300]
     np.testing.assert_allclose(loaded.mode_weights_, [1500 / 2800, 1300 / 2800])
+
+
+def _multistate(sizes, p=6, seed=0):
+    """States of one machine, each its own Gaussian (its centre, its correlations), rows shuffled; the truth."""
+    rng = np.random.default_rng(seed)
+    rows, truth = [], []
+    for k, n in enumerate(sizes):
+        mean = rng.normal(size=p) * 8 + k * 5
+        mix = rng.normal(size=(p, p)) * (0.5 + k)
+        rows.append(rng.multivariate_normal(mean, mix @ mix.T + np.eye(p) * 0.1, size=n))
+        truth.append(np.full(n, k))
+    order = rng.permutation(sum(sizes))
+    return np.concatenate(rows)[order], np.concatenate(truth)[order]
+
+
+def test_auto_modes_judge_the_rows_they_were_fitted_on():
+    """Each mode judges the rows it was fitted on: predict_mode sends each mode as many rows as its model was
+    fitted on, and no state the fit held as a mode's inliers is flagged whole (before: the 3000-row state,
+    fitted within the largest mode, was sent to the other and 96 % of it flagged; modes=None flags none)."""
+    X, truth = _multistate((5000, 3000, 1500, 800), seed=1)
+    assert MCPCA().fit(X).is_outlier(X)[truth == 1].mean() < 0.02
+    model = MCPCA(modes="auto").fit(X)
+    sent = np.bincount(model.predict_mode(X), minlength=model.n_modes_)
+    np.testing.assert_allclose(sent, [m.n_samples_ for m in model.mode_models_], rtol=0.005)
+    flagged = model.is_outlier(X)
+    assert flagged[truth == 1].mean() < 0.02
+    assert flagged[truth == 0].mean() < 0.02
+
+
+def test_auto_finds_a_contiguous_state_whatever_the_blocks():
+    """A state recorded in one stretch (10 % of the rows) is found with small blocks too: the states are
+    looked for in a sample of every block (before: 1000-row blocks sampled 1/8 of them, missed it, and its
+    2000 rows were flagged whole)."""
+    rng = np.random.default_rng(3)
+    n, p = 20_000, 6
+    truth = np.zeros(n, int)
+    truth[6000:9000], truth[15000:17000] = 1, 2
+    X = rng.normal(size=(n, 3)) @ rng.normal(size=(3, p)) + rng.normal(size=(n, p)) * 0.3
+    shifts = rng.normal(size=(3, p)) * 6
+    shifts[0] = 0
+    X += shifts[truth]
+    model = MCPCA(modes="auto").fit(da.from_array(X, chunks=(1000, p)))
+    assert model.n_modes_ == 3
+    np.testing.assert_array_equal(np.bincount(model.predict_mode(X)), [15000, 3000, 2000])
+    flagged = model.is_outlier(X)
+    assert max(flagged[truth == k].mean() for k in range(3)) < 0.02
+
+
+def test_predict_mode_gives_no_mode_for_rows_it_cannot_judge():
+    """A row holding NaN (one cell or all) under nan_policy="omit" has no mode: -1, as score_rows's mode says;
+    the clean row beside them is the loaded state's (its generated centre is 10 on every channel)."""
+    X, truth = two_states(seed=6, n=(1500, 1000))
+    X[truth == 1] = np.random.default_rng(6).normal(size=(1000, X.shape[1])) + 10
+    model = MCPCA(nan_policy="omit").fit(X, modes=truth)
+    rows = np.array([[10.0] * 5, [10, 10, np.nan, 10, 10], [np.nan] * 5])
+    np.testing.assert_array_equal(model.predict_mode(rows), [1, -1, -1])
+    np.testing.assert_array_equal(model.score_rows(rows, outputs=("mode",))["mode"], [1, -1, -1])
+    np.testing.assert_array_equal(MCPCA(nan_policy="omit").fit(X).predict_mode(rows), [0, -1, -1])
