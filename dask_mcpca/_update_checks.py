@@ -17,7 +17,7 @@ import numbers
 import numpy as np
 
 from ._power import PSD_TOL
-from ._robust_step import FALL_OFF2, floored
+from ._robust_step import FALL_OFF2, floored, kernel_rank
 from ._schedule import flat_top_consistency, robust_kernel_size2
 
 __all__ = ["UPDATE_ARRAYS", "UPDATE_SUMS_TOL", "FIX", "check_update_sums"]
@@ -114,8 +114,8 @@ def _check_update_gives_model(model, p: int) -> None:
     The sums are in the working unit ``2**update_unit_``.  About the centre
     (their own means for ``center="robust"``, else ``update_location_``, the
     fixed centre), each kernel's covariance times its Gaussian consistency
-    factor (:func:`._schedule.flat_top_consistency` of ``c^2`` and its
-    radius), floored at the quantized channels' rounding error
+    factor (:func:`._schedule.flat_top_consistency` of ``c^2``, its radius
+    and the rank of the scatter that weighs rows), floored at the quantized channels' rounding error
     ``quantization_steps_**2 / 12``, is the core's ``update_scatter_`` and
     the final kernel's scatter, whose eigenvalues are ``explained_variance_``
     (and the noise variance), its eigenvectors ``components_``; the core's
@@ -125,13 +125,14 @@ def _check_update_gives_model(model, p: int) -> None:
     fixed = None if getattr(model, "center", "robust") == "robust" else model.update_location_
     c2, *radii = (float(v) for v in model.update_radii_)
     resolution = np.ldexp(model.quantization_steps_, -unit) ** 2 / 12
+    rank = kernel_rank(model.update_scatter_)  # the kernels' dimension, as the fit's steps took it
 
     def scatter(j: int) -> np.ndarray:
         cov = model.update_covariances_[j]
         if fixed is not None:
             d = M[j] - fixed
             cov = cov + np.outer(d, d)
-        return floored(cov * flat_top_consistency(p, c2, radii[j]), resolution)
+        return floored(cov * flat_top_consistency(rank, c2, radii[j]), resolution)
 
     final = np.ldexp(scatter(1), 2 * unit)  # the model's units
     spread = math.sqrt(max(float(np.diag(final).max()), float(np.diag(model.covariance_).max())))
