@@ -64,6 +64,7 @@ _HOMES = {
     "SelectionError": "._exceptions",
     "AppendError": "._exceptions",
     "BreakdownWarning": "._exceptions",
+    "NoUsableRowsWarning": "._exceptions",
 }
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "SelectionError",
     "AppendError",
     "BreakdownWarning",
+    "NoUsableRowsWarning",
     "__version__",
 ]
 
@@ -91,6 +93,7 @@ if TYPE_CHECKING:  # what static tools see
         CheckpointMismatchError,
         ModelFormatError,
         NonFiniteRowsError,
+        NoUsableRowsWarning,
         NumericalRangeError,
         SelectionError,
     )

@@ -63,6 +63,7 @@ __all__ = [
     "WindowSums",
     "WindowFold",
     "parse_window",
+    "checked_window",
     "drift_components",
     "residual_weights",
     "residual_ratio",
@@ -139,6 +140,20 @@ def parse_window(text: str) -> Window:
     if ns <= 0:
         raise ValueError(f"--window {text!r}: expected a row count (e.g. 100000) or a positive duration (e.g. 1D, 6h)")
     return Window(nanoseconds=int(ns), text=text)
+
+
+def checked_window(window: str | Window | None, coordinate) -> Window | None:
+    """The drift windows as a :class:`Window` (None: none); a duration needs a time coordinate."""
+    if isinstance(window, str):
+        window = parse_window(window)
+    if window is not None and window.nanoseconds is not None:
+        dtype = getattr(coordinate, "dtype", None)
+        if dtype is None or dtype.kind != "M":
+            raise ValueError(
+                f"--window {window.text!r} is a duration, but the archive has no time coordinate; "
+                "give a row count (e.g. --window 100000)"
+            )
+    return window
 
 
 @dataclass

@@ -13,6 +13,7 @@ __all__ = [
     "BreakdownWarning",
     "CheckpointMismatchError",
     "ModelFormatError",
+    "NoUsableRowsWarning",
     "NonFiniteRowsError",
     "NumericalRangeError",
     "SelectionError",
@@ -61,4 +62,13 @@ class BreakdownWarning(UserWarning):
     (a row-wise fit then has no majority of clean rows), when a cellwise fit
     left out a quarter of the cells or more, or when fewer than half of the
     rows keep weight in the final step.  The message says what to try.
+    """
+
+
+class NoUsableRowsWarning(UserWarning):
+    """``partial_fit`` was given rows of which none can be used (each holds NaN or inf, or under
+    ``nan_policy="partial"`` no observed cell): the model is left as it was (a no-op).
+
+    ``dask-mcpca update`` prints it and leaves the model file as it is; the next update reads
+    those rows again with the new ones.
     """

@@ -12,12 +12,13 @@ import warnings
 from typing import Any
 
 from . import _labels, _modes
+from ._exceptions import NoUsableRowsWarning
 from ._fitted_params import check_fitted_params
 from ._io import as_row_blocks
 from ._params import check_params
 from ._passes import single_threaded_blas
 from ._row_methods import check_n_features
-from ._update import UPDATE_ATTRIBUTES, NoUsableRowsWarning, update_rows
+from ._update import UPDATE_ATTRIBUTES, update_rows
 
 __all__ = ["PartialFitMixin"]
 
@@ -69,7 +70,7 @@ class PartialFitMixin:
         ``nan_policy="omit"``, e.g. one channel dead for the whole chunk; or
         no observed cell under ``"partial"``: a logger offline for the
         period) leave the model as it was, and ``partial_fit`` warns
-        (:class:`~dask_mcpca._update.NoUsableRowsWarning`, a
+        (:class:`~dask_mcpca.NoUsableRowsWarning`, a
         ``UserWarning``); they are not counted in ``n_samples_seen_``.
         Under ``nan_policy="raise"`` such rows raise, as any row with NaN.
 

@@ -15,9 +15,10 @@ must not take for a fault.  From the first pass's row sample:
   a measurement, neither 0 nor round (a stretch stuck over 25-50 % of a
   smaller operating mode's rows);
 - :func:`find_repeated`: both, the values looked for among the rows the
-  records leave;
+  records leave (rows at a saturation limit are no record);
 - :func:`quantization_steps`: each channel's quantization step (0 for a
   continuous channel), whose rounding error floors its variance;
+- :func:`saturation_limits`: where a continuous channel is clipped;
 - :func:`held_out`: the rows a fit gives no weight to.
 
 A sensor stuck after the fit, which the row sample of a fit never saw, is
@@ -30,23 +31,10 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
-    "repeated_rows",
-    "repeated_values",
-    "find_repeated",
-    "in_repeated",
-    "value_matches",
-    "in_repeated_rows",
-    "held_out",
-    "quantization_steps",
-    "saturation_limits",
-    "SATURATION_SHARE",
-    "TIGHT_MIN_ROWS",
-    "TIGHT_SHARE",
-    "MAX_REPEATED_SHARE",
-    "MAX_HELD_SHARE",
-    "CONTINUOUS_REPEATS",
-    "significant_digits",
-    "MAX_REPEATED_ROWS",
+    "repeated_rows", "repeated_values", "find_repeated", "in_repeated", "value_matches", "in_repeated_rows",
+    "held_out", "quantization_steps", "saturation_limits", "significant_digits",
+    "SATURATION_SHARE", "TIGHT_MIN_ROWS", "TIGHT_SHARE", "MAX_REPEATED_SHARE", "MAX_HELD_SHARE",
+    "CONTINUOUS_REPEATS", "MAX_REPEATED_ROWS",
 ]
 
 #: A repeat (and a tight group of sample rows, :mod:`._robust`) holds at least
@@ -546,23 +534,16 @@ def find_repeated(sample: np.ndarray, to_stored: np.ndarray | None = None) -> tu
 
 
 def _not_at_limits(rows: np.ndarray, complete: np.ndarray) -> np.ndarray:
-    """The repeated ``rows`` that hold no value at a saturation limit of ``complete`` (:func:`saturation_limits`).
-
-    A clipped channel beside discrete ones (a flow clipped at its range limit, a machine's on/off
-    state) repeats whole rows exactly: the limit with each state.  That is a saturation, not a
-    frozen logger's record: taken for one, its 600 rows (3 %) got no weight and were all flagged.
-    A row is taken for a saturation where every one of its cells on a continuous channel is at a
-    limit (the others quantized): a frozen record repeats its continuous channels' values too, one
-    of which may lie in its channel's last 5 % and look like a limit, but not all of them.
-    """
+    """The repeated ``rows`` less those whose every cell on a continuous channel is at a saturation limit of
+    ``complete`` (the others quantized): a clipped flow beside a valve's state repeats whole rows (the limit,
+    each state), a saturation, not a frozen record (its 600 rows were all flagged); a frozen record repeats
+    its continuous values too, and not all of them lie at limits."""
     if not len(rows):
         return rows
     steps = quantization_steps(complete)
-    limits = saturation_limits(complete, steps)
     with np.errstate(invalid="ignore"):  # NaN: no limit
-        at = (rows[:, :, None] == limits[None]).any(axis=2)
-    saturated = at.any(axis=1) & (at | (steps > 0)).all(axis=1)
-    return rows[~saturated]
+        at = (rows[:, :, None] == saturation_limits(complete, steps)[None]).any(axis=2)
+    return rows[~(at.any(axis=1) & (at | (steps > 0)).all(axis=1))]
 
 
 def held_out(rows: np.ndarray, repeated: np.ndarray | None, repeated_rows: np.ndarray | None) -> np.ndarray:

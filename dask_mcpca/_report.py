@@ -42,6 +42,7 @@ from ._drift import (
     Window,
     WindowFold,
     calibrate,
+    checked_window,
     drift_components,
     parse_window,
     window_columns,
@@ -464,7 +465,7 @@ def summarize(
         writer = csv.writer(events)
         writer.writerow(event_columns(row_label if coordinate is not None else None))
     events_fold = _Events(channels, max_gap, writer, coordinate is not None, max_events)
-    window = _checked_window(window, coordinate)
+    window = checked_window(window, coordinate)
     drift = WindowFold(model, window, reference_rows) if window is not None else None
     if context is not None:
         context = as_row_blocks(_in_model_order(model, context), storage_options=storage_options,
@@ -509,20 +510,6 @@ def summarize(
         mode_weights=np.asarray(model.mode_weights_) if n_modes else None,
         **fold.curves(first_row),
     )
-
-
-def _checked_window(window: str | Window | None, coordinate) -> Window | None:
-    """The drift windows as a :class:`Window` (None: none); a duration needs a time coordinate."""
-    if isinstance(window, str):
-        window = parse_window(window)
-    if window is not None and window.nanoseconds is not None:
-        dtype = getattr(coordinate, "dtype", None)
-        if dtype is None or dtype.kind != "M":
-            raise ValueError(
-                f"--window {window.text!r} is a duration, but the archive has no time coordinate; "
-                "give a row count (e.g. --window 100000)"
-            )
-    return window
 
 
 class _ArchiveFold:

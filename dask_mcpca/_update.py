@@ -25,7 +25,7 @@ from ._robust_warm import update_robust
 from ._stats import PassPlan, merge_moments
 from ._stuck import stuck_cells
 
-__all__ = ["UPDATE_ATTRIBUTES", "UPDATE_WARN_SHARE", "NoUsableRowsWarning", "update_rows"]
+__all__ = ["UPDATE_ATTRIBUTES", "UPDATE_WARN_SHARE", "update_rows"]
 
 #: Fitted attributes that hold what :meth:`MCPCA.partial_fit` updates from (see its docstring).
 UPDATE_ATTRIBUTES = ("update_log_weights_", "update_means_", "update_covariances_", "update_location_",
@@ -34,11 +34,6 @@ UPDATE_ATTRIBUTES = ("update_log_weights_", "update_means_", "update_covariances
 #: ``partial_fit`` warns when the new rows' weighted share under the final kernel is below this:
 #: most of them lie beyond it, where they are flagged and barely move the model (a new regime).
 UPDATE_WARN_SHARE = 0.5
-
-
-class NoUsableRowsWarning(UserWarning):
-    """``partial_fit`` was given rows of which none can be used (each holds NaN or inf, or under
-    ``nan_policy="partial"`` no observed cell): the model is left as it was (a no-op)."""
 
 
 def _update_state(model) -> RobustState:

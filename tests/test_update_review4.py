@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_mcpca import MCPCA, NonFiniteRowsError, load
-from dask_mcpca._update import NoUsableRowsWarning
+from dask_mcpca import MCPCA, NonFiniteRowsError, NoUsableRowsWarning, load
 from dask_mcpca.cli import main
 
 #: docs/monitoring.md: appended chunks give ``fit`` on all the rows within 1.1 % in variance.

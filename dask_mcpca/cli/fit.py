@@ -222,6 +222,13 @@ def _seen(model) -> int:
 
 
 def cmd_update(args, out) -> int:
+    """``dask-mcpca update``: the model file's ``partial_fit`` with the archive's new rows.
+
+    The new rows are those after the rows the model has seen (its recorded row runs), or ``--rows`` /
+    ``--time``; the archive is opened once, checked against the model's channels, and the rows already
+    seen are refused.  The model is written (atomically) to ``--model`` or ``--output``; an update with
+    no usable row warns and leaves the file as it is (exit 0).
+    """
     options = parse_storage_options(args.storage_options)
     output = args.output or args.model
     refuse_inside_input(output, args.store, "--output" if args.output else "--model")
