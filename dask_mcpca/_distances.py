@@ -145,10 +145,12 @@ def distances_and_top(model: Any, block, *, top: bool = False,
     runs; rows with NaN or inf cells, rows whose distance overflows, and every row where numba
     does not run (``NUMBA_DISABLE_JIT=1``) through the numpy spelling.  Which spelling serves a
     row depends on the row alone, never on its block, so every method and every chunking gives
-    a row the same bits.  From ``FAST_TOP_MIN_ROWS`` complete rows on, the loop computes the
-    distances alone and the channels are ranked by one float32 product (:func:`_top_by_product`),
-    which hands back to the loop every row whose ranking it cannot vouch for: the channel is the
-    loop's, row for row (at p = 300, 105 instead of 155 ms a 12,500-row block).
+    a complete row the same bits; a row with NaN cells is completed in a batched solve whose
+    rounding may depend on its block (1e-13 relative at most in the reviews' checks).  From
+    ``FAST_TOP_MIN_ROWS`` complete rows on, the loop computes the distances alone and the
+    channels are ranked by one float32 product (:func:`_top_by_product`), which hands back to
+    the loop every row whose ranking it cannot vouch for: the channel is the loop's, row for row
+    (at p = 300, 105 instead of 155 ms a 12,500-row block).
     """
     block = np.asarray(block)
     if block.dtype not in (np.float32, np.float64):

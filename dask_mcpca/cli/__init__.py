@@ -323,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--dtype", choices=("float64", "float32"), metavar="{float64,float32}",
         help="of the float outputs (default float32: 7 significant digits, enough to rank and threshold rows; "
-        "the outlier flag is decided in float64 either way); float64 gives the API's values bit for bit",
+        "the outlier flag is decided in float64 either way); float64 gives the API's values bit for bit "
+        "(rows with NaN cells: to 1e-13, their completion's rounding follows the blocks)",
     )
     score.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     data_options(score)
