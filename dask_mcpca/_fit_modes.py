@@ -18,6 +18,7 @@ import numpy as np
 from sklearn.base import clone
 
 from . import _checkpoint, _model
+from ._exceptions import NonFiniteRowsError
 from ._fit import FitResult, finish_fit, first_read, robust_stage, solver_limits
 from ._modes import (
     CENTRED_SD,
@@ -31,6 +32,7 @@ from ._modes import (
     SharedPasses,
     given_labels,
     is_state,
+    label_text,
     mode_finder,
 )
 from ._passes import PassRunner
@@ -70,6 +72,33 @@ def check_modes(est, modes) -> None:
         raise ValueError("MCPCA: modes cannot be combined with nan_policy='partial' yet; use 'omit' or 'raise'")
 
 
+#: What the single fit's message of rows holding NaN suggests that a fit with modes cannot take.
+_PARTIAL_HINT = ", or nan_policy='partial' to fit rows with some cells missing by their observed cells"
+
+
+def _naming(label):
+    """Decorate a mode's fit so that its errors name the mode (``label``): a ValueError of the single fit
+    (too few usable rows, rows holding NaN under ``nan_policy="raise"``) speaks of that mode's rows."""
+
+    def wrap(fit_one):
+        def named():
+            try:
+                return fit_one()
+            except ValueError as err:
+                text = str(err)
+                if isinstance(err, NonFiniteRowsError):  # the count is the mode's rows; 'partial' is refused
+                    text = text.replace(" rows hold", " rows of the mode hold", 1).replace(
+                        _PARTIAL_HINT, " (a fit with modes cannot take nan_policy='partial')")
+                try:
+                    named_err = type(err)(f"mode {label_text(label)}: {text}")
+                except TypeError:  # an error class with other arguments: as it was
+                    raise err from None
+                raise named_err from None
+        return named
+
+    return wrap
+
+
 def _in_threads(jobs: list, shared: SharedPasses) -> list:
     """Run each mode's fit ``jobs[m]()`` in a thread of its own; each leaves the shared passes when done."""
 
@@ -100,12 +129,13 @@ def fit_modes(X, est, labels=None) -> FitResult | ModesResult:
         return finish_fit(est, runner, start, k=k, tol=tol, max_iter=max_iter)
 
     if labels is not None:
-        codes, names = given_labels(labels, n)
+        codes, names = given_labels(labels, n, p)
         counts = np.bincount(codes, minlength=len(names))
         source = da.from_array(codes, chunks=(X.chunks[0],)) if isinstance(X, da.Array) else codes
         shared = SharedPasses(X, source, len(names))
 
         def job(m):
+            @_naming(names[m])
             def fit_one():
                 runner = ModeRunner(shared, m, int(counts[m]), nan_policy=est.nan_policy)
                 moments, partial, rate = first_read(est, runner, none, seed=seed, spread=False)
@@ -125,6 +155,7 @@ def fit_modes(X, est, labels=None) -> FitResult | ModesResult:
     shared = SharedPasses(X, finder, finder.n_modes)
 
     def job(m):
+        @_naming(int(m))
         def fit_one():
             share = float(np.mean(sample_codes == m))
             mode_moments = replace(moments, sample=moments.sample[sample_codes == m],

@@ -40,6 +40,7 @@ from functools import reduce
 import dask
 import dask.array as da
 import numpy as np
+import pandas as pd
 
 from . import _labels, _model
 from ._block import block_stats
@@ -62,6 +63,7 @@ __all__ = [
     "is_state",
     "given_labels",
     "labels_from_channel",
+    "label_text",
     "has_modes",
     "judged_rows",
     "mahalanobis_d2",
@@ -240,17 +242,37 @@ def labels_from_channel(X, modes):
     return X.isel({dim: [i for i in range(len(names)) if i != names.index(modes)]}), labels
 
 
-def given_labels(labels, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+def label_text(label) -> str:
+    """A mode's label as an error names it: ``'idle'``, ``3`` (a numpy scalar as its Python value)."""
+    return repr(label.item() if isinstance(label, np.generic) else label)
+
+
+def given_labels(labels, n_rows: int, n_features: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The user's labels as codes 0..K-1 (int64, in the order of ``np.unique``) and the labels themselves.
 
-    Raises a ValueError naming the problem for labels of the wrong length or with missing values.
+    Raises a ValueError naming the problem, before any pass: labels of the wrong length, missing labels
+    (NaN, None, pandas' NA or NaT: ``pd.isna``), and, where ``n_features`` is given, a label with fewer
+    rows than a robust fit of that many features needs (``n_features + 2``), naming the label.
     """
     labels = np.asarray(labels.compute() if isinstance(labels, da.Array) else labels)
     if labels.ndim != 1 or len(labels) != n_rows:
         raise ValueError(f"modes: expected one label per row ({n_rows}), got an array of shape {labels.shape}")
-    if labels.dtype.kind == "f" and np.isnan(labels).any():
-        raise ValueError(f"modes: {int(np.isnan(labels).sum())} labels are NaN; give every row a mode")
-    names, codes = np.unique(labels, return_inverse=True)
+    missing = np.asarray(pd.isna(labels), bool)
+    if missing.any():
+        raise ValueError(f"modes: {int(missing.sum()):,} labels are missing (NaN, None or NA), the first at row "
+                         f"{int(np.argmax(missing))}; give every row a mode")
+    try:
+        names, codes = np.unique(labels, return_inverse=True)
+    except TypeError as err:  # labels of kinds that do not sort together (numbers and strings)
+        raise ValueError(f"modes: the labels cannot be ordered ({err}); give labels of one kind, numbers or "
+                         "strings") from None
+    if n_features is not None:
+        counts = np.bincount(codes, minlength=len(names))
+        if (few := np.flatnonzero(counts < n_features + 2)).size:
+            listed = ", ".join(f"{label_text(names[m])} ({counts[m]} rows)" for m in few[:5])
+            raise ValueError(f"modes: the robust fit of a mode needs at least {n_features + 2} rows for "
+                             f"{n_features} features; too few for mode {listed}{' ...' if few.size > 5 else ''}: "
+                             "merge it with another mode, or label more rows")
     return codes.astype(np.int64), names
 
 

@@ -7,9 +7,11 @@ Expected values come from the generated truth (each row's state) and from plain 
 
 import dask.array as da
 import numpy as np
+import pandas as pd
+import pytest
 from test_modes import two_states
 
-from dask_mcpca import MCPCA, load
+from dask_mcpca import MCPCA, NonFiniteRowsError, load
 from dask_mcpca._scale import scale_text
 
 
@@ -93,3 +95,26 @@ def test_predict_mode_gives_no_mode_for_rows_it_cannot_judge():
     np.testing.assert_array_equal(model.predict_mode(rows), [1, -1, -1])
     np.testing.assert_array_equal(model.score_rows(rows, outputs=("mode",))["mode"], [1, -1, -1])
     np.testing.assert_array_equal(MCPCA(nan_policy="omit").fit(X).predict_mode(rows), [0, -1, -1])
+
+
+@pytest.mark.parametrize("missing", ["categorical", "object-nan", "object-none"])
+def test_missing_labels_are_a_value_error(missing):
+    X, truth = two_states(seed=7, n=(300, 200))
+    names = np.where(truth == 0, "idle", "load").astype(object)
+    names[[5, 50]] = None if missing == "object-none" else np.nan
+    labels = pd.Categorical(names) if missing == "categorical" else names
+    with pytest.raises(ValueError, match=r"2 labels are missing .* the first at row 5"):
+        MCPCA().fit(X, modes=labels)
+
+
+def test_errors_of_one_mode_name_it():
+    X, truth = two_states(seed=7, n=(300, 200))  # 5 features: a robust fit needs 7 rows
+    labels = np.where(truth == 0, "idle", "load").astype(object)
+    labels[:6] = "peak"
+    with pytest.raises(ValueError, match=r"at least 7 rows for 5 features; too few for mode 'peak' \(6 rows\)"):
+        MCPCA().fit(X, modes=labels)
+    X = X.copy()
+    X[np.flatnonzero(truth == 1)[:3], 2] = np.nan
+    with pytest.raises(NonFiniteRowsError, match=r"^mode 1: 3 of 200 rows of the mode hold NaN") as err:
+        MCPCA(nan_policy="raise").fit(X, modes=truth)
+    assert "partial' to fit" not in str(err.value)
