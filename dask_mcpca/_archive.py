@@ -257,6 +257,7 @@ class OpenedArchive:
         self._dataset, self._options, self._blocks = dataset, storage_options, {}
         if not self.labelled:
             if variables:
+                open_store(path, dataset, storage_options=storage_options)  # not there: "no such store"
                 raise ValueError(f"{path!r} was not written by xarray (its arrays name no dimensions); "
                                  "variables need an xarray archive")
             return

@@ -118,3 +118,15 @@ def test_errors_of_one_mode_name_it():
     with pytest.raises(NonFiniteRowsError, match=r"^mode 1: 3 of 200 rows of the mode hold NaN") as err:
         MCPCA(nan_policy="raise").fit(X, modes=truth)
     assert "partial' to fit" not in str(err.value)
+
+
+def test_variables_of_a_store_that_does_not_exist(tmp_path):
+    import zarr
+
+    from dask_mcpca import open_archive
+
+    with pytest.raises(FileNotFoundError, match="no such store"):
+        open_archive(tmp_path / "missing.zarr", variables=["c0"])
+    zarr.open_array(str(tmp_path / "plain.zarr"), mode="w", shape=(10, 2), chunks=(5, 2), dtype="f8")[:] = 1.0
+    with pytest.raises(ValueError, match="was not written by xarray"):
+        open_archive(tmp_path / "plain.zarr", variables=["c0"])
