@@ -52,6 +52,7 @@ from ._stats import BlockStats, combine
 __all__ = [
     "MAX_MODES",
     "NO_MODE",
+    "VARIANCE_FLOOR",
     "ModeFinder",
     "ModeRunner",
     "SharedPasses",
@@ -105,6 +106,11 @@ ACTIVE_SD = 3.0
 #: A channel whose spread in one state is below this share of its spread in the other is collapsed
 #: there (a stuck value, a frozen logger); it is not evidence of a state.
 COLLAPSED = 0.05
+
+#: The rule that sends rows to modes floors each mode's variance of a channel at this share of the channel's
+#: pooled within-mode variance (:func:`mode_finder`), so that one exact value of a collapsed channel does not
+#: decide the mode.
+VARIANCE_FLOOR = 0.01
 
 #: ``modes="auto"`` looks for states in at most this many rows of the row sample.
 FIND_ROWS = 20000
@@ -170,7 +176,13 @@ def mode_finder(models, weights) -> ModeFinder:
     covs = np.stack([m.get_covariance() for m in models])
     sds = np.sqrt(np.maximum(np.diagonal(covs, axis1=1, axis2=2), 0)) * scales
     channels = telling_channels(np.stack([m.mean_ for m in models]) * scales, sds)
-    sub = covs[:, channels][:, :, channels]
+    shares = np.asarray(weights, np.float64) / np.sum(weights)
+    # each mode's variances floored at a share of the channel's pooled (within-mode) variance, in the data's
+    # units: a channel collapsed in one mode (an idle counter reading exactly 0) would otherwise decide alone
+    # that every row reading that value is the mode's
+    pooled = np.einsum("k,kp->p", shares, sds**2)
+    floor = np.maximum(VARIANCE_FLOOR * pooled[None, :] / scales**2 - np.diagonal(covs, axis1=1, axis2=2), 0)
+    sub = (covs + floor[:, :, None] * np.eye(p))[:, channels][:, :, channels]
     chol = np.linalg.cholesky(sub + np.eye(sub.shape[1]) * 1e-12 * np.trace(sub, axis1=1, axis2=2)[:, None, None])
     inv = np.linalg.inv(chol)
     log_norm = (np.log(np.asarray(weights, np.float64)) - np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)

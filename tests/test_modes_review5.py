@@ -130,3 +130,21 @@ def test_variables_of_a_store_that_does_not_exist(tmp_path):
     zarr.open_array(str(tmp_path / "plain.zarr"), mode="w", shape=(10, 2), chunks=(5, 2), dtype="f8")[:] = 1.0
     with pytest.raises(ValueError, match="was not written by xarray"):
         open_archive(tmp_path / "plain.zarr", variables=["c0"])
+
+
+def test_an_exact_value_of_a_collapsed_channel_does_not_decide_the_mode():
+    """An idle state whose counter reads exactly 0, a running one whose counter is Poisson(3): the running rows
+    that read 0 stay in the running mode (channels 0-2 sit 3 SDs from idle), whose plain fit flags about
+    none of them (before: 122 of 212 were sent to the idle mode and 110 flagged)."""
+    rng = np.random.default_rng(1)
+    n, p = 12_000, 5
+    on = (np.arange(n) // 1000) % 3 == 2
+    X = rng.normal(size=(n, p))
+    X[on, :3] += 3
+    X[:, 4] = np.where(on, rng.poisson(3, n), 0)
+    model = MCPCA().fit(X, modes=on.astype(int))
+    zero = on & (X[:, 4] == 0)
+    alone = MCPCA().fit(X[on]).is_outlier(X[zero]).mean()  # the running state's own model
+    assert np.mean(model.predict_mode(X[zero]) == 1) > 0.9
+    assert model.is_outlier(X[zero]).mean() <= alone + 0.05
+    assert model.is_outlier(X[~on]).mean() < 0.01
