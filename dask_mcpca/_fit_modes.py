@@ -227,6 +227,12 @@ def find_modes(sample: np.ndarray, est, *, seed: int = 0) -> ModeFinder | None:
     are not fitted again.  This repeats until fewer rows are left or ``MAX_MODES`` states are found.
     A state is thus found only where one model cannot explain it, and comparing the inliers of
     robust fits, not raw clusters, keeps each group's own departures out of the evidence.
+
+    The states found are then settled (:func:`_settle`): each fitted as the fit fits a mode on the rows
+    the rule of :meth:`MCPCA.predict_mode` sends it, until that rule, built from those fits, no longer
+    moves rows; the rows a settled state does not explain (and no fault's) are peeled again, where
+    another state was fitted within it.  The rule returned is the settled states', so that the modes
+    the fit fits give it back and each mode judges the rows it was fitted on.
     """
     sample = np.asarray(sample, np.float64)
     sample = sample[np.isfinite(sample).all(axis=1)]
