@@ -115,7 +115,7 @@ def cmd_fit(args, out) -> int:
     started = time.perf_counter()
     model.fit(X, modes=state)
     elapsed = time.perf_counter() - started
-    _record_span(model, archive.span, X)
+    _record_span(model, archive.span, _model_channels(model, X, state, args.store))
     model.set_params(progress=False)  # the command's progress line, not a setting a notebook should inherit
     model.save(args.output, storage_options=parse_storage_options(args.storage_options))
     subs = getattr(model, "mode_models_", None) or [model]  # with modes, the rows of every mode
@@ -144,6 +144,16 @@ def cmd_fit(args, out) -> int:
     print(scale_text(model), file=out)
     print(f"model written to {args.output}", file=out)
     return 0
+
+
+def _model_channels(model, X, state: str | None, store: str):
+    """The archive ``X`` as ``update`` reads it for the fingerprint: the model's channels, in its order
+    (:func:`.common.check_channel_names`), so without the ``--modes-from`` channel ``state``, which gave the
+    modes and is no channel of the model (a fingerprint over it too matched no row ``update`` read)."""
+    if state is not None:
+        names = [str(n) for n in feature_names_of(X)]
+        X = X.isel({X.dims[1]: [j for j, n in enumerate(names) if n != state]})  # lazy: no column read
+    return check_channel_names(model, X, store, err=io.StringIO())
 
 
 def _read_rows(X, positions: list[int]) -> np.ndarray:
