@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = [
-    "PROG", "UsageError", "one_line", "parse_storage_options", "store_root", "Archive", "open_archive_for",
+    "PROG", "UsageError", "one_line", "parse_storage_options", "store_root", "Archive", "finite_context",
+    "rows_after", "open_archive_for",
     "load_model", "slice_text", "fmt_seconds", "describe", "listed", "check_channel_names", "Stdout",
 ]
 
@@ -107,28 +108,64 @@ class Archive:
 
     def context(self, model):
         """The :attr:`lead` rows before the selection, channels in the model's order (:func:`check_channel_names`,
-        which has spoken for the selection already); None where there are none."""
+        which has spoken for the selection already), cut as :func:`finite_context` cuts them; None where there
+        are none."""
         import io
 
         if not self.lead:
             return None
         rows = self.select(rows=slice(self.span[0] - self.lead, self.span[0])).X
-        return check_channel_names(model, rows, self.store, err=io.StringIO())
+        rows, lead = finite_context(model, check_channel_names(model, rows, self.store, err=io.StringIO()),
+                                    self.lead)
+        return rows if lead else None
 
     def with_context(self, model):
-        """``X`` after the :attr:`lead` rows before it, read as one selection (their shared blocks are read
-        once), channels in the model's order (:func:`check_channel_names`, which has spoken for the
-        selection already)."""
+        """``(whole, lead)``: ``X`` after the :attr:`lead` rows before it, read as one selection (their shared
+        blocks are read once), channels in the model's order (:func:`check_channel_names`, which has spoken for
+        the selection already), and how many rows before ``X`` it holds: the context cut as
+        :func:`finite_context` cuts it (as :meth:`context`)."""
         import io
 
         if not self.lead:
-            return check_channel_names(model, self.X, self.store, err=io.StringIO())
+            return check_channel_names(model, self.X, self.store, err=io.StringIO()), 0
         whole = self.select(rows=slice(self.span[0] - self.lead, self.span[1])).X
-        return check_channel_names(model, whole, self.store, err=io.StringIO())
+        return finite_context(model, check_channel_names(model, whole, self.store, err=io.StringIO()), self.lead)
 
     def with_rows(self, X) -> Archive:
         """The same rows as ``X`` (the channels reordered or the rows cut by the command)."""
         return replace(self, X=X)
+
+
+def rows_after(a, lead: int):
+    """The rows of the dask array or DataArray ``a`` after its first ``lead``."""
+    if not lead:
+        return a
+    return a.isel({a.dims[0]: slice(lead, None)}) if hasattr(a, "isel") else a[lead:]
+
+
+def finite_context(model, X, lead: int):
+    """``X`` and ``lead`` (its first rows, the context before the rows scored) with the context cut after its
+    last row holding NaN or inf where the model was fitted with ``nan_policy='raise'``: the rows scored are the
+    user's to clean, not the rows before them (``score --rows 5501:`` leaves out a NaN row 5500), and a
+    stuck run that such a row interrupts is judged from the rows after it.  Reads the context (at most
+    :data:`dask_mcpca._model.CONTEXT_ROWS` rows: a chunk or two) once more, only then.  The one cut of
+    ``score --rows N:``, ``score --append`` and ``report --rows N:`` (:meth:`Archive.context`,
+    :meth:`Archive.with_context`), so that they flag the same rows."""
+    import numpy as np
+
+    if not lead or getattr(model, "nan_policy", "raise") != "raise":
+        return X, lead
+    rows = np.asarray(_head(X, lead))
+    bad = np.flatnonzero(~np.isfinite(rows).all(axis=1)) if rows.dtype.kind in "fc" else []
+    if not len(bad):
+        return X, lead
+    return rows_after(X, int(bad[-1]) + 1), lead - int(bad[-1]) - 1
+
+
+def _head(a, n: int):
+    """The first ``n`` rows of the dask array or DataArray ``a``, computed."""
+    part = a.isel({a.dims[0]: slice(0, n)}).data if hasattr(a, "isel") else a[:n]
+    return part.compute() if hasattr(part, "compute") else part
 
 
 def open_archive_for(args, *, block_values: int | None = None, row_index: bool = True,

@@ -17,10 +17,12 @@ from .common import (
     PROG,
     UsageError,
     check_channel_names,
+    finite_context,
     fmt_seconds,
     load_model,
     open_archive_for,
     parse_storage_options,
+    rows_after,
     store_root,
 )
 from .outputs import (
@@ -91,12 +93,11 @@ def cmd_score(args, out) -> int:
     check_channel_names(model, archive.X, args.store)  # refused or warned of once, here
     # after the rows before a selection from row N > 0 (archive.lead), whose outputs are left out, as --append
     # reads them: a stuck run crossing row N is found as in a full score
-    lead, whole = archive.lead, archive.with_context(model)
-    whole, lead = _finite_context(model, whole, lead)
-    X = _after(whole, lead)
+    whole, lead = archive.with_context(model)  # the context cut after a NaN or inf row (finite_context)
+    X = rows_after(whole, lead)
     started = time.perf_counter()
     names, dtype = _requested(model, args.outputs), args.dtype or DEFAULT_DTYPE
-    outputs = {n: _after(a, lead) for n, a in _score_outputs(model, whole, names, dtype).items()}
+    outputs = {n: rows_after(a, lead) for n, a in _score_outputs(model, whole, names, dtype).items()}
     span = archive.span
     attrs = {
         "model": model_name(args.model),
@@ -177,36 +178,6 @@ def _score_outputs(model, X, names: tuple[str, ...], dtype: str) -> dict:
     return outputs
 
 
-def _after(a, lead: int):
-    """The rows of the dask array or DataArray ``a`` after its first ``lead``."""
-    if not lead:
-        return a
-    return a.isel({a.dims[0]: slice(lead, None)}) if hasattr(a, "isel") else a[lead:]
-
-
-def _finite_context(model, X, lead: int):
-    """``X`` and ``lead`` (its first rows, the context before the rows scored) with the context cut after its
-    last row holding NaN or inf where the model was fitted with ``nan_policy='raise'``: the rows scored are the
-    user's to clean, not the rows before them (``score --rows 5501:`` leaves out a NaN row 5500), and a
-    stuck run that such a row interrupts is judged from the rows after it.  Reads the context (at most
-    :data:`dask_mcpca._model.CONTEXT_ROWS` rows: a chunk or two) once more, only then."""
-    import numpy as np
-
-    if not lead or getattr(model, "nan_policy", "raise") != "raise":
-        return X, lead
-    rows = np.asarray(_head(X, lead))
-    bad = np.flatnonzero(~np.isfinite(rows).all(axis=1)) if rows.dtype.kind in "fc" else []
-    if not len(bad):
-        return X, lead
-    return _after(X, int(bad[-1]) + 1), lead - int(bad[-1]) - 1
-
-
-def _head(a, n: int):
-    """The first ``n`` rows of the dask array or DataArray ``a``, computed."""
-    part = a.isel({a.dims[0]: slice(0, n)}).data if hasattr(a, "isel") else a[:n]
-    return part.compute() if hasattr(part, "compute") else part
-
-
 def _score_source(args, model, digest: str) -> dict:
     """What a score store is scored from (its input and model), as :func:`dask_mcpca._score_store.provenance`
     takes it; ``digest``: the model file's SHA-256.  A local store is named by its resolved path (symlinks
@@ -264,7 +235,7 @@ def _score_append(args, out, options) -> int:
     # score's.  It reads at most one stored chunk more than the new rows.
     lead = min(stop, CONTEXT_ROWS)
     X = whole[stop - lead :] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop - lead, None)})
-    X, lead = _finite_context(model, X, lead)
+    X, lead = finite_context(model, X, lead)
     n_new = X.shape[0] - lead
     names, dtype = target.names, target.dtype
     if args.outputs is not None and _requested(model, args.outputs) != names:
@@ -276,7 +247,7 @@ def _score_append(args, out, options) -> int:
     started = time.perf_counter()
     try:
         target.check_arrays(SCORE_ARRAYS)
-        outputs = {n: _after(a, lead) for n, a in _score_outputs(model, X, names, dtype).items()}
+        outputs = {n: rows_after(a, lead) for n, a in _score_outputs(model, X, names, dtype).items()}
         n_out, segments = append_rows(
             target, outputs, model=model, X=X, whole=whole, digest=digest, model_name=model_name(args.model),
             descriptions=SCORE_ARRAYS, compute=lambda *tasks: compute_settled(*tasks, progress=not args.no_progress))
