@@ -124,7 +124,7 @@ class _BaseMCPCA(OutlierDetectorMixin, ChannelMethodsMixin, ClassNamePrefixFeatu
         check_n_features(self, X)
         policy = nan_policy or self.nan_policy
         if policy != "cells":  # "cells": ``func`` judges each cell itself, rows with NaN or inf included
-            func = _model.nan_for_nonfinite_rows(func, policy, original=in_order)
+            func = _model.nan_for_nonfinite_rows(func, policy, original=in_order, modes=_modes.has_modes(self))
         if isinstance(X, da.Array):
             if in_order:  # per-row outputs only
                 return map_in_order(X, func, dtype=dtype, meta=np.empty((0,), dtype))

@@ -51,7 +51,7 @@ def row_outputs_by_mode(model: Any, outputs: tuple[str, ...], nan_policy: str):
     fused = [_model.row_outputs(sub, wanted, nan_policy) if wanted else None for sub in model.mode_models_]
 
     def by_mode(block, before=None):
-        bad = _model.unusable_rows(block, nan_policy)
+        bad = _model.unusable_rows(block, nan_policy, modes=True)
         clean = np.where(bad[:, None], 0.0, block) if bad.any() else block
         best = _modes.best_modes(model, clean).astype(MODE_DTYPE)
         best[bad] = NO_MODE

@@ -171,10 +171,11 @@ def judged_counts(model: Any, block) -> np.ndarray:
     return counts
 
 
-def unusable_rows(block, nan_policy: str) -> np.ndarray:
+def unusable_rows(block, nan_policy: str, *, modes: bool = False) -> np.ndarray:
     """Mask of the rows of ``block`` a per-row method cannot use: holding NaN or inf, except,
     under ``"partial"``, rows with some cells NaN (none inf).  Under ``"raise"`` such rows raise
-    :class:`NonFiniteRowsError` instead."""
+    :class:`NonFiniteRowsError` instead; ``modes``: the model has modes, which refuse
+    ``nan_policy='partial'``, so the error does not suggest it."""
     bad = np.zeros(len(block), bool)
     bad[_missing.nonfinite_rows(block)] = True
     if bad.any() and nan_policy == "partial":
@@ -184,13 +185,14 @@ def unusable_rows(block, nan_policy: str) -> np.ndarray:
         raise NonFiniteRowsError(  # a block does not know where it lies, nor what the other blocks hold
             f"in a block of {len(bad):,} rows (the first found; others may hold more), "
             f"{f'{n_bad:,} rows hold' if n_bad > 1 else '1 row holds'} NaN or inf; clean them, or fit with "
-            "nan_policy='omit' to get NaN for such rows, or nan_policy='partial' to have rows with some cells "
-            "missing used by their observed cells"
+            "nan_policy='omit' to get NaN for such rows"
+            + ("" if modes else ", or nan_policy='partial' to have rows with some cells missing used by their "
+               "observed cells")
         )
     return bad
 
 
-def nan_for_nonfinite_rows(func, nan_policy: str = "omit", *, original: bool = False):
+def nan_for_nonfinite_rows(func, nan_policy: str = "omit", *, original: bool = False, modes: bool = False):
     """Wrap a row-block function: rows holding NaN or inf give NaN (False for flags).
 
     Under ``nan_policy="raise"`` such rows raise :class:`NonFiniteRowsError`
@@ -198,11 +200,12 @@ def nan_for_nonfinite_rows(func, nan_policy: str = "omit", *, original: bool = F
     ``"partial"``, rows with some cells NaN (none inf) reach ``func`` as
     they are, which handles them by their observed cells; rows with every
     cell NaN, or an inf, give NaN.  ``original``: ``func`` also takes the
-    block as it came (``original=``), where it reads rows in order.
+    block as it came (``original=``), where it reads rows in order.  ``modes``: as
+    :func:`unusable_rows` takes it.
     """
 
     def wrapped(block, *context):
-        bad = unusable_rows(block, nan_policy)
+        bad = unusable_rows(block, nan_policy, modes=modes)
         if not bad.any():
             return func(block, *context)
         extra = {"original": block} if original else {}

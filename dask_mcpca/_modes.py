@@ -445,7 +445,7 @@ def modes_of_rows(model, block, nan_policy: str) -> np.ndarray:
     """:meth:`MCPCA.predict_mode` of a row block as stored: :func:`best_modes`, and ``NO_MODE`` (-1) for the
     rows no mode can judge (:func:`._model.unusable_rows`: holding NaN or inf; under ``"raise"`` they raise)."""
     block = np.asarray(block)
-    bad = _model.unusable_rows(block, nan_policy)
+    bad = _model.unusable_rows(block, nan_policy, modes=True)
     out = best_modes(model, np.where(bad[:, None], 0.0, block) if bad.any() else block)
     out[bad] = NO_MODE
     return out
