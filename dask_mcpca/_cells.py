@@ -9,7 +9,8 @@ Rousseeuw 2023), and a flagged cell is treated as missing (MacroPCA, Hubert,
 Rousseeuw and Van den Bossche 2019): the row keeps its other cells.
 
 Everything comes from the model's precision matrix ``T = S^-1`` (mean 0:
-rows are centred first).  For a row ``y`` with missing (or flagged) cells
+rows are centred first; a rank-deficient scatter's round-off directions at the
+variance floor, :func:`cell_precision`).  For a row ``y`` with missing (or flagged) cells
 ``M`` and observed cells ``O``, with ``y_M`` set to 0 and ``t0 = T y``:
 
 - the missing cells' conditional expectation is ``u_M = -T_MM^-1 t0_M``
@@ -44,6 +45,8 @@ from scipy import stats
 
 from ._missing import conditional, equivalent_d2
 from ._partial_stats import completed_sums
+from ._power import direction_floors, spread_directions
+from ._start import precision
 
 __all__ = [
     "breakdown_message",
@@ -55,6 +58,7 @@ __all__ = [
     "judge",
     "Judged",
     "cell_cutoff2",
+    "cell_precision",
     "flag_cells",
     "robust_columns",
 ]
@@ -135,6 +139,31 @@ def breakdown_message(flags: np.ndarray, support: float, *, cellwise: bool) -> s
 def cell_cutoff2(quantile: float = CELL_QUANTILE) -> float:
     """The squared standardized residual above which a cell is flagged: ``chi2_1`` at ``quantile``."""
     return float(stats.chi2.ppf(quantile, 1))
+
+
+def cell_precision(scatter: np.ndarray) -> np.ndarray:
+    """The precision a cellwise pass judges and completes cells with: ``S^-1``, each round-off direction
+    of ``S`` given the variance floor of :func:`._power.direction_floors` (as the fitted model's
+    precision gives it, :func:`._precision.floored_variances`).
+
+    The completion ``u_M = -T_MM^-1 (T u)_M`` (module docstring) holds for the inverse only.  With the
+    pseudo-inverse of a rank-deficient scatter (a channel that copies another, a total of others) it
+    is wrong: ``T`` does not see the null direction, so a missing copy is completed to make the row
+    lie in it (``-y`` for a copy of ``y``), and a row missing both copies meets a singular ``T_MM``
+    whose inverse is round-off (conditional covariances of 1e11).  A floor variance there makes the
+    null direction a constraint that the completion keeps (the copy of ``y`` completed to ``y``, with
+    a conditional variance at the floor).  A full-rank scatter gets :func:`._start.precision`, bit for bit.
+    """
+    S = np.asarray(scatter, np.float64)
+    if len(spread_directions(S)[0]) == len(S):
+        return precision(S)
+    w, V = np.linalg.eigh((S + S.T) / 2)
+    w = np.maximum(w, 0.0)
+    if not w.max(initial=0.0) > 0:
+        return precision(S)
+    floored = np.maximum(w, direction_floors(w, V, np.diag(S)))
+    P = (V / floored) @ V.T
+    return (P + P.T) / 2
 
 
 @dataclass(frozen=True)

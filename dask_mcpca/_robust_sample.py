@@ -33,7 +33,7 @@ from ._robust_step import (
     step_plan,
 )
 from ._schedule import CUTOFF_QUANTILE, FINAL_QUANTILE, calibrated_cutoff, flat_top_consistency, hotelling_quantile
-from ._start import START_FRACTION, TINY_EIGENVALUE, _mahalanobis2, _rank, precision
+from ._start import START_FRACTION, TINY_EIGENVALUE, _mahalanobis2, _rank
 from ._stats import WIDE_FEATURES, BlockStats, combine
 
 __all__ = [
@@ -376,7 +376,7 @@ def cellwise_start(
     for step in range(CELL_SAMPLE_STEPS + CELL_FREE_STEPS):
         if carried and step >= CELL_SAMPLE_STEPS:
             carried = False
-        cells = _cells.CellPlan(precision(state.scatter), cutoff2, True, held=_pairs(state.repeated))
+        cells = _cells.CellPlan(_cells.cell_precision(state.scatter), cutoff2, True, held=_pairs(state.repeated))
         judged = _cells.judge(rows, state.location, cells, start=flags if carried else None)
         flags[:] = False
         flags[judged.rows] = judged.flags
@@ -398,7 +398,7 @@ def cellwise_start(
                 break
         elif calibrate and step >= 2 and change < tol / 10:
             carried = False  # settled with the flags carried: now as the passes judge cells
-    cells = _cells.CellPlan(precision(state.scatter), cutoff2, True, held=_pairs(state.repeated))
+    cells = _cells.CellPlan(_cells.cell_precision(state.scatter), cutoff2, True, held=_pairs(state.repeated))
     d2 = _cells.judge(rows, state.location, cells).equivalent_d2()
     n_effective = state.core_support * n
     q_fit = core_radius(d2, p, n_effective)

@@ -210,7 +210,8 @@ def step_plan(
         part = PartialPlan(scatter=np.asarray(scatter, np.float64), kernel_size2=float(kernel_size2),
                            offsets=np.nan_to_num(radii / (2 * kernel_size2), nan=0.0, posinf=np.inf),
                            patterns=tuple(patterns))
-    cell_plan = None if cells is None else _cells.CellPlan(prec, float(cells), missing_ok, held=pairs)
+    cell_plan = None if cells is None else _cells.CellPlan(_cells.cell_precision(scatter), float(cells), missing_ok,
+                                                         held=pairs)
     return PassPlan(center=location, kernels=kernels, offsets=cutoffs / (2 * kernel_size2), excluded=pairs,
                     excluded_rows=rows, partial=part, cells=cell_plan)
 
