@@ -27,6 +27,7 @@ from . import _labels, _model, _modes
 from ._channel_methods import ChannelMethodsMixin
 from ._detector import OutlierDetectorMixin
 from ._io import as_row_blocks
+from ._passes import rows_before
 from ._row_methods import check_n_features, fill_docstrings, map_in_order
 
 __all__ = ["_BaseMCPCA"]
@@ -126,8 +127,12 @@ class _BaseMCPCA(OutlierDetectorMixin, ChannelMethodsMixin, ClassNamePrefixFeatu
         if policy != "cells":  # "cells": ``func`` judges each cell itself, rows with NaN or inf included
             func = _model.nan_for_nonfinite_rows(func, policy, original=in_order, modes=_modes.has_modes(self))
         if isinstance(X, da.Array):
-            if in_order:  # per-row outputs only
+            if in_order and n_out is None:
                 return map_in_order(X, func, dtype=dtype, meta=np.empty((0,), dtype))
+            if in_order:  # n_out wide, each block with the rows before it (full-row blocks)
+                return da.blockwise(func, "ik", X, "ij", rows_before(X, _model.CONTEXT_ROWS), "ij",
+                                    new_axes={"k": n_out}, align_arrays=False, concatenate=True, dtype=dtype,
+                                    meta=np.empty((0, 0), dtype))
             if n_out is None:
                 return X.map_blocks(func, drop_axis=1, dtype=dtype)
             return X.map_blocks(func, chunks=(X.chunks[0], (n_out,)), dtype=dtype)
@@ -153,7 +158,9 @@ class _BaseMCPCA(OutlierDetectorMixin, ChannelMethodsMixin, ClassNamePrefixFeatu
             ``"partial"``, a row with some NaN cells gives the scores of the
             row completed by :meth:`impute` (the conditional expectation of
             its missing cells given the observed ones); a model fitted with
-            ``cellwise=True`` completes its flagged cells the same way.
+            ``cellwise=True`` completes the cells :meth:`cell_outliers` flags
+            the same way, a stuck sensor's cells among them (rows read in
+            order, as time, with the rows before each block).
 
         Raises
         ------
@@ -183,9 +190,11 @@ class _BaseMCPCA(OutlierDetectorMixin, ChannelMethodsMixin, ClassNamePrefixFeatu
         check_is_fitted(self, "components_")
         comps = self.components_
         columns = (_labels.COMPONENT_DIM, np.arange(len(comps)))
-        return self._map_rows(X, _model.projector(self, self.nan_policy), len(comps), columns=columns,
-                              storage_options=storage_options,
-                              frame_columns=self.get_feature_names_out() if _labels.is_dataframe(X) else None)
+        cellwise = getattr(self, "cell_cutoff_", None) is not None  # completes stuck cells: reads rows in order
+        project = (_model.ordered_projector if cellwise else _model.projector)(self, self.nan_policy)
+        return self._map_rows(X, project, len(comps), columns=columns, storage_options=storage_options,
+                              frame_columns=self.get_feature_names_out() if _labels.is_dataframe(X) else None,
+                              in_order=cellwise)
 
     def inverse_transform(self, X: Any) -> np.ndarray | da.Array:
         """Map scores back to the data space: ``X @ components_ + mean_``.

@@ -243,9 +243,11 @@ class ChannelMethodsMixin:
         :meth:`get_covariance` (the best linear reconstruction from the
         observed channels; Tipping and Bishop 1999).  An infinite cell is
         no value and is filled like a missing one (:meth:`cell_outliers`
-        flags it); a model fitted with ``cellwise=True`` fills its flagged
-        cells too.  Observed cells are returned unchanged; rows with no
-        finite cell stay NaN.
+        flags it); a model fitted with ``cellwise=True`` fills the cells
+        :meth:`cell_outliers` flags too, a stuck sensor's cells among them
+        (rows read in order, as time, with the rows before each block, as
+        :meth:`cell_outliers` reads them).  Other cells are returned
+        unchanged; rows with no finite cell stay NaN.
 
         Parameters
         ----------
@@ -274,13 +276,13 @@ class ChannelMethodsMixin:
 
         scale = getattr(self, "scale_", None)
 
-        def func(b):
+        def func(b, before=None):  # rows as stored, in order: ``before`` the rows before the block
             b = np.asarray(b, np.float64)
             none = ~np.isfinite(b).any(axis=1)  # no finite cell: the row stays NaN
             y = _model.model_rows(self, np.where(none[:, None], 0.0, b))
             gaps = ~np.isfinite(b)
-            if cellwise:  # flagged cells are left out too, and filled like missing ones
-                gaps |= cell_flags_of_any_rows(self, np.where(np.isinf(b), np.nan, y))
+            if cellwise:  # cell_outliers' cells are left out too, and filled like missing ones
+                gaps |= cell_flags_of_any_rows(self, np.where(np.isinf(b), np.nan, y)) | stuck_cells(self, b, before)
             if not gaps.any():
                 return b.copy()
             filled = _missing.completed(np.where(gaps, np.nan, y) - mean, cov) + mean
@@ -291,7 +293,7 @@ class ChannelMethodsMixin:
 
         out = self._map_rows(
             X, func, self.n_features_in_, columns=self._feature_columns(X), storage_options=storage_options,
-            nan_policy="cells", as_stored=True,
+            nan_policy="cells", as_stored=True, in_order=cellwise,
         )
         return _frame_like(out, X)
 
@@ -368,7 +370,9 @@ class ChannelMethodsMixin:
         fused = row_outputs_by_mode(self, tuple(outputs), self.nan_policy)
         if not isinstance(blocks, da.Array):
             parts = fused(blocks)
-        elif {"outlier", "top_channel", "cells"} & set(outputs):  # read in order: a stuck run, the row before
+        elif {"outlier", "top_channel", "cells"} & set(outputs) or (
+                "scores" in outputs and getattr(self, "cell_cutoff_", None) is not None):
+            # read in order: a stuck run (a cellwise model's scores complete its cells), the row before
             packed = map_in_order(blocks, fused, dtype=object, meta=np.empty((0,), object))
         else:
             packed = blocks.map_blocks(fused, drop_axis=1, dtype=object, meta=np.empty((0,), object))

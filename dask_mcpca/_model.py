@@ -55,6 +55,7 @@ __all__ = [
     "nan_for_nonfinite_rows",
     "outlier_flags",
     "projector",
+    "ordered_projector",
     "repeated",
     "row_outputs",
     "unusable_rows",
@@ -217,26 +218,45 @@ def nan_for_nonfinite_rows(func, nan_policy: str = "omit", *, original: bool = F
 
 
 def projector(model: Any, nan_policy: str):
-    """The row-block function of :meth:`MCPCA.transform`.
+    """The row-block function of :meth:`MCPCA.transform` on rows in the model's units: ``func(b, stuck=None)``.
 
     Under ``nan_policy="partial"`` a row with gaps is first completed by
     its missing cells' conditional expectation (:func:`._missing.completed`);
     a cellwise model completes its flagged cells the same way (as
     :meth:`MCPCA.impute` fills them), so one glitched cell does not move
-    the row's scores.
+    the row's scores: the cells of :meth:`MCPCA.cell_outliers`, those
+    :func:`._distances.cell_flags` judges and ``stuck``, a stuck sensor's cells
+    (:func:`._stuck.stuck_cells`, read from the rows as stored and in order;
+    :func:`ordered_projector`).  A model not fitted with ``cellwise=True``
+    projects every cell as given.
     """
     comps, mean = model.components_, model.mean_
     cellwise = getattr(model, "cell_cutoff_", None) is not None
     cov = precision_power(model, -1.0) if nan_policy == "partial" or cellwise else None
 
-    def func(b):
+    def func(b, stuck=None):
         b = np.asarray(b, np.float64)
         Y = b - mean
         if cellwise:
-            Y[cell_flags(model, b)] = np.nan
+            flags = cell_flags(model, b)
+            Y[flags if stuck is None else flags | stuck] = np.nan
         if cov is not None and np.isnan(Y).any():
             Y = _missing.completed(Y, cov)
         return Y @ comps.T
+
+    return func
+
+
+def ordered_projector(model: Any, nan_policy: str):
+    """:func:`projector` on a block as stored, read in order: ``func(block, before=None, original=None)``
+    (``before``: the :data:`CONTEXT_ROWS` rows before it; ``original``: the block before its unusable rows were
+    zeroed, :func:`nan_for_nonfinite_rows`), completing a stuck sensor's cells as a cellwise model's flagged
+    cells (:meth:`MCPCA.transform` of a cellwise model)."""
+    project = projector(model, nan_policy)
+
+    def func(block, before=None, original=None):
+        stuck = stuck_cells(model, block if original is None else original, before)
+        return project(model_rows(model, block), stuck)
 
     return func
 
@@ -258,7 +278,8 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
     def distances(block, before, original, whole):
         parts = {}
         top = d2 = calibrated = flags = None
-        stuck = stuck_cells(model, original, before) if {"outlier", "top_channel", "cells"} & wanted else None
+        stuck = (stuck_cells(model, original, before)
+                 if {"outlier", "top_channel", "cells"} & wanted or (cellwise and project is not None) else None)
         # a cellwise model judges the block's cells once, for every output that reads them
         judged = judge_cells(model, block) if cellwise and wanted - {"scores", "contributions"} else None
         if judged is not None and "n_observed" in wanted and whole:  # no row masked out
@@ -276,7 +297,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
                     if "outlier" in wanted:
                         parts["outlier"] = flags
         if project is not None:
-            parts["scores"] = project(block)
+            parts["scores"] = project(block, stuck)  # a cellwise model completes the stuck cells too
         if "cells" in wanted:
             parts["cells"] = (judged.flags if judged is not None else cell_flags(model, block)) | stuck
         c = None
