@@ -41,6 +41,7 @@ __all__ = [
     "RobustState",
     "archive_repeats",
     "change_in_metric",
+    "consistent_scatters",
     "covariance_about",
     "em_completed",
     "floored",
@@ -228,6 +229,25 @@ def kernel_rank(scatter: np.ndarray) -> int:
     return max(len(spread_directions(scatter)[0]), 1)
 
 
+def consistent_scatters(covs: list, c2: float, cutoffs: list, rank: int, resolution) -> list:
+    """The kernels' weighted covariances ``covs`` times their consistency factors for ``rank``
+    dimensions (:func:`._schedule.flat_top_consistency`), floored at ``resolution``.
+
+    ``rank`` is the rank of the scatter that weighed the rows (:func:`kernel_rank`).  Where the core's
+    result has another rank (a channel constant at the fit that came alive in ``partial_fit``'s new
+    rows), the factors are taken again for that rank: the model file's check reads the rank off the
+    kept core scatter (``update_scatter_``), and must find the factors the model was built with (a
+    model updated so was refused as damaged).  The decomposition is cached: the next pass's radii
+    read it.
+    """
+    def scaled(r: int) -> list:
+        return [floored(cov * flat_top_consistency(r, c2, q), resolution) for cov, q in zip(covs, cutoffs, strict=True)]
+
+    out = scaled(rank)
+    again = kernel_rank(out[0])
+    return out if again == rank else scaled(again)
+
+
 def full_step(
     runner: PassRunner,
     state: RobustState,
@@ -257,15 +277,15 @@ def full_step(
     if res.gaps:
         res = em_completed(res, plan, [flat_top_consistency(p, c2, q) for q in cutoffs], fixed_center,
                             [(state.location, state.scatter)] * len(cutoffs))
+    scatters = consistent_scatters([res.covariance(j, about=fixed_center) for j in range(len(cutoffs))],
+                                   c2, cutoffs, p, state.resolution)
     if final:
         runner.last_sums = res  # the kernels' weighted sums of all rows, kept by MCPCA for partial_fit
         state.final_location = res.mean[1] if fixed_center is None else fixed_center
-        state.final_scatter = floored(res.covariance(1, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[1]),
-                                       state.resolution)
+        state.final_scatter = scatters[1]
         state.support = float(res.weight[1] * np.exp(res.log_scale[1]) / res.n_rows)
     location = res.mean[0] if fixed_center is None else fixed_center
-    scatter = floored(res.covariance(0, about=fixed_center) * flat_top_consistency(p, c2, cutoffs[0]),
-                       state.resolution)
+    scatter = scatters[0]
     change = relative_change(state, location, scatter)
     state.location, state.scatter = location, scatter
     state.core_support = float(res.weight[0] * np.exp(res.log_scale[0]) / res.n_rows)

@@ -20,8 +20,8 @@ from ._repeated import find_repeated
 from ._robust_sample import pass_radii
 from ._robust_step import (
     RobustState,
+    consistent_scatters,
     em_completed,
-    floored,
     full_step,
     kernel_rank,
     relative_change,
@@ -160,8 +160,8 @@ def update_robust(
         new = em_completed(new, plan, [flat_top_consistency(p, c2, q) for q in cutoffs], fixed_center,
                             [(state.location, state.scatter)] * len(cutoffs))
     merged = combine(sums, new)
-    factors = [flat_top_consistency(p, c2, q) for q in cutoffs]
-    covs = [floored(merged.covariance(j, about=fixed_center) * factors[j], state.resolution) for j in (0, 1)]
+    covs = consistent_scatters([merged.covariance(j, about=fixed_center) for j in (0, 1)], c2, cutoffs, p,
+                               state.resolution)
     means = [merged.mean[j] if fixed_center is None else fixed_center for j in (0, 1)]
     if not all(np.all(np.isfinite(a)) for a in (*covs, *means)):
         raise NumericalRangeError(

@@ -350,3 +350,19 @@ def test_dead_or_derived_channels_do_not_inflate_the_variances(extra):
         X = np.hstack([X, X[:, :10] - X[:, 10:20]])
     got = MCPCA(n_components=3, random_state=0).fit(X).explained_variance_
     np.testing.assert_allclose(got, PCA(3).fit(X).explained_variance_, rtol=0.01)
+
+
+def test_a_model_updated_with_rows_of_a_higher_rank_saves_and_loads(tmp_path):
+    """Rank-3 rows fitted, then partial_fit with noisy rows (rank 10): the update weighed its rows with the
+    rank-3 scatter's consistency factor while the file's check read the rank off the merged scatter, and
+    refused the saved model as damaged.  Expected: it loads, with the attributes it was saved with."""
+    from dask_mcpca import load
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(5000, 3)) @ rng.normal(size=(3, 10))
+    model = MCPCA(n_components=3, random_state=0).fit(X)
+    model.partial_fit(X[:2000] + 0.1 * rng.normal(size=(2000, 10)))
+    model.save(tmp_path / "m.json")
+    loaded = load(tmp_path / "m.json")
+    np.testing.assert_array_equal(loaded.components_, model.components_)
+    np.testing.assert_array_equal(loaded.explained_variance_, model.explained_variance_)
