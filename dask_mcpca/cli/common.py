@@ -149,8 +149,9 @@ def finite_context(model, X, lead: int):
     user's to clean, not the rows before them (``score --rows 5501:`` leaves out a NaN row 5500), and a
     stuck run that such a row interrupts is judged from the rows after it.  Reads the context (at most
     :data:`dask_mcpca._model.CONTEXT_ROWS` rows: a chunk or two) once more, only then.  The one cut of
-    ``score --rows N:``, ``score --append`` and ``report --rows N:`` (:meth:`Archive.context`,
-    :meth:`Archive.with_context`), so that they flag the same rows."""
+    ``score --rows N:`` and ``report --rows N:`` (:meth:`Archive.context`, :meth:`Archive.with_context`), so
+    that they flag the same rows; ``score --append`` needs none (its context rows were scored by the same
+    model, so under 'raise' they hold no NaN or inf)."""
     import numpy as np
 
     if not lead or getattr(model, "nan_policy", "raise") != "raise":

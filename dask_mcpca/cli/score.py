@@ -17,7 +17,6 @@ from .common import (
     PROG,
     UsageError,
     check_channel_names,
-    finite_context,
     fmt_seconds,
     load_model,
     open_archive_for,
@@ -233,9 +232,10 @@ def _score_append(args, out, options) -> int:
     # From the rows before the new ones, whose outputs are left out: a stuck run and top_channel's held-cell
     # rule read rows in order (_model.stuck_cells, _model.isolated_top), so the new rows' outputs are a full
     # score's.  It reads at most one stored chunk more than the new rows.
+    # No cut after a NaN row here (finite_context): the rows before the new ones were scored into the store by
+    # this model, so under nan_policy='raise' they hold none, and the check would read their chunks twice.
     lead = min(stop, CONTEXT_ROWS)
     X = whole[stop - lead :] if isinstance(whole, da.Array) else whole.isel({whole.dims[0]: slice(stop - lead, None)})
-    X, lead = finite_context(model, X, lead)
     n_new = X.shape[0] - lead
     names, dtype = target.names, target.dtype
     if args.outputs is not None and _requested(model, args.outputs) != names:
