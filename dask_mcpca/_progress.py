@@ -14,7 +14,12 @@ It counts finished block tasks in all three ways a pass can run:
   fire there): :meth:`PassProgress.compute` submits the pass with
   ``client.compute``, asking for the block results as futures too, and counts
   them with :func:`distributed.as_completed`.  The graph is the same; only the
-  small per-block results are also kept until counted.
+  small per-block results are also kept until counted.  ``as_completed`` also
+  yields the futures cancelled when the pass fails (its workers lost, say):
+  only those whose status is ``'finished'`` are counted.
+
+A pass that ends in an exception keeps the blocks it had finished on its line,
+marked ``interrupted``, so that a failed pass is never drawn as a full bar.
 
 On a terminal the line is redrawn in place (at most every ``REDRAW_SECONDS``);
 otherwise (a log file, a pipe) only the finished line of each pass is written.
@@ -37,6 +42,8 @@ __all__ = ["PassProgress", "compute_with_progress"]
 BAR_WIDTH = 30
 #: Shortest interval between two redraws on a terminal.
 REDRAW_SECONDS = 0.1
+#: Mark on the last line of a pass that ended in an exception (its count is the blocks finished).
+INTERRUPTED = "interrupted"
 
 
 def _active_client():
@@ -135,7 +142,8 @@ class PassProgress(Callback):
         finished = as_completed(parts, loop=client.loop)
         del parts  # each block's future let go once counted: a held one pins its statistics in a worker
         for part in finished:
-            self.advance(1)
+            if part.status == "finished":  # not a cancelled or errored one: as_completed yields those too
+                self.advance(1)
             part.release()
         return final.result()
 
@@ -162,11 +170,11 @@ class PassProgress(Callback):
             f"{self.done:>{width}}/{self.total} blocks  {_rate(self.runner.n_rows * frac / elapsed)}"
         )
 
-    def _draw(self, final: bool = False) -> None:
+    def _draw(self, final: bool = False, interrupted: bool = False) -> None:
         if not self.enabled:
             return
         self._last_draw = time.perf_counter()
-        line = self._line()
+        line = self._line() + (f"  {INTERRUPTED}" if interrupted else "")
         if self._live:
             self.stream.write("\r" + line + ("\n" if final else ""))
         elif final:
@@ -186,5 +194,5 @@ class PassProgress(Callback):
             super().__exit__(*exc)
             if exc[0] is None:
                 self.done = self.total
-            self._draw(final=True)
+            self._draw(final=True, interrupted=exc[0] is not None)
         return False

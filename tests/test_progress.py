@@ -169,3 +169,69 @@ def test_rate_units():
     assert _progress._rate(3_400_000).strip() == "3.4 M rows/s"
     assert _progress._rate(12_500).strip() == "12.5 k rows/s"
     assert _progress._rate(950).strip() == "950 rows/s"
+
+
+class _Future:
+    """A stand-in for a ``distributed.Future`` with a fixed status."""
+
+    def __init__(self, status, value=None):
+        self.status, self.value = status, value
+
+    def release(self):
+        pass
+
+    def result(self):
+        if self.status != "finished":
+            raise RuntimeError("the pass was cancelled: its workers were lost")
+        return self.value
+
+
+class _Client:
+    """A stand-in for a ``distributed.Client`` whose pass ends as ``statuses`` say."""
+
+    loop = None
+
+    def __init__(self, final, statuses):
+        self.final, self.statuses = final, statuses
+
+    def compute(self, collections):
+        return [self.final] + [_Future(s) for s in self.statuses]
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_cancelled_blocks_are_not_counted_and_a_failed_pass_is_marked(monkeypatch, live):
+    """distributed.as_completed yields the futures cancelled when the workers die; each
+    counted as a finished block drew a failed pass as 8/8 before its error (review 7)."""
+    pytest.importorskip("distributed")
+    import distributed
+
+    statuses = ["finished"] * 3 + ["cancelled"] * (N_BLOCKS - 3)
+    client = _Client(_Future("cancelled"), statuses)
+    monkeypatch.setattr(_progress, "_active_client", lambda: client)
+    monkeypatch.setattr(distributed, "as_completed", lambda futures, loop=None: iter(futures))
+    stream = _Terminal() if live else io.StringIO()
+    runner = type("Runner", (), {"n_rows": N_ROWS, "n_blocks": N_BLOCKS, "n_passes": 1})()
+    with pytest.raises(RuntimeError, match="cancelled"):
+        with _progress.PassProgress(runner, "robust step 1", stream=stream) as bar:
+            bar.compute(None, blocks=[None] * N_BLOCKS)
+    last = stream.getvalue().replace("\r", "\n").strip().splitlines()[-1]
+    m = LINE.match(last)
+    assert m and (m[4], m[5]) == ("3", str(N_BLOCKS)), last
+    assert "interrupted" in last
+    assert stream.getvalue().endswith("\n")
+
+
+def test_a_finished_distributed_pass_counts_every_block_unmarked(monkeypatch):
+    pytest.importorskip("distributed")
+    import distributed
+
+    client = _Client(_Future("finished", 42), ["finished"] * N_BLOCKS)
+    monkeypatch.setattr(_progress, "_active_client", lambda: client)
+    monkeypatch.setattr(distributed, "as_completed", lambda futures, loop=None: iter(futures))
+    stream = io.StringIO()
+    runner = type("Runner", (), {"n_rows": N_ROWS, "n_blocks": N_BLOCKS, "n_passes": 0})()
+    with _progress.PassProgress(runner, "moments", stream=stream) as bar:
+        assert bar.compute(None, blocks=[None] * N_BLOCKS) == 42
+    m = LINE.match(stream.getvalue())
+    assert m and m[4] == m[5] == str(N_BLOCKS)
+    assert "interrupted" not in stream.getvalue()
