@@ -307,6 +307,8 @@ def first_read(est, runner, ckpt, *, seed: int, spread: bool = True):
     n, p = runner.n_rows, runner.n_features
     solver = est.solver
     blocks = spread_blocks(runner.n_blocks, p) if spread and solver == "auto" and est.center != "mean" else None
+    if blocks is not None and runner.block_rows()[blocks].sum() < min(est.sample_size, n):
+        blocks = None  # small blocks (a dask array's own row chunks): the spread would hold too few rows to sample
     rows_read = n if blocks is None else int(runner.block_rows()[blocks].sum())
     rate = min(1.0, est.sample_size / rows_read)
     plan = PassPlan(center=np.zeros(p), sample_rate=rate, seed=seed, sample_partial=est.nan_policy == "partial")

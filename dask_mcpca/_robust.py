@@ -173,8 +173,8 @@ def fit_robust(
     if state is None:
         if len(sample) < p + 2:
             raise ValueError(
-                f"{moments.n_rows} usable rows are too few for {p} features: "
-                f"the robust fit needs at least {p + 2}"
+                f"{len(sample)} usable rows are too few for {p} features: "
+                f"the robust fit needs at least {p + 2} in its row sample"
             )
         with_gaps = sample if partial_sample is None or not len(partial_sample) else np.concatenate(
             [sample, partial_sample])

@@ -770,3 +770,17 @@ def test_the_ordinary_mean_of_rows_with_gaps_is_refused(kw):
     X[X[:, 1] > 0, 0] = np.nan
     with pytest.raises(ValueError, match=r"center='mean' with .*center='robust'"):
         MCPCA(center="mean", **kw).fit(X)
+
+
+def test_a_dask_array_of_one_row_chunks_samples_enough_rows():
+    """800 rows x 40 in one-row dask chunks: the first read sampled a spread of 32 one-row blocks and
+    refused the fit as '800 usable rows are too few for 40 features'.  Expected: the fit of the same rows
+    in one chunk (the sample then holds every row: the same model)."""
+    import dask.array as da
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(800, 4)) @ rng.normal(size=(4, 40)) + 0.3 * rng.normal(size=(800, 40))
+    whole = MCPCA(random_state=0).fit(X)
+    small = MCPCA(random_state=0).fit(da.from_array(X, chunks=(1, 40)))
+    np.testing.assert_allclose(small.explained_variance_, whole.explained_variance_, rtol=1e-8)
+    assert small.outlier_cutoff_ == pytest.approx(whole.outlier_cutoff_, rel=1e-8)
