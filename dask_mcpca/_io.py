@@ -246,20 +246,37 @@ def url_node(url: str, storage_options: dict | None):
         raise ValueError(f"cannot open {url!r} as a Zarr store: {type(err).__name__}: {err}") from None
 
 
-def _array_in(node, path: str, dataset: str | None):
-    """The 2-D array ``dataset`` of the Zarr group ``node`` (or ``node`` itself, an array)."""
+def _zarr_arrays(group) -> list[str]:
+    """Paths of every array in the Zarr ``group``, at any depth (``"sub/x"``), sorted.
+
+    As an HDF5 file lists its datasets (``visititems``): an array in a subgroup
+    is found, and a group whose only array is nested is read as that array.
+    """
+    import zarr
+
+    if hasattr(group, "members"):  # zarr 3 (both formats)
+        return sorted(name for name, node in group.members(max_depth=None) if isinstance(node, zarr.Array))
+    names: list[str] = []
+    group.visititems(lambda name, node: names.append(name) if isinstance(node, zarr.Array) else None)
+    return sorted(names)
+
+
+def _array_in(node, path: str, dataset: str | None, how: str = "name one with dataset= or as 'store.zarr:/name'"):
+    """The 2-D array ``dataset`` of the Zarr group ``node`` (or ``node`` itself, an array).
+
+    Without ``dataset`` the group must hold exactly one array, at any depth;
+    otherwise the KeyError lists them all and says ``how`` to name one.
+    """
     import zarr
 
     if isinstance(node, zarr.Array):
         if dataset not in (None, "", "/"):
             raise KeyError(f"Zarr store {path!r} is a single array; it has no dataset {dataset!r}")
         return node
-    names = sorted(name for name, _ in node.arrays())
+    names = _zarr_arrays(node)
     if dataset is None:
         if len(names) != 1:
-            raise KeyError(
-                f"Zarr group {path!r} holds {len(names)} arrays {names}; name one with dataset="
-            )
+            raise KeyError(f"Zarr group {path!r} holds {len(names)} arrays {names}; {how}")
         dataset = names[0]
     try:
         arr = node[dataset.strip("/")]
@@ -478,6 +495,31 @@ def _as_float(x):
     return x
 
 
+def _group_array(X):
+    """A Zarr or h5py group is read as a path to it is: its single array (at any depth), or a
+    KeyError listing its arrays; anything else is returned as it is."""
+    module = type(X).__module__
+    if module.startswith("zarr"):
+        import zarr
+
+        if isinstance(X, zarr.Group):
+            where = _store_name(X.store) + (f":/{X.path}" if X.path else "")
+            return _array_in(X, where, None, how="pass one of them, group[name]")
+    elif module.startswith("h5py"):
+        import h5py
+
+        if isinstance(X, h5py.Group):
+            names: list[str] = []
+            X.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+            if len(names) != 1:
+                raise KeyError(
+                    f"HDF5 group {X.name!r} of {X.file.filename!r} holds {len(names)} datasets {names}; "
+                    "pass one of them, group[name]"
+                )
+            return X[names[0]]
+    return X
+
+
 def _refuse_unsupported(X) -> None:
     """Input kinds that ``np.asarray`` would turn into a wrong array, or fail on deep inside."""
     import scipy.sparse
@@ -527,6 +569,7 @@ def as_row_blocks(
     """
     if isinstance(X, (str, os.PathLike)):
         X = open_store(X, storage_options=storage_options)
+    X = _group_array(X)
     _refuse_unsupported(X)
     if type(X).__module__.startswith("xarray"):
         if X.ndim == 2 and channel_first(X):

@@ -1,0 +1,73 @@
+"""Groups as input: a Zarr group whose arrays sit in subgroups is listed as an HDF5 file is (at any depth),
+and a zarr.Group or h5py.Group object is read as a path to it is (review 7 of 2026-11-28, points 2 and 3)."""
+
+import numpy as np
+import pytest
+
+from dask_mcpca import MCPCA
+from dask_mcpca._io import as_row_blocks
+
+zarr = pytest.importorskip("zarr")
+h5py = pytest.importorskip("h5py")
+
+
+def _data():
+    return np.random.default_rng(7).normal(size=(300, 4))
+
+
+def _nested_zarr(path, X, names=("x",), zarr_format=3):
+    g = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
+    sub = g.create_group("sub")
+    for name in names:
+        a = sub.create_array(name, shape=X.shape, chunks=(100, X.shape[1]), dtype="f8")
+        a[:] = X
+    return str(path)
+
+
+def _nested_h5(path, X, names=("x",)):
+    with h5py.File(path, "w") as f:
+        for name in names:
+            f.create_dataset(f"sub/{name}", data=X)
+    return str(path)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_zarr_group_whose_only_array_is_nested_is_read_as_that_array(tmp_path, zarr_format):
+    X = _data()
+    store = _nested_zarr(tmp_path / "g.zarr", X, zarr_format=zarr_format)
+    h5 = _nested_h5(tmp_path / "g.h5", X)
+    for source in (store, h5, store + ":/sub/x", h5 + ":/sub/x"):
+        assert np.array_equal(np.asarray(as_row_blocks(source)), X), source
+
+
+def test_a_zarr_group_with_nested_arrays_lists_them_all(tmp_path):
+    X = _data()
+    store = _nested_zarr(tmp_path / "g.zarr", X, names=("x", "y"))
+    with pytest.raises(KeyError, match=r"holds 2 arrays \['sub/x', 'sub/y'\]; name one"):
+        as_row_blocks(store)
+    h5 = _nested_h5(tmp_path / "g.h5", X, names=("x", "y"))
+    with pytest.raises(KeyError, match=r"holds 2 datasets \['sub/x', 'sub/y'\]"):
+        as_row_blocks(h5)
+    assert np.array_equal(np.asarray(as_row_blocks(store + ":/sub/y")), X)
+
+
+def test_a_group_object_is_read_as_a_path_to_it(tmp_path):
+    X = _data()
+    one = zarr.open_group(_nested_zarr(tmp_path / "one.zarr", X), mode="r")
+    assert np.array_equal(np.asarray(as_row_blocks(one)), X)
+    assert np.array_equal(np.asarray(as_row_blocks(one["sub"])), X)
+    with h5py.File(_nested_h5(tmp_path / "one.h5", X), "r") as f:
+        assert np.array_equal(np.asarray(as_row_blocks(f)), X)
+        assert np.array_equal(np.asarray(as_row_blocks(f["sub"])), X)
+    assert MCPCA().fit(one).n_features_in_ == X.shape[1]
+
+
+def test_a_group_object_with_several_arrays_is_refused_with_their_names(tmp_path):
+    X = _data()
+    two = zarr.open_group(_nested_zarr(tmp_path / "two.zarr", X, names=("x", "y")), mode="r")
+    with pytest.raises(KeyError, match=r"holds 2 arrays \['sub/x', 'sub/y'\]; pass one of them, group\[name\]"):
+        MCPCA().fit(two)
+    with h5py.File(_nested_h5(tmp_path / "two.h5", X, names=("x", "y")), "r") as f, pytest.raises(
+        KeyError, match=r"holds 2 datasets \['sub/x', 'sub/y'\]; pass one of them, group\[name\]"
+    ):
+        MCPCA().fit(f)
