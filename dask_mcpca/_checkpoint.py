@@ -4,7 +4,9 @@ A checkpoint is one ``.npz`` file (no pickle): the solver's state as arrays
 plus a JSON header with the parameters and a fingerprint of the data (row
 count, mean, scatter and each column's minimum and maximum, from the first
 pass: a reflection ``2 * mean - X`` has the same mean and scatter, not the
-same ranges).  It is written to a temporary
+same ranges; and a digest of that pass's row sample in row order, whose rows
+are drawn by their positions: the same rows in another order have the same
+statistics, not the same sample).  It is written to a temporary
 file in the same directory and renamed over the old one, so an interrupted
 write leaves the previous checkpoint or none, never half a file.  A
 checkpoint written for other data or other parameters is refused, and so
@@ -18,6 +20,7 @@ killed during a write are removed when the checkpoint is next opened.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import typing
@@ -41,9 +44,13 @@ __all__ = ["Checkpoint"]
 #: robust state holds each channel's rounding-error variance (the floor of a
 #: quantized channel's variance).  An older file cannot be checked or holds
 #: another estimator's state: refused.
-FORMAT = "dask_mcpca-checkpoint-8"  # 8: float32 data worked in float64 (its sums and fingerprint changed)
+#: 8: float32 data worked in float64 (its sums and fingerprint changed); 9: the fingerprint holds the
+#: row sample's digest (``sample``).
+FORMAT = "dask_mcpca-checkpoint-9"
 #: Fingerprint entries (all from the first pass).
-_FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max")
+_FINGERPRINT = ("n_rows", "mean", "scatter", "col_min", "col_max", "sample")
+#: Those compared to ``FINGERPRINT_RTOL`` (sums: round-off may move them); the others are compared exactly.
+_CLOSE = ("mean", "scatter", "col_min", "col_max")
 #: Relative tolerance of the fingerprint's mean and scatter: sums in another order (float64 for
 #: float32 data too) move them by far less.
 FINGERPRINT_RTOL = 1e-9
@@ -171,6 +178,23 @@ def _check_robust(state: RobustState) -> None:
         raise ValueError("resolution (the channels' rounding-error variances) must be >= 0")
 
 
+def sample_digest(sample: np.ndarray | None) -> str:
+    """sha256 of the first pass's row sample, its rows in row order (``"none"`` without one).
+
+    The order-sensitive part of the fingerprint: the sample draws each row by its position
+    (:func:`._block._row_uniforms` of its global index), so the same rows in another order draw
+    other rows, or (a sample of every row) the same rows in another order; the mean, scatter and
+    ranges are order-free.  The sample holds the stored values exactly (no sums), so the same
+    data gives the same digest whatever its chunks or its container (numpy, Zarr, HDF5).
+    """
+    if sample is None:
+        return "none"
+    rows = np.ascontiguousarray(np.asarray(sample, np.float64)) + 0.0  # -0.0 as 0.0
+    digest = hashlib.sha256(repr(rows.shape).encode())
+    digest.update(rows.tobytes())
+    return digest.hexdigest()
+
+
 def _plain(value):
     """A numpy scalar as the Python number it equals (``np.int64(2)`` is ``2``), else its repr."""
     return value.item() if isinstance(value, np.generic) else repr(value)
@@ -214,6 +238,7 @@ class Checkpoint:
             "scatter": moments.scatter[0].ravel().tolist(),
             "col_min": moments.col_min.tolist(),
             "col_max": moments.col_max.tolist(),
+            "sample": sample_digest(moments.sample),
         }
         recover(self.path)  # temporaries left by a process killed mid-write
         if not os.path.exists(self.path):
@@ -243,17 +268,17 @@ class Checkpoint:
         old = header["data"]
         same = (
             header["shape"] == self.shape
-            and old["n_rows"] == self.fingerprint["n_rows"]
+            and all(old[k] == self.fingerprint[k] for k in _FINGERPRINT if k not in _CLOSE)
             and all(
                 np.shape(old[k]) == np.shape(self.fingerprint[k])
                 and np.allclose(old[k], self.fingerprint[k], rtol=FINGERPRINT_RTOL, atol=1e-12)
-                for k in _FINGERPRINT[1:]
+                for k in _CLOSE
             )
         )
         if not same:
             raise CheckpointMismatchError(
                 f"checkpoint {self.path!r} was written for other data (shape, row count, mean, "
-                "scatter or column ranges differ); delete it to start afresh"
+                "scatter, column ranges or the rows sampled in row order differ); delete it to start afresh"
             )
         for kind, meta in header["states"].items():
             prefix = kind + ":"

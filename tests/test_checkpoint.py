@@ -727,3 +727,34 @@ def test_a_model_resumed_from_a_finished_checkpoint_says_why_it_cannot_be_update
     assert not hasattr(again, "update_location_")
     with pytest.raises(ValueError, match="checkpoint of a finished fit"):
         again.partial_fit(X[:100])
+
+
+def _zarr_store(path, X, rows_per_chunk):
+    zarr = pytest.importorskip("zarr")
+    z = zarr.open(str(path), mode="w", shape=X.shape, chunks=(rows_per_chunk, X.shape[1]), dtype="f8")
+    z[:] = X
+    return str(path)
+
+
+@pytest.mark.parametrize("sample_size", [100, 10_000], ids=["sampled", "every-row"])
+def test_a_checkpoint_of_the_same_rows_in_another_order_is_refused(tmp_path, sample_size):
+    """The mean, scatter and ranges are order-free: the same rows in another order resumed from the
+    checkpoint (and ended slightly off a fresh fit of them). The fingerprint holds the first pass's row
+    sample, drawn by position, in row order (review 7, point 4)."""
+    X = _data()
+    kw, path = {**SOLVERS["auto"], "sample_size": sample_size}, tmp_path / "fit.ckpt.npz"
+    MCPCA(checkpoint=path, **kw).fit(_zarr_store(tmp_path / "x.zarr", X, 150))
+    before = path.read_bytes()
+    permuted = X[np.random.default_rng(1).permutation(len(X))]
+    swapped = X.copy()
+    swapped[[200, 201]] = X[[201, 200]]  # two inlier rows: a sample of every row sees it
+    changes = {"permuted": permuted, "reversed": X[::-1]}
+    if sample_size >= len(X):
+        changes["swapped"] = swapped
+    for name, Y in changes.items():
+        with pytest.raises(CheckpointMismatchError, match="written for other data"):
+            MCPCA(checkpoint=path, **kw).fit(_zarr_store(tmp_path / f"{name}.zarr", Y, 150))
+        assert path.read_bytes() == before, name
+    # The same rows in the same order still resume, in another container and other chunks.
+    resumed = MCPCA(checkpoint=path, **kw).fit(_blocks(X))
+    assert resumed.n_passes_ == 1
