@@ -46,8 +46,8 @@ from ._scale import in_model_units, robust_scales
 from ._schedule import OUTLIER_QUANTILE, calibrated_cutoff, outlier_cutoff_d2, robust_kernel_size2
 from ._start import outlyingness
 
-__all__ = ["FitResult", "finish_fit", "fingerprint_params", "first_read", "fit_rows", "robust_stage",
-           "solver_limits", "variances_in_data_units"]
+__all__ = ["SPREAD_ROWS_PER_FEATURE", "FitResult", "finish_fit", "fingerprint_params", "first_read", "fit_rows",
+           "robust_stage", "solver_limits", "variances_in_data_units"]
 
 #: ``tol=None``: the paper solver's power-iteration tolerance; the default solver's is its own
 #: (:data:`._robust.DEFAULT_TOL`, one home for it).
@@ -68,6 +68,12 @@ SAMPLE_SHORT_PROB = 1e-9
 
 
 # ------------------------------------------------------------------ helpers
+#: A first read samples a spread of the blocks (:func:`._passes.spread_blocks`) only where those blocks hold
+#: at least this many rows per feature (plus 2): a dask array keeps its own row chunks, and a spread of 32
+#: one-row blocks gave the robust start 32 rows for 40 features (refused); it reads every block instead.
+SPREAD_ROWS_PER_FEATURE = 10
+
+
 def _least_sample_size(needed: int) -> int:
     """Smallest ``sample_size`` whose row sample holds ``needed`` rows but with ``SAMPLE_SHORT_PROB``.
 
@@ -307,7 +313,7 @@ def first_read(est, runner, ckpt, *, seed: int, spread: bool = True):
     n, p = runner.n_rows, runner.n_features
     solver = est.solver
     blocks = spread_blocks(runner.n_blocks, p) if spread and solver == "auto" and est.center != "mean" else None
-    if blocks is not None and runner.block_rows()[blocks].sum() < min(est.sample_size, n):
+    if blocks is not None and runner.block_rows()[blocks].sum() < min(SPREAD_ROWS_PER_FEATURE * (p + 2), n):
         blocks = None  # small blocks (a dask array's own row chunks): the spread would hold too few rows to sample
     rows_read = n if blocks is None else int(runner.block_rows()[blocks].sum())
     rate = min(1.0, est.sample_size / rows_read)

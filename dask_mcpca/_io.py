@@ -26,6 +26,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from ._groups import array_in, single_hdf5_dataset
 from ._stacked import local_root as _local_root
 from ._urls import is_url, with_timeouts
 
@@ -200,7 +201,7 @@ def open_store(path: str | os.PathLike, dataset: str | None = None, *, storage_o
         if not h5py.is_hdf5(path):
             raise ValueError(f"{path!r} is neither a Zarr store (a directory) nor an HDF5 file")
         if dataset is None:
-            dataset = _single_hdf5_dataset(path)
+            dataset = single_hdf5_dataset(path)
         return H5Dataset(path, dataset)
     import zarr
 
@@ -208,7 +209,7 @@ def open_store(path: str | os.PathLike, dataset: str | None = None, *, storage_o
         node = zarr.open(path, mode="r")
     except Exception as err:  # zarr raises several types for "not a store"
         raise ValueError(f"{path!r} is neither a Zarr store nor an HDF5 file: {err}") from None
-    return _array_in(node, path, dataset)
+    return array_in(node, path, dataset)
 
 
 def _refuse_special(path: str) -> None:
@@ -225,7 +226,7 @@ def _refuse_special(path: str) -> None:
 def _open_url(url: str, dataset: str | None, storage_options: dict | None):
     """A Zarr store at a URL that fsspec understands (``s3://``, ``gs://``, ``https://``, ``file://``);
     an ``s3://`` one with :data:`._urls.S3_TIMEOUTS` unless ``storage_options`` set them."""
-    return _array_in(url_node(url, storage_options), url, dataset)
+    return array_in(url_node(url, storage_options), url, dataset)
 
 
 def url_node(url: str, storage_options: dict | None):
@@ -244,60 +245,6 @@ def url_node(url: str, storage_options: dict | None):
         raise ImportError(missing_backend(url, err)) from None
     except Exception as err:
         raise ValueError(f"cannot open {url!r} as a Zarr store: {type(err).__name__}: {err}") from None
-
-
-def _zarr_arrays(group) -> list[str]:
-    """Paths of every array in the Zarr ``group``, at any depth (``"sub/x"``), sorted.
-
-    As an HDF5 file lists its datasets (``visititems``): an array in a subgroup
-    is found, and a group whose only array is nested is read as that array.
-    """
-    import zarr
-
-    if hasattr(group, "members"):  # zarr 3 (both formats)
-        return sorted(name for name, node in group.members(max_depth=None) if isinstance(node, zarr.Array))
-    names: list[str] = []
-    group.visititems(lambda name, node: names.append(name) if isinstance(node, zarr.Array) else None)
-    return sorted(names)
-
-
-def _array_in(node, path: str, dataset: str | None, how: str = "name one with dataset= or as 'store.zarr:/name'"):
-    """The 2-D array ``dataset`` of the Zarr group ``node`` (or ``node`` itself, an array).
-
-    Without ``dataset`` the group must hold exactly one array, at any depth;
-    otherwise the KeyError lists them all and says ``how`` to name one.
-    """
-    import zarr
-
-    if isinstance(node, zarr.Array):
-        if dataset not in (None, "", "/"):
-            raise KeyError(f"Zarr store {path!r} is a single array; it has no dataset {dataset!r}")
-        return node
-    names = _zarr_arrays(node)
-    if dataset is None:
-        if len(names) != 1:
-            raise KeyError(f"Zarr group {path!r} holds {len(names)} arrays {names}; {how}")
-        dataset = names[0]
-    try:
-        arr = node[dataset.strip("/")]
-    except KeyError:
-        raise KeyError(f"Zarr store {path!r} has no dataset {dataset!r}; it has {names}") from None
-    if not isinstance(arr, zarr.Array):
-        raise KeyError(f"{dataset!r} in Zarr store {path!r} is a group, not an array")
-    return arr
-
-
-def _single_hdf5_dataset(path: str) -> str:
-    import h5py
-
-    names = []
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-    if len(names) != 1:
-        raise KeyError(
-            f"HDF5 file {path!r} holds {len(names)} datasets {names}; name one as 'file.h5:/name'"
-        )
-    return names[0]
 
 
 def row_chunk(n_rows: int, n_cols: int, store_rows: int | None, block_values: int | None = None) -> int:
@@ -504,7 +451,7 @@ def _group_array(X):
 
         if isinstance(X, zarr.Group):
             where = _store_name(X.store) + (f":/{X.path}" if X.path else "")
-            return _array_in(X, where, None, how="pass one of them, group[name]")
+            return array_in(X, where, None, how="pass one of them, group[name]")
     elif module.startswith("h5py"):
         import h5py
 
