@@ -107,6 +107,7 @@ def test_rows_already_read_are_refused(data, tmp_path, capsys, rows):
     assert _bytes(model) == before
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_explicit_rows_after_a_gap_are_read_and_the_gap_kept(data, tmp_path, capsys):
     """Runs, gaps kept: rows after a gap are recorded as a run of their own, the default goes on after the
     last run, and the gap can be read later (it used to be recorded as read, and could never be)."""
@@ -209,6 +210,7 @@ def _times_repeating(start: int, stop: int) -> pd.DatetimeIndex:
     return pd.DatetimeIndex(times)
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_update_by_time_on_repeated_labels_checks_positions(data, tmp_path, capsys):
     """A label repeated across the rows a fit read and rows after: ``--time`` from it reaches rows the model
     holds, refused by position (it used to count them twice and drop archive_rows_)."""
@@ -277,6 +279,7 @@ def test_malformed_runs_are_refused_on_load(data, tmp_path, runs):
         load(model)
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_update_through_a_symlinked_model_writes_its_target(data, tmp_path, capsys):
     """``-m link.json``: the file the link names is updated and the link stays a link (it used to be
     replaced by a file, the model it named left stale); the same for ``-o``."""

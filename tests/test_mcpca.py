@@ -79,6 +79,7 @@ def test_paper_solver_matches_independent_implementation(seed):
     assert angles_deg(model.components_, expected).max() < 0.05
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_paper_solver_matches_on_dask_blocks():
     X, _, _ = paper_experiment(7)
     expected = mcpi_paper(X, n_decay=20)

@@ -87,6 +87,7 @@ def test_fit_then_update_and_append_each_period(tmp_path, capsys):
     assert (ds["top_channel"].values[found] == channel).mean() > 0.99
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_open_scores_gives_each_row_its_segment(tmp_path, capsys):
     from dask_mcpca import open_scores
 

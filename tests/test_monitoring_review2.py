@@ -76,6 +76,7 @@ def test_outputs_monitoring_is_the_default_for_a_cellwise_model(tmp_path, capsys
     assert xr.open_zarr(tmp_path / "d.zarr").sizes["row"] == len(X)
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_a_new_channel_in_the_archive_appends_with_variables_naming_the_models(tmp_path, capsys):
     """Finding 3: after a sensor was added to an xarray archive, ``score --append --variables`` naming the
     model's channels (as the refusal without it advises) was refused: the store recorded --variables None."""
@@ -102,6 +103,7 @@ def test_a_new_channel_in_the_archive_appends_with_variables_naming_the_models(t
     np.testing.assert_array_equal(appended.d2.values, fresh.d2.values)
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_one_hdf5_dataset_however_spelled_is_the_same_input_for_append(tmp_path, capsys):
     """Finding 4: ``--dataset g/x``, ``--dataset /g/x``, ``a.h5:/g/x`` and the file through a symlink were
     "other data" for ``score --append``."""

@@ -271,6 +271,7 @@ def _plain_em(Xg: np.ndarray, n_iter: int = 500):
     return mu, S
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_with_unit_weights_the_partial_fit_is_the_gaussian_maximum_likelihood_em():
     """kernel_factor huge: every weight is 1, and the client's EM per pass gives the ML estimate."""
     _, Xg, _ = _archive(2_000, seed=11)

@@ -341,6 +341,7 @@ def test_the_curves_over_time_match_a_numpy_computation(archive, monkeypatch):
     np.testing.assert_allclose(s.bin_contrib, np.add.reduceat(contributions, heads) / counts[:, None], rtol=1e-9)
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_windows_are_written_next_to_the_png_and_need_window(archive, tmp_path, capsys):
     png = tmp_path / "r.png"
     assert main(["report", archive["xarray"], "--model", archive["model_path"], "--output", str(png),

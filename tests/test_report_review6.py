@@ -110,6 +110,7 @@ def test_times_out_of_order_are_refused_whatever_the_chunking(chunk, slice_rows,
     report.summarize(model, A, window="100")  # a row count's windows read no time
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_windows_with_modes_count_complete_and_watched_rows(tmp_path, capsys):
     """With operating modes the windows watch the largest mode's rows: ``complete_rows`` counts every complete
     row (it counted the largest mode's alone), ``watched_rows`` the largest mode's by ``predict_mode``, and a

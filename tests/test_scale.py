@@ -237,6 +237,7 @@ def test_a_file_whose_scale_and_scales_disagree_is_refused(tmp_path):
 
 
 # ------------------------------------------------------------ command line
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_the_command_line_fits_with_robust_scales_and_says_so(tmp_path, capsys):
     zarr = pytest.importorskip("zarr")
     X = _factor_data(n=4000) * FACTORS["1e3 and 1e-3"](6)

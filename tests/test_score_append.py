@@ -118,6 +118,7 @@ def test_append_reads_only_the_new_rows_and_equals_a_full_score(grown, model, tm
     assert _snapshot(out) == before
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_appends_in_several_steps_equal_one_score(data, model, tmp_path, capsys):
     store, out = tmp_path / "archive.zarr", tmp_path / "scores.zarr"
     for stop in (7_000, 7_001, 15_999, N):  # the first creates the output: --append on a missing store
@@ -141,6 +142,7 @@ def test_a_failed_append_leaves_the_previous_output(grown, data, model, capsys):
     assert zarr.open_group(str(out), mode="r").attrs["rows"] == [0, FIRST]
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_another_model_starts_a_segment(grown, data, model, tmp_path, capsys):
     """An updated (or any other) model over the same channels scores the new rows; the store says which."""
     store, out = grown
@@ -217,6 +219,7 @@ def test_a_folder_that_is_no_score_store_is_refused(data, model, tmp_path, capsy
     assert os.listdir(folder) == ["keep.txt"]
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_append_to_an_xarray_archive_equals_a_full_score(data, model, tmp_path, capsys):
     times = pd.date_range("2024-01-01", periods=N, freq="min")
     ds = xr.Dataset({f"c{i}": ("time", data[:, i]) for i in range(P)}, coords={"time": times})
@@ -232,6 +235,7 @@ def test_append_to_an_xarray_archive_equals_a_full_score(data, model, tmp_path, 
     assert a.sizes["time"] == N and a.attrs["rows"] == [0, N]
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_append_keeps_the_outputs_and_dtype_of_the_store(data, model, tmp_path, capsys):
     store, out = tmp_path / "archive.zarr", tmp_path / "scores.zarr"
     _grow(store, data[:FIRST])
@@ -279,6 +283,7 @@ def test_an_append_killed_mid_write_leaves_the_previous_output(model, tmp_path):
     assert zarr.open_group(str(out), mode="r").attrs["rows"] == [0, 1_200_000]
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_a_stuck_stretch_across_the_append_is_named_as_in_a_full_score(tmp_path, capsys):
     """top_channel of the first new row looks at the last old one (a sensor stuck since before the
     append, beside a near-copy of itself: the row alone names the copy)."""

@@ -222,6 +222,7 @@ def test_a_plain_store_with_a_named_model_warns_in_one_line(data, tmp_path, caps
     assert xr.open_zarr(tmp_path / "s.zarr").attrs["channels"] == NAMES  # the names the columns were judged as
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_a_store_written_before_arrays_named_their_dimensions_still_takes_appends(data, tmp_path, capsys):
     """A plain input's score store of an earlier version (arrays without dimension names, written
     array by array) is appended to array by array, as a full score."""
