@@ -148,7 +148,8 @@ def _largest_z_score(directions: np.ndarray, centred: np.ndarray) -> np.ndarray 
         return None
     if not keep.all():
         deviation, spread = deviation[keep], spread[keep]
-    deviation /= spread[:, None]
+    with np.errstate(over="ignore"):  # a row 1e300 spreads out is infinitely outlying: inf, no warning
+        deviation /= spread[:, None]
     return deviation.max(axis=0)
 
 
