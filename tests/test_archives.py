@@ -146,6 +146,7 @@ def _assert_report(png, events_csv, archive):
     return events
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_report_writes_a_png_and_the_events(archive, model_file, tmp_path, capsys):
     png = tmp_path / "report.png"
     assert _run("report", archive[0], "--model", model_file, "--output", png, "--max-gap", "2") == 0

@@ -342,6 +342,7 @@ def test_a_cellwise_models_distance_is_that_of_the_row_without_its_bad_cells():
     assert list(labelled.coords["channel"].values) == [f"c{i}" for i in range(12)]
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_a_cellwise_fit_is_the_same_whatever_the_chunking_and_the_threads():
     import dask
     import dask.array as da

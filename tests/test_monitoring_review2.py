@@ -54,6 +54,7 @@ def _zarr(path, X, chunk: int = 500) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_outputs_monitoring_is_the_default_for_a_cellwise_model(tmp_path, capsys):
     """Finding 6: ``--outputs monitoring`` (documented as the default) left out ``cells`` of a cellwise model,
     and ``score --append --outputs monitoring`` to a store scored by default was refused."""

@@ -133,6 +133,7 @@ def test_distributed_bar_counts_futures_not_a_local_callback(run_fit, client, mo
     assert terminal.getvalue().count(f" 1/{N_BLOCKS} blocks") == model.n_passes_
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_distributed_bar_lets_each_block_result_go_once_counted(client):
     """The bar counts the blocks' futures; a future held to the end of the pass pins that block's
     statistics in a worker's memory (a p x p matrix each: gigabytes over a thousand blocks at

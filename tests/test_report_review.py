@@ -168,6 +168,7 @@ def test_a_nan_row_of_a_selection_is_named_by_its_archive_position(archive, tmp_
     assert f"row {NAN_ROW} holds NaN" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 def test_the_fitted_rows_calibrate_the_windows_at_their_archive_positions(archive, tmp_path):
     """A model fitted with ``--rows 0:1000`` (its ``archive_rows_``), reported with ``--rows 500:2000
     --window 100``: the windows marked as the model's rows are those of the archive's rows 500-999."""

@@ -372,6 +372,7 @@ def test_the_fingerprint_samples_a_row_in_65536_and_follows_appends(tmp_path, ca
     assert got == [[i, _digest(X[i])] for i in (0, 65_536, 131_072, 139_999)]  # 69,999 a last row no more
 
 
+@pytest.mark.slow  # CI tier: keeps the development tier under 3 minutes
 @pytest.mark.parametrize("append", [False, True])
 def test_a_symlinked_output_store_is_written_through_the_link(data, model, tmp_path, capsys, append):
     """``-o link.zarr`` naming a store elsewhere: that store is replaced (or appended to) and the link stays."""
