@@ -40,7 +40,6 @@ from functools import reduce
 import dask
 import dask.array as da
 import numpy as np
-import pandas as pd
 
 from . import _labels, _model
 from ._block import block_stats
@@ -259,6 +258,18 @@ def label_text(label) -> str:
     return repr(label.item() if isinstance(label, np.generic) else label)
 
 
+def _missing_labels(labels: np.ndarray) -> np.ndarray:
+    """Which labels are missing: ``pd.isna`` where pandas is installed (an optional dependency, the
+    ``xarray`` extra's), else NaN and None, all a numpy array of labels can hold."""
+    try:
+        import pandas as pd
+    except ImportError:
+        if labels.dtype.kind == "f":
+            return np.isnan(labels)
+        return np.array([v is None or (isinstance(v, float) and v != v) for v in labels.ravel()], bool)
+    return np.asarray(pd.isna(labels), bool)
+
+
 def given_labels(labels, n_rows: int, n_features: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The user's labels as codes 0..K-1 (int64, in the order of ``np.unique``) and the labels themselves.
 
@@ -269,7 +280,7 @@ def given_labels(labels, n_rows: int, n_features: int | None = None) -> tuple[np
     labels = np.asarray(labels.compute() if isinstance(labels, da.Array) else labels)
     if labels.ndim != 1 or len(labels) != n_rows:
         raise ValueError(f"modes: expected one label per row ({n_rows}), got an array of shape {labels.shape}")
-    missing = np.asarray(pd.isna(labels), bool)
+    missing = _missing_labels(labels)
     if missing.any():
         raise ValueError(f"modes: {int(missing.sum()):,} labels are missing (NaN, None or NA), the first at row "
                          f"{int(np.argmax(missing))}; give every row a mode")

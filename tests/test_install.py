@@ -68,3 +68,34 @@ def test_second_command_resolves_at_once_and_changes_nothing_the_first_installed
     assert not changed, f"the second command would change what the first installed: {changed}"
     for needed in ("pytest", "moto", "s3fs", "xarray", "sphinx"):
         assert needed in planned, needed
+
+
+def test_the_core_install_needs_no_pandas():
+    """pandas is the ``xarray`` extra's, not a core dependency: the README's first command installs no
+    pandas, and a module-level ``import pandas`` (the modes' label check, this session) broke its
+    ``dask-mcpca demo``.  Run with pandas made unimportable: the package imports, fits, scores, and
+    checks modes given as numpy labels (a NaN label is still a ValueError)."""
+    code = (
+        "import sys\n"
+        "class NoPandas:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'pandas':\n"
+        "            raise ModuleNotFoundError(\"No module named 'pandas'\")\n"
+        "sys.meta_path.insert(0, NoPandas())\n"
+        "import numpy as np\n"
+        "from dask_mcpca import MCPCA\n"
+        "X = np.random.default_rng(0).normal(size=(4000, 4))\n"
+        "m = MCPCA().fit(X); assert m.is_outlier(X).mean() < 0.05\n"
+        "labels = np.repeat([0.0, 1.0], 2000)\n"
+        "MCPCA().fit(X, modes=labels)\n"
+        "labels[5] = np.nan\n"
+        "try:\n"
+        "    MCPCA().fit(X, modes=labels)\n"
+        "except ValueError as err:\n"
+        "    assert 'missing' in str(err), err\n"
+        "else:\n"
+        "    raise AssertionError('a NaN label was accepted')\n"
+        "assert 'pandas' not in sys.modules\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
