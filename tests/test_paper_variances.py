@@ -44,8 +44,8 @@ def test_the_discarded_variance_ignores_outliers_in_the_discarded_channels():
     assert np.mean(model.is_outlier(X[:2000])) > 0.5
 
 
-@pytest.mark.slow  # CI tier: the paper's 65 kernel sizes, three draws (7 s)
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.slow  # CI tier: the paper's 65 kernel sizes (2.3 s a draw; one draw keeps CI under 8 minutes)
+@pytest.mark.parametrize("seed", [1])
 def test_every_components_variance_on_clean_gaussian_data(seed):
     """Each component's variance was its weighted variance at its last kernel size, where ~20 of 5,000
     rows carry the weight, the rows its direction was chosen on: the first ones 75 % too high on average
