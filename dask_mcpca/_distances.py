@@ -397,7 +397,8 @@ def censored_d2(model: Any, block, d2: np.ndarray) -> np.ndarray:
         return d2
     Y, prec = _centred_in_spread(model, block[rows])
     censored = at_low[rows] | at_high[rows]
-    consistent = _censored_fits(model, block[rows], _missing.conditional(Y, np.isnan(Y) | censored, prec), censored)
+    consistent = _censored_fits(model, block[rows], _missing.conditional(Y, np.isnan(Y) | censored, prec), censored,
+                                at_high[rows])
     some = consistent.any(axis=1)
     if not some.any():
         return d2
@@ -444,16 +445,16 @@ def judge_cells(model: Any, block) -> CellJudgement:
     Y, prec = _centred_in_spread(model, block)
     inf = np.isinf(Y)
     Y[inf] = np.nan
-    held, at_limit = _known_cells(model, block)
+    held, (at_low, upper) = _known_cells(model, block)
+    at_limit = at_low | upper
     missing = np.isnan(Y) | held | at_limit
     flags = _cells.flag_cells(Y, missing, prec, getattr(model, "cell_cutoff_", None) or _cells.cell_cutoff2())
     cond = _missing.conditional(Y, missing | flags, prec)
     bad = flags | inf | held
     d2, n_judged = cond.d2, cond.n_observed
     if at_limit.any():  # a reading at a limit is bad where the good cells place the quantity well inside
-        fits = _censored_fits(model, block, cond, at_limit)
+        fits = _censored_fits(model, block, cond, at_limit, upper)
         bad |= at_limit & ~fits
-        upper = at_limits(block, model.saturation_limits_, limit_tolerances(model))[1]
         d2, n_judged = charged_d2(model, Y, cond, fits, upper, working_unit(model)[2])
     d2[np.isnan(d2) & ((n_judged > 0) | bad.any(axis=1))] = np.inf  # no good cell left: nothing explains it
     return CellJudgement(bad, d2, n_judged)
@@ -477,28 +478,28 @@ def cell_flags_of_any_rows(model: Any, block) -> np.ndarray:
     return flags
 
 
-def _known_cells(model: Any, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cells holding a stuck value the fit learned (``repeated_values_``), and cells at a channel's
-    saturation limit (``saturation_limits_``)."""
+def _known_cells(model: Any, block: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Cells holding a stuck value the fit learned (``repeated_values_``), and cells at a channel's lower
+    and upper saturation limit (``saturation_limits_``, :func:`at_limits`)."""
     held = np.zeros(block.shape, bool)
     learned = getattr(model, "repeated_values_", None)
     for column, value in () if learned is None else learned:
         held[:, int(column)] |= value_matches(block[:, int(column)], value)
     limits = getattr(model, "saturation_limits_", None)
-    at_limit = (np.logical_or(*at_limits(block, limits, limit_tolerances(model))) if limits is not None
-                else np.zeros(block.shape, bool))
-    return held, at_limit
+    if limits is None:
+        return held, (np.zeros(block.shape, bool), np.zeros(block.shape, bool))
+    return held, at_limits(block, limits, limit_tolerances(model))
 
 
-def _censored_fits(model: Any, block: np.ndarray, cond, at_limit: np.ndarray) -> np.ndarray:
-    """Of the cells ``at_limit``, those whose channel the row's other cells predict (``cond``, the rows
-    completed with those cells left out) at the limit or beyond it, within ``sqrt(cell cutoff)``
-    conditional standard deviations: a censored reading the model explains (see :func:`censored_d2`)."""
+def _censored_fits(model: Any, block: np.ndarray, cond, at_limit: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Of the cells ``at_limit`` (``upper``: those at an upper limit), those whose channel the row's other
+    cells predict (``cond``, the rows completed with those cells left out) at the limit or beyond it,
+    within ``sqrt(cell cutoff)`` conditional standard deviations: a censored reading the model explains
+    (see :func:`censored_d2`)."""
     unit = working_unit(model)[2]
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         z = (np.ldexp(block - model.mean_, -unit) - cond.completed) / np.sqrt(cond.variances())
     reach = np.sqrt(_cells.cell_cutoff2())
-    upper = at_limits(block, model.saturation_limits_, limit_tolerances(model))[1]
     return at_limit & np.where(upper, z <= reach, z >= -reach)
 
 
