@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ._precision import floored_variances
+from ._precision import working_unit
 
 __all__ = ["MAX_CENSORED", "charged_d2", "least_beyond"]
 
@@ -82,22 +82,21 @@ def least_beyond(A: np.ndarray, c: np.ndarray, limit: np.ndarray, upper: np.ndar
     return best
 
 
-def charged_d2(model: Any, Y: np.ndarray, cond, censored: np.ndarray, upper: np.ndarray,
-               unit: int) -> tuple[np.ndarray, np.ndarray]:
+def charged_d2(model: Any, Y: np.ndarray, cond, censored: np.ndarray,
+               upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's squared distance with its censored cells judged as censored, and the channels it judges.
 
     Parameters
     ----------
     model : MCPCA or ModelView
-        The fitted model (``components_`` and its floored variances, through ``lam`` and ``noise``).
+        The fitted model (``components_`` and its floored variances in its working unit,
+        :func:`._precision.working_unit`).
     Y : ndarray of shape (n, p)
-        The rows, centred, in units of the fitted spread (``2**unit``); a censored cell holds its limit.
+        The rows, centred, in the working unit; a censored cell holds its limit.
     cond : _missing.Conditional
         The rows completed with their censored (and missing) cells left out.
     censored, upper : ndarray of bool, shape (n, p)
         The censored cells, and which of them are at an upper limit.
-    unit : int
-        The working unit's exponent.
 
     Returns
     -------
@@ -111,7 +110,7 @@ def charged_d2(model: Any, Y: np.ndarray, cond, censored: np.ndarray, upper: np.
     counts = np.array(cond.n_observed, copy=True)
     if not censored.any():
         return d2, counts
-    lam, noise = floored_variances(model)
+    lam, noise, unit = working_unit(model)
     lam, noise = np.ldexp(lam, -2 * unit), np.ldexp(noise, -2 * unit)
     C = model.components_
     for rows, cols, cov in cond.groups:

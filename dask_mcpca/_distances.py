@@ -405,7 +405,7 @@ def censored_d2(model: Any, block, d2: np.ndarray) -> np.ndarray:
     sub = rows[some]
     cond = _missing.conditional(Y[some], np.isnan(Y[some]) | consistent[some], prec)
     upper = at_high[sub]
-    charged, counts = charged_d2(model, Y[some], cond, consistent[some], upper, working_unit(model)[2])
+    charged, counts = charged_d2(model, Y[some], cond, consistent[some], upper)
     judged = _missing.equivalent_d2(charged, counts, block.shape[1])
     out = np.array(d2, dtype=np.float64, copy=True)
     out[sub] = np.fmin(out[sub], judged)
@@ -455,7 +455,7 @@ def judge_cells(model: Any, block) -> CellJudgement:
     if at_limit.any():  # a reading at a limit is bad where the good cells place the quantity well inside
         fits = _censored_fits(model, block, cond, at_limit, upper)
         bad |= at_limit & ~fits
-        d2, n_judged = charged_d2(model, Y, cond, fits, upper, working_unit(model)[2])
+        d2, n_judged = charged_d2(model, Y, cond, fits, upper)
     d2[np.isnan(d2) & ((n_judged > 0) | bad.any(axis=1))] = np.inf  # no good cell left: nothing explains it
     return CellJudgement(bad, d2, n_judged)
 
