@@ -35,7 +35,7 @@ from ._fit_result import FitResult, ModelView, fit_result, model_view, update_su
 from ._io import as_row_blocks
 from ._model import contamination_cutoff, repeated
 from ._paper import fit_paper, sample_variances
-from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, spread_blocks
+from ._passes import NonFiniteRowsError, NumericalRangeError, PassRunner, nonfinite_rows_message, spread_blocks
 from ._power import descending_eigh, direction_floors, orient_rows
 from ._repeated import quantization_steps, saturation_limits
 from ._robust import DEFAULT_TOL as _robust_tol
@@ -461,11 +461,7 @@ def _fit_in_span(X, est, k: int) -> FitResult:
     finite = np.isfinite(rows).all(axis=1)
     if not finite.all():
         if est.nan_policy == "raise":
-            raise NonFiniteRowsError(
-                f"{int((~finite).sum())} of {len(rows)} rows hold NaN or inf; "
-                "clean them, or pass nan_policy='omit' to leave such rows out of the fit, or "
-                "nan_policy='partial' to fit rows with some cells missing by their observed cells"
-            )
+            raise NonFiniteRowsError(nonfinite_rows_message(int((~finite).sum()), len(rows)))
         rows = rows[finite]
     scale = robust_scales(rows) if getattr(est, "scale", None) == "robust" else None
     rows = in_model_units(rows, scale)  # the rows' robust scales, from every row: they are few

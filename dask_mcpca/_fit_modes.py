@@ -35,7 +35,7 @@ from ._modes import (
     label_text,
     mode_finder,
 )
-from ._passes import PassRunner
+from ._passes import PARTIAL_HINT, PassRunner
 from ._repeated import TIGHT_MIN_ROWS
 from ._scale import robust_scales
 
@@ -72,10 +72,6 @@ def check_modes(est, modes) -> None:
         raise ValueError("MCPCA: modes cannot be combined with nan_policy='partial' yet; use 'omit' or 'raise'")
 
 
-#: What the single fit's message of rows holding NaN suggests that a fit with modes cannot take.
-_PARTIAL_HINT = ", or nan_policy='partial' to fit rows with some cells missing by their observed cells"
-
-
 def _naming(label):
     """Decorate a mode's fit so that its errors name the mode (``label``): a ValueError of the single fit
     (too few usable rows, rows holding NaN under ``nan_policy="raise"``) speaks of that mode's rows."""
@@ -88,7 +84,7 @@ def _naming(label):
                 text = str(err)
                 if isinstance(err, NonFiniteRowsError):  # the count is the mode's rows; 'partial' is refused
                     text = text.replace(" rows hold", " rows of the mode hold", 1).replace(
-                        _PARTIAL_HINT, " (a fit with modes cannot take nan_policy='partial')")
+                        PARTIAL_HINT, " (a fit with modes cannot take nan_policy='partial')")
                 try:
                     named_err = type(err)(f"mode {label_text(label)}: {text}")
                 except TypeError:  # an error class with other arguments: as it was

@@ -28,6 +28,8 @@ from ._scale import in_model_units
 from ._stats import WIDE_FEATURES, BlockStats, PassPlan, combine
 
 __all__ = [
+    "PARTIAL_HINT",
+    "nonfinite_rows_message",
     "PARTIAL_MIN_BLOCKS",
     "PARTIAL_MIN_BLOCKS_WIDE",
     "PassRunner",
@@ -88,6 +90,17 @@ def spread_blocks(n_blocks: int, n_features: int = 0) -> np.ndarray | None:
         return None
     m = min(SPREAD_MAX_BLOCKS, max(SPREAD_MIN_BLOCKS, int(np.ceil(SPREAD_SHARE * n_blocks))))
     return np.unique(((np.arange(m) + 0.5) * n_blocks / m).astype(int))
+
+
+#: The end of a fit's refusal of rows holding NaN or inf under ``nan_policy="raise"`` (a fit with modes,
+#: which refuses ``"partial"``, takes it out: :func:`._fit_modes._naming`).
+PARTIAL_HINT = ", or nan_policy='partial' to fit rows with some cells missing by their observed cells"
+
+
+def nonfinite_rows_message(n_bad: int, n_rows: int) -> str:
+    """A fit's refusal of ``n_bad`` of ``n_rows`` rows holding NaN or inf under ``nan_policy="raise"``."""
+    return (f"{n_bad} of {n_rows} rows hold NaN or inf; clean them, or pass nan_policy='omit' to leave such rows "
+            f"out of the fit{PARTIAL_HINT}")
 
 
 #: The merged statistics of one pass: the blocks' :class:`._stats.BlockStats`
@@ -288,11 +301,7 @@ class PassRunner:
             self.n_partial_reads += 1
             self.n_blocks_read += len(chosen)
         if stats.n_nonfinite and self.nan_policy == "raise":
-            raise NonFiniteRowsError(
-                f"{stats.n_nonfinite} of {self.n_rows} rows hold NaN or inf; "
-                "clean them, or pass nan_policy='omit' to leave such rows out of the fit, or "
-                "nan_policy='partial' to fit rows with some cells missing by their observed cells"
-            )
+            raise NonFiniteRowsError(nonfinite_rows_message(stats.n_nonfinite, self.n_rows))
         if stats.n_rows == 0:
             if self.nan_policy == "partial":  # a dead channel, or gaps in every row: one more read tells which
                 raise ValueError(no_complete_rows_message(gap_counts(self.X), self.names))
