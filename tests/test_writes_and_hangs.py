@@ -357,36 +357,60 @@ def _waited_out(err: str, what: str) -> str:
     return line
 
 
-@pytest.mark.parametrize("command", ["update", "score", "report"])
-def test_a_model_on_an_endpoint_that_never_answers_ends_within_the_wait_limit(plant, tmp_path, command):
-    """One request, bounded, then one line: the model's path is never asked about again as a folder."""
-    pytest.importorskip("s3fs")
-    outputs = {"update": [], "score": ["--output", tmp_path / "s.zarr"], "report": ["--output", tmp_path / "r.png"]}
-    with _silent_server() as (endpoint, accepted):
-        rc, _, err = _cli(command, plant["plain"], "--model", "s3://b/model.json", *outputs[command], "--no-progress",
-                          "--storage-option", f"endpoint_url={endpoint}", env=LIMITED, timeout=LIMIT + MARGIN)
-        assert accepted  # it reached the server, which never answered
-    line = _waited_out(err, "'s3://b/model.json'")
-    assert rc == 2 and "did not answer" in line and "cannot read" in line
-    assert os.listdir(tmp_path) == []
+#: The commands whose model (``"model"``) or output (``"output"``) is on an endpoint that never answers,
+#: with their other arguments: each waits on the one limit; they wait side by side (``_waited_side_by_side``).
+_MODEL_ON_SILENT = {f"model, {c}": c for c in ("update", "score", "report")}
+_OUTPUT_ON_SILENT = {f"output, {c}": (c, o) for c, o in (
+    ("report", "s3://b/r.png"), ("score", "s3://b/s.zarr"), ("update", "s3://b/m.json"), ("fit", "s3://b/m.json"))}
 
 
-@pytest.mark.parametrize("command, output", [
-    ("report", "s3://b/r.png"), ("score", "s3://b/s.zarr"), ("update", "s3://b/m.json"), ("fit", "s3://b/m.json"),
-])
-def test_an_output_on_an_endpoint_that_never_answers_ends_within_the_wait_limit(plant, model_file, command, output):
-    """``report -o``: before the pass (the events CSV is the first object), a PNG that would not be answered."""
+def _waited_side_by_side(runs: dict) -> dict:
+    """Each of ``runs`` (name -> (argv, env)) as a real subprocess against its own silent server, all at once:
+    the waits are the test, and seven of them in a row were a minute of the CI tier.  name -> (rc, stderr,
+    whether the server was reached)."""
+    with contextlib.ExitStack() as stack:
+        servers = {name: stack.enter_context(_silent_server()) for name in runs}
+        procs = {name: subprocess.Popen(
+            [sys.executable, "-m", "dask_mcpca", *map(str, argv), "--storage-option",
+             f"endpoint_url={servers[name][0]}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**subprocess_env(), **env})
+            for name, (argv, env) in runs.items()}
+        try:
+            errs = {name: proc.communicate(timeout=LIMIT + MARGIN)[1] for name, proc in procs.items()}
+        finally:
+            for proc in procs.values():
+                proc.kill()
+        return {name: (procs[name].returncode, errs[name], bool(servers[name][1])) for name in runs}
+
+
+def test_a_model_or_an_output_on_an_endpoint_that_never_answers_ends_within_the_wait_limit(plant, model_file,
+                                                                                             tmp_path):
+    """A model file on it: one request, bounded, then one line (the model's path is never asked about again as a
+    folder).  An output on it: ``report -o`` fails before the pass (the events CSV is the first object), and a
+    PNG, a score store or a model file that would not be answered ends the same way."""
     pytest.importorskip("s3fs")
-    model = ["--model", model_file] if command != "fit" else []
-    rows = ["--rows", "0:1000"] if command == "update" else []
     quiet = {"PYTHONWARNINGS": "ignore"}  # update warns about the model's rows, which is not what is tested
-    with _silent_server() as (endpoint, accepted):
-        rc, _, err = _cli(command, plant["plain"], *model, *rows, "--output", output, "--no-progress",
-                          "--storage-option", f"endpoint_url={endpoint}", env={**LIMITED, **quiet},
-                          timeout=LIMIT + MARGIN)
-        assert accepted
-    line = _waited_out(err, "s3://b/")
-    assert rc == 2 and "did not answer" in line and "cannot write" in line
+    runs = {}
+    for name, command in _MODEL_ON_SILENT.items():
+        out = tmp_path / name.replace(", ", "-")
+        out.mkdir()
+        outputs = {"update": [], "score": ["--output", out / "s.zarr"], "report": ["--output", out / "r.png"]}
+        runs[name] = ([command, plant["plain"], "--model", "s3://b/model.json", *outputs[command], "--no-progress"],
+                      LIMITED)
+    for name, (command, output) in _OUTPUT_ON_SILENT.items():
+        model = ["--model", model_file] if command != "fit" else []
+        rows = ["--rows", "0:1000"] if command == "update" else []
+        runs[name] = ([command, plant["plain"], *model, *rows, "--output", output, "--no-progress"],
+                      {**LIMITED, **quiet})
+    for name, (rc, err, reached) in _waited_side_by_side(runs).items():
+        assert reached, name  # it reached the server, which never answered
+        if name in _MODEL_ON_SILENT:
+            line = _waited_out(err, "'s3://b/model.json'")
+            assert rc == 2 and "did not answer" in line and "cannot read" in line, (name, line)
+            assert os.listdir(tmp_path / name.replace(", ", "-")) == [], name
+        else:
+            line = _waited_out(err, "s3://b/")
+            assert rc == 2 and "did not answer" in line and "cannot write" in line, (name, line)
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="stalls a read on a named pipe")
