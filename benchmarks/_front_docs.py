@@ -153,6 +153,12 @@ def _report_figures() -> dict[str, Figure]:
 
 
 _HEAVY = "benchmarks/HEAVY_TAILS.md"
+_SHIFT = "benchmarks/SHIFT.md"
+#: SHIFT.md's row for a bias of ``{}`` conditional SDs: recall, the row distance's recall, rows flagged after it.
+_SHIFT_ROW = r"(?m)^\| {} \| [\d.]+ \(([\d.]+-[\d.]+)\) \| [\d.]+ \(([\d.]+-[\d.]+)\) \| \d+ \((\d+-\d+)\) \|$"
+#: ROBUSTNESS.md's NYC bias row with every component kept (scale None): recall, its worst position.
+_NYC_BIAS = (r"(?m)^\| NYC weather 2013, raw units \| wind_speed \(mph\) \| None \| None \| [\d.]+ \| "
+             r"([\d.]+) \(([\d.]+)\) \| ([\d.]+) \(([\d.]+)\) \|")
 _BM_ACTIVITIES = tuple(f"BasicMotions, {a}" for a in ("standing", "running", "walking", "badminton"))
 _ADC_REGIME = "MCPCA flags ([\\d.]+)% of the rows at rest and ([\\d.]+)% of the moving ones"
 
@@ -430,6 +436,14 @@ DOCS_FIGURES: dict[str, Figure] = {
     "stuck-after-fit": Figure(_MONITOR, None, fmt="{:.3f}", spread=True, pattern=_PLANT_SEED.format(GROUP, NUM)),
     "stuck-after-fit-was": Figure(_MONITOR, None, fmt="{:.2f}", spread=True, pattern=_PLANT_SEED.format(NUM, GROUP)),
     "append-ratio": Figure(_MONITOR, None, pattern=r"Append / full: \*\*([\d.]+)\*\*"),
+    "shift-1sd": Figure(_SHIFT, None, pattern=_SHIFT_ROW.format(1), template="{0} of its rows, where the row "
+                        "distance finds {1}"),
+    "shift-half-sd": Figure(_SHIFT, None, pattern=_SHIFT_ROW.format(0.5), template="{0}"),
+    "shift-after": Figure(_SHIFT, None, pattern=_SHIFT_ROW.format(2), template="{2}"),
+    "shift-clean": Figure(_SHIFT, None, pattern=r"rows flagged by the shift rule alone: ([\d.]+-[\d.]+)"),
+    "shift-real": Figure(_SHIFT, None, spread=True, fmt="{:.4f}",
+                         pattern=r"(?m)^\| (?:NYC|BasicMotions|Daphnet)[^|]*\| [\d,]+ x \d+ \| [\d.]+ \| ([\d.]+) \|$"),
+    "shift-nyc": Figure(ROBUST, None, pattern=_NYC_BIAS, template="{0} (worst position {1}), false alarms {2} ({3} at most)"),
     # comparison.md
     **_robust_figures(),
     **_accuracy_figures(),

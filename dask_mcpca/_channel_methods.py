@@ -23,7 +23,7 @@ from ._io import as_row_blocks
 from ._mode_rows import MODE_DTYPE, contributor_by_mode, row_outputs_by_mode
 from ._passes import rows_before
 from ._row_methods import check_n_features, fill_docstrings, map_in_order
-from ._stuck import stuck_cells
+from ._shift import fault_cells
 
 __all__ = ["ROW_OUTPUTS", "ChannelMethodsMixin"]
 
@@ -191,7 +191,10 @@ class ChannelMethodsMixin:
         continuous at the fit that holds one value over a run of rows
         (:func:`dask_mcpca._stuck.stuck_cells`, the rule :meth:`is_outlier`
         flags its rows by), whose readings cannot be trusted however well
-        the other cells predict them.  Rows are read in order, as time, as
+        the other cells predict them; and a cell of a channel shifted over
+        its last rows: its residual given the other channels, averaged over
+        the row and the 63 before it, far from 0 for this channel
+        (:mod:`dask_mcpca._shift`, ``shift_scale_``).  Rows are read in order, as time, as
         :meth:`is_outlier` reads them (the first row has none before it);
         ``score_rows(X, outputs=("cells",))`` and ``dask-mcpca score``'s
         ``cells`` are these flags.
@@ -226,7 +229,7 @@ class ChannelMethodsMixin:
 
         def flags(block, before=None):  # rows as stored, in order: ``before`` the rows before the block
             judged = cell_flags_of_any_rows(self, _model.model_rows(self, block))
-            return judged | stuck_cells(self, block, before)
+            return judged | fault_cells(self, block, before)
 
         if isinstance(blocks, da.Array):  # each block with the rows before it (a stuck run crosses blocks)
             out = da.blockwise(flags, "ij", blocks, "ij", rows_before(blocks, _model.CONTEXT_ROWS), "ij",
@@ -282,7 +285,7 @@ class ChannelMethodsMixin:
             y = _model.model_rows(self, np.where(none[:, None], 0.0, b))
             gaps = ~np.isfinite(b)
             if cellwise:  # cell_outliers' cells are left out too, and filled like missing ones
-                gaps |= cell_flags_of_any_rows(self, np.where(np.isinf(b), np.nan, y)) | stuck_cells(self, b, before)
+                gaps |= cell_flags_of_any_rows(self, np.where(np.isinf(b), np.nan, y)) | fault_cells(self, b, before)
             if not gaps.any():
                 return b.copy()
             filled = _missing.completed(np.where(gaps, np.nan, y) - mean, cov) + mean

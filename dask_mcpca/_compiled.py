@@ -86,6 +86,7 @@ __all__ = [
     "AVAILABLE",
     "CACHE_DIR",
     "column_ranges",
+    "compiled",
     "complete_gaps",
     "flat_top_sums",
     "row_distances",
@@ -124,13 +125,13 @@ DISTANCE_ROWS = 8
 _FLAGS = {"reassoc", "contract", "nsz", "arcp"}
 
 
-def _compiled(fn=None, *, fastmath=True, inline=False):
+def compiled(fn=None, *, fastmath=True, inline=False):
     """``numba.njit`` without the GIL, with ``_FLAGS`` unless ``fastmath=False``, cached on disk
     in :data:`CACHE_DIR` (None: compiled in each process).  ``inline``: a helper that numba
     inlines into every caller (``inline="always"``) and never compiles on its own (see the
     module docstring: the same bits whatever the cache holds)."""
     if fn is None:
-        return lambda f: _compiled(f, fastmath=fastmath, inline=inline)
+        return lambda f: compiled(f, fastmath=fastmath, inline=inline)
     if not AVAILABLE:
         return fn
     options = {"nogil": True, "fastmath": _FLAGS if fastmath else False}
@@ -155,7 +156,7 @@ def upper_doubled(A: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.triu(A + A.T) - np.diag(np.diag(A)))
 
 
-@_compiled(inline=True)
+@compiled(inline=True)
 def _shift_run(x, p, center, scale, Yt, col, t0, m):  # pragma: no cover - compiled (numba hides it from coverage)
     """``Yt[:, col:col+m]`` = rows ``t0 .. t0+m-1`` of ``x`` (an n x p array, flat), shifted by
     ``center`` and scaled, transposed: one rounding, then a power of two.
@@ -171,7 +172,7 @@ def _shift_run(x, p, center, scale, Yt, col, t0, m):  # pragma: no cover - compi
             ya[t] = (x[base + t * p] - c) * scale
 
 
-@_compiled(inline=True)
+@compiled(inline=True)
 def _quadratic_run(Yt, U, q, col, m):  # pragma: no cover - compiled
     """``q[t] = sum_{a<=b} U_ab y_ta y_tb`` for the ``m`` rows of ``Yt`` (p x n) from column ``col``.
 
@@ -200,7 +201,7 @@ def _quadratic_run(Yt, U, q, col, m):  # pragma: no cover - compiled
             b += 1
 
 
-@_compiled(inline=True)
+@compiled(inline=True)
 def _sums_run(Yt, G, w, col, m, weight, wsum, scatter):  # pragma: no cover - compiled
     """Add one run's ``sum_k G_jk``, ``sum_k G_jk y_k`` and upper ``sum_k G_jk y_k y_k^T``
     (the ``m`` columns of ``Yt`` and ``G`` from ``col``; ``w``, J x ``TILE``, is scratch),
@@ -248,7 +249,7 @@ def _sums_run(Yt, G, w, col, m, weight, wsum, scatter):  # pragma: no cover - co
                     scatter[j, a, b] += s
 
 
-@_compiled
+@compiled
 def transposed_rows(X, center, scale, Yt):  # pragma: no cover - compiled
     """``Yt = ((X - center) * scale)^T`` (``X`` n x p in C order; ``Yt`` p x n; one float dtype)."""
     n, p = X.shape
@@ -257,7 +258,7 @@ def transposed_rows(X, center, scale, Yt):  # pragma: no cover - compiled
         _shift_run(x, p, center, scale, Yt, t0, t0, min(TILE, n - t0))
 
 
-@_compiled(fastmath=False)
+@compiled(fastmath=False)
 def shifted_pair(X, center, scale, Y, Z):  # pragma: no cover - compiled
     """``Z = (X - center) * scale`` (float64) and the same rows in ``Y[:, :p]``, ``Y[:, p] = 1``.
 
@@ -275,7 +276,7 @@ def shifted_pair(X, center, scale, Y, Z):  # pragma: no cover - compiled
         Y[i, p] = 1.0
 
 
-@_compiled
+@compiled
 def transposed_quadratic_form(X, center, scale, U, Yt, q):  # pragma: no cover - compiled
     """``Yt = ((X - center) * scale)^T`` and ``q_k = sum_{a<=b} U_ab y_ka y_kb``.
 
@@ -292,7 +293,7 @@ def transposed_quadratic_form(X, center, scale, U, Yt, q):  # pragma: no cover -
         _quadratic_run(Yt, U, q, t0, m)
 
 
-@_compiled
+@compiled
 def flat_top_sums(X, center, scale, U, offsets, log_tiny, excluded, weight, wsum, scatter, top):  # pragma: no cover
     """A kernel pass over sub-block ``X`` (float64 or float32, as stored) in one sweep, for
     kernels that share the quadratic form ``U`` and each have a flat top (``offsets`` > 0): per
@@ -372,7 +373,7 @@ SPLITMIX_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 SPLITMIX_MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-@_compiled
+@compiled
 def sampled_rows(first, n, seed, rate):  # pragma: no cover - compiled
     """Indices ``k`` in ``0 .. n-1`` of the rows whose global index ``first + k`` draws a uniform
     number below ``rate``: the same splitmix64 hash as numpy's ``_block._row_uniforms``, without
@@ -391,7 +392,7 @@ def sampled_rows(first, n, seed, rate):  # pragma: no cover - compiled
     return out[:m]
 
 
-@_compiled(fastmath=False)  # reassociation would fold the finiteness check ((s + v) - v is s)
+@compiled(fastmath=False)  # reassociation would fold the finiteness check ((s + v) - v is s)
 def column_ranges(X, lo, hi):  # pragma: no cover - compiled
     """Each column's smallest and largest value into ``lo`` and ``hi`` (p,); False if a value is NaN or inf.
 
@@ -424,7 +425,7 @@ def column_ranges(X, lo, hi):  # pragma: no cover - compiled
     return finite
 
 
-@_compiled
+@compiled
 def transposed_weighted_sums(Yt, G, weight, wsum, scatter):  # pragma: no cover - compiled
     """Add, per kernel ``j``, ``sum_k G_jk``, ``sum_k G_jk y_k`` and the upper triangle of
     ``sum_k G_jk y_k y_k^T`` to ``weight`` (J,), ``wsum`` (J, p) and ``scatter`` (J, p, p), float64.
@@ -438,7 +439,7 @@ def transposed_weighted_sums(Yt, G, weight, wsum, scatter):  # pragma: no cover 
         _sums_run(Yt, G, w, t0, min(TILE, n - t0), weight, wsum, scatter)
 
 
-@_compiled
+@compiled
 def row_distances(X, center, scale, components, inv_var, inv_noise, top_matrix, d2, top):  # pragma: no cover
     """Per row of ``X`` (n x p, complete): its squared distance under a fitted model into
     ``d2`` (n,), and, when ``top`` has n entries, the channel whose reconstruction-based
@@ -513,7 +514,7 @@ def row_distances(X, center, scale, components, inv_var, inv_noise, top_matrix, 
             d2[i] = si if si < np.inf else np.nan
 
 
-@_compiled
+@compiled
 def complete_gaps(U, rows, cols, precision, cov, ok):  # pragma: no cover - compiled
     """Rows ``rows`` of ``U`` (n x p, centred, 0 at their m missing cells ``cols``, r x m) completed
     in place under the model with ``precision`` T: ``u_M = -T_MM^-1 (T u)_M``, with ``T_MM^-1``, the

@@ -148,9 +148,8 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
         ``outlier_cutoff_`` to the ``1 - contamination`` quantile of the
         fitted row sample's distances (rows flagged as repeated counted as
         beyond it), so that this share of the sample (of every row when the
-        data has at most ``sample_size`` rows) is flagged.  It changes only
-        the cutoff (``is_outlier``, ``predict``, ``decision_function``),
-        never the fit.
+        data has at most ``sample_size`` rows) is flagged, with no shift
+        rule (``shift_scale_``) adding to it; never the fit.
     scale : {None, "robust"}, default=None
         The units the model works in.  None: the data's own units (a
         channel in small units, volts beside kilowatts, counts for little
@@ -224,8 +223,7 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
         ``outlier_threshold_`` under scikit-learn's name (as in
         ``EllipticEnvelope``): ``decision_function = score_samples - offset_``.
     threshold_ : float
-        ``outlier_cutoff_`` under PyOD's name: the ``d^2`` above which a row
-        is an outlier.
+        ``outlier_cutoff_`` under PyOD's name: the ``d^2`` above which a row is an outlier.
     n_samples_seen_ : int
         ``"auto"``: rows in the sums the model keeps for :meth:`partial_fit`
         (those of ``fit`` and of every update since).
@@ -255,14 +253,18 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
     repeated_values_ : ndarray of shape (n_repeated, 2)
         ``"auto"``: ``(column, value)`` pairs that a column of the sample holds
         exactly in at least max(5, 0.1 %) and at most 10 % of its rows, and
-    saturation_limits_ : ndarray of shape (n_features, 2)
-        Each channel's lower and upper saturation limit (NaN: none), the
-        extreme a continuous channel holds exactly in at least 0.2 % of its
-        rows (a clipped sensor); a reading there is judged as censored.
         at least 5 times as often as any of the 4 nearest distinct values of
         that column on either side: a stuck sensor's value (counted on the
         rows not equal to a ``repeated_rows_`` row).  Rows holding one carry
         no weight in the fit and :meth:`is_outlier` flags them.
+    saturation_limits_ : ndarray of shape (n_features, 2)
+        Each channel's lower and upper saturation limit (NaN: none), the
+        extreme a continuous channel holds exactly in at least 0.2 % of its
+        rows (a clipped sensor); a reading there is judged as censored.
+    shift_scale_ : ndarray of shape (n_features,)
+        Spread of each channel's mean residual over 64 rows (runs of the
+        fitted rows): a mean 5 of these from 0 is a lasting shift that
+        :meth:`is_outlier` and :meth:`cell_outliers` flag (:mod:`._shift`).
     repeated_rows_ : ndarray of shape (n_repeated_rows, n_features)
         ``"auto"``: whole rows that the sample repeats exactly, in at least
         max(5, 0.1 %) and at most 10 % of its rows, and at least 5 times as
@@ -276,9 +278,8 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
         Full passes over the data made by this call to ``fit`` (1 for an
         update by :meth:`partial_fit`: one pass over the new rows).
     n_partial_reads_ : int
-        Reads of only some row blocks made by this call to ``fit``: 1 when
-        the row sample was drawn from a spread of the blocks of a store of
-        many blocks (see Notes), else 0.
+        Reads of only some row blocks by this ``fit``: 1 where the row sample
+        came from a spread of a store's many blocks (see Notes), else 0.
     n_blocks_read_ : int
         Row blocks read by those partial reads.
     n_modes_ : int
@@ -289,9 +290,8 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
         attributes are that mode's: ``mean_``, ``components_``,
         ``outlier_cutoff_`` ...), ``mode_means_`` and ``mode_channels_`` (the
         channels that tell the modes apart, on which a row's mode is decided:
-        :meth:`predict_mode`).  The top-level fitted
-        attributes are then those of the largest mode, and ``n_passes_``
-        counts the passes of the whole fit.  Absent without modes.
+        :meth:`predict_mode`).  The top-level fitted attributes are then those
+        of the largest mode; ``n_passes_`` counts the whole fit's passes.
     n_iter_ : int
         Re-weighting steps made on the full data.
     converged_ : bool

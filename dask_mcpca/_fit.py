@@ -28,7 +28,7 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
-from . import _cells, _checkpoint
+from . import _cells, _checkpoint, _shift
 from ._block import PassPlan
 from ._distances import calibrated_d2, cell_flags, mahalanobis_d2, sample_d2
 from ._fit_result import FitResult, ModelView, fit_result, model_view, update_sums, with_cutoff
@@ -250,6 +250,9 @@ def finish_fit(est, runner, start: _Start, *, k: int, tol: float, max_iter: int,
     final = getattr(runner, "last_sums", None) if solver == "auto" else None  # the final pass, over every row
     if est.contamination != "auto":
         view = with_cutoff(view, contamination_cutoff(view, sample, est.contamination))
+    if moments.segments and est.contamination == "auto":  # the shift rule's spread, under the model complete;
+        # a share of rows flagged that the user fixed has no rule adding to it
+        view = replace(view, shift_scale_=_shift.shift_scales(view, moments.segments))
     unconverged = breakdown = None
     if not converged:
         unconverged = (
@@ -307,7 +310,8 @@ def _cold_fit(est, runner, ckpt, *, seed: int, max_iter: int) -> _Start:
 
 def first_read(est, runner, ckpt, *, seed: int, spread: bool = True):
     """The first read: the moments, the row sample (its complete rows, and apart those with missing
-    cells) and the NaN check, over a spread of the blocks where :func:`_cold_fit` says (``spread``),
+    cells), runs of consecutive rows (``segments``, :mod:`._shift`) and the NaN check, over a spread
+    of the blocks where :func:`_cold_fit` says (``spread``),
     and the rate at which the robust stage's first pass samples the whole archive then (0: a full read).
     """
     n, p = runner.n_rows, runner.n_features
@@ -318,7 +322,9 @@ def first_read(est, runner, ckpt, *, seed: int, spread: bool = True):
     rows_read = n if blocks is None else int(runner.block_rows()[blocks].sum())
     rate = min(1.0, est.sample_size / rows_read)
     plan = PassPlan(center=np.zeros(p), sample_rate=rate, seed=seed, sample_partial=est.nan_policy == "partial")
-    moments = runner.run(plan, label="moments" if blocks is None else "row sample", blocks=blocks)
+    read = range(runner.n_blocks) if blocks is None else blocks  # runs of rows to learn the shift rule from
+    moments = runner.run(plan, label="moments" if blocks is None else "row sample", blocks=blocks,
+                         segments=_shift.segment_blocks(read), segment_rows=_shift.segment_rows(p))
     gaps = np.isnan(moments.sample).any(axis=1)
     partial_sample = moments.sample[gaps]  # rows with missing cells ("partial"): the EM part of the sample stage
     moments.sample = moments.sample[~gaps]

@@ -154,7 +154,9 @@ def fit_modes(X, est, labels=None) -> FitResult | ModesResult:
         @_naming(int(m))
         def fit_one():
             share = float(np.mean(sample_codes == m))
-            mode_moments = replace(moments, sample=moments.sample[sample_codes == m],
+            # the runs of rows the mode's shift rule learns from hold its rows only (the others NaN: left out)
+            runs = tuple(np.where((finder(np.nan_to_num(s)) == m)[:, None], s, np.nan) for s in moments.segments)
+            mode_moments = replace(moments, sample=moments.sample[sample_codes == m], segments=runs,
                                    n_rows=max(round(moments.n_rows * share), 2))
             runner_m = ModeRunner(shared, m, mode_moments.n_rows, nan_policy=est.nan_policy)
             return finish(runner_m, mode_moments, partial[:0], rate)

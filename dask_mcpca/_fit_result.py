@@ -31,7 +31,7 @@ class ModelView:
 
     The centre, components, variances and cutoff of a fit, with what its
     distances depend on (``scale_``, ``quantization_steps_``,
-    ``saturation_limits_``, ``repeated_*``, ``cell_cutoff_``); a field left
+    ``saturation_limits_``, ``repeated_*``, ``cell_cutoff_``, ``shift_scale_``); a field left
     None was not set.  The outlier cutoff is calibrated on distances under
     such a view; a new cutoff gives a new view (:func:`with_cutoff`).
     """
@@ -55,6 +55,7 @@ class ModelView:
     saturation_limits_: np.ndarray | None = None
     scale_: np.ndarray | None = None
     cell_cutoff_: float | None = None
+    shift_scale_: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def row_outputs_by_mode(model: Any, outputs: tuple[str, ...], nan_policy: str):
             return parts
 
         return plain
-    fused = [_model.row_outputs(sub, wanted, nan_policy) if wanted else None for sub in model.mode_models_]
+    fused = [_model.row_outputs(sub, wanted, nan_policy, _modes.mode_rows(model, m)) if wanted else None
+             for m, sub in enumerate(model.mode_models_)]
 
     def by_mode(block, before=None):
         bad = _model.unusable_rows(block, nan_policy, modes=True)

@@ -44,7 +44,8 @@ from ._distances import mahalanobis_d2 as mahalanobis_d2  # for _modes (``_model
 from ._exceptions import NonFiniteRowsError
 from ._precision import contributor, model_rows, precision_power, top_channel
 from ._repeated import held_out
-from ._stuck import HOLD_WINDOW, isolated_top, stuck_cells
+from ._shift import fault_cells
+from ._stuck import HOLD_WINDOW, isolated_top
 
 __all__ = [
     "CONTEXT_ROWS",
@@ -128,16 +129,17 @@ def outlier_flags(model: Any, rows: np.ndarray, d2: np.ndarray, stuck: np.ndarra
     return flags if stuck is None else flags | stuck.any(axis=1)
 
 
-def judged_rows(model: Any, block, before, original=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def judged_rows(model: Any, block, before, original=None, own=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A block's rows (as stored, in order; ``before``: the rows before it, :data:`CONTEXT_ROWS`) as
     :meth:`MCPCA.is_outlier`, ``predict`` and ``decision_function`` judge them: their
     :func:`._distances.calibrated_d2`, the flags of :func:`outlier_flags`, and the rows flagged whatever their
     distance (a repeated value or row, a stuck run).  ``original``: the block before its unusable rows were
     zeroed (:func:`nan_for_nonfinite_rows`), whose runs the stuck-run rule reads, as :func:`row_outputs` does:
-    a zeroed row would restart every channel's run."""
-    stuck = stuck_cells(model, block if original is None else original, before)
+    a zeroed row would restart every channel's run.  ``own``: a mode's rows, whose means the shift rule takes
+    (:func:`._shift.shifted_cells`)."""
     rows = model_rows(model, np.asarray(block, np.float64))
     d2 = calibrated_d2(model, rows)
+    stuck = fault_cells(model, block if original is None else original, before, d2, own)
     held = repeated(model, rows) | stuck.any(axis=1)
     return d2, (d2 > model.outlier_cutoff_) | held, held
 
@@ -255,17 +257,18 @@ def ordered_projector(model: Any, nan_policy: str):
     project = projector(model, nan_policy)
 
     def func(block, before=None, original=None):
-        stuck = stuck_cells(model, block if original is None else original, before)
+        stuck = fault_cells(model, block if original is None else original, before)
         return project(model_rows(model, block), stuck)
 
     return func
 
 
-def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
+def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str, own=None):
     """The row-block function of :meth:`MCPCA.score_rows`: a dict of the ``outputs`` of one block.
 
     Rows holding NaN or inf are handled as each method's own block function handles them
-    (:func:`nan_for_nonfinite_rows`; ``n_observed`` always under ``"partial"``).
+    (:func:`nan_for_nonfinite_rows`; ``n_observed`` always under ``"partial"``).  ``own``: a mode's rows, as
+    :func:`judged_rows` takes them.
     """
     project = projector(model, nan_policy) if "scores" in outputs else None
     contribute = contributor(model, "reconstruction") if "contributions" in outputs else None
@@ -278,8 +281,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
     def distances(block, before, original, whole):
         parts = {}
         top = d2 = calibrated = flags = None
-        stuck = (stuck_cells(model, original, before)
-                 if {"outlier", "top_channel", "cells"} & wanted or (cellwise and project is not None) else None)
+        needs_faults = {"outlier", "top_channel", "cells"} & wanted or (cellwise and project is not None)
         # a cellwise model judges the block's cells once, for every output that reads them
         judged = judge_cells(model, block) if cellwise and wanted - {"scores", "contributions"} else None
         if judged is not None and "n_observed" in wanted and whole:  # no row masked out
@@ -292,10 +294,12 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
                 calibrated = calibrated_d2(model, block, d2, judged=judged)
                 if "weight" in wanted:
                     parts["weight"] = weight(model, calibrated)
-                if {"outlier", "top_channel"} & wanted:
-                    flags = outlier_flags(model, np.asarray(block, np.float64), calibrated, stuck)
-                    if "outlier" in wanted:
-                        parts["outlier"] = flags
+        # the rules that read rows in order; the shift rule's means leave out the rows the distance flags
+        stuck = fault_cells(model, original, before, calibrated, own) if needs_faults else None
+        if calibrated is not None and {"outlier", "top_channel"} & wanted:
+            flags = outlier_flags(model, np.asarray(block, np.float64), calibrated, stuck)
+            if "outlier" in wanted:
+                parts["outlier"] = flags
         if project is not None:
             parts["scores"] = project(block, stuck)  # a cellwise model completes the stuck cells too
         if "cells" in wanted:
@@ -327,7 +331,8 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str):
                 out[bad] = np.nan if out.dtype.kind == "f" else (-1 if name == "top_channel" else 0)
         if "cells" in parts and bad.any():  # as cell_outliers judges them: an inf cell flagged, the rest on their own,
             # and a stuck sensor's cells (its run read from the rows as stored, as for the other rows)
-            parts["cells"][bad] = cell_flags_of_any_rows(model, block[bad]) | stuck_cells(model, original, before)[bad]
+            parts["cells"][bad] = (cell_flags_of_any_rows(model, block[bad])
+                                   | fault_cells(model, original, before, own=own)[bad])
         if "n_observed" in outputs and "n_observed" not in parts:
             parts["n_observed"] = nan_for_nonfinite_rows(lambda b: judged_counts(model, b), "partial")(block)
         return parts

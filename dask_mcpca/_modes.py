@@ -66,6 +66,7 @@ __all__ = [
     "label_text",
     "has_modes",
     "judged_rows",
+    "mode_rows",
     "mahalanobis_d2",
     "modes_of_rows",
     "refuse",
@@ -417,7 +418,7 @@ class ModeRunner(PassRunner):
         self.shared, self.mode = shared, mode
         self.n_rows = n_rows
 
-    def _sums(self, plan, chosen, bar) -> BlockStats:
+    def _sums(self, plan, chosen, bar, keep=None) -> BlockStats:  # a mode keeps no runs of rows (no shift rule)
         return self.shared.request(self.mode, plan, self.scale, list(chosen))
 
 
@@ -462,6 +463,12 @@ def modes_of_rows(model, block, nan_policy: str) -> np.ndarray:
     return out
 
 
+def mode_rows(model, m: int):
+    """``own(rows)``: the mask of the rows (as stored) whose mode is ``m`` (:func:`best_modes`), the rows a mode's
+    shift rule averages (:func:`._shift.shifted_cells`): a mode's residuals are its own rows'."""
+    return lambda rows: best_modes(model, rows) == m
+
+
 def judged_rows(model, block, before=None, original=None):
     """:func:`._model.judged_rows` for a model with or without modes.  With modes, each row by its mode
     (:func:`best_modes`): the flags are the mode's, and the distance that mode's ``d2`` rescaled so that
@@ -475,7 +482,8 @@ def judged_rows(model, block, before=None, original=None):
         mine = best == m
         if mine.any():
             # the rows before a mode's rows are the block's: a run that crosses modes is judged whole
-            d2_m, flags[mine], held[mine] = (v[mine] for v in _model.judged_rows(sub, block, before, original))
+            judged = _model.judged_rows(sub, block, before, original, mode_rows(model, m))
+            d2_m, flags[mine], held[mine] = (v[mine] for v in judged)
             d2[mine] = d2_m * (model.outlier_cutoff_ / sub.outlier_cutoff_)
     return d2, flags, held
 

@@ -191,16 +191,22 @@ def held_block_stats(block, plan: PassPlan, row_offset: int, held: np.ndarray) -
     return stats
 
 
-def _block_task(block, plan: PassPlan, row_offset: int, before=None, hold_out=None, scale=None) -> BlockStats:
+def _block_task(block, plan: PassPlan, row_offset: int, before=None, hold_out=None, scale=None,
+                keep: int = 0) -> BlockStats:
     """:func:`block_stats` inside a dask task, with single-threaded BLAS (:func:`limit_blas_in_task`);
     with ``hold_out``, the rows ``hold_out(block, before)`` flags (read as stored) get no weight
     (:func:`held_block_stats`); with ``scale``, the pass sees each channel divided by it
-    (:func:`._scale.in_model_units`)."""
+    (:func:`._scale.in_model_units`); ``keep``: the block's first ``keep`` rows, as stored, go into
+    the result's ``segments``."""
     limit_blas_in_task()
     if hold_out is None:
-        return block_stats(in_model_units(block, scale), plan, row_offset)
-    held = hold_out(block, before)
-    return held_block_stats(in_model_units(block, scale), plan, row_offset, held)
+        stats = block_stats(in_model_units(block, scale), plan, row_offset)
+    else:
+        held = hold_out(block, before)
+        stats = held_block_stats(in_model_units(block, scale), plan, row_offset, held)
+    if keep:
+        stats.segments = (np.array(block[:keep], np.float64),)
+    return stats
 
 
 def tree_reduce(parts: list, split_every: int = SPLIT_EVERY, merge=None):
@@ -279,11 +285,14 @@ class PassRunner:
             return np.asarray(self.X.chunks[0])
         return np.diff(np.minimum(np.arange(self.n_blocks + 1) * NUMPY_BLOCK_ROWS, self.n_rows))
 
-    def run(self, plan: PassPlan, *, label: str = "", blocks: np.ndarray | None = None) -> PassResult:
+    def run(self, plan: PassPlan, *, label: str = "", blocks: np.ndarray | None = None,
+            segments: tuple[int, ...] = (), segment_rows: int = 0) -> PassResult:
         """Make one full pass with ``plan`` and return its merged statistics.
 
         ``blocks`` (indices of row blocks) reads only those: a partial read,
         counted in ``n_partial_reads`` and ``n_blocks_read``, not in ``n_passes``.
+        ``segments`` (indices of blocks read): the first ``segment_rows`` rows of each, as stored,
+        come back in the result's ``segments``, in block order.
 
         A kernel pass runs in this runner's working units (``unit_exp``) and
         its result is checked: a kernel without weight, or a non-finite mean
@@ -293,7 +302,7 @@ class PassRunner:
             plan = replace(plan, unit_exp=self.unit_exp)
         chosen = range(self.n_blocks) if blocks is None else [int(b) for b in blocks]
         with PassProgress(self, label, enabled=self.progress, total=len(chosen)) as bar:
-            stats = self._sums(plan, chosen, bar)
+            stats = self._sums(plan, chosen, bar, {int(b): segment_rows for b in segments})
         if blocks is None:
             self.n_passes += 1
             self.n_usable_rows = int(stats.n_rows)
@@ -310,20 +319,23 @@ class PassRunner:
             _check_finite(stats, label)
         return stats
 
-    def _sums(self, plan: PassPlan, chosen, bar) -> BlockStats:
-        """The merged :class:`BlockStats` of the row blocks ``chosen`` under ``plan`` (``bar`` counts them)."""
+    def _sums(self, plan: PassPlan, chosen, bar, keep: dict[int, int]) -> BlockStats:
+        """The merged :class:`BlockStats` of the row blocks ``chosen`` under ``plan`` (``bar`` counts them),
+        with the first ``keep[i]`` rows of block ``i`` in its ``segments``."""
         offsets = np.concatenate([[0], np.cumsum(self.block_rows())[:-1]])
         if self.is_dask:
             plan_d = dask.delayed(plan, pure=True)
             all_blocks = self._dask_blocks()
             if self.hold_out is None:
                 parts = [dask.delayed(_block_task, pure=True)(all_blocks[i], plan_d, int(offsets[i]),
-                                                              None, None, self.scale) for i in chosen]
+                                                              None, None, self.scale, keep.get(i, 0))
+                         for i in chosen]
             else:  # both from the unoptimised graph, whose keys they share: each block is read once
                 read = self.X.to_delayed(optimize_graph=False)[:, 0]
                 before = rows_before(self.X, self.context).to_delayed(optimize_graph=False)[:, 0]
                 parts = [dask.delayed(_block_task, pure=True)(read[i], plan_d, int(offsets[i]), before[i],
-                                                              self.hold_out, self.scale) for i in chosen]
+                                                              self.hold_out, self.scale, keep.get(i, 0))
+                         for i in chosen]
             stats = bar.compute(tree_reduce(parts), blocks=parts)
         else:
             stats = None
@@ -338,6 +350,8 @@ class PassRunner:
                                              before])
                     held = self.hold_out(block, before)
                     part = held_block_stats(in_model_units(block, self.scale), plan, start, held)
+                if keep.get(i):
+                    part.segments = (np.array(block[: keep[i]], np.float64),)
                 stats = part if stats is None else combine(stats, part)
                 bar.advance(1)
         return stats

@@ -257,6 +257,13 @@ def validate_fitted(model) -> None:
             raise ValueError(f"saturation_limits_ must be a float array of shape ({p}, 2): finite or NaN, "
                              "each channel's lower limit below its upper one")
         model.saturation_limits_ = limits
+    shift = getattr(model, "shift_scale_", None)  # none in a file written before the shift rule, or too few rows
+    if shift is not None:
+        shift = np.asarray(shift, dtype=np.float64) if isinstance(shift, np.ndarray) else shift
+        if not (isinstance(shift, np.ndarray) and shift.shape == (p,) and np.isfinite(shift).all()
+                and (shift > 0).all()):
+            raise ValueError(f"shift_scale_ must be {p} finite floats > 0")
+        model.shift_scale_ = shift
     _int(model, "n_samples_", 1)
     if hasattr(model, "n_samples_partial_"):  # none in a file written before it was counted
         _int(model, "n_samples_partial_", 0, model.n_samples_)

@@ -33,8 +33,8 @@ from ._drift import Window, WindowSums, add_windows, window_sums
 from ._model import CONTEXT_ROWS, outlier_flags
 from ._passes import NonFiniteRowsError, rows_before
 from ._precision import contribution_matrix, model_rows
+from ._shift import fault_cells
 from ._stats import merge_moments
-from ._stuck import stuck_cells
 
 __all__ = ["BlockSummary", "block_summaries", "summarize_block", "summarize_task", "N_BINS", "SLICE_ROWS"]
 
@@ -109,6 +109,7 @@ class _Model(NamedTuple):
     cov: np.ndarray
     M: np.ndarray  # (y M)_j^2 = (P y)_j^2 / P_jj
     cellwise: bool
+    own: object = None  # a mode's model: the mask of its mode's rows (:func:`._modes.mode_rows`)
 
 
 def summarize_block(
@@ -160,7 +161,8 @@ def summarize_block(
     """
     n, p = block.shape
     cellwise = getattr(model, "cell_cutoff_", None) is not None
-    modes = [_scoring(sub, cellwise) for sub in model.mode_models_] if _modes.has_modes(model) else None
+    modes = ([_scoring(sub, cellwise, _modes.mode_rows(model, i)) for i, sub in enumerate(model.mode_models_)]
+             if _modes.has_modes(model) else None)
     m = _scoring(model, cellwise) if modes is None else None
     # with modes, rows as stored about the largest mode's centre (each mode scores them in its own units)
     centre = m.centre if modes is None else model.mode_means_[int(np.argmax(model.mode_weights_))]
@@ -190,10 +192,10 @@ def _slice_before(block, a: int, before: np.ndarray | None) -> np.ndarray | None
     return np.concatenate([np.asarray(before)[a - CONTEXT_ROWS :], np.asarray(block[:a])])
 
 
-def _scoring(model, cellwise: bool) -> _Model:
-    """What scoring a slice reads of ``model`` (:class:`_Model`)."""
+def _scoring(model, cellwise: bool, own=None) -> _Model:
+    """What scoring a slice reads of ``model`` (:class:`_Model`; ``own``: a mode's rows)."""
     return _Model(model, model.mean_, model.get_precision(), model.get_covariance(), contribution_matrix(model),
-                  cellwise)
+                  cellwise, own)
 
 
 def _score_by_mode(model, modes: list[_Model], centre: np.ndarray, X: np.ndarray, first_row: int,
@@ -390,7 +392,7 @@ def _score_slice(m: _Model, X: np.ndarray, first_row: int, raw: np.ndarray | Non
     Xs = X if whole else np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf): the centre
     judged = judge_cells(model, Xs) if m.cellwise else None  # once, for the distance and the cells
     d = calibrated_d2(model, Xs, judged=judged)  # rows with gaps: on their observed cells, as is_outlier does
-    stuck = stuck_cells(model, X if raw is None else raw, before)  # the rows as stored, unusable ones too
+    stuck = fault_cells(model, X if raw is None else raw, before, d, m.own)  # the rows as stored, unusable too
     flags = ok & outlier_flags(model, Xs, d, stuck)
     Y = _shifted(X, centre) if whole else np.where(complete[:, None], X - centre, 0.0)
     contrib = Y @ m.M

@@ -258,6 +258,10 @@ class BlockStats:
         cells), summed by :func:`combine`: which kernels did the work.
     cells_flagged : ndarray of shape (p,) or None
         Cells flagged per channel by a plan's ``cells`` (None: not judged).
+    segments : tuple of ndarray
+        Runs of consecutive rows as stored (float64), the first rows of the blocks a
+        read was asked to keep them from, in block order (:mod:`._shift` learns
+        ``shift_scale_`` from them); empty for a pass that keeps none.
     """
 
     n_rows: int
@@ -275,6 +279,7 @@ class BlockStats:
     gaps: dict | None = None
     routes: dict = field(default_factory=dict)
     cells_flagged: np.ndarray | None = None
+    segments: tuple = ()
 
     def in_units(self, unit_exp: int) -> BlockStats:
         """These statistics with their mean and scatter in units of ``2**unit_exp`` (exact; may overflow to inf)."""
@@ -294,7 +299,8 @@ class BlockStats:
 
     def __sizeof__(self) -> int:
         """Bytes held, arrays included (dask's ``sizeof`` uses it to account for a task's result)."""
-        arrays = (self.log_scale, self.weight, self.mean, self.scatter, self.sample, self.col_min, self.col_max)
+        arrays = (self.log_scale, self.weight, self.mean, self.scatter, self.sample, self.col_min, self.col_max,
+                  *self.segments)
         return object.__sizeof__(self) + sum(a.nbytes for a in arrays if a is not None)
 
 
@@ -362,6 +368,7 @@ def combine(a: BlockStats, b: BlockStats) -> BlockStats:
         gaps=_missing.merge_gaps(a.gaps, fa, b.gaps, fb) if (a.gaps or b.gaps) else None,
         routes=_added(a.routes, b.routes),
         cells_flagged=_summed(a.cells_flagged, b.cells_flagged),
+        segments=a.segments + b.segments,
     )
 
 

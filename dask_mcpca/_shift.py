@@ -1,0 +1,293 @@
+"""A channel that has shifted: a bias or a drift held for many rows, read from rows in order.
+
+A bias of a few conditional SDs on one channel is, row by row, inside the noise: on NYC weather's
+wind speed a +4.9 SD bias over 3 % of the rows was flagged in 0.38 of its rows by the row distance,
+and no row distance of that model finds more than 0.63 of them at 5 % false alarms
+(``benchmarks/ROBUSTNESS.md``).  Held for a run of rows, it stands out of the average of the
+channel's residual over those rows, where the noise averages away.  The rule, per channel ``a``:
+
+1. ``r_a = (P y)_a / sqrt(P_aa)``, the row's residual on channel ``a`` given the others, in
+   conditional SDs (``P`` the model's precision, ``y`` the centred row:
+   :func:`._precision.contribution_matrix`), clipped at ``+-RESIDUAL_CLIP``;
+2. its mean over the last :data:`SHIFT_WINDOW` rows up to the row that the row rule does not flag
+   (:func:`trailing_means`): a burst of ten gross rows is the row distance's to find, and does not
+   make the 54 rows after it look shifted, and a bias whose larger residuals the row rule flags is
+   still averaged over 64 of its rows.  The rule looks only back, over at most :data:`PRIOR_ROWS`
+   rows, so a row's verdict never changes when rows are appended, and the sums are exact integers,
+   so it does not depend on how the rows are cut into blocks;
+3. the cell is shifted where that mean is more than :data:`SHIFT_CUTOFF` times ``shift_scale_[a]``
+   from 0 and farther, in those units, than any other channel's of the row (:func:`shifted_cells`):
+   a bias ``d`` on channel ``a`` moves channel ``b``'s residual too, by ``d P_ab / sqrt(P_bb)``,
+   less than channel ``a``'s own ``d sqrt(P_aa)`` (a partial correlation below 1), so the channel
+   with the bias is the one named.
+
+``shift_scale_`` is learned at the fit (:func:`shift_scales`): the 90th percentile of the same means'
+sizes over contiguous runs of the fitted rows, under the fitted model, divided by 1.645 (their standard
+deviation, were they Gaussian about 0).  A percentile, not the median: the fitted rows' normal states
+are in it, so that an archive that moves between states (four regimes a quarter of the rows each, whose
+residuals' means differ by state) is not flagged state by state, while a fault over a few % of the
+fitted rows leaves it nearly as it was (NYC weather's bias over 3 % of the rows, all in the runs:
+0.46-0.57, against 0.49 for the clean recording; the 95th percentile gave 0.75-0.80, and 0.63-0.71 of
+the bias found).  Residuals that wander in the normal state (weather persists for
+hours: on NYC weather the residuals' lag-1 autocorrelation is 0.65-0.95, and their 64-row means spread
+3-6 times as wide as independent rows' would) raise their own cutoff the same way.
+
+The runs are the first rows of up to :data:`SHIFT_SEGMENTS` of the row blocks the fit's first read
+reads anyway (:func:`segment_blocks`), so learning costs no read.  A fit whose first
+read kept no runs (a ``warm_start`` refit), or too few rows for :data:`MIN_WINDOWS` means, has no
+``shift_scale_`` and no shift rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._compiled import AVAILABLE, compiled
+from ._distances import at_limits, calibrated_d2, limit_tolerances
+from ._precision import contribution_matrix, model_rows, precision_power
+from ._repeated import held_out
+from ._stuck import stuck_cells
+
+__all__ = [
+    "FIXED_POINT",
+    "GAUSS_QUANTILE",
+    "MIN_ROWS",
+    "MIN_WINDOWS",
+    "PRIOR_ROWS",
+    "RESIDUAL_CLIP",
+    "SCALE_FLOOR",
+    "SCALE_PERCENTILE",
+    "SEGMENT_BYTES",
+    "SHIFT_CUTOFF",
+    "SHIFT_SEGMENTS",
+    "SHIFT_WINDOW",
+    "fault_cells",
+    "segment_blocks",
+    "segment_rows",
+    "shift_scales",
+    "shifted_cells",
+    "trailing_means",
+]
+
+#: Rows whose mean residual a cell is judged by: the row and the 63 before it.  At 64 a bias of the
+#: conditional SD's size on a channel with independent rows is 8 spreads of its mean from 0; shorter
+#: windows find a stretch sooner, longer ones a smaller shift.
+SHIFT_WINDOW = 64
+
+#: Residuals are clipped at this many conditional SDs before they are averaged.
+RESIDUAL_CLIP = 4.0
+
+#: A channel's mean residual this many ``shift_scale_`` from 0 is a shift.  For a mean that is
+#: Gaussian about 0 that happens once in 1.7 million rows per channel.
+SHIFT_CUTOFF = 5.0
+
+#: ``shift_scale_`` is this percentile of the fitted means' sizes divided by :data:`GAUSS_QUANTILE`, the
+#: same percentile of a standard Gaussian's size (``scipy.stats.norm.ppf(0.95)``).
+SCALE_PERCENTILE = 90.0
+GAUSS_QUANTILE = 1.6448536269514722
+
+#: The rows before a row that its mean may reach back over, past rows the row rule flags: a verdict reads a
+#: fixed span of rows, whatever the blocks.
+PRIOR_ROWS = 4 * SHIFT_WINDOW
+
+#: Means over fewer rows (in those ``PRIOR_ROWS``, the rest flagged, NaN or inf, or before the first row) are
+#: not judged.
+MIN_ROWS = SHIFT_WINDOW // 2
+
+#: ``shift_scale_`` is at least this share of the spread of a mean of independent residuals
+#: (``1 / sqrt(SHIFT_WINDOW)``): a channel whose residual barely moved at the fit (a held or
+#: quantized one) is not flagged for the least movement after it.
+SCALE_FLOOR = 0.5
+
+#: Fewest means (over all runs) ``shift_scale_`` is learned from.
+MIN_WINDOWS = 4 * SHIFT_WINDOW
+
+#: Row blocks of the first read whose first rows are kept to learn ``shift_scale_`` ...
+SHIFT_SEGMENTS = 8
+
+#: ... about this many bytes of each (float64), between ``MIN_WINDOWS`` and 16384 rows.
+SEGMENT_BYTES = 4 * 2**20
+
+#: Residuals are summed in units of ``2**-FIXED_POINT`` conditional SDs, as integers: the sum of any
+#: run of them is exact (a window's sum, at most ``RESIDUAL_CLIP * 2**32 * SHIFT_WINDOW``, is far inside
+#: int64, and a difference of two cumulative sums is exact modulo 2**64 even where they wrap).
+FIXED_POINT = 32
+_CLIP_FIXED = float(np.ldexp(RESIDUAL_CLIP, FIXED_POINT))
+
+
+def segment_rows(n_features: int) -> int:
+    """Rows kept from each block chosen by :func:`segment_blocks`."""
+    return int(np.clip(SEGMENT_BYTES // (8 * max(n_features, 1)), MIN_WINDOWS, 16384))
+
+
+def segment_blocks(blocks) -> tuple[int, ...]:
+    """Up to :data:`SHIFT_SEGMENTS` of the row blocks ``blocks`` (indices, in order), evenly spread."""
+    blocks = np.asarray(blocks, int)
+    if len(blocks) <= SHIFT_SEGMENTS:
+        return tuple(int(b) for b in blocks)
+    picks = ((np.arange(SHIFT_SEGMENTS) + 0.5) * len(blocks) / SHIFT_SEGMENTS).astype(int)
+    return tuple(int(b) for b in blocks[picks])
+
+
+def _residuals(model: Any, rows: np.ndarray, n_prior: int = 0, d2: np.ndarray | None = None,
+               own=None) -> tuple[np.ndarray, np.ndarray]:
+    """Rows as stored -> their clipped residuals in fixed point (int64), and a mask of the rows the means
+    count: not those with a non-finite cell, nor those with a cell at a saturation limit (its residual is
+    censored: a channel pinned at its limit for hours sits below what the others predict, and was a shift
+    in 1.1-1.6 % of a clean plant archive's rows), nor those the row rule flags (``d^2`` above
+    ``outlier_cutoff_``, a value or record ``repeated_*`` learned as stuck), whose fault is found already.
+    ``d2``: the calibrated distances of the rows after the first ``n_prior``, where the caller has them;
+    ``own``: the mask of the rows (as stored, complete) that are ``model``'s, the others left out (a mode's
+    model: its mode's rows)."""
+    stored = np.asarray(rows, np.float64)
+    rows = model_rows(model, stored)
+    bad = ~np.isfinite(rows).all(axis=1)
+    if own is not None:
+        bad |= ~own(np.where(bad[:, None], 0.0, stored))
+    limits = getattr(model, "saturation_limits_", None)
+    if limits is not None and not np.isnan(limits).all():  # a reading at its limit: the quantity there or beyond
+        with np.errstate(invalid="ignore"):
+            bad |= np.logical_or(*at_limits(rows, limits, limit_tolerances(model))).any(axis=1)
+    # a row holding a learned stuck value or frozen record is the fault rules' (its stretch would shift the means)
+    bad |= held_out(np.where(bad[:, None], model.mean_, rows), getattr(model, "repeated_values_", None),
+                    getattr(model, "repeated_rows_", None))
+    y = rows - model.mean_
+    n_prior = len(rows) if d2 is None else n_prior  # the rows whose distances are computed here
+    with np.errstate(invalid="ignore"):  # NaN distances: rows already left out
+        far = calibrated_d2(model, np.where(bad[:n_prior, None], model.mean_, rows[:n_prior]))  # as the callers'
+        bad[:n_prior] |= far > model.outlier_cutoff_
+        if d2 is not None:
+            bad[n_prior:] |= np.asarray(d2) > model.outlier_cutoff_
+    y[bad] = 0.0
+    # in units of 2**-FIXED_POINT (a power of two: exact), clipped, rounded to integers
+    with np.errstate(over="ignore", invalid="ignore"):  # a row near the float64 limit: clipped, as any far one
+        r = y @ np.ldexp(contribution_matrix(model), FIXED_POINT)
+        np.clip(r, -_CLIP_FIXED, _CLIP_FIXED, out=r)
+    r[np.isnan(r)] = 0.0  # inf - inf in a row near the float64 limit
+    return np.rint(r, out=r).astype(np.int64), ~bad
+
+
+def _window_ranks(counted: np.ndarray, n_before: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each row after the first ``n_before``: the counted rows up to and with it (``rank``), and up to
+    the first of its window (``first``): the last :data:`SHIFT_WINDOW` counted rows, within its
+    :data:`PRIOR_ROWS` (the row and those before it)."""
+    cum = np.concatenate([[0], np.cumsum(counted)])
+    end = np.arange(n_before, len(counted)) + 1
+    rank = cum[end]
+    return rank, np.maximum(rank - SHIFT_WINDOW, cum[np.maximum(end - PRIOR_ROWS, 0)])
+
+
+def trailing_means(model: Any, rows: np.ndarray, n_before: int, d2: np.ndarray | None = None,
+                   own=None) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's mean clipped residual per channel over its window (:func:`_window_ranks`) of the rows
+    the means count (:func:`_residuals`), for the rows of ``rows`` after its first ``n_before`` (the rows
+    before, NaN where none were); and how many rows each mean is over.  NaN where fewer than
+    :data:`MIN_ROWS`.  ``d2``: the calibrated distances of those rows after the first ``n_before``,
+    where the caller has them; ``own``: as :func:`_residuals`.  The numpy spelling of
+    :func:`_shifted_sweep`'s means."""
+    fixed, counted = _residuals(model, rows, n_before, d2, own)
+    sums = np.concatenate([np.zeros((1, fixed.shape[1]), np.int64), np.cumsum(fixed[counted], axis=0)])
+    rank, first = _window_ranks(counted, n_before)
+    n = rank - first
+    total = sums[rank] - sums[first]  # integers: exact, wherever the block begins
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.ldexp(total.astype(np.float64), -FIXED_POINT) / n[:, None]
+    means[n < MIN_ROWS] = np.nan
+    return means, n
+
+
+@compiled(fastmath=False)  # the same roundings as the numpy spelling: the same verdicts
+def _shifted_sweep(fixed, counted, n_before, window, prior, min_rows, unit, scale, cutoff, out):  # pragma: no cover
+    """:func:`shifted_cells`'s verdicts in one sweep over the rows (compiled): a ring of the window's
+    counted rows and their running integer sums; ``out[i - n_before, a]`` for the farthest channel
+    ``a`` of row ``i`` whose mean (``sum * unit / count``) is more than ``cutoff * scale[a]`` from 0."""
+    n, p = fixed.shape
+    sums = np.zeros(p, np.int64)
+    ring = np.empty(window, np.int64)
+    head = 0
+    size = 0
+    for i in range(n):
+        while size > 0 and (ring[head] <= i - prior or (counted[i] and size == window)):
+            old = ring[head]
+            for a in range(p):
+                sums[a] -= fixed[old, a]
+            head = (head + 1) % window
+            size -= 1
+        if counted[i]:
+            ring[(head + size) % window] = i
+            size += 1
+            for a in range(p):
+                sums[a] += fixed[i, a]
+        if i >= n_before and size >= min_rows:
+            top = 0
+            far_top = -1.0
+            for a in range(p):
+                far = abs(sums[a] * unit / size) / scale[a]
+                if far > far_top:
+                    top, far_top = a, far
+            if far_top > cutoff:
+                out[i - n_before, top] = True
+
+
+def shift_scales(model: Any, segments) -> np.ndarray | None:
+    """``shift_scale_``: per channel, the :data:`SCALE_PERCENTILE` percentile of the sizes of the mean
+    residuals of :func:`trailing_means` over the fitted rows ``segments`` (runs of rows as stored, each in
+    order) divided by :data:`GAUSS_QUANTILE`, floored at ``SCALE_FLOOR / sqrt(SHIFT_WINDOW)``; None with fewer
+    than :data:`MIN_WINDOWS` means."""
+    means = [m[n == SHIFT_WINDOW] for m, n in (trailing_means(model, s, 0) for s in segments)]
+    means = np.concatenate(means) if means else np.empty((0, len(model.mean_)))
+    if len(means) < MIN_WINDOWS:
+        return None
+    scale = np.percentile(np.abs(means), SCALE_PERCENTILE, axis=0) / GAUSS_QUANTILE
+    return np.maximum(scale, SCALE_FLOOR / np.sqrt(SHIFT_WINDOW))
+
+
+def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=None) -> np.ndarray:
+    """Cells of ``block`` (rows in order, as stored) on a channel shifted for the last rows: the mean
+    of its clipped residual over the last :data:`SHIFT_WINDOW` counted rows up to the row more than
+    :data:`SHIFT_CUTOFF` times ``shift_scale_`` from 0, the farthest of the row's channels (at most one
+    cell a row).  None of them without ``shift_scale_``, nor on a channel written more coarsely than its
+    noise (a ``quantization_steps_`` step above its SD given the other channels: an ADC at rest, one-hot
+    columns): the means of such readings, a level off now and then, have a tail far longer than their 90th
+    percentile says (0.2-0.5 % of a recording's rows beside an ADC at rest were flagged).  A channel
+    recorded to a finer resolution than its noise (NYC weather's steps are 0.005-0.25 of it) is judged.
+
+    ``before``: rows before the block (the last :data:`PRIOR_ROWS` are read; NaN where there are
+    none), or None.  ``d2``: the block's :func:`._distances.calibrated_d2`, where the caller has it
+    (computed here otherwise).  ``own``: for a mode's model, the mask of the rows (as stored) of its mode,
+    ``own(rows)``; the means are over its mode's rows only (:func:`._modes.mode_rows`).
+    """
+    block = np.asarray(block)
+    scale = getattr(model, "shift_scale_", None)
+    if scale is None or not len(block):
+        return np.zeros(block.shape, bool)
+    prior = np.empty((0, block.shape[1])) if before is None else np.asarray(before)
+    prior = prior[max(len(prior) - PRIOR_ROWS, 0):]
+    rows = np.concatenate([prior, block])
+    cells = np.zeros(block.shape, bool)
+    steps = getattr(model, "quantization_steps_", None)
+    if steps is not None:  # a channel coarser than its noise is left to the row and stuck rules (scale inf)
+        with np.errstate(divide="ignore"):
+            noise = 1.0 / np.sqrt(np.diag(precision_power(model, 1.0)))  # its SD given the other channels
+        scale = np.where(np.asarray(steps) > noise, np.inf, scale)
+    if AVAILABLE:
+        fixed, counted = _residuals(model, rows, len(prior), d2, own)
+        _shifted_sweep(fixed, counted, len(prior), SHIFT_WINDOW, PRIOR_ROWS, MIN_ROWS, 2.0**-FIXED_POINT,
+                       np.asarray(scale, np.float64), SHIFT_CUTOFF, cells)
+        return cells
+    far = np.abs(trailing_means(model, rows, len(prior), d2, own)[0]) / np.asarray(scale)
+    judged = np.isfinite(far).all(axis=1)
+    top = np.argmax(far[judged], axis=1)
+    cells[np.flatnonzero(judged), top] = far[judged, top] > SHIFT_CUTOFF
+    return cells
+
+
+def fault_cells(model: Any, block, before, d2: np.ndarray | None = None, own=None) -> np.ndarray:
+    """Cells of ``block`` (rows in order, as stored) at fault by a rule that reads rows in order: held by a
+    sensor stuck since the fit (:func:`._stuck.stuck_cells`) or on a shifted channel (:func:`shifted_cells`;
+    ``d2``: the block's calibrated distances, where the caller has them; ``own``: a mode's rows).  The outlier flags,
+    ``cell_outliers``, ``impute`` and a cellwise model's scores read these; ``partial_fit`` holds out only
+    the stuck ones (a lasting change is its to learn)."""
+    return stuck_cells(model, block, before) | shifted_cells(model, block, before, d2, own)

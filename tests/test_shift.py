@@ -1,0 +1,253 @@
+"""The shifted-channel rule (``dask_mcpca/_shift.py``): a bias held over many rows, read in order.
+
+Expected flags come from the rule written out plainly here (numpy's inverse of the model's
+covariance, a loop over the rows), and from known truth in generated data: where a bias was
+put, how long it lasted, which channel it was on.
+"""
+
+import json
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dask_mcpca import MCPCA, load
+
+P = 6
+WINDOW, CUTOFF, CLIP, PERCENTILE = 64, 5.0, 4.0, 90.0
+
+
+def _factor_rows(n: int, seed: int) -> np.ndarray:
+    """Two factors on six channels, each channel with its own noise: rows independent in time."""
+    rng = np.random.default_rng(seed)
+    loadings = rng.normal(size=(2, P))
+    return rng.normal(size=(n, 2)) @ loadings + rng.normal(size=(n, P)) * rng.uniform(0.3, 1.0, P)
+
+
+def _plain_means(model, X: np.ndarray) -> np.ndarray:
+    """The mean clipped residual per channel over the last 64 rows up to each row, among it and the 255 before
+    it, that the row rule does not flag, by a loop (NaN under 32 such rows); rows read from the first."""
+    prec = np.linalg.inv(model.get_covariance())
+    y = X - model.mean_
+    kept = np.einsum("ij,jk,ik->i", y, prec, y) <= model.outlier_cutoff_
+    r = np.clip(y @ prec / np.sqrt(np.diag(prec)), -CLIP, CLIP)
+    out = np.full(X.shape, np.nan)
+    for i in range(len(X)):
+        span = np.arange(max(i - 4 * WINDOW + 1, 0), i + 1)
+        window = span[kept[span]][-WINDOW:]
+        if len(window) >= WINDOW // 2:
+            out[i] = r[window].mean(axis=0)
+    return out
+
+
+def test_the_learned_scale_and_the_flags_are_the_rule_written_out():
+    """``shift_scale_`` is the 90th percentile of the fitted rows' 64-row means (full windows only) over 1.645;
+    a cell is shifted where its mean is more than five of those from 0 and the farthest of its row (a model
+    on one in-memory block learns from its first rows, all of them here)."""
+    X = _factor_rows(6_000, seed=1)
+    model = MCPCA().fit(X)
+    means = _plain_means(model, X)
+    full = np.zeros(len(X), bool)
+    prec = np.linalg.inv(model.get_covariance())
+    kept = np.einsum("ij,jk,ik->i", X - model.mean_, prec, X - model.mean_) <= model.outlier_cutoff_
+    full[np.cumsum(kept) >= WINDOW] = True
+    expected = np.maximum(np.percentile(np.abs(means[full]), PERCENTILE, axis=0) / 1.6448536269514722,
+                          0.5 / np.sqrt(WINDOW))
+    np.testing.assert_allclose(model.shift_scale_, expected, rtol=1e-7)
+    Xf = X.copy()
+    Xf[3_000:3_600, 2] += 1.2 * np.sqrt(model.get_covariance()[2, 2])
+    far = np.abs(_plain_means(model, Xf)) / model.shift_scale_
+    shifted = (far > CUTOFF) & (far == np.nanmax(far, axis=1, initial=0.0)[:, None])  # the farthest channel only
+    assert shifted[3_000:3_600, 2].mean() > 0.5  # the rule finds it, so the comparison below is not vacuous
+    cells = np.asarray(model.cell_outliers(Xf))
+    np.testing.assert_array_equal(cells[:, 2] | shifted[:, 2], cells[:, 2])  # every shifted cell is flagged
+    flags = np.asarray(model.is_outlier(Xf))
+    assert np.all(flags[shifted.any(axis=1)])
+
+
+def test_a_bias_held_after_the_fit_is_found_and_named_and_clean_rows_are_left_alone():
+    """A bias of one conditional SD on channel 4 over 2,000 rows after the fit: row by row inside the noise
+    (the row distance finds few of its rows), over 64 rows eight spreads of the mean from 0."""
+    X = _factor_rows(20_000, seed=2)
+    model = MCPCA().fit(X[:10_000])
+    later = X[10_000:].copy()
+    clean_flags = np.asarray(model.is_outlier(later))
+    sd = np.sqrt(1 / np.linalg.inv(model.get_covariance())[4, 4])  # channel 4's SD given the others
+    later[4_000:6_000, 4] += sd
+    flags = np.asarray(model.is_outlier(later))
+    row_rule = np.asarray(model.mahalanobis(later)) > model.outlier_cutoff_
+    assert row_rule[4_000:6_000].mean() < 0.2
+    assert flags[4_000:6_000].mean() >= 0.9
+    outside = np.r_[0:4_000, 6_100:10_000]  # after the bias, 100 rows for the window to leave it
+    assert flags[outside].mean() <= clean_flags.mean() + 0.002
+    cells = np.asarray(model.cell_outliers(later))
+    assert cells[4_100:6_000, 4].mean() >= 0.95 and cells[4_100:6_000, [0, 1, 2, 3, 5]].mean() <= 0.01
+
+
+def test_a_burst_of_gross_rows_does_not_make_the_rows_after_it_look_shifted():
+    X = _factor_rows(12_000, seed=3)
+    model = MCPCA().fit(X)
+    Xf = X.copy()
+    Xf[5_000:5_010] += 30 * X.std(axis=0)
+    flags = np.asarray(model.is_outlier(Xf))
+    assert flags[5_000:5_010].all()
+    np.testing.assert_array_equal(flags[5_010:5_200], np.asarray(model.is_outlier(X))[5_010:5_200])
+
+
+def test_verdicts_do_not_depend_on_the_blocks_and_do_not_change_when_rows_are_appended():
+    X = _factor_rows(12_000, seed=4)
+    model = MCPCA().fit(X)
+    Xf = X.copy()
+    Xf[6_000:7_000, 1] += 0.8 * X[:, 1].std()
+    whole = np.asarray(model.is_outlier(Xf))
+    assert whole[6_000:7_000].mean() > 0.5
+    for chunks in (1_000, 777, 64):
+        np.testing.assert_array_equal(model.is_outlier(da.from_array(Xf, chunks=(chunks, P))).compute(), whole)
+    np.testing.assert_array_equal(np.asarray(model.is_outlier(Xf[:6_500])), whole[:6_500])
+
+
+def test_the_scale_is_saved_and_checked_on_load(tmp_path):
+    X = _factor_rows(5_000, seed=5)
+    model = MCPCA().fit(X)
+    assert model.shift_scale_.shape == (P,) and np.all(model.shift_scale_ > 0)
+    model.save(tmp_path / "m.json")
+    again = load(tmp_path / "m.json")
+    np.testing.assert_array_equal(again.shift_scale_, model.shift_scale_)
+    body = json.loads((tmp_path / "m.json").read_text())
+    body["attributes"]["shift_scale_"].update(shape=[P - 1], data=body["attributes"]["shift_scale_"]["data"][:-1])
+    (tmp_path / "bad.json").write_text(json.dumps(body))
+    with pytest.raises(ValueError, match="shift_scale_ must be 6 finite floats > 0"):
+        load(tmp_path / "bad.json")
+
+
+def test_too_few_rows_learn_no_scale_and_judge_rows_alone():
+    X = _factor_rows(200, seed=6)  # 200 rows: 137 means of 64 rows, fewer than the 256 the scale needs
+    model = MCPCA().fit(X)
+    assert getattr(model, "shift_scale_", None) is None
+    y = X - model.mean_
+    d2 = np.einsum("ij,jk,ik->i", y, np.linalg.inv(model.get_covariance()), y)
+    np.testing.assert_array_equal(np.asarray(model.is_outlier(X)), d2 > model.outlier_cutoff_)
+
+
+@pytest.fixture(scope="module")
+def plant():
+    """A plant archive shaped as real ones are (a daily load cycle, slow AR(1) factors, a channel saturating at
+    its 97th percentile for hours, a quantized one), no fault planted; a model of its first 7 days."""
+    from dask_mcpca.testing import plant_archive
+
+    archive = plant_archive(days=12, rows_per_day=720, outage=None, spikes=0, stuck=None, seed=1)
+    return archive.X, MCPCA().fit(archive.X[: 7 * 720])
+
+
+def test_a_channel_pinned_at_its_saturation_limit_for_hours_is_no_shift(plant):
+    """Its reading sits below what the other channels predict while it is pinned: a censored residual, left
+    out of the means (in them, 0.17 % of this archive's rows were shifted; 1.1-1.6 % of a 30-day one's)."""
+    from dask_mcpca._shift import shifted_cells
+
+    X, model = plant
+    limited = np.flatnonzero(~np.isnan(model.saturation_limits_).all(axis=1))
+    assert len(limited) == 1 and np.mean(X[:, limited[0]] >= np.nanmax(model.saturation_limits_[limited])) > 0.01
+    assert shifted_cells(model, X, None).any(axis=1).mean() <= 0.0005
+
+
+@pytest.mark.parametrize("channel", [2, 12, 20])
+def test_a_bias_of_one_conditional_sd_for_a_day_of_a_plant_archive_is_found(plant, channel):
+    X, model = plant
+    day = slice(9 * 720, 10 * 720)
+    Xf = X.copy()
+    Xf[day, channel] += 1 / np.sqrt(model.get_precision()[channel, channel])
+    flags = np.asarray(model.is_outlier(Xf))
+    assert (np.asarray(model.mahalanobis(Xf[day])) > model.outlier_cutoff_).mean() <= 0.05  # the row rule's share
+    assert flags[day].mean() >= 0.9
+    cells = np.asarray(model.cell_outliers(Xf))[day]
+    assert cells[64:, channel].mean() >= 0.9  # named, once its window is full
+
+
+def test_a_fixed_contamination_has_no_shift_rule_adding_to_its_share():
+    """``contamination=0.05`` flags that share of the fitted rows by distance; a shift would add to it."""
+    X = _factor_rows(4_000, seed=7)
+    X[2_000:2_600, 3] += 0.8 * X[:, 3].std()
+    assert MCPCA().fit(X).shift_scale_ is not None
+    model = MCPCA(contamination=0.05).fit(X)
+    assert getattr(model, "shift_scale_", None) is None
+    assert abs(np.mean(model.is_outlier(X)) - 0.05) <= 0.002
+
+
+def test_the_compiled_sweep_and_the_numpy_spelling_give_the_same_cells(monkeypatch):
+    """Bursts of gross rows (windows reaching back past them, some past their 256 rows), NaN rows, three
+    biased stretches: the compiled ring of counted rows and numpy's ranks give the same verdicts, and both
+    the plain loop's."""
+    from dask_mcpca import _compiled, _shift
+
+    if not _compiled.AVAILABLE:
+        pytest.skip("numba is disabled: the numpy spelling is the only one")  # NUMBA_DISABLE_JIT=1 runs
+    X = _factor_rows(9_000, seed=8)
+    model = MCPCA().fit(X)
+    rng = np.random.default_rng(8)
+    Xf = X.copy()
+    for start in (1_000, 4_000, 7_000):
+        Xf[start:start + 700, rng.integers(P)] += rng.choice([-1, 1]) * X.std() * rng.uniform(0.5, 1.5)
+    Xf[2_000:2_230] += 40 * X.std(axis=0)  # 230 gross rows: the windows after them reach back past them
+    Xf[5_000:5_300:3] += 40 * X.std(axis=0)
+    Xf[6_000:6_050:7, 2] = np.nan
+    before = np.full((1_024, P), np.nan)
+    compiled = _shift.shifted_cells(model, Xf, before)
+    monkeypatch.setattr(_shift, "AVAILABLE", False)
+    spelled = _shift.shifted_cells(model, Xf, before)
+    assert compiled.sum() > 500
+    np.testing.assert_array_equal(compiled, spelled)
+    ok = np.isfinite(Xf).all(axis=1)
+    far = np.abs(_plain_means(model, np.where(ok[:, None], Xf, np.nan))) / model.shift_scale_
+    plain = (far > CUTOFF) & (far == np.nanmax(far, axis=1, initial=0.0)[:, None])
+    np.testing.assert_array_equal(compiled[ok], plain[ok])
+
+
+def _adc(seed: int, n: int = 20_000):
+    """Five continuous channels beside an ADC at rest at one level (noise 0.3 steps: a level off now and then),
+    moving (8 steps) in 20 % of the rows, in stretches of 500 (benchmarks/modes.py's)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2)) @ rng.normal(size=(2, 5)) + 0.3 * rng.normal(size=(n, 5))
+    on = np.zeros(n, bool)
+    for start in rng.choice(np.arange(0, n - 500, 500), n // 2_500, replace=False):
+        on[start:start + 500] = True
+    level = 500 + np.where(on, 8.0, 0.3) * rng.normal(size=n)
+    return np.column_stack([X, np.round(level)])
+
+
+def test_an_adc_at_rest_is_no_shift_and_its_continuous_neighbours_are_judged():
+    """The ADC's means have a tail far longer than their 90th percentile says: a channel written more coarsely
+    than its noise is not judged by its means (0.2-0.5 % of these rows were flagged, by the resting mode, when
+    it was).  A bias on a continuous channel is still found."""
+    X = _adc(0)
+    model = MCPCA(modes="auto").fit(X)
+    assert model.n_modes_ == 2
+    resting = model.mode_models_[0]
+    assert resting.quantization_steps_[5] == 1.0 and np.all(resting.quantization_steps_[:5] == 0)
+    assert np.mean(model.is_outlier(X)) <= 0.0025  # the rows the distance flags, 0.11-0.15 % here
+    Xf = X.copy()
+    rest = np.flatnonzero(model.predict_mode(X) == 0)[6_000:7_000]  # 1,000 resting rows, in order
+    Xf[rest, 1] += 1.0 / np.sqrt(resting.get_precision()[1, 1])
+    assert np.asarray(model.is_outlier(Xf))[rest[100:]].mean() >= 0.9
+
+
+def test_a_chunked_fit_learns_the_scale_from_runs_of_its_blocks_read_anyway(tmp_path):
+    """A Zarr store of 10 blocks (a full first read): the runs are the first rows (all 2,000 here) of 8 of
+    them, evenly spread (blocks 0, 1, 3, 4, 5, 6, 8 and 9), each averaged on its own; no pass is added."""
+    import zarr
+
+    X = _factor_rows(20_000, seed=10)
+    store = zarr.create_array(tmp_path / "x.zarr", shape=X.shape, chunks=(2_000, P), dtype="f8")
+    store[:] = X
+    model = MCPCA().fit(str(tmp_path / "x.zarr"))
+    assert model.n_passes_ == MCPCA().fit(da.from_array(X, chunks=(2_000, P))).n_passes_
+    means = []
+    for b in (0, 1, 3, 4, 5, 6, 8, 9):
+        rows = X[b * 2_000:(b + 1) * 2_000]
+        m = _plain_means(model, rows)
+        prec = np.linalg.inv(model.get_covariance())
+        kept = np.einsum("ij,jk,ik->i", rows - model.mean_, prec, rows - model.mean_) <= model.outlier_cutoff_
+        # full windows: 64 counted rows within the row's 256
+        full = np.array([kept[max(i - 4 * WINDOW + 1, 0):i + 1].sum() >= WINDOW for i in range(len(rows))])
+        means.append(m[full])
+    expected = np.percentile(np.abs(np.concatenate(means)), PERCENTILE, axis=0) / 1.6448536269514722
+    np.testing.assert_allclose(model.shift_scale_, np.maximum(expected, 0.5 / np.sqrt(WINDOW)), rtol=1e-7)
