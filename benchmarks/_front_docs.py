@@ -443,7 +443,8 @@ DOCS_FIGURES: dict[str, Figure] = {
     "shift-clean": Figure(_SHIFT, None, pattern=r"rows flagged by the shift rule alone: ([\d.]+-[\d.]+)"),
     "shift-real": Figure(_SHIFT, None, spread=True, fmt="{:.4f}",
                          pattern=r"(?m)^\| (?:NYC|BasicMotions|Daphnet)[^|]*\| [\d,]+ x \d+ \| [\d.]+ \| ([\d.]+) \|$"),
-    "shift-nyc": Figure(ROBUST, None, pattern=_NYC_BIAS, template="{0} (worst position {1}), false alarms {2} ({3} at most)"),
+    "shift-nyc": Figure(ROBUST, None, pattern=_NYC_BIAS,
+                        template="{0} (worst position {1}), false alarms {2} ({3} at most)"),
     # comparison.md
     **_robust_figures(),
     **_accuracy_figures(),
