@@ -324,7 +324,7 @@ def first_read(est, runner, ckpt, *, seed: int, spread: bool = True):
     plan = PassPlan(center=np.zeros(p), sample_rate=rate, seed=seed, sample_partial=est.nan_policy == "partial")
     read = range(runner.n_blocks) if blocks is None else blocks  # runs of rows to learn the shift rule from
     moments = runner.run(plan, label="moments" if blocks is None else "row sample", blocks=blocks,
-                         segments=_shift.segment_blocks(read), segment_rows=_shift.segment_rows(p))
+                         runs=_shift.run_plan(runner.block_rows(), read, p))
     gaps = np.isnan(moments.sample).any(axis=1)
     partial_sample = moments.sample[gaps]  # rows with missing cells ("partial"): the EM part of the sample stage
     moments.sample = moments.sample[~gaps]

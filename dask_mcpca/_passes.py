@@ -192,12 +192,12 @@ def held_block_stats(block, plan: PassPlan, row_offset: int, held: np.ndarray) -
 
 
 def _block_task(block, plan: PassPlan, row_offset: int, before=None, hold_out=None, scale=None,
-                keep: int = 0) -> BlockStats:
+                keep: tuple = ()) -> BlockStats:
     """:func:`block_stats` inside a dask task, with single-threaded BLAS (:func:`limit_blas_in_task`);
     with ``hold_out``, the rows ``hold_out(block, before)`` flags (read as stored) get no weight
     (:func:`held_block_stats`); with ``scale``, the pass sees each channel divided by it
-    (:func:`._scale.in_model_units`); ``keep``: the block's first ``keep`` rows, as stored, go into
-    the result's ``segments``."""
+    (:func:`._scale.in_model_units`); ``keep``: runs ``(start, stop)`` of the block's rows, as stored,
+    that go into the result's ``segments``."""
     limit_blas_in_task()
     if hold_out is None:
         stats = block_stats(in_model_units(block, scale), plan, row_offset)
@@ -205,7 +205,7 @@ def _block_task(block, plan: PassPlan, row_offset: int, before=None, hold_out=No
         held = hold_out(block, before)
         stats = held_block_stats(in_model_units(block, scale), plan, row_offset, held)
     if keep:
-        stats.segments = (np.array(block[:keep], np.float64),)
+        stats.segments = tuple(np.array(block[a:b], np.float64) for a, b in keep)
     return stats
 
 
@@ -286,13 +286,13 @@ class PassRunner:
         return np.diff(np.minimum(np.arange(self.n_blocks + 1) * NUMPY_BLOCK_ROWS, self.n_rows))
 
     def run(self, plan: PassPlan, *, label: str = "", blocks: np.ndarray | None = None,
-            segments: tuple[int, ...] = (), segment_rows: int = 0) -> PassResult:
+            runs: dict | None = None) -> PassResult:
         """Make one full pass with ``plan`` and return its merged statistics.
 
         ``blocks`` (indices of row blocks) reads only those: a partial read,
         counted in ``n_partial_reads`` and ``n_blocks_read``, not in ``n_passes``.
-        ``segments`` (indices of blocks read): the first ``segment_rows`` rows of each, as stored,
-        come back in the result's ``segments``, in block order.
+        ``runs`` (block -> ``((start, stop), ...)`` within it, :func:`._shift.run_plan`): those rows, as
+        stored, come back in the result's ``segments``, in row order.
 
         A kernel pass runs in this runner's working units (``unit_exp``) and
         its result is checked: a kernel without weight, or a non-finite mean
@@ -302,7 +302,7 @@ class PassRunner:
             plan = replace(plan, unit_exp=self.unit_exp)
         chosen = range(self.n_blocks) if blocks is None else [int(b) for b in blocks]
         with PassProgress(self, label, enabled=self.progress, total=len(chosen)) as bar:
-            stats = self._sums(plan, chosen, bar, {int(b): segment_rows for b in segments})
+            stats = self._sums(plan, chosen, bar, runs or {})
         if blocks is None:
             self.n_passes += 1
             self.n_usable_rows = int(stats.n_rows)
@@ -319,22 +319,22 @@ class PassRunner:
             _check_finite(stats, label)
         return stats
 
-    def _sums(self, plan: PassPlan, chosen, bar, keep: dict[int, int]) -> BlockStats:
+    def _sums(self, plan: PassPlan, chosen, bar, keep: dict) -> BlockStats:
         """The merged :class:`BlockStats` of the row blocks ``chosen`` under ``plan`` (``bar`` counts them),
-        with the first ``keep[i]`` rows of block ``i`` in its ``segments``."""
+        with the runs ``keep[i]`` of block ``i`` in its ``segments``."""
         offsets = np.concatenate([[0], np.cumsum(self.block_rows())[:-1]])
         if self.is_dask:
             plan_d = dask.delayed(plan, pure=True)
             all_blocks = self._dask_blocks()
             if self.hold_out is None:
                 parts = [dask.delayed(_block_task, pure=True)(all_blocks[i], plan_d, int(offsets[i]),
-                                                              None, None, self.scale, keep.get(i, 0))
+                                                              None, None, self.scale, keep.get(i, ()))
                          for i in chosen]
             else:  # both from the unoptimised graph, whose keys they share: each block is read once
                 read = self.X.to_delayed(optimize_graph=False)[:, 0]
                 before = rows_before(self.X, self.context).to_delayed(optimize_graph=False)[:, 0]
                 parts = [dask.delayed(_block_task, pure=True)(read[i], plan_d, int(offsets[i]), before[i],
-                                                              self.hold_out, self.scale, keep.get(i, 0))
+                                                              self.hold_out, self.scale, keep.get(i, ()))
                          for i in chosen]
             stats = bar.compute(tree_reduce(parts), blocks=parts)
         else:
@@ -351,7 +351,7 @@ class PassRunner:
                     held = self.hold_out(block, before)
                     part = held_block_stats(in_model_units(block, self.scale), plan, start, held)
                 if keep.get(i):
-                    part.segments = (np.array(block[: keep[i]], np.float64),)
+                    part.segments = tuple(np.array(block[a:b], np.float64) for a, b in keep[i])
                 stats = part if stats is None else combine(stats, part)
                 bar.advance(1)
         return stats

@@ -27,6 +27,7 @@ from ._passes import PassResult, PassRunner
 from ._power import spread_directions
 from ._repeated import find_repeated
 from ._schedule import flat_top_consistency
+from ._shift import run_plan
 from ._start import precision
 from ._stats import BlockStats, PartialPlan, PassPlan
 
@@ -271,9 +272,11 @@ def full_step(
                      excluded_rows=state.repeated_rows, partial=runner.nan_policy == "partial",
                      patterns=getattr(runner, "gap_patterns", ()), cells=getattr(runner, "cell_cutoff2", None),
                      missing_ok=runner.nan_policy == "partial")
-    if sample_rate > 0:
+    runs = None
+    if sample_rate > 0:  # a warm start's pass: its row sample, and the runs of rows the shift rule learns from
         plan = replace(plan, sample_rate=sample_rate, seed=seed, sample_partial=runner.nan_policy == "partial")
-    res = runner.run(plan, label=label)
+        runs = run_plan(runner.block_rows(), range(runner.n_blocks), runner.n_features)
+    res = runner.run(plan, label=label, runs=runs)
     if res.gaps:
         res = em_completed(res, plan, [flat_top_consistency(p, c2, q) for q in cutoffs], fixed_center,
                             [(state.location, state.scatter)] * len(cutoffs))

@@ -40,24 +40,32 @@ def _plain_means(model, X: np.ndarray) -> np.ndarray:
     return out
 
 
+def _plain_scale(model, runs) -> np.ndarray:
+    """The 90th percentile of the 64-row means' sizes (64 counted rows within the row's 256) over the runs of
+    rows, each averaged on its own, over 1.645, at least half an independent mean's spread."""
+    prec = np.linalg.inv(model.get_covariance())
+    means = []
+    for rows in runs:
+        kept = np.einsum("ij,jk,ik->i", rows - model.mean_, prec, rows - model.mean_) <= model.outlier_cutoff_
+        full = np.array([kept[max(i - 4 * WINDOW + 1, 0):i + 1].sum() >= WINDOW for i in range(len(rows))])
+        means.append(_plain_means(model, rows)[full])
+    scale = np.percentile(np.abs(np.concatenate(means)), PERCENTILE, axis=0) / 1.6448536269514722
+    return np.maximum(scale, 0.5 / np.sqrt(WINDOW))
+
+
 def test_the_learned_scale_and_the_flags_are_the_rule_written_out():
-    """``shift_scale_`` is the 90th percentile of the fitted rows' 64-row means (full windows only) over 1.645;
-    a cell is shifted where its mean is more than five of those from 0 and the farthest of its row (a model
-    on one in-memory block learns from its first rows, all of them here)."""
+    """``shift_scale_`` is the 90th percentile of the fitted rows' 64-row means (full windows only) over 1.645,
+    from 8 runs of rows evenly spread (a model on one in-memory block of 6,000 rows: runs of 750, each its
+    eighth); a cell is shifted where its mean is more than five of those from 0, and named where its mean
+    is the row's largest."""
     X = _factor_rows(6_000, seed=1)
     model = MCPCA().fit(X)
-    means = _plain_means(model, X)
-    full = np.zeros(len(X), bool)
-    prec = np.linalg.inv(model.get_covariance())
-    kept = np.einsum("ij,jk,ik->i", X - model.mean_, prec, X - model.mean_) <= model.outlier_cutoff_
-    full[np.cumsum(kept) >= WINDOW] = True
-    expected = np.maximum(np.percentile(np.abs(means[full]), PERCENTILE, axis=0) / 1.6448536269514722,
-                          0.5 / np.sqrt(WINDOW))
-    np.testing.assert_allclose(model.shift_scale_, expected, rtol=1e-7)
+    np.testing.assert_allclose(model.shift_scale_, _plain_scale(model, np.split(X, 8)), rtol=1e-7)
     Xf = X.copy()
     Xf[3_000:3_600, 2] += 1.2 * np.sqrt(model.get_covariance()[2, 2])
-    far = np.abs(_plain_means(model, Xf)) / model.shift_scale_
-    shifted = (far > CUTOFF) & (far == np.nanmax(far, axis=1, initial=0.0)[:, None])  # the farthest channel only
+    means = np.abs(_plain_means(model, Xf))
+    over = (means / model.shift_scale_ > CUTOFF).any(axis=1)
+    shifted = over[:, None] & (means == np.nanmax(means, axis=1, initial=0.0)[:, None])  # the largest mean named
     assert shifted[3_000:3_600, 2].mean() > 0.5  # the rule finds it, so the comparison below is not vacuous
     cells = np.asarray(model.cell_outliers(Xf))
     np.testing.assert_array_equal(cells[:, 2] | shifted[:, 2], cells[:, 2])  # every shifted cell is flagged
@@ -197,8 +205,9 @@ def test_the_compiled_sweep_and_the_numpy_spelling_give_the_same_cells(monkeypat
     assert compiled.sum() > 500
     np.testing.assert_array_equal(compiled, spelled)
     ok = np.isfinite(Xf).all(axis=1)
-    far = np.abs(_plain_means(model, np.where(ok[:, None], Xf, np.nan))) / model.shift_scale_
-    plain = (far > CUTOFF) & (far == np.nanmax(far, axis=1, initial=0.0)[:, None])
+    means = np.abs(_plain_means(model, np.where(ok[:, None], Xf, np.nan)))
+    plain = ((means / model.shift_scale_ > CUTOFF).any(axis=1)[:, None]
+             & (means == np.nanmax(means, axis=1, initial=0.0)[:, None]))
     np.testing.assert_array_equal(compiled[ok], plain[ok])
 
 
@@ -231,8 +240,8 @@ def test_an_adc_at_rest_is_no_shift_and_its_continuous_neighbours_are_judged():
 
 
 def test_a_chunked_fit_learns_the_scale_from_runs_of_its_blocks_read_anyway(tmp_path):
-    """A Zarr store of 10 blocks (a full first read): the runs are the first rows (all 2,000 here) of 8 of
-    them, evenly spread (blocks 0, 1, 3, 4, 5, 6, 8 and 9), each averaged on its own; no pass is added."""
+    """A Zarr store of 10 blocks of 2,000 rows (a full first read): 8 runs of an eighth of the rows (2,500), each
+    cut to its block: blocks 0, 1, 3, 4, 5, 6, 8 and 9 whole, each averaged on its own; no pass is added."""
     import zarr
 
     X = _factor_rows(20_000, seed=10)
@@ -240,14 +249,28 @@ def test_a_chunked_fit_learns_the_scale_from_runs_of_its_blocks_read_anyway(tmp_
     store[:] = X
     model = MCPCA().fit(str(tmp_path / "x.zarr"))
     assert model.n_passes_ == MCPCA().fit(da.from_array(X, chunks=(2_000, P))).n_passes_
-    means = []
-    for b in (0, 1, 3, 4, 5, 6, 8, 9):
-        rows = X[b * 2_000:(b + 1) * 2_000]
-        m = _plain_means(model, rows)
-        prec = np.linalg.inv(model.get_covariance())
-        kept = np.einsum("ij,jk,ik->i", rows - model.mean_, prec, rows - model.mean_) <= model.outlier_cutoff_
-        # full windows: 64 counted rows within the row's 256
-        full = np.array([kept[max(i - 4 * WINDOW + 1, 0):i + 1].sum() >= WINDOW for i in range(len(rows))])
-        means.append(m[full])
-    expected = np.percentile(np.abs(np.concatenate(means)), PERCENTILE, axis=0) / 1.6448536269514722
-    np.testing.assert_allclose(model.shift_scale_, np.maximum(expected, 0.5 / np.sqrt(WINDOW)), rtol=1e-7)
+    runs = [X[b * 2_000:(b + 1) * 2_000] for b in (0, 1, 3, 4, 5, 6, 8, 9)]
+    np.testing.assert_allclose(model.shift_scale_, _plain_scale(model, runs), rtol=1e-7)
+
+
+def test_states_one_after_another_in_one_block_are_learned_across_it():
+    """Four clean states of 15,000 rows one after another, in one in-memory block: the runs are spread over
+    all of it, so no state is flagged by its mean (learned from the first 16,384 rows, two of them were, in
+    11 % of their rows), as with the same rows in 5,000-row chunks."""
+    rng = np.random.default_rng(0)
+    loadings, noise = rng.normal(size=(2, P)), rng.uniform(0.3, 1.0, P)
+    X = np.concatenate([rng.normal(size=(15_000, 2)) @ loadings + rng.normal(size=(15_000, P)) * noise
+                        + rng.normal(size=P) * noise * 1.5 for _ in range(4)])
+    model = MCPCA().fit(X)
+    flags = np.asarray(model.is_outlier(X))
+    assert flags.mean() <= 0.003 and max(f.mean() for f in np.split(flags, 4)) <= 0.005
+    assert np.mean(MCPCA().fit(da.from_array(X, chunks=(5_000, P))).is_outlier(X)) <= 0.003
+
+
+def test_a_warm_start_refit_learns_the_scale_from_its_first_pass():
+    X = _factor_rows(12_000, seed=11)
+    model = MCPCA(warm_start=True).fit(X)
+    cold = model.shift_scale_.copy()
+    model.fit(X)  # from the previous state: its first pass keeps the runs, as a cold fit's first read
+    assert model.shift_scale_ is not None
+    np.testing.assert_allclose(model.shift_scale_, cold, rtol=0.05)
