@@ -30,17 +30,19 @@ sizes over contiguous runs of the fitted rows, under the fitted model, divided b
 deviation, were they Gaussian about 0).  A percentile, not the median: the fitted rows' normal states
 are in it, so that an archive that moves between states (four regimes a quarter of the rows each, whose
 residuals' means differ by state) is not flagged state by state, while a fault over a few % of the
-fitted rows leaves it nearly as it was (NYC weather's bias over 3 % of the rows, all in the runs:
-0.46-0.57, against 0.49 for the clean recording; the 95th percentile gave 0.75-0.80, and 0.63-0.71 of
-the bias found).  Residuals that wander in the normal state (weather persists for
-hours: on NYC weather the residuals' lag-1 autocorrelation is 0.65-0.95, and their 64-row means spread
-3-6 times as wide as independent rows' would) raise their own cutoff the same way.
+fitted rows leaves it nearly as it was (NYC weather's wind speed with a bias over 3 % of the rows, all of
+them in the runs: 0.46-0.48, against 0.47 for the clean recording; with the runs at the first rows, the
+95th percentile gave 0.75-0.80, and 0.63-0.71 of the bias found).  Residuals that wander in the
+normal state (weather persists for hours: on NYC weather the residuals' lag-1 autocorrelation is
+0.65-0.95, and their 64-row means spread 3-6 times as wide as independent rows' would) raise their own
+cutoff the same way.
 
 The runs are :data:`SHIFT_SEGMENTS` stretches of consecutive rows, evenly spread over the rows the
 fit's first read reads anyway (a ``warm_start`` refit: its first pass), each inside one block
 (:func:`run_plan`), so learning costs no read.  A fit with too few rows in them for
-:data:`MIN_WINDOWS` means (fewer than 319 rows in all, or blocks under about 95 rows, each run holding
-fewer than 64) has no ``shift_scale_`` and no shift rule; its rows are judged one by one.
+:data:`MIN_WINDOWS` means (fewer than about 760 rows in all: 8 runs of an eighth of them, each giving its
+length less 63 means; or blocks under about 95 rows) has no ``shift_scale_`` and no shift rule; its rows
+are judged one by one.
 """
 
 from __future__ import annotations

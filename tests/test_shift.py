@@ -129,7 +129,7 @@ def test_the_scale_is_saved_and_checked_on_load(tmp_path):
 
 
 def test_too_few_rows_learn_no_scale_and_judge_rows_alone():
-    X = _factor_rows(200, seed=6)  # 200 rows: 137 means of 64 rows, fewer than the 256 the scale needs
+    X = _factor_rows(200, seed=6)  # 200 rows: 8 runs of 25, none holding the 64 rows a mean needs
     model = MCPCA().fit(X)
     assert getattr(model, "shift_scale_", None) is None
     y = X - model.mean_
