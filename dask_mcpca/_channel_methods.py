@@ -193,8 +193,8 @@ class ChannelMethodsMixin:
         flags its rows by), whose readings cannot be trusted however well
         the other cells predict them; and a cell of a channel shifted over
         its last rows: its residual given the other channels, averaged over
-        the row and the 63 before it, far from 0 for this channel
-        (:mod:`dask_mcpca._shift`, ``shift_scale_``).  Rows are read in order, as time, as
+        the last 64 rows the row distance accepts, more than 5
+        ``shift_scale_`` from 0 (:mod:`dask_mcpca._shift`).  Rows are read in order, as time, as
         :meth:`is_outlier` reads them (the first row has none before it);
         ``score_rows(X, outputs=("cells",))`` and ``dask-mcpca score``'s
         ``cells`` are these flags.
