@@ -7,7 +7,7 @@ read as that array, and a group of several arrays is refused with their names li
 
 from __future__ import annotations
 
-__all__ = ["array_in", "single_hdf5_dataset", "zarr_arrays"]
+__all__ = ["array_in", "hdf5_datasets", "single_hdf5_dataset", "zarr_arrays"]
 
 
 def zarr_arrays(group) -> list[str]:
@@ -51,13 +51,21 @@ def array_in(node, path: str, dataset: str | None, how: str = "name one with dat
     return arr
 
 
+def hdf5_datasets(group) -> list[str]:
+    """Paths of every dataset in the h5py ``group`` (a file is one), at any depth, in the order h5py visits them."""
+    import h5py
+
+    names: list[str] = []
+    group.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+    return names
+
+
 def single_hdf5_dataset(path: str) -> str:
     """The path of the HDF5 file's one dataset, at any depth; a KeyError listing them where it holds several."""
     import h5py
 
-    names = []
     with h5py.File(path, "r") as f:
-        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        names = hdf5_datasets(f)
     if len(names) != 1:
         raise KeyError(
             f"HDF5 file {path!r} holds {len(names)} datasets {names}; name one as 'file.h5:/name'"

@@ -26,7 +26,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from ._groups import array_in, single_hdf5_dataset
+from ._groups import array_in, hdf5_datasets, single_hdf5_dataset
 from ._stacked import local_root as _local_root
 from ._urls import is_url, with_timeouts
 
@@ -456,8 +456,7 @@ def _group_array(X):
         import h5py
 
         if isinstance(X, h5py.Group):
-            names: list[str] = []
-            X.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+            names = hdf5_datasets(X)
             if len(names) != 1:
                 raise KeyError(
                     f"HDF5 group {X.name!r} of {X.file.filename!r} holds {len(names)} datasets {names}; "
