@@ -148,6 +148,7 @@ def fit_modes(X, est, labels=None) -> FitResult | ModesResult:
     if finder is None:
         return finish(runner, moments, partial, rate)
     sample_codes = finder(moments.sample)
+    run_codes = [finder(np.nan_to_num(s)) for s in moments.segments]  # each row of the shift rule's runs: its mode
     shared = SharedPasses(X, finder, finder.n_modes)
 
     def job(m):
@@ -155,7 +156,8 @@ def fit_modes(X, est, labels=None) -> FitResult | ModesResult:
         def fit_one():
             share = float(np.mean(sample_codes == m))
             # the runs of rows the mode's shift rule learns from hold its rows only (the others NaN: left out)
-            runs = tuple(np.where((finder(np.nan_to_num(s)) == m)[:, None], s, np.nan) for s in moments.segments)
+            runs = tuple(np.where((codes == m)[:, None], run, np.nan)
+                         for run, codes in zip(moments.segments, run_codes, strict=True))
             mode_moments = replace(moments, sample=moments.sample[sample_codes == m], segments=runs,
                                    n_rows=max(round(moments.n_rows * share), 2))
             runner_m = ModeRunner(shared, m, mode_moments.n_rows, nan_policy=est.nan_policy)

@@ -29,6 +29,7 @@ from ._stats import WIDE_FEATURES, BlockStats, PassPlan, combine
 
 __all__ = [
     "PARTIAL_HINT",
+    "kept_runs",
     "nonfinite_rows_message",
     "PARTIAL_MIN_BLOCKS",
     "PARTIAL_MIN_BLOCKS_WIDE",
@@ -204,9 +205,13 @@ def _block_task(block, plan: PassPlan, row_offset: int, before=None, hold_out=No
     else:
         held = hold_out(block, before)
         stats = held_block_stats(in_model_units(block, scale), plan, row_offset, held)
-    if keep:
-        stats.segments = tuple(np.array(block[a:b], np.float64) for a, b in keep)
+    stats.segments = kept_runs(block, keep)
     return stats
+
+
+def kept_runs(block, keep) -> tuple:
+    """The runs ``keep`` (``(start, stop)`` pairs) of ``block``'s rows, as stored, in float64: a pass's ``segments``."""
+    return tuple(np.array(block[a:b], np.float64) for a, b in keep)
 
 
 def tree_reduce(parts: list, split_every: int = SPLIT_EVERY, merge=None):
@@ -350,8 +355,7 @@ class PassRunner:
                                              before])
                     held = self.hold_out(block, before)
                     part = held_block_stats(in_model_units(block, self.scale), plan, start, held)
-                if keep.get(i):
-                    part.segments = tuple(np.array(block[a:b], np.float64) for a, b in keep[i])
+                part.segments = kept_runs(block, keep.get(i, ()))
                 stats = part if stats is None else combine(stats, part)
                 bar.advance(1)
         return stats

@@ -258,13 +258,17 @@ def full_step(
     final: bool = False,
     sample_rate: float = 0.0,
     seed: int = 0,
+    keep_runs: bool = False,
 ) -> tuple[PassResult, float]:
     """One re-weighting step (one pass); updates ``state`` and returns the change.
 
     With ``final``, the same pass also evaluates the final kernel (radius
     ``state.final_cutoff``) from the current state and stores its location
     and consistent scatter in ``state.final_*``.  ``sample_rate`` also draws
-    a row sample in the pass (a warm start's).
+    a row sample in the pass (a warm start's, or a cold fit's whose first read
+    read a spread of the blocks); ``keep_runs``: the pass also keeps the runs of
+    rows the shift rule learns from (:func:`._shift.run_plan`; a warm start's,
+    whose pass is its first read).
     """
     c2, p = state.kernel_size2, kernel_rank(state.scatter)
     cutoffs = [state.cutoff, state.final_cutoff] if final else [state.cutoff]
@@ -272,10 +276,9 @@ def full_step(
                      excluded_rows=state.repeated_rows, partial=runner.nan_policy == "partial",
                      patterns=getattr(runner, "gap_patterns", ()), cells=getattr(runner, "cell_cutoff2", None),
                      missing_ok=runner.nan_policy == "partial")
-    runs = None
-    if sample_rate > 0:  # a warm start's pass: its row sample, and the runs of rows the shift rule learns from
+    if sample_rate > 0:
         plan = replace(plan, sample_rate=sample_rate, seed=seed, sample_partial=runner.nan_policy == "partial")
-        runs = run_plan(runner.block_rows(), range(runner.n_blocks), runner.n_features)
+    runs = run_plan(runner.block_rows(), range(runner.n_blocks), runner.n_features) if keep_runs else None
     res = runner.run(plan, label=label, runs=runs)
     if res.gaps:
         res = em_completed(res, plan, [flat_top_consistency(p, c2, q) for q in cutoffs], fixed_center,

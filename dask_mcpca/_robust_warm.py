@@ -100,6 +100,7 @@ def warm_step(
         final=True,
         sample_rate=sample_rate,
         seed=seed,
+        keep_runs=True,
     )
     state.last_change = change
     # Units.  The step ran in the runner's unit, the previous fit's, in which
