@@ -114,11 +114,12 @@ def working_unit(model: Any) -> tuple[np.ndarray, float, int]:
     return lam, noise, int(np.frexp(np.sqrt(lam.max(initial=noise)))[1])
 
 
-def contribution_matrix(model: Any) -> np.ndarray:
+def contribution_matrix(model: Any, P: np.ndarray | None = None) -> np.ndarray:
     """``M`` with ``(y M)_a^2 = (P y)_a^2 / P_aa``, channel a's reconstruction-based contribution of a
     complete centred row ``y`` (:func:`._contributions.reconstruction_contributions`'s unit-diagonal
-    precision, its rows scaled back): ``P``'s columns divided by ``sqrt(P_aa)``, unseen channels 0."""
-    P = precision_power(model, 1.0)
+    precision, its rows scaled back): ``P``'s columns divided by ``sqrt(P_aa)``, unseen channels 0.
+    ``P``: the model's :func:`precision_power` 1, where the caller has it."""
+    P = precision_power(model, 1.0) if P is None else P
     root, seen = channel_scales(P)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         M = P / root[None, :]

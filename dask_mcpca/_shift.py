@@ -154,7 +154,7 @@ def run_plan(block_rows, chosen, n_features: int) -> dict[int, tuple[tuple[int, 
 
 
 def _residuals(model: Any, rows: np.ndarray, n_prior: int = 0, d2: np.ndarray | None = None,
-               own=None) -> tuple[np.ndarray, np.ndarray]:
+               own=None, M: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Rows as stored -> their clipped residuals in fixed point (int64), and a mask of the rows the means
     count: not those with a non-finite cell, nor those with a cell at a saturation limit (its residual is
     censored: a channel pinned at its limit for hours sits below what the others predict, and was a shift
@@ -163,7 +163,7 @@ def _residuals(model: Any, rows: np.ndarray, n_prior: int = 0, d2: np.ndarray | 
     residual beyond ``sqrt(cell_cutoff_)``, which its cell rule flags), whose fault is found already.
     ``d2``: the calibrated distances of the rows after the first ``n_prior``, where the caller has them;
     ``own``: the mask of the rows (as stored, complete) that are ``model``'s, the others left out (a mode's
-    model: its mode's rows)."""
+    model: its mode's rows); ``M``: the model's :func:`._precision.contribution_matrix`, where the caller has it."""
     stored = np.asarray(rows, np.float64)
     rows = model_rows(model, stored)
     bad = ~np.isfinite(rows).all(axis=1)
@@ -186,7 +186,7 @@ def _residuals(model: Any, rows: np.ndarray, n_prior: int = 0, d2: np.ndarray | 
     y[bad] = 0.0
     # in units of 2**-FIXED_POINT (a power of two: exact), clipped, rounded to integers
     with np.errstate(over="ignore", invalid="ignore"):  # a row near the float64 limit: clipped, as any far one
-        r = y @ np.ldexp(contribution_matrix(model), FIXED_POINT)
+        r = y @ np.ldexp(contribution_matrix(model) if M is None else M, FIXED_POINT)
         cell_cutoff = getattr(model, "cell_cutoff_", None)
         if cell_cutoff is not None:  # a cellwise model's row with a cell beyond its cutoff: that cell's fault
             far = (np.abs(r) > np.ldexp(np.sqrt(cell_cutoff), FIXED_POINT)).any(axis=1)
@@ -208,14 +208,14 @@ def _window_ranks(counted: np.ndarray, n_before: int) -> tuple[np.ndarray, np.nd
 
 
 def trailing_means(model: Any, rows: np.ndarray, n_before: int, d2: np.ndarray | None = None,
-                   own=None) -> tuple[np.ndarray, np.ndarray]:
+                   own=None, M: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each row's mean clipped residual per channel over its window (:func:`_window_ranks`) of the rows
     the means count (:func:`_residuals`), for the rows of ``rows`` after its first ``n_before`` (the rows
     before, NaN where none were); and how many rows each mean is over.  NaN where fewer than
     :data:`MIN_ROWS`.  ``d2``: the calibrated distances of those rows after the first ``n_before``,
-    where the caller has them; ``own``: as :func:`_residuals`.  The numpy spelling of
+    where the caller has them; ``own``, ``M``: as :func:`_residuals`.  The numpy spelling of
     :func:`_shifted_sweep`'s means."""
-    fixed, counted = _residuals(model, rows, n_before, d2, own)
+    fixed, counted = _residuals(model, rows, n_before, d2, own, M)
     sums = np.concatenate([np.zeros((1, fixed.shape[1]), np.int64), np.cumsum(fixed[counted], axis=0)])
     rank, first = _window_ranks(counted, n_before)
     n = rank - first
@@ -298,17 +298,19 @@ def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=N
     prior = prior[max(len(prior) - PRIOR_ROWS, 0):]
     rows = np.concatenate([prior, block])
     cells = np.zeros(block.shape, bool)
+    P = precision_power(model, 1.0)  # once a block: for the residuals and the channels' noise
     steps = getattr(model, "quantization_steps_", None)
     if steps is not None:  # a channel coarser than its noise is left to the row and stuck rules (scale inf)
         with np.errstate(divide="ignore"):
-            noise = 1.0 / np.sqrt(np.diag(precision_power(model, 1.0)))  # its SD given the other channels
+            noise = 1.0 / np.sqrt(np.diag(P))  # its SD given the other channels
         scale = np.where(np.asarray(steps) > noise, np.inf, scale)
+    M = contribution_matrix(model, P)
     if AVAILABLE:
-        fixed, counted = _residuals(model, rows, len(prior), d2, own)
+        fixed, counted = _residuals(model, rows, len(prior), d2, own, M)
         _shifted_sweep(fixed, counted, len(prior), SHIFT_WINDOW, PRIOR_ROWS, MIN_ROWS, 2.0**-FIXED_POINT,
                        np.asarray(scale, np.float64), SHIFT_CUTOFF, cells)
         return cells
-    means = np.abs(trailing_means(model, rows, len(prior), d2, own)[0])
+    means = np.abs(trailing_means(model, rows, len(prior), d2, own, M)[0])
     judged = np.flatnonzero(np.isfinite(means).all(axis=1))
     shifted = (means[judged] / np.asarray(scale) > SHIFT_CUTOFF).any(axis=1)
     top = np.argmax(np.where(np.isinf(scale), -1.0, means[judged]), axis=1)
