@@ -418,7 +418,8 @@ class ModeRunner(PassRunner):
         self.shared, self.mode = shared, mode
         self.n_rows = n_rows
 
-    def _sums(self, plan, chosen, bar, keep=None) -> BlockStats:  # a mode keeps no runs of rows (no shift rule)
+    def _sums(self, plan, chosen, bar, keep=None) -> BlockStats:  # keeps no runs of rows: given labels'
+        # modes have no shift rule; "auto"'s learn it from the runs of the first read, before the modes
         return self.shared.request(self.mode, plan, self.scale, list(chosen))
 
 
