@@ -259,9 +259,9 @@ class BlockStats:
     cells_flagged : ndarray of shape (p,) or None
         Cells flagged per channel by a plan's ``cells`` (None: not judged).
     segments : tuple of ndarray
-        Runs of consecutive rows as stored (float64), the first rows of the blocks a
-        read was asked to keep them from, in block order (:mod:`._shift` learns
-        ``shift_scale_`` from them); empty for a pass that keeps none.
+        Runs of consecutive rows as stored (float64), each inside one block, that a
+        read was asked to keep (:func:`._shift.run_plan`), in row order (:mod:`._shift`
+        learns ``shift_scale_`` from them); empty for a pass that keeps none.
     """
 
     n_rows: int
