@@ -119,6 +119,17 @@ def assert_same_model(a, b) -> None:
             assert va == vb or (va != va and vb != vb), name
 
 
+def cli_status(*args) -> int:
+    """``dask-mcpca ARGS`` called in this process (``dask_mcpca.cli.main``, as the console script calls it),
+    its arguments as strings: the exit status, argparse's own refusals (``SystemExit``) included."""
+    from dask_mcpca.cli import main
+
+    try:
+        return main([str(a) for a in args])
+    except SystemExit as exit:  # argparse's own errors
+        return exit.code
+
+
 def fitted_attributes(model) -> dict:
     """The public fitted attributes of ``model`` (names ending in ``_``)."""
     return {k: v for k, v in vars(model).items() if k.endswith("_") and not k.startswith("_")}

@@ -21,9 +21,9 @@ import pandas as pd
 import pytest
 import xarray as xr
 import zarr
+from conftest import cli_status
 
 from dask_mcpca import MCPCA
-from dask_mcpca.cli import main
 
 pytestmark = pytest.mark.slow
 
@@ -224,11 +224,7 @@ CASES = {
 
 
 def _run(argv) -> int:
-    try:
-        status = main([*argv, "--no-progress"])
-    except SystemExit as stop:  # argparse
-        status = stop.code
-    return status
+    return cli_status(*argv, "--no-progress")
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -18,9 +18,9 @@ import pytest
 import xarray as xr
 import zarr
 from _cluster import ProcessCluster
+from conftest import cli_status
 
 from dask_mcpca import load
-from dask_mcpca.cli import main
 from dask_mcpca.demo.archive import CHANNELS, make_archive
 
 N_ROWS = 60_000
@@ -29,10 +29,7 @@ PERIOD = "1s"
 
 
 def _run(*args) -> int:
-    try:
-        return main([str(a) for a in args] + ["--no-progress"])
-    except SystemExit as exit:  # argparse's own errors
-        return exit.code
+    return cli_status(*args, "--no-progress")
 
 
 @pytest.fixture(scope="module")

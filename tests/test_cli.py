@@ -21,6 +21,7 @@ import h5py
 import numpy as np
 import pytest
 import zarr
+from conftest import cli_status
 
 from dask_mcpca import MCPCA, load
 from dask_mcpca.demo import CHANNELS, KINDS, TRUE_LOADINGS, angles_deg, make_archive, make_faults
@@ -222,12 +223,7 @@ IN_PROCESS_CASES = (
 
 
 def _main_status(args) -> int:
-    from dask_mcpca.cli import main
-
-    try:
-        return main(args)
-    except SystemExit as exit:  # argparse's own errors
-        return exit.code
+    return cli_status(*args)
 
 
 @pytest.fixture(scope="module")

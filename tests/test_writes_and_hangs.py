@@ -46,13 +46,10 @@ def _cli(*args, timeout: float = NO_HANG, cwd=None, env=None):
 def _in_process(capsys, *args) -> tuple[int, str]:
     """``dask-mcpca ARGS`` called in this process (``dask_mcpca.cli.main``, as the console script calls it):
     (exit code, stderr).  For the many one-line refusals, each of which a subprocess made 1.7-2 s long."""
-    from dask_mcpca.cli import main
+    from conftest import cli_status
 
     capsys.readouterr()
-    try:
-        rc = main([str(a) for a in args])
-    except SystemExit as exit:  # argparse's own errors
-        rc = exit.code
+    rc = cli_status(*args)
     return rc, capsys.readouterr().err
 
 
