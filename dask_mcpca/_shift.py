@@ -14,7 +14,9 @@ channel's residual over those rows, where the noise averages away.  The rule, pe
    make the 54 rows after it look shifted, and a bias whose larger residuals the row rule flags is
    still averaged over 64 of its rows.  The rule looks only back, over at most :data:`PRIOR_ROWS`
    rows, so a row's verdict never changes when rows are appended, and the sums are exact integers,
-   so it does not depend on how the rows are cut into blocks;
+   so it does not depend on how the rows are cut into blocks.  Where fewer than 64 of those rows
+   are counted (at least :data:`MIN_ROWS`), the mean is put on a full window's scale, times
+   ``sqrt(n / 64)`` (:func:`standard_means`): a mean over fewer rows spreads wider;
 3. the row is shifted where some channel's mean is more than :data:`SHIFT_CUTOFF` times its
    ``shift_scale_`` from 0, and the cell named is the channel whose mean is largest
    (:func:`shifted_cells`): a bias ``d`` on channel ``a`` moves channel ``b``'s residual too, by
@@ -26,7 +28,8 @@ channel's residual over those rows, where the noise averages away.  The rule, pe
    where the biases are large enough for a row's contributions to name them.
 
 ``shift_scale_`` is learned at the fit (:func:`shift_scales`): the 90th percentile of the same means'
-sizes over contiguous runs of the fitted rows, under the fitted model, divided by 1.645 (their standard
+sizes over contiguous runs of the fitted rows (every window it would judge, on a full window's scale),
+under the fitted model, divided by 1.645 (their standard
 deviation, were they Gaussian about 0).  A percentile, not the median: the fitted rows' normal states
 are in it, so that an archive that moves between states (four regimes a quarter of the rows each, whose
 residuals' means differ by state) is not flagged state by state, while a fault over a few % of the
@@ -40,8 +43,8 @@ cutoff the same way.
 The runs are :data:`SHIFT_SEGMENTS` stretches of consecutive rows, evenly spread over the rows the
 fit's first read reads anyway (a ``warm_start`` refit: its first pass), each inside one block
 (:func:`run_plan`), so learning costs no read.  A fit with too few rows in them for
-:data:`MIN_WINDOWS` means (fewer than about 760 rows in all: 8 runs of an eighth of them, each giving its
-length less 63 means; or blocks under about 95 rows) has no ``shift_scale_`` and no shift rule; its rows
+:data:`MIN_WINDOWS` means (fewer than about 500 rows in all: 8 runs of an eighth of them, each giving its
+length less 31 means; or blocks under about 63 rows) has no ``shift_scale_`` and no shift rule; its rows
 are judged one by one.
 """
 
@@ -75,6 +78,7 @@ __all__ = [
     "segment_rows",
     "shift_scales",
     "shifted_cells",
+    "standard_means",
     "trailing_means",
 ]
 
@@ -226,11 +230,24 @@ def trailing_means(model: Any, rows: np.ndarray, n_before: int, d2: np.ndarray |
     return means, n
 
 
+def standard_means(model: Any, rows: np.ndarray, n_before: int, d2: np.ndarray | None = None,
+                   own=None, M: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`trailing_means` put on the scale of a full window: each mean times ``sqrt(n / SHIFT_WINDOW)``,
+    ``n`` the rows it is over, so that a mean over fewer rows (most rows left out: a cellwise model's rows
+    with a gross cell, another mode's) is held to a cutoff as far out as its wider spread, and the scale
+    is learned from the same windows it judges.  A shift ``d`` held over the whole window is still found
+    where ``d sqrt(n)`` stands out."""
+    means, n = trailing_means(model, rows, n_before, d2, own, M)
+    with np.errstate(invalid="ignore"):
+        return means * np.sqrt(n / SHIFT_WINDOW)[:, None], n
+
+
 @compiled(fastmath=False)  # the same roundings as the numpy spelling: the same verdicts
 def _shifted_sweep(fixed, counted, n_before, window, prior, min_rows, unit, scale, cutoff, out):  # pragma: no cover
     """:func:`shifted_cells`'s verdicts in one sweep over the rows (compiled): a ring of the window's
     counted rows and their running integer sums; where a channel's mean (``sum * unit / count``) of row
-    ``i`` is more than ``cutoff * scale[a]`` from 0, ``out[i - n_before, a]`` for the channel ``a`` whose
+    ``i``, on a full window's scale (times ``sqrt(count / window)``: :func:`standard_means`), is more than
+    ``cutoff * scale[a]`` from 0, ``out[i - n_before, a]`` for the channel ``a`` whose
     mean is largest (of those judged: ``scale`` finite)."""
     n, p = fixed.shape
     sums = np.zeros(p, np.int64)
@@ -253,8 +270,9 @@ def _shifted_sweep(fixed, counted, n_before, window, prior, min_rows, unit, scal
             top = 0
             size_top = -1.0
             shifted = False
+            weight = np.sqrt(size / window)
             for a in range(p):
-                mean = abs(sums[a] * unit / size)
+                mean = abs(sums[a] * unit / size) * weight
                 shifted = shifted or mean / scale[a] > cutoff
                 if mean > size_top and scale[a] < np.inf:
                     top, size_top = a, mean
@@ -264,10 +282,11 @@ def _shifted_sweep(fixed, counted, n_before, window, prior, min_rows, unit, scal
 
 def shift_scales(model: Any, segments) -> np.ndarray | None:
     """``shift_scale_``: per channel, the :data:`SCALE_PERCENTILE` percentile of the sizes of the mean
-    residuals of :func:`trailing_means` over the fitted rows ``segments`` (runs of rows as stored, each in
-    order) divided by :data:`GAUSS_QUANTILE`, floored at ``SCALE_FLOOR / sqrt(SHIFT_WINDOW)``; None with fewer
+    residuals of :func:`standard_means` (every window of at least :data:`MIN_ROWS` rows, the ones the rule
+    judges) over the fitted rows ``segments`` (runs of rows as stored, each in order) divided by
+    :data:`GAUSS_QUANTILE`, floored at ``SCALE_FLOOR / sqrt(SHIFT_WINDOW)``; None with fewer
     than :data:`MIN_WINDOWS` means."""
-    means = [m[n == SHIFT_WINDOW] for m, n in (trailing_means(model, s, 0) for s in segments)]
+    means = [m[n >= MIN_ROWS] for m, n in (standard_means(model, s, 0) for s in segments)]
     means = np.concatenate(means) if means else np.empty((0, len(model.mean_)))
     if len(means) < MIN_WINDOWS:
         return None
@@ -276,14 +295,15 @@ def shift_scales(model: Any, segments) -> np.ndarray | None:
 
 
 def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=None) -> np.ndarray:
-    """Cells of ``block`` (rows in order, as stored) on a channel shifted for the last rows: the mean
-    of its clipped residual over the last :data:`SHIFT_WINDOW` counted rows up to the row more than
-    :data:`SHIFT_CUTOFF` times ``shift_scale_`` from 0; the cell named is the row's channel whose mean is
-    largest (at most one cell a row).  None of them without ``shift_scale_``, nor on a channel written more
-    coarsely than its noise (a ``quantization_steps_`` step above its SD given the other channels: an ADC at
-    rest, one-hot columns): the means of such readings, a level off now and then, have a tail far longer than
-    their 90th percentile says (0.2-0.5 % of a recording's rows beside an ADC at rest were flagged).  A channel
-    recorded to a finer resolution than its noise (NYC weather's steps are 0.005-0.25 of it) is judged.
+    """Cells of ``block`` (rows in order, as stored) on a channel shifted for the last rows: the mean of its clipped
+    residual over the last :data:`SHIFT_WINDOW` counted rows up to the row, on a full window's scale
+    (:func:`standard_means`), more than :data:`SHIFT_CUTOFF` times ``shift_scale_`` from 0; the cell named is
+    the row's channel whose mean is largest (at most one cell a row).  None of them without ``shift_scale_``,
+    nor on a channel written more coarsely than its noise (a ``quantization_steps_`` step above its SD given the
+    other channels: an ADC at rest, one-hot columns): the means of such readings, a level off now and then, have
+    a tail far longer than their 90th percentile says (0.2-0.5 % of a recording's rows beside an ADC at rest
+    were flagged).  A channel recorded to a finer resolution than its noise (NYC weather's steps are 0.005-0.25
+    of it) is judged.
 
     ``before``: rows before the block (the last :data:`PRIOR_ROWS` are read; NaN where there are
     none), or None.  ``d2``: the block's :func:`._distances.calibrated_d2`, where the caller has it
@@ -310,7 +330,7 @@ def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=N
         _shifted_sweep(fixed, counted, len(prior), SHIFT_WINDOW, PRIOR_ROWS, MIN_ROWS, 2.0**-FIXED_POINT,
                        np.asarray(scale, np.float64), SHIFT_CUTOFF, cells)
         return cells
-    means = np.abs(trailing_means(model, rows, len(prior), d2, own, M)[0])
+    means = np.abs(standard_means(model, rows, len(prior), d2, own, M)[0])
     judged = np.flatnonzero(np.isfinite(means).all(axis=1))
     shifted = (means[judged] / np.asarray(scale) > SHIFT_CUTOFF).any(axis=1)
     top = np.argmax(np.where(np.isinf(scale), -1.0, means[judged]), axis=1)

@@ -26,7 +26,8 @@ def _factor_rows(n: int, seed: int) -> np.ndarray:
 
 def _plain_means(model, X: np.ndarray) -> np.ndarray:
     """The mean clipped residual per channel over the last 64 rows up to each row, among it and the 255 before
-    it, that the row rule does not flag, by a loop (NaN under 32 such rows); rows read from the first."""
+    it, that the row rule does not flag, by a loop (NaN under 32 such rows); rows read from the first.  A mean
+    over n < 64 rows is put on a 64-row mean's scale: times sqrt(n / 64)."""
     prec = np.linalg.inv(model.get_covariance())
     y = X - model.mean_
     kept = np.einsum("ij,jk,ik->i", y, prec, y) <= model.outlier_cutoff_
@@ -36,28 +37,25 @@ def _plain_means(model, X: np.ndarray) -> np.ndarray:
         span = np.arange(max(i - 4 * WINDOW + 1, 0), i + 1)
         window = span[kept[span]][-WINDOW:]
         if len(window) >= WINDOW // 2:
-            out[i] = r[window].mean(axis=0)
+            out[i] = r[window].mean(axis=0) * np.sqrt(len(window) / WINDOW)
     return out
 
 
 def _plain_scale(model, runs) -> np.ndarray:
-    """The 90th percentile of the 64-row means' sizes (64 counted rows within the row's 256) over the runs of
-    rows, each averaged on its own, over 1.645, at least half an independent mean's spread."""
-    prec = np.linalg.inv(model.get_covariance())
-    means = []
-    for rows in runs:
-        kept = np.einsum("ij,jk,ik->i", rows - model.mean_, prec, rows - model.mean_) <= model.outlier_cutoff_
-        full = np.array([kept[max(i - 4 * WINDOW + 1, 0):i + 1].sum() >= WINDOW for i in range(len(rows))])
-        means.append(_plain_means(model, rows)[full])
-    scale = np.percentile(np.abs(np.concatenate(means)), PERCENTILE, axis=0) / 1.6448536269514722
+    """The 90th percentile of the means' sizes (every mean the rule judges: at least 32 counted rows within the
+    row's 256, on a 64-row mean's scale) over the runs of rows, each averaged on its own, over 1.645, at least
+    half an independent mean's spread."""
+    means = np.concatenate([_plain_means(model, rows) for rows in runs])
+    means = means[~np.isnan(means).any(axis=1)]
+    scale = np.percentile(np.abs(means), PERCENTILE, axis=0) / 1.6448536269514722
     return np.maximum(scale, 0.5 / np.sqrt(WINDOW))
 
 
 def test_the_learned_scale_and_the_flags_are_the_rule_written_out():
-    """``shift_scale_`` is the 90th percentile of the fitted rows' 64-row means (full windows only) over 1.645,
-    from 8 runs of rows evenly spread (a model on one in-memory block of 6,000 rows: runs of 750, each its
-    eighth); a cell is shifted where its mean is more than five of those from 0, and named where its mean
-    is the row's largest."""
+    """``shift_scale_`` is the 90th percentile of the fitted rows' means (every window judged, on a 64-row
+    mean's scale) over 1.645, from 8 runs of rows evenly spread (a model on one in-memory block of 6,000
+    rows: runs of 750, each its eighth); a cell is shifted where its mean is more than five of those from 0,
+    and named where its mean is the row's largest."""
     X = _factor_rows(6_000, seed=1)
     model = MCPCA().fit(X)
     np.testing.assert_allclose(model.shift_scale_, _plain_scale(model, np.split(X, 8)), rtol=1e-7)
