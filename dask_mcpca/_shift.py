@@ -28,23 +28,22 @@ channel's residual over those rows, where the noise averages away.  The rule, pe
    where the biases are large enough for a row's contributions to name them.
 
 ``shift_scale_`` is learned at the fit (:func:`shift_scales`): the 90th percentile of the same means'
-sizes over contiguous runs of the fitted rows (every window it would judge, on a full window's scale),
-under the fitted model, divided by 1.645 (their standard
-deviation, were they Gaussian about 0).  A percentile, not the median: the fitted rows' normal states
-are in it, so that an archive that moves between states (four regimes a quarter of the rows each, whose
-residuals' means differ by state) is not flagged state by state, while a fault over a few % of the
-fitted rows leaves it nearly as it was (NYC weather's wind speed with a bias over 3 % of the rows, all of
-them in the runs: 0.46-0.48, against 0.47 for the clean recording; with the runs at the first rows, the
-95th percentile gave 0.75-0.80, and 0.63-0.71 of the bias found).  Residuals that wander in the
-normal state (weather persists for hours: on NYC weather the residuals' lag-1 autocorrelation is
-0.65-0.95, and their 64-row means spread 3-6 times as wide as independent rows' would) raise their own
-cutoff the same way.
+sizes over contiguous runs of the fitted rows (full windows of 64 counted rows), under the fitted model,
+divided by 1.645 (their standard deviation, were they Gaussian about 0).  A percentile, not the median:
+the fitted rows' normal states are in it, so that an archive that moves between states (four regimes a
+quarter of the rows each, whose residuals' means differ by state) is not flagged state by state, while a
+fault over a few % of the fitted rows leaves it nearly as it was (NYC weather's wind speed with a bias
+over 3 % of the rows, all of them in the runs: 0.46-0.48, against 0.47 for the clean recording; with the
+runs at the first rows, the 95th percentile gave 0.75-0.80, and 0.63-0.71 of the bias found).  Residuals
+that wander in the normal state (weather persists for hours: on NYC weather the residuals' lag-1
+autocorrelation is 0.65-0.95, and their 64-row means spread 3-6 times as wide as independent rows'
+would) raise their own cutoff the same way.
 
 The runs are :data:`SHIFT_SEGMENTS` stretches of consecutive rows, evenly spread over the rows the
 fit's first read reads anyway (a ``warm_start`` refit: its first pass), each inside one block
 (:func:`run_plan`), so learning costs no read.  A fit with too few rows in them for
-:data:`MIN_WINDOWS` means (fewer than about 500 rows in all: 8 runs of an eighth of them, each giving its
-length less 31 means; or blocks under about 63 rows) has no ``shift_scale_`` and no shift rule; its rows
+:data:`MIN_WINDOWS` means (fewer than about 760 rows in all: 8 runs of an eighth of them, each giving its
+length less 63 means; or blocks under about 95 rows) has no ``shift_scale_`` and no shift rule; its rows
 are judged one by one.
 """
 
@@ -234,8 +233,8 @@ def standard_means(model: Any, rows: np.ndarray, n_before: int, d2: np.ndarray |
                    own=None, M: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`trailing_means` put on the scale of a full window: each mean times ``sqrt(n / SHIFT_WINDOW)``,
     ``n`` the rows it is over, so that a mean over fewer rows (most rows left out: a cellwise model's rows
-    with a gross cell, another mode's) is held to a cutoff as far out as its wider spread, and the scale
-    is learned from the same windows it judges.  A shift ``d`` held over the whole window is still found
+    with a gross cell, another mode's) is held to a cutoff as far out as its wider spread, and a scale
+    learned from full windows applies to it.  A shift ``d`` held over the whole window is still found
     where ``d sqrt(n)`` stands out."""
     means, n = trailing_means(model, rows, n_before, d2, own, M)
     with np.errstate(invalid="ignore"):
@@ -282,11 +281,10 @@ def _shifted_sweep(fixed, counted, n_before, window, prior, min_rows, unit, scal
 
 def shift_scales(model: Any, segments) -> np.ndarray | None:
     """``shift_scale_``: per channel, the :data:`SCALE_PERCENTILE` percentile of the sizes of the mean
-    residuals of :func:`standard_means` (every window of at least :data:`MIN_ROWS` rows, the ones the rule
-    judges) over the fitted rows ``segments`` (runs of rows as stored, each in order) divided by
-    :data:`GAUSS_QUANTILE`, floored at ``SCALE_FLOOR / sqrt(SHIFT_WINDOW)``; None with fewer
-    than :data:`MIN_WINDOWS` means."""
-    means = [m[n >= MIN_ROWS] for m, n in (standard_means(model, s, 0) for s in segments)]
+    residuals of :func:`trailing_means` over full windows of the fitted rows ``segments`` (runs of rows as
+    stored, each in order) divided by :data:`GAUSS_QUANTILE`, floored at ``SCALE_FLOOR / sqrt(SHIFT_WINDOW)``;
+    None with fewer than :data:`MIN_WINDOWS` means."""
+    means = [m[n == SHIFT_WINDOW] for m, n in (trailing_means(model, s, 0) for s in segments)]
     means = np.concatenate(means) if means else np.empty((0, len(model.mean_)))
     if len(means) < MIN_WINDOWS:
         return None

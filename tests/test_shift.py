@@ -42,18 +42,22 @@ def _plain_means(model, X: np.ndarray) -> np.ndarray:
 
 
 def _plain_scale(model, runs) -> np.ndarray:
-    """The 90th percentile of the means' sizes (every mean the rule judges: at least 32 counted rows within the
-    row's 256, on a 64-row mean's scale) over the runs of rows, each averaged on its own, over 1.645, at least
-    half an independent mean's spread."""
-    means = np.concatenate([_plain_means(model, rows) for rows in runs])
-    means = means[~np.isnan(means).any(axis=1)]
+    """The 90th percentile of the 64-row means' sizes (64 counted rows within the row's 256) over the runs of
+    rows, each averaged on its own, over 1.645, at least half an independent mean's spread."""
+    prec = np.linalg.inv(model.get_covariance())
+    means = []
+    for rows in runs:
+        kept = np.einsum("ij,jk,ik->i", rows - model.mean_, prec, rows - model.mean_) <= model.outlier_cutoff_
+        full = np.array([kept[max(i - 4 * WINDOW + 1, 0):i + 1].sum() >= WINDOW for i in range(len(rows))])
+        means.append(_plain_means(model, rows)[full])
+    means = np.concatenate(means)
     scale = np.percentile(np.abs(means), PERCENTILE, axis=0) / 1.6448536269514722
     return np.maximum(scale, 0.5 / np.sqrt(WINDOW))
 
 
 def test_the_learned_scale_and_the_flags_are_the_rule_written_out():
-    """``shift_scale_`` is the 90th percentile of the fitted rows' means (every window judged, on a 64-row
-    mean's scale) over 1.645, from 8 runs of rows evenly spread (a model on one in-memory block of 6,000
+    """``shift_scale_`` is the 90th percentile of the fitted rows' 64-row means (full windows only) over
+    1.645, from 8 runs of rows evenly spread (a model on one in-memory block of 6,000
     rows: runs of 750, each its eighth); a cell is shifted where its mean is more than five of those from 0,
     and named where its mean is the row's largest."""
     X = _factor_rows(6_000, seed=1)
