@@ -71,3 +71,21 @@ def test_a_group_object_with_several_arrays_is_refused_with_their_names(tmp_path
         KeyError, match=r"holds 2 datasets \['sub/x', 'sub/y'\]; pass one of them, group\[name\]"
     ):
         MCPCA().fit(f)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_arrays_alike_in_one_store_stay_apart_in_one_graph(tmp_path, zarr_format):
+    """Two arrays of one store with the same shape, dtype, chunks and attributes but other values are
+    two arrays in one dask graph (their dask names differ), and a store's attributes, which do not change
+    what is read, do not rename it."""
+    g = zarr.open_group(str(tmp_path / "two.zarr"), mode="w", zarr_format=zarr_format)
+    X = _data()
+    for name, values in (("a", X), ("sub/b", 2 * X)):
+        a = g.create_array(name, shape=X.shape, chunks=(100, X.shape[1]), dtype="f8")
+        a[:] = values
+        a.attrs["note"] = "the same"
+    A, B = as_row_blocks(g["a"]), as_row_blocks(g["sub/b"])
+    np.testing.assert_allclose((A + B).compute(), 3 * X)
+    before = A.name
+    g["a"].attrs["note"] = "x" * 100_000
+    assert as_row_blocks(zarr.open_array(str(tmp_path / "two.zarr"), path="a", mode="r")).name == before
