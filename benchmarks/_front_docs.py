@@ -356,7 +356,14 @@ def _scaling_figures() -> dict[str, Figure]:
     figs["gaps-before"] = Figure(_MISSING, "partial-wide", fmt="{:.1f}", template="{0}x and {1}x",
                                  pattern=r"partial / complete ([\d.]+) at p = 100, ([\d.]+) at p = 300")
     one = (("1",),)
+    ks = (("300", "None"), ("300", "10"), ("300", "50"))
     figs |= {
+        "wide-k-recall-300": Figure(RESULTS, "wide-components", ks, (7,), "{:.2f}"),
+        "wide-k-alarms-300": Figure(RESULTS, "wide-components", ks, (6,), "{:.4f}"),
+        "wide-k-client-1000": Figure(RESULTS, "wide-components", (("1000", "None"), ("1000", "10")), (3,), "{:.1f}",
+                                     " s and "),
+        "wide-k-judge": Figure(RESULTS, "wide-components", (("300", "None"), ("300", "10"), ("1000", "None"),
+                                                            ("1000", "10")), (5,), "{:.2f}"),
         "pass-block-mib": Figure(RESULTS, "per-pass", fmt="{:.0f}", pattern=r"full pass \(([\d.]+) MiB each\)"),
         "pass-block-result": Figure(RESULTS, "per-pass", one, (5,), "{:.1f}"),
         "pass-result": Figure(RESULTS, "per-pass", one, (6,), "{:.0f}"),

@@ -52,8 +52,9 @@ class MCPCA(ModesMixin, PartialFitMixin, SaveMixin, _BaseMCPCA):
     Parameters
     ----------
     n_components : int or None, default=None
-        Number of components to keep; None keeps all p (the paper's point: no
-        need to choose in advance).
+        Number of components to keep; None keeps all p at any width (the paper's
+        point; a smaller k judges a wide archive's rows faster but weighs every
+        discarded direction by one variance: docs/performance.md).
     solver : {"auto", "paper"}, default="auto"
         ``"paper"``: Algorithms 1-3 as published (kernel sizes from the EVD of
         ``X^T X / n``, ``n_decay`` sizes shrunk by ``eta``, each run to
