@@ -321,8 +321,9 @@ class _ZarrRows:
             raise ValueError(
                 f"{self.where} has no chunk file for rows {a}:{b} ({len(missing)} of "
                 f"{self._grid()[0]} row chunks missing); Zarr would read them as the fill value "
-                f"{self.arr.fill_value!r}. Complete the store, or pass dask.array.from_zarr(...) "
-                "to accept fill values"
+                f"{self.arr.fill_value!r}. Zarr writes no chunk whose values all equal the fill value "
+                "(unless the array's config sets write_empty_chunks=True): if these rows were written so, "
+                "pass dask.array.from_zarr(...) to accept fill values; otherwise complete the store"
             )
 
     def _unit(self) -> tuple[int, int]:
@@ -410,11 +411,16 @@ def _from_store(arr, block_values: int | None = None) -> da.Array:
 
 
 def _zarr_identity(arr) -> tuple:
-    """What names a Zarr array in a dask graph: where it is and its metadata less its attributes, which do not
-    change what is read and may be large (dask's own token of the array walks them: 0.8 s for a store whose
-    attributes hold 22 MB, the benchmarks' generated truth)."""
+    """What names a Zarr array in a dask graph: the kind of its store, an fsspec store's filesystem (dask's
+    token of it: protocol, host, options; one path on two filesystems is two arrays), where it is in that
+    store (an in-memory store's address included), and its metadata less its attributes, which do not change
+    what is read and may be large (dask's own token of the array walks them: 0.8 s for a store whose
+    attributes hold 22 MB, the benchmarks' generated truth).  Not whether the store was opened read-only."""
+    from dask.base import tokenize
+
     meta = {k: v for k, v in arr.metadata.to_dict().items() if k != "attributes"}
-    return str(arr.store_path), meta
+    fs = getattr(arr.store, "fs", None)
+    return type(arr.store).__name__, None if fs is None else tokenize(fs), str(arr.store_path), meta
 
 
 def _check_2d(shape) -> None:

@@ -89,3 +89,19 @@ def test_arrays_alike_in_one_store_stay_apart_in_one_graph(tmp_path, zarr_format
     before = A.name
     g["a"].attrs["note"] = "x" * 100_000
     assert as_row_blocks(zarr.open_array(str(tmp_path / "two.zarr"), path="a", mode="r")).name == before
+
+
+def test_one_path_on_two_filesystems_is_two_arrays(tmp_path):
+    """The same path in an in-memory fsspec filesystem and on the local disk, other values: two dask names,
+    and their sum is the sum of both (review of 2026-11-28: the store's path alone named them alike, and
+    dask read one of them twice)."""
+    X = _data()
+    where = str(tmp_path / "same.zarr")
+    z = zarr.open_array(f"memory://{where}", mode="w", shape=X.shape, chunks=(100, X.shape[1]), dtype="f8")
+    z[:] = X
+    local = zarr.open_array(where, mode="w", shape=X.shape, chunks=(100, X.shape[1]), dtype="f8")
+    local[:] = 2 * X
+    A = as_row_blocks(zarr.open_array(f"memory://{where}", mode="r"))
+    B = as_row_blocks(f"file://{where}")
+    assert A.name != B.name
+    np.testing.assert_allclose((A + B).compute(), 3 * X)
