@@ -360,6 +360,10 @@ def _scaling_figures() -> dict[str, Figure]:
     figs |= {
         "wide-k-recall-300": Figure(RESULTS, "wide-components", ks, (7,), "{:.2f}"),
         "wide-k-alarms-300": Figure(RESULTS, "wide-components", ks, (6,), "{:.4f}"),
+        "wide-k-cells-300": Figure(RESULTS, "wide-components", ks, (8,), "{:.3f}"),
+        "wide-k-breakdown-300": Figure(RESULTS, "wide-components", ks, (9,)),
+        "wide-k-recall-1000": Figure(RESULTS, "wide-components", tuple(("1000", k) for _, k in ks), (7,), "{:.2f}"),
+        "wide-k-alarms-1000": Figure(RESULTS, "wide-components", tuple(("1000", k) for _, k in ks), (6,), "{:.4f}"),
         "wide-k-client-1000": Figure(RESULTS, "wide-components", (("1000", "None"), ("1000", "10")), (3,), "{:.1f}",
                                      " s and "),
         "wide-k-judge": Figure(RESULTS, "wide-components", (("300", "None"), ("300", "10"), ("1000", "None"),
