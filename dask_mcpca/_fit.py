@@ -261,7 +261,11 @@ def finish_fit(est, runner, start: _Start, *, k: int, tol: float, max_iter: int,
         )
     if solver == "auto":
         rows = _cells.breakdown_rows(sample)
-        breakdown = _cells.breakdown_message(cell_flags(view, rows), view.support_ if view.support_ else np.nan,
+        # the robust stage's health, judged under every component: with k < p the discarded directions share
+        # one variance, and a loud channel's cells look unexplained (p = 300, k = 10: 93 % of clean rows)
+        judged = view if k >= p or robust is None else _robust_view(
+            robust, p, unit, kernel_factor=est.kernel_factor, known=known)[0]
+        breakdown = _cells.breakdown_message(cell_flags(judged, rows), view.support_ if view.support_ else np.nan,
                                              cellwise=view.cell_cutoff_ is not None)
     return fit_result(
         view,
@@ -510,17 +514,10 @@ def _fit_in_span(X, est, k: int) -> FitResult:
 
 
 # ------------------------------------------------------- fitted attributes
-def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[str, Any]) -> ModelView:
-    """The model from the final, inclusive step of the last pass, with its calibrated cutoff.
-
-    Without a full-data step (a fit resumed from a checkpoint that had
-    converged) the core fixed point gives it.  The robust state is in
-    working units ``2**unit``; it is mapped back to the data's units here.
-    The outlier cutoff is then calibrated on the sample's distances under
-    the fitted model (:func:`._schedule.calibrated_cutoff`), at the
-    effective number of rows.  ``known`` holds the fields fixed before
-    (the scales, the quantization steps, the saturation limits...).
-    """
+def _robust_view(robust, k, unit, *, kernel_factor: float, known: dict[str, Any]):
+    """The model of ``k`` components from the robust state's final, inclusive step (its core fixed point
+    without one), in the data's units, before its cutoff is calibrated; and the scatter's descending
+    eigenvalues (data units) and eigenvectors."""
     final = robust.final_scatter is not None
     scatter = robust.final_scatter if final else robust.scatter
     location = robust.final_location if final else robust.location
@@ -534,7 +531,23 @@ def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[
     if robust.repeated_rows is not None:
         found["repeated_rows_"] = np.ldexp(robust.repeated_rows, unit)
     view = model_view(orient_rows(V[:, :k].T), lam[:k], lam[k:], lam.sum(), np.ldexp(location, unit),
-                       kernel_scale, support_=float(support), **found, **known)
+                      kernel_scale, support_=float(support), **found, **known)
+    return view, lam, V
+
+
+def _from_robust(robust, k, moments, unit, *, kernel_factor: float, known: dict[str, Any]) -> ModelView:
+    """The model from the final, inclusive step of the last pass, with its calibrated cutoff.
+
+    Without a full-data step (a fit resumed from a checkpoint that had
+    converged) the core fixed point gives it.  The robust state is in
+    working units ``2**unit``; it is mapped back to the data's units here.
+    The outlier cutoff is then calibrated on the sample's distances under
+    the fitted model (:func:`._schedule.calibrated_cutoff`), at the
+    effective number of rows.  ``known`` holds the fields fixed before
+    (the scales, the quantization steps, the saturation limits...).
+    """
+    view, lam, V = _robust_view(robust, k, unit, kernel_factor=kernel_factor, known=known)
+    support = view.support_
     # the dimensions the distances count: a round-off direction (a constant channel's 1e-15, or 0.0, as the
     # blocks' sums happened to round) is floored in them and counts for none (_precision.floored_variances)
     rank = int(np.sum(lam > direction_floors(lam, V, (V**2) @ lam)))
