@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _results import blas_info, machine_info, update_section  # noqa: E402
+from _results import PassClock, blas_info, machine_info, update_section  # noqa: E402
 from make_store import make_store  # noqa: E402
 
 from dask_mcpca._malloc import WORKER_ENV  # noqa: E402
@@ -93,7 +93,6 @@ def _child(what: str, path: str, address: str | None) -> None:
 
     from threadpoolctl import threadpool_limits
 
-    import dask_mcpca._passes as passes
     from dask_mcpca import MCPCA
     from dask_mcpca._io import as_row_blocks
 
@@ -102,17 +101,7 @@ def _child(what: str, path: str, address: str | None) -> None:
         from distributed import Client
 
         client = Client(address)
-    in_passes = [0.0]
-    run = passes.PassRunner.run
-
-    def timed(self, *a, **k):
-        t = time.perf_counter()
-        try:
-            return run(self, *a, **k)
-        finally:
-            in_passes[0] += time.perf_counter() - t
-
-    passes.PassRunner.run = timed
+    clock = PassClock()
     for module, name, value in BEFORE if what == "before" else ():
         setattr(importlib.import_module(module), name, value)
     X = as_row_blocks(path)
@@ -125,7 +114,7 @@ def _child(what: str, path: str, address: str | None) -> None:
     else:
         m = MCPCA().fit(path)
         out = {"n_passes": m.n_passes_, "n_partial_reads": m.n_partial_reads_, "n_blocks_read": m.n_blocks_read_}
-    out.update(seconds=time.perf_counter() - t, cpu=time.process_time() - cpu, in_passes=in_passes[0],
+    out.update(seconds=time.perf_counter() - t, cpu=time.process_time() - cpu, in_passes=clock.seconds,
                peak=_peak_rss(), baseline=base, n_blocks=X.numblocks[0])
     if client is not None:
         out["worker_peak"] = max(client.run(_peak_rss).values())

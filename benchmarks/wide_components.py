@@ -34,9 +34,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _results import update_section  # noqa: E402
+from _results import PassClock, update_section  # noqa: E402
 
-import dask_mcpca._passes as passes  # noqa: E402
 from dask_mcpca import MCPCA, BreakdownWarning  # noqa: E402
 
 #: Common factors of the generated archive, and their spreads (strongest first).
@@ -64,24 +63,7 @@ def archive(n: int, p: int, seed: int, faults: bool = False):
     return X / sd, bad
 
 
-class _PassClock:
-    """Seconds spent inside the passes (``PassRunner.run``) since the last reset."""
-
-    def __init__(self):
-        self.seconds = 0.0
-        run = passes.PassRunner.run
-
-        def timed(runner, *a, **k):
-            t = time.perf_counter()
-            try:
-                return run(runner, *a, **k)
-            finally:
-                self.seconds += time.perf_counter() - t
-
-        passes.PassRunner.run = timed
-
-
-def measure(p: int, rows: int, test_rows: int, ks: list, rounds: int, clock: _PassClock) -> list[dict]:
+def measure(p: int, rows: int, test_rows: int, ks: list, rounds: int, clock: PassClock) -> list[dict]:
     X, _ = archive(rows, p, seed=1)
     Xd = da.from_array(X, chunks=(rows // 10, p))
     T, bad = archive(test_rows, p, seed=2, faults=True)
@@ -141,7 +123,7 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
-    clock = _PassClock()
+    clock = PassClock()
     results = []
     for p in a.cols:
         results += measure(p, a.rows, a.test_rows, [None, FACTORS, 5 * FACTORS], a.rounds, clock)
