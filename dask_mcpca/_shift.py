@@ -18,8 +18,10 @@ channel's residual over those rows, where the noise averages away.  The rule, pe
    are counted (at least :data:`MIN_ROWS`), the mean is put on a full window's scale, times
    ``sqrt(n / 64)`` (:func:`standard_means`): a mean over fewer rows spreads wider;
 3. the row is shifted where some channel's mean is more than :data:`SHIFT_CUTOFF` times its
-   ``shift_scale_`` from 0, and the cell named is the channel whose mean is largest
-   (:func:`shifted_cells`): a bias ``d`` on channel ``a`` moves channel ``b``'s residual too, by
+   ``shift_scale_`` from 0, and the cell named is, of the channels beyond their cutoff, the one
+   whose mean is largest (:func:`shifted_cells`; a channel whose residual wanders at the fit, and
+   whose scale is wide, is not named for a mean inside its own cutoff): a bias ``d`` on channel
+   ``a`` moves channel ``b``'s residual too, by
    ``d P_ab / sqrt(P_bb)``, less than channel ``a``'s own ``d sqrt(P_aa)`` (a partial correlation
    below 1), so the channel with the bias is the one named, even beside a near-copy of itself whose
    ``shift_scale_`` is smaller.  ``score``'s ``top_channel`` stays the largest contribution of the row
@@ -247,7 +249,7 @@ def _shifted_sweep(fixed, counted, n_before, window, prior, min_rows, unit, scal
     counted rows and their running integer sums; where a channel's mean (``sum * unit / count``) of row
     ``i``, on a full window's scale (times ``sqrt(count / window)``: :func:`standard_means`), is more than
     ``cutoff * scale[a]`` from 0, ``out[i - n_before, a]`` for the channel ``a`` whose
-    mean is largest (of those judged: ``scale`` finite)."""
+    mean is largest of those beyond their cutoff (an infinite ``scale``: never)."""
     n, p = fixed.shape
     sums = np.zeros(p, np.int64)
     ring = np.empty(window, np.int64)
@@ -266,16 +268,14 @@ def _shifted_sweep(fixed, counted, n_before, window, prior, min_rows, unit, scal
             for a in range(p):
                 sums[a] += fixed[i, a]
         if i >= n_before and size >= min_rows:
-            top = 0
+            top = -1
             size_top = -1.0
-            shifted = False
             weight = np.sqrt(size / window)
             for a in range(p):
                 mean = abs(sums[a] * unit / size) * weight
-                shifted = shifted or mean / scale[a] > cutoff
-                if mean > size_top and scale[a] < np.inf:
+                if mean / scale[a] > cutoff and mean > size_top:
                     top, size_top = a, mean
-            if shifted:
+            if top >= 0:
                 out[i - n_before, top] = True
 
 
@@ -295,8 +295,9 @@ def shift_scales(model: Any, segments) -> np.ndarray | None:
 def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=None) -> np.ndarray:
     """Cells of ``block`` (rows in order, as stored) on a channel shifted for the last rows: the mean of its clipped
     residual over the last :data:`SHIFT_WINDOW` counted rows up to the row, on a full window's scale
-    (:func:`standard_means`), more than :data:`SHIFT_CUTOFF` times ``shift_scale_`` from 0; the cell named is
-    the row's channel whose mean is largest (at most one cell a row).  None of them without ``shift_scale_``,
+    (:func:`standard_means`), more than :data:`SHIFT_CUTOFF` times ``shift_scale_`` from 0; the cell named is,
+    of the row's channels beyond that cutoff, the one whose mean is largest (at most one cell a row; never a
+    missing one).  None of them without ``shift_scale_``,
     nor on a channel written more coarsely than its noise (a ``quantization_steps_`` step above its SD given the
     other channels: an ADC at rest, one-hot columns): the means of such readings, a level off now and then, have
     a tail far longer than their 90th percentile says (0.2-0.5 % of a recording's rows beside an ADC at rest
@@ -327,13 +328,14 @@ def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=N
         fixed, counted = _residuals(model, rows, len(prior), d2, own, M)
         _shifted_sweep(fixed, counted, len(prior), SHIFT_WINDOW, PRIOR_ROWS, MIN_ROWS, 2.0**-FIXED_POINT,
                        np.asarray(scale, np.float64), SHIFT_CUTOFF, cells)
-        return cells
-    means = np.abs(standard_means(model, rows, len(prior), d2, own, M)[0])
-    judged = np.flatnonzero(np.isfinite(means).all(axis=1))
-    shifted = (means[judged] / np.asarray(scale) > SHIFT_CUTOFF).any(axis=1)
-    top = np.argmax(np.where(np.isinf(scale), -1.0, means[judged]), axis=1)
-    cells[judged[shifted], top[shifted]] = True
-    return cells
+    else:
+        means = np.abs(standard_means(model, rows, len(prior), d2, own, M)[0])
+        judged = np.flatnonzero(np.isfinite(means).all(axis=1))
+        over = means[judged] / np.asarray(scale) > SHIFT_CUTOFF
+        top = np.argmax(np.where(over, means[judged], -1.0), axis=1)
+        shifted = over.any(axis=1)
+        cells[judged[shifted], top[shifted]] = True
+    return cells & ~np.isnan(block)  # a missing reading is no shifted cell
 
 
 def fault_cells(model: Any, block, before, d2: np.ndarray | None = None, own=None) -> np.ndarray:
