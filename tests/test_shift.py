@@ -51,14 +51,18 @@ def _plain_named(means: np.ndarray, scale: np.ndarray) -> np.ndarray:
 
 def _plain_scale(model, runs) -> np.ndarray:
     """The 90th percentile of the 64-row means' sizes (64 counted rows within the row's 256) over the runs of
-    rows, each averaged on its own, over 1.645, at least half an independent mean's spread."""
+    rows, each averaged on its own, over 1.645, at least half an independent mean's spread; where fewer than
+    256 windows are full, of every mean the rule judges (32 rows or more, on a 64-row mean's scale)."""
     prec = np.linalg.inv(model.get_covariance())
-    means = []
+    full, judged = [], []
     for rows in runs:
         kept = np.einsum("ij,jk,ik->i", rows - model.mean_, prec, rows - model.mean_) <= model.outlier_cutoff_
-        full = np.array([kept[max(i - 4 * WINDOW + 1, 0):i + 1].sum() >= WINDOW for i in range(len(rows))])
-        means.append(_plain_means(model, rows)[full])
-    means = np.concatenate(means)
+        whole = np.array([kept[max(i - 4 * WINDOW + 1, 0):i + 1].sum() >= WINDOW for i in range(len(rows))])
+        means = _plain_means(model, rows)
+        full.append(means[whole])
+        judged.append(means[~np.isnan(means).any(axis=1)])
+    full, judged = np.concatenate(full), np.concatenate(judged)
+    means = full if len(full) >= 4 * WINDOW else judged
     scale = np.percentile(np.abs(means), PERCENTILE, axis=0) / 1.6448536269514722
     return np.maximum(scale, 0.5 / np.sqrt(WINDOW))
 
@@ -322,3 +326,23 @@ def test_a_missing_reading_is_never_a_shifted_cell():
     cells = np.asarray(model.cell_outliers(Xf))
     assert cells[6_100:7_000, 2].sum() > 450  # the shift is found where there are readings
     assert not cells[np.isnan(Xf)].any()
+
+
+def test_a_channel_logged_one_row_in_five_leaves_the_rule_its_scale():
+    """With ``nan_policy="partial"`` and one channel logged one row in five, four rows in five have a gap and
+    are left out of the means: no window is full, and the model had no shift rule at all (review of
+    2026-11-28: a bias of 1.5 conditional SDs on another channel found in 0.017 of its rows).  The scale is
+    then learned from every window the rule judges (the plain rule above), the bias is found, and the
+    fitted rows are flagged no more often than without the rule."""
+    rng = np.random.default_rng(3)
+    n, p = 12_000, 6
+    Y = rng.normal(size=(n, 2)) @ rng.normal(size=(2, p)) + rng.normal(size=(n, p)) * rng.uniform(0.3, 1.0, p)
+    Y[np.arange(n) % 5 != 0, 5] = np.nan
+    model = MCPCA(nan_policy="partial").fit(Y)
+    np.testing.assert_allclose(model.shift_scale_, _plain_scale(model, np.split(Y, 8)), rtol=1e-7)
+    Yf = Y.copy()
+    Yf[4_000:6_000, 2] += 1.5 / np.sqrt(model.get_precision()[2, 2])
+    assert np.asarray(model.is_outlier(Yf))[4_100:6_000].mean() > 0.95
+    with_rule = np.asarray(model.is_outlier(Y)).mean()
+    model.shift_scale_ = None
+    assert with_rule <= np.asarray(model.is_outlier(Y)).mean() + 0.001
