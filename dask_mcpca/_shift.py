@@ -41,12 +41,12 @@ that wander in the normal state (weather persists for hours: on NYC weather the 
 autocorrelation is 0.65-0.95, and their 64-row means spread 3-6 times as wide as independent rows'
 would) raise their own cutoff the same way.
 
-The runs are :data:`SHIFT_SEGMENTS` stretches of consecutive rows, evenly spread over the rows the
-fit's first read reads anyway (a ``warm_start`` refit: its first pass), each inside one block
-(:func:`run_plan`), so learning costs no read.  A fit with too few rows in them for
-:data:`MIN_WINDOWS` means (fewer than about 500 rows in all: 8 runs of an eighth of them, each giving its
-length less 31 judged means; or blocks under about 63 rows) has no ``shift_scale_`` and no shift rule; its rows
-are judged one by one.
+The runs are :data:`SHIFT_SEGMENTS` stretches of consecutive rows (more where the blocks are shorter
+than a run), evenly spread over the rows the fit's first read reads anyway (a ``warm_start`` refit: its
+first pass), each inside one block (:func:`run_plan`), so learning costs no read.  A fit with too few rows
+in them for :data:`MIN_WINDOWS` means (fewer than about 500 rows in all: 8 runs of an eighth of them, each
+giving its length less 31 judged means; or blocks under about 40 rows) has no ``shift_scale_`` and no shift
+rule; its rows are judged one by one.
 """
 
 from __future__ import annotations
@@ -139,6 +139,8 @@ def run_plan(block_rows, chosen, n_features: int) -> dict[int, tuple[tuple[int, 
     every block's rows) keeps to learn ``shift_scale_``: :data:`SHIFT_SEGMENTS` runs of
     :func:`segment_rows` rows, or an eighth of the rows read where that is fewer, centred at evenly spread
     rows of those read and each inside one block (cut to it): block -> ``((start, stop), ...)`` within it.
+    Where the blocks (their median) are shorter than a run, as many times more runs as a run is longer, so
+    that the runs hold about as many rows.
     An archive in one block (an in-memory array, a store of one chunk) is learned from across its rows,
     not from its first ones: four states one after another, learned from the first 16,384 of 60,000 rows,
     had two of them flagged in 11 % of their rows."""
@@ -146,9 +148,12 @@ def run_plan(block_rows, chosen, n_features: int) -> dict[int, tuple[tuple[int, 
     sizes = np.asarray(block_rows, int)[chosen]
     total = int(sizes.sum())
     length = max(min(segment_rows(n_features), total // SHIFT_SEGMENTS), 1)
+    # a run is cut to its block: where blocks are shorter than a run, take as many more runs as keep the rows
+    # (8 runs of 100-row blocks hold a dozen independent 64-row means, and their percentile fell 40 % low)
+    count = SHIFT_SEGMENTS * max(1, -(-length // max(int(np.median(sizes)), 1)))
     ends = np.cumsum(sizes)
     plan: dict[int, tuple[tuple[int, int], ...]] = {}
-    for centre in ((np.arange(SHIFT_SEGMENTS) + 0.5) * total / SHIFT_SEGMENTS).astype(int):
+    for centre in ((np.arange(count) + 0.5) * total / count).astype(int):
         k = int(np.searchsorted(ends, centre, side="right"))
         first, size = int(ends[k] - sizes[k]), int(sizes[k])
         start = int(np.clip(centre - first - length // 2, 0, max(size - length, 0)))
