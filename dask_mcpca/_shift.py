@@ -21,10 +21,10 @@ channel's residual over those rows, where the noise averages away.  The rule, pe
    ``shift_scale_`` from 0, and the cell named is, of the channels beyond their cutoff, the one
    whose mean is largest (:func:`shifted_cells`; a channel whose residual wanders at the fit, and
    whose scale is wide, is not named for a mean inside its own cutoff): a bias ``d`` on channel
-   ``a`` moves channel ``b``'s residual too, by
-   ``d P_ab / sqrt(P_bb)``, less than channel ``a``'s own ``d sqrt(P_aa)`` (a partial correlation
-   below 1), so the channel with the bias is the one named, even beside a near-copy of itself whose
-   ``shift_scale_`` is smaller.  ``score``'s ``top_channel`` stays the largest contribution of the row
+   ``a`` moves channel ``b``'s residual too, by ``d P_ab / sqrt(P_bb)``, less than channel ``a``'s
+   own ``d sqrt(P_aa)`` (a partial correlation below 1), so the channel with the bias is the one
+   named, even beside a near-copy of itself whose ``shift_scale_`` is smaller.  ``score``'s
+   ``top_channel`` stays the largest contribution of the row
    (:func:`._stuck.isolated_top`): naming the shifted cell there instead lowered it on the attribution
    benchmark's real recordings (Daphnet's bias rows 0.99 -> 0.88, its near-copy pairs' drift 0.96 -> 0.95),
    where the biases are large enough for a row's contributions to name them.
@@ -289,7 +289,7 @@ def shift_scales(model: Any, segments) -> np.ndarray | None:
     residuals of :func:`standard_means` over full windows of the fitted rows ``segments`` (runs of rows as
     stored, each in order) divided by :data:`GAUSS_QUANTILE`, floored at ``SCALE_FLOOR / sqrt(SHIFT_WINDOW)``.
     Where fewer than :data:`MIN_WINDOWS` windows are full (most rows left out: a channel logged one row in
-    five, so every other row has a gap; a cellwise model's rows with a gross cell; a mode interleaved with
+    five, so four rows in five have a gap; a cellwise model's rows with a gross cell; a mode interleaved with
     others), every window the rule judges (at least :data:`MIN_ROWS` rows), on the full window's scale; None
     with fewer than that many of those.  Full windows first: the partial windows about a drift in the fitted
     rows, whose larger residuals the row rule leaves out, widened the scale (a drift over 20 % of a state's
