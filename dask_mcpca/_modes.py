@@ -44,7 +44,7 @@ import numpy as np
 from . import _labels, _model
 from ._block import block_stats
 from ._compiled import sampled_rows
-from ._passes import PassRunner, limit_blas_in_task, tree_reduce
+from ._passes import PassRunner, kept_runs, limit_blas_in_task, tree_reduce
 from ._scale import in_model_units
 from ._stats import BlockStats, combine
 
@@ -301,26 +301,34 @@ def given_labels(labels, n_rows: int, n_features: int | None = None) -> tuple[np
 
 
 # ------------------------------------------------------------ shared passes
-def _mode_stats(block: np.ndarray, mine: np.ndarray, plan, scale, offset: int) -> BlockStats:
+def _mode_stats(block: np.ndarray, mine: np.ndarray, plan, scale, offset: int, keep=()) -> BlockStats:
     """:func:`._block.block_stats` of the rows ``mine`` of ``block`` (rows ``offset ..`` of the data),
     in the model's units; a row sample is drawn by the rows' global indices, as a single fit draws
-    it, so that the rows drawn do not depend on the blocks' sizes."""
+    it, so that the rows drawn do not depend on the blocks' sizes.  ``keep``: runs ``(start, stop)`` of the
+    block's rows kept as stored for the shift rule (:func:`._passes.kept_runs`), the other modes' rows NaN
+    (left out of its means, as ``"auto"``'s modes leave them)."""
     if plan.sample_rate <= 0:
-        return block_stats(in_model_units(block[mine], scale), plan, offset)
-    stats = block_stats(in_model_units(block[mine], scale), replace(plan, sample_rate=0.0), offset)
-    drawn = sampled_rows(offset, len(block), plan.seed, plan.sample_rate)
-    rows = np.asarray(in_model_units(block[drawn[mine[drawn]]], scale), np.float64)
-    stats.sample = rows[np.isfinite(rows).all(axis=1)]
+        stats = block_stats(in_model_units(block[mine], scale), plan, offset)
+    else:
+        stats = block_stats(in_model_units(block[mine], scale), replace(plan, sample_rate=0.0), offset)
+        drawn = sampled_rows(offset, len(block), plan.seed, plan.sample_rate)
+        rows = np.asarray(in_model_units(block[drawn[mine[drawn]]], scale), np.float64)
+        stats.sample = rows[np.isfinite(rows).all(axis=1)]
+    if keep:
+        stats.segments = tuple(np.where(mine[a:b, None], run, np.nan)
+                               for (a, b), run in zip(keep, kept_runs(block, keep), strict=True))
     return stats
 
 
-def _mode_block_task(block, codes, requests: tuple, offset: int) -> tuple:
-    """Each requesting mode's :class:`BlockStats` of its rows of ``block``: ``requests`` holds
-    ``(mode, plan, scale)``; ``codes`` is the block's mode per row, or a :class:`ModeFinder`."""
+def _mode_block_task(block, codes, requests: tuple, offset: int, index: int) -> tuple:
+    """Each requesting mode's :class:`BlockStats` of its rows of ``block`` (row block ``index``):
+    ``requests`` holds ``(mode, plan, scale, keep)``, ``keep`` the runs of rows each block keeps
+    (:func:`._shift.run_plan`); ``codes`` is the block's mode per row, or a :class:`ModeFinder`."""
     limit_blas_in_task()
     block = np.asarray(block)
     codes = codes(block) if callable(codes) else np.asarray(codes)
-    return tuple(_mode_stats(block, codes == mode, plan, scale, offset) for mode, plan, scale in requests)
+    return tuple(_mode_stats(block, codes == mode, plan, scale, offset, keep.get(index, ()))
+                 for mode, plan, scale, keep in requests)
 
 
 def _combine_tuples(*parts: tuple) -> tuple:
@@ -349,10 +357,11 @@ class SharedPasses:
         self._cond = threading.Condition()
         self._runner = PassRunner(X)  # the blocks and their offsets
 
-    def request(self, mode: int, plan, scale, chosen: list[int]) -> BlockStats:
-        """Mode ``mode``'s sums under ``plan``, from the next shared read of the blocks ``chosen``."""
+    def request(self, mode: int, plan, scale, chosen: list[int], keep: dict | None = None) -> BlockStats:
+        """Mode ``mode``'s sums under ``plan``, from the next shared read of the blocks ``chosen`` (with the
+        runs of rows ``keep``, block -> ``((start, stop), ...)``, in their ``segments``)."""
         with self._cond:
-            self.pending[mode] = (plan, scale, tuple(chosen))
+            self.pending[mode] = (plan, scale, tuple(chosen), keep or {})
             self._maybe_read()
             while mode not in self.results:
                 self._cond.wait()
@@ -372,14 +381,14 @@ class SharedPasses:
             return
         pending, self.pending = sorted(self.pending.items()), {}
         groups: dict[tuple, list] = {}  # the modes that read the same blocks share one read
-        for mode, (plan, scale, chosen) in pending:
-            groups.setdefault(chosen, []).append((mode, plan, scale))
+        for mode, (plan, scale, chosen, keep) in pending:
+            groups.setdefault(chosen, []).append((mode, plan, scale, keep))
         for chosen, requests in groups.items():
             try:
                 sums = self._read(chosen, tuple(requests))
             except BaseException as err:  # every mode waiting on this read gets the error
                 sums = [err] * len(requests)
-            for (mode, _, _), out in zip(requests, sums, strict=True):
+            for (mode, *_), out in zip(requests, sums, strict=True):
                 self.results[mode] = out
         self._cond.notify_all()
 
@@ -396,13 +405,13 @@ class SharedPasses:
             for b in chosen:
                 start, stop = int(offsets[b]), int(offsets[b]) + int(runner.block_rows()[b])
                 codes = self.codes if callable(self.codes) else self.codes[start:stop]
-                parts.append(_mode_block_task(self.X[start:stop], codes, requests, start))
+                parts.append(_mode_block_task(self.X[start:stop], codes, requests, start, b))
             return _combine_tuples(*parts)
         data = runner._dask_blocks()
         codes = (self.codes.to_delayed(optimize_graph=True) if isinstance(self.codes, da.Array)
                  else [self.codes] * runner.n_blocks)
         requests_d = dask.delayed(requests, pure=True)
-        parts = [dask.delayed(_mode_block_task, pure=True)(data[b], codes[b], requests_d, int(offsets[b]))
+        parts = [dask.delayed(_mode_block_task, pure=True)(data[b], codes[b], requests_d, int(offsets[b]), b)
                  for b in chosen]
         return dask.compute(tree_reduce(parts, merge=_combine_tuples))[0]
 
@@ -418,9 +427,13 @@ class ModeRunner(PassRunner):
         self.shared, self.mode = shared, mode
         self.n_rows = n_rows
 
-    def _sums(self, plan, chosen, bar, keep=None) -> BlockStats:  # keeps no runs of rows: given labels'
-        # modes have no shift rule; "auto"'s learn it from the runs of the first read, before the modes
-        return self.shared.request(self.mode, plan, self.scale, list(chosen))
+    def block_rows(self) -> np.ndarray:
+        """Rows of each row block of the data the modes share (``n_rows`` is the mode's)."""
+        return self.shared._runner.block_rows()
+
+    def _sums(self, plan, chosen, bar, keep=None) -> BlockStats:  # given labels' modes keep the runs of their
+        # first read (the other modes' rows NaN); "auto"'s learn from the runs of the read before the modes
+        return self.shared.request(self.mode, plan, self.scale, list(chosen), keep)
 
 
 # ------------------------------------------------------------ judging rows
