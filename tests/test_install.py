@@ -70,6 +70,7 @@ def test_second_command_resolves_at_once_and_changes_nothing_the_first_installed
         assert needed in planned, needed
 
 
+@pytest.mark.slow  # a fresh interpreter: the CI tier (the dev tier's 3 minutes)
 def test_the_core_install_needs_no_pandas():
     """pandas is the ``xarray`` extra's, not a core dependency: the README's first command installs no
     pandas, and a module-level ``import pandas`` (the modes' label check, this session) broke its

@@ -178,7 +178,7 @@ def test_reported_failures_now_fit_or_name_the_problem(kw, case):
 
 
 # --------------------------------------------------------------- scaling
-@pytest.mark.parametrize("kw", [SOLVERS[0], SOLVERS[2]])
+@pytest.mark.parametrize("kw", [SOLVERS[0], pytest.param(*SOLVERS[2].values, id="paper", marks=pytest.mark.slow)])
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), p=st.integers(2, 4), log_c=st.floats(-150, 150),
        outliers=st.booleans())
