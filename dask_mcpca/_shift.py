@@ -44,9 +44,9 @@ would) raise their own cutoff the same way.
 The runs are :data:`SHIFT_SEGMENTS` stretches of consecutive rows (more where the blocks are shorter
 than a run), evenly spread over the rows the fit's first read reads anyway (a ``warm_start`` refit: its
 first pass), each inside one block (:func:`run_plan`), so learning costs no read.  A fit with too few rows
-in them for :data:`MIN_WINDOWS` means (fewer than about 500 rows in all: 8 runs of an eighth of them, each
-giving its length less 31 judged means; or blocks under about 40 rows) has no ``shift_scale_`` and no shift
-rule; its rows are judged one by one.
+in them for :data:`MIN_WINDOWS` means or :data:`MIN_COUNTED_ROWS` counted rows (fewer than about 2,100 rows
+in all, or of a mode's rows; or blocks under about 40 rows) has no ``shift_scale_`` and no shift rule; its
+rows are judged one by one.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ __all__ = [
     "FIXED_POINT",
     "GAUSS_QUANTILE",
     "MIN_ROWS",
+    "MIN_COUNTED_ROWS",
     "MIN_WINDOWS",
     "PRIOR_ROWS",
     "RESIDUAL_CLIP",
@@ -113,8 +114,12 @@ MIN_ROWS = SHIFT_WINDOW // 2
 #: quantized one) is not flagged for the least movement after it.
 SCALE_FLOOR = 0.5
 
-#: Fewest means (over all runs) ``shift_scale_`` is learned from.
+#: Fewest means (over all runs) ``shift_scale_`` is learned from ...
 MIN_WINDOWS = 4 * SHIFT_WINDOW
+
+#: ... and fewest rows they count, 32 windows' worth: the means of one stretch of 300 rows, 240 windows that
+#: overlap, are about 5 independent ones, and a mode learned from them flagged up to 4 % of its clean rows.
+MIN_COUNTED_ROWS = 32 * SHIFT_WINDOW
 
 #: Runs of consecutive rows the first read keeps to learn ``shift_scale_`` (:func:`run_plan`) ...
 SHIFT_SEGMENTS = 8
@@ -218,17 +223,22 @@ def _window_ranks(counted: np.ndarray, n_before: int) -> tuple[np.ndarray, np.nd
 
 
 def trailing_means(model: Any, rows: np.ndarray, n_before: int, d2: np.ndarray | None = None,
-                   own=None, M: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   own=None, M: np.ndarray | None = None, *,
+                   counted_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Each row's mean clipped residual per channel over its window (:func:`_window_ranks`) of the rows
     the means count (:func:`_residuals`), for the rows of ``rows`` after its first ``n_before`` (the rows
     before, NaN where none were); and how many rows each mean is over.  NaN where fewer than
     :data:`MIN_ROWS`.  ``d2``: the calibrated distances of those rows after the first ``n_before``,
-    where the caller has them; ``own``, ``M``: as :func:`_residuals`.  The numpy spelling of
+    where the caller has them; ``own``, ``M``: as :func:`_residuals`.  ``counted_only``: NaN (over 0 rows)
+    at the rows the means do not count, whose window is the last counted row's again (another mode's rows,
+    where a few of a mode's rows would give hundreds of copies of one window).  The numpy spelling of
     :func:`_shifted_sweep`'s means."""
     fixed, counted = _residuals(model, rows, n_before, d2, own, M)
     sums = np.concatenate([np.zeros((1, fixed.shape[1]), np.int64), np.cumsum(fixed[counted], axis=0)])
     rank, first = _window_ranks(counted, n_before)
     n = rank - first
+    if counted_only:
+        n = np.where(counted[n_before:], n, 0)
     total = sums[rank] - sums[first]  # integers: exact, wherever the block begins
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.ldexp(total.astype(np.float64), -FIXED_POINT) / n[:, None]
@@ -237,13 +247,14 @@ def trailing_means(model: Any, rows: np.ndarray, n_before: int, d2: np.ndarray |
 
 
 def standard_means(model: Any, rows: np.ndarray, n_before: int, d2: np.ndarray | None = None,
-                   own=None, M: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   own=None, M: np.ndarray | None = None, *,
+                   counted_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """:func:`trailing_means` put on the scale of a full window: each mean times ``sqrt(n / SHIFT_WINDOW)``,
     ``n`` the rows it is over, so that a mean over fewer rows (most rows left out: a cellwise model's rows
     with a gross cell, another mode's) is held to a cutoff as far out as its wider spread, and a scale
     learned from full windows applies to it.  A shift ``d`` held over the whole window is still found
     where ``d sqrt(n)`` stands out."""
-    means, n = trailing_means(model, rows, n_before, d2, own, M)
+    means, n = trailing_means(model, rows, n_before, d2, own, M, counted_only=counted_only)
     with np.errstate(invalid="ignore"):
         return means * np.sqrt(n / SHIFT_WINDOW)[:, None], n
 
@@ -286,20 +297,22 @@ def _shifted_sweep(fixed, counted, n_before, window, prior, min_rows, unit, scal
 
 def shift_scales(model: Any, segments) -> np.ndarray | None:
     """``shift_scale_``: per channel, the :data:`SCALE_PERCENTILE` percentile of the sizes of the mean
-    residuals of :func:`standard_means` over full windows of the fitted rows ``segments`` (runs of rows as
-    stored, each in order) divided by :data:`GAUSS_QUANTILE`, floored at ``SCALE_FLOOR / sqrt(SHIFT_WINDOW)``.
+    residuals of :func:`standard_means` over full windows, each at the counted row it ends at, of the fitted
+    rows ``segments`` (runs of rows as stored, each in order) divided by :data:`GAUSS_QUANTILE`, floored at
+    ``SCALE_FLOOR / sqrt(SHIFT_WINDOW)``.
     Where fewer than :data:`MIN_WINDOWS` windows are full (most rows left out: a channel logged one row in
     five, so four rows in five have a gap; a cellwise model's rows with a gross cell; a mode interleaved with
     others), every window the rule judges (at least :data:`MIN_ROWS` rows), on the full window's scale; None
-    with fewer than that many of those.  Full windows first: the partial windows about a drift in the fitted
+    with fewer than that many of those, or with fewer than :data:`MIN_COUNTED_ROWS`
+    rows counted.  Full windows first: the partial windows about a drift in the fitted
     rows, whose larger residuals the row rule leaves out, widened the scale (a drift over 20 % of a state's
     rows found in 0.78 of its rows, not 0.85)."""
-    runs = [standard_means(model, s, 0) for s in segments]
+    runs = [standard_means(model, s, 0, counted_only=True) for s in segments]  # a window once, at its own row
     p = len(model.mean_)
     full = np.concatenate([m[n == SHIFT_WINDOW] for m, n in runs]) if runs else np.empty((0, p))
     judged = np.concatenate([m[n >= MIN_ROWS] for m, n in runs]) if runs else np.empty((0, p))
     means = full if len(full) >= MIN_WINDOWS else judged
-    if len(means) < MIN_WINDOWS:
+    if len(means) < MIN_WINDOWS or sum(int(np.count_nonzero(n > 0)) for _, n in runs) < MIN_COUNTED_ROWS:
         return None
     scale = np.percentile(np.abs(means), SCALE_PERCENTILE, axis=0) / GAUSS_QUANTILE
     return np.maximum(scale, SCALE_FLOOR / np.sqrt(SHIFT_WINDOW))
