@@ -296,17 +296,16 @@ def _shifted_sweep(fixed, counted, n_before, window, prior, min_rows, unit, scal
 
 
 def shift_scales(model: Any, segments) -> np.ndarray | None:
-    """``shift_scale_``: per channel, the :data:`SCALE_PERCENTILE` percentile of the sizes of the mean
-    residuals of :func:`standard_means` over full windows, each at the counted row it ends at, of the fitted
-    rows ``segments`` (runs of rows as stored, each in order) divided by :data:`GAUSS_QUANTILE`, floored at
-    ``SCALE_FLOOR / sqrt(SHIFT_WINDOW)``.
-    Where fewer than :data:`MIN_WINDOWS` windows are full (most rows left out: a channel logged one row in
-    five, so four rows in five have a gap; a cellwise model's rows with a gross cell; a mode interleaved with
-    others), every window the rule judges (at least :data:`MIN_ROWS` rows), on the full window's scale; None
-    with fewer than that many of those, or with fewer than :data:`MIN_COUNTED_ROWS`
-    rows counted.  Full windows first: the partial windows about a drift in the fitted
-    rows, whose larger residuals the row rule leaves out, widened the scale (a drift over 20 % of a state's
-    rows found in 0.78 of its rows, not 0.85)."""
+    """``shift_scale_``: per channel, the :data:`SCALE_PERCENTILE` percentile of the sizes of the mean residuals
+    of :func:`standard_means` over full windows, each at the counted row it ends at, of the fitted rows
+    ``segments`` (runs of rows as stored, each in order) divided by :data:`GAUSS_QUANTILE`, floored at
+    ``SCALE_FLOOR / sqrt(SHIFT_WINDOW)``.  Where fewer than :data:`MIN_WINDOWS` windows are full (most rows left
+    out: a channel logged one row in five, so four rows in five have a gap; a cellwise model's rows with a gross
+    cell; a mode interleaved with others), every window the rule judges (at least :data:`MIN_ROWS` rows), on the
+    full window's scale; None with fewer than that many of those, or with fewer than :data:`MIN_COUNTED_ROWS`
+    rows counted.  Full windows first: the partial windows about a drift in the fitted rows, whose larger
+    residuals the row rule leaves out, widened the scale (a drift over 20 % of a state's rows found in 0.78 of
+    its rows, not 0.85)."""
     runs = [standard_means(model, s, 0, counted_only=True) for s in segments]  # a window once, at its own row
     p = len(model.mean_)
     full = np.concatenate([m[n == SHIFT_WINDOW] for m, n in runs]) if runs else np.empty((0, p))
@@ -319,16 +318,15 @@ def shift_scales(model: Any, segments) -> np.ndarray | None:
 
 
 def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=None) -> np.ndarray:
-    """Cells of ``block`` (rows in order, as stored) on a channel shifted for the last rows: the mean of its clipped
-    residual over the last :data:`SHIFT_WINDOW` counted rows up to the row, on a full window's scale
+    """Cells of ``block`` (rows in order, as stored) on a channel shifted for the last rows: the mean of its
+    clipped residual over the last :data:`SHIFT_WINDOW` counted rows up to the row, on a full window's scale
     (:func:`standard_means`), more than :data:`SHIFT_CUTOFF` times ``shift_scale_`` from 0; the cell named is,
     of the row's channels beyond that cutoff, the one whose mean is largest (at most one cell a row; never a
-    missing one).  None of them without ``shift_scale_``,
-    nor on a channel written more coarsely than its noise (a ``quantization_steps_`` step above its SD given the
-    other channels: an ADC at rest, one-hot columns): the means of such readings, a level off now and then, have
-    a tail far longer than their 90th percentile says (0.2-0.5 % of a recording's rows beside an ADC at rest
-    were flagged).  A channel recorded to a finer resolution than its noise (NYC weather's steps are 0.005-0.25
-    of it) is judged.
+    missing one).  None of them without ``shift_scale_``, nor on a channel written more coarsely than its noise
+    (a ``quantization_steps_`` step above its SD given the other channels: an ADC at rest, one-hot columns): the
+    means of such readings, a level off now and then, have a tail far longer than their 90th percentile says
+    (0.2-0.5 % of a recording's rows beside an ADC at rest were flagged).  A channel recorded to a finer
+    resolution than its noise (NYC weather's steps are 0.005-0.25 of it) is judged.
 
     ``before``: rows before the block (the last :data:`PRIOR_ROWS` are read; NaN where there are
     none), or None.  ``d2``: the block's :func:`._distances.calibrated_d2`, where the caller has it
