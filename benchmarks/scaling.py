@@ -65,13 +65,12 @@ __all__ = ["measure"]
 CHUNK_BYTES = 80_000_000
 
 #: ``--before``: (module, constant, value) set in the fitting process for the rules before the last
-#: change of issue 37 point 1: a wide kernel pass went by the numpy spelling's sub-blocks of 32,768
-#: rows (float32 widened by a copy, a shift, a copy for the TRMM, a weighted copy for the SYRK, the
-#: sub-blocks merged one by one), not by ``_kernels.wide_block``.  (The rules of the change before,
-#: measured in the same way: the spread of 4 blocks, Lanczos norms, the sample's ``tol`` and the
-#: breakdown check's cells, are in commit 25ff315's BEFORE.)
+#: change of issue 37 point 1: every wide kernel pass weighed every row by its SYRK; now the passes
+#: after the first take the bulk's plain sums that the first kept (:mod:`dask_mcpca._bulk`) and
+#: weigh only the rows their flat tops do not hold whole.  (The change before, the wide route's
+#: ``_kernels.wide_block`` against the numpy spelling's sub-blocks, is in commit e6f9801's BEFORE.)
 BEFORE = (
-    ("dask_mcpca._block", "WIDE_MIN_FEATURES", 10**9),
+    ("dask_mcpca._bulk", "KEEP_BULK", False),
 )
 
 #: What each worker reports of its environment (``--worker-malloc`` checks that the setting arrived).

@@ -99,6 +99,7 @@ __all__ = [
     "transposed_rows",
     "transposed_weighted_sums",
     "upper_doubled",
+    "within",
 ]
 
 #: Whether the compiled loops can run: numba imports and compiles (``NUMBA_DISABLE_JIT=1``
@@ -274,6 +275,22 @@ def shifted_pair(X, center, scale, Y, Z):  # pragma: no cover - compiled
             Y[i, j] = v
             Z[i, j] = v
         Y[i, p] = 1.0
+
+
+@compiled(fastmath=False)
+def within(X, lo, hi, out):  # pragma: no cover - compiled
+    """``out[i]``: whether every value of row ``i`` of ``X`` (as stored) lies in ``[lo, hi]`` (NaN
+    does not); the bulk's rows of :mod:`._bulk`, in one read and no temporaries.  Without
+    fast-math: NaN compares as IEEE says."""
+    n, p = X.shape
+    for i in range(n):
+        ok = True
+        for j in range(p):
+            v = np.float64(X[i, j])
+            if not (v >= lo[j] and v <= hi[j]):
+                ok = False
+                break
+        out[i] = ok
 
 
 @compiled

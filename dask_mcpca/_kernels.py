@@ -49,9 +49,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy.linalg.blas import dtrmm as _blas_trmm
 
-from . import _compiled
+from . import _blas, _bulk, _compiled
 from ._block_rows import Workspace, column_reduce, excluded_rows, finite_rows, scaled, shifted, top_exponent
 from ._stats import WIDE_FEATURES, BlockStats, PassPlan, combine, empty, from_sums
 
@@ -65,6 +64,7 @@ __all__ = [
     "two_sweeps",
     "weighted_sums",
     "wide_block",
+    "wide_plan",
 ]
 
 #: Exponent below which a weight is set to 0 (exp would be subnormal).
@@ -144,7 +144,7 @@ def _quadratic_form(Y: np.ndarray, A: np.ndarray, out: np.ndarray, ws: Workspace
         return np.einsum("ij,ij->i", Z, Y, out=out)
     np.copyto(Z, Y)
     # Z (C order, n x p) is Z^T in Fortran order: L^T Z^T = (Z L)^T, in place.
-    _blas_trmm(1.0, L, Z.T, side=0, lower=1, trans_a=1, overwrite_b=1)
+    _blas.trmm_rows(L, Z)
     return np.einsum("ij,ij->i", Z, Z, out=out)
 
 
@@ -407,27 +407,30 @@ def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: 
     :func:`numpy_part`'s in their order only (and ``sqrt(g)^2`` for ``g``).
     """
     n, p = X.shape
-    if (plan.kernels is None or not flat_tops(plan) or p < WIDE_FEATURES or not n or plan.partial is not None
-            or X.dtype not in _WIDE_DTYPES or abs(plan.unit_exp) >= np.finfo(np.float64).maxexp - 1):
+    if not n or not wide_plan(plan, p, X.dtype):
         return None
     A, J = plan.kernels[0], plan.n_kernels
     offsets = np.asarray(plan.offsets, dtype=np.float64)
-    if np.any(offsets[1:] < offsets[:-1]) or not all(np.array_equal(B, A) for B in plan.kernels[1:]):
-        return None
     L = _lower_factor(np.ascontiguousarray(A, dtype=np.float64).tobytes(), p)
     if L is None:
         return None
     S = np.zeros((p + 1, p + 1))  # [scatter, wsum; wsum^T, weight] of the first kernel
     extra = (np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p)))  # the wider kernels' own terms
+    bulk = None if plan.bulk is None else _bulk.BlockBulk(J, p, plan.bulk.collect)
     others, served = [], 0
     for start in range(0, n, sub_block_rows):
         sub = X[start : start + sub_block_rows]
-        if _wide_sums(sub, plan, L, offsets, ws, S, extra):
+        rows_in = None if bulk is None else _bulk.inside(sub, plan.bulk)
+        if _wide_sums(sub, plan, L, offsets, ws, S, extra, bulk=bulk, rows_in=rows_in):
             served += len(sub)
         else:
             others.append(numpy_part(np.asarray(sub, dtype=np.float64), plan, ws)[0])
+            if bulk is not None:
+                bulk.add_unserved(sub, rows_in, plan)
     result = empty(plan, p)
-    if served:
+    if bulk is not None:  # the served rows are in the bulk sums, completed by the client
+        result.n_rows, result.bulk = served, bulk.finish()
+    elif served:
         weight, wsum, scatter = np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p))
         weight[0], wsum[0], scatter[0] = S[p, p], S[p, :p], S[:p, :p]
         for j in range(1, J):
@@ -441,12 +444,23 @@ def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: 
     return result
 
 
+def wide_plan(plan: PassPlan, p: int, dtype) -> bool:
+    """Whether :func:`wide_block` serves ``plan``'s blocks of ``p`` columns stored as ``dtype``
+    (a block may still decline: its kernel matrix without a triangular factor)."""
+    if (plan.kernels is None or not flat_tops(plan) or p < WIDE_FEATURES or plan.partial is not None
+            or np.dtype(dtype) not in _WIDE_DTYPES or abs(plan.unit_exp) >= np.finfo(np.float64).maxexp - 1):
+        return False
+    A = plan.kernels[0]
+    return not np.any(plan.offsets[1:] < plan.offsets[:-1]) and all(np.array_equal(B, A) for B in plan.kernels[1:])
+
+
 def flat_tops(plan: PassPlan) -> bool:
     """Whether every kernel of the plan has a flat top (``offsets > 0``: the default solver's)."""
     return plan.offsets is not None and bool(np.all(plan.offsets > 0))
 
 
-def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Workspace, S: np.ndarray, extra) -> bool:
+def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Workspace, S: np.ndarray, extra, *,
+               bulk=None, rows_in=None) -> bool:
     """Add sub-block ``Xs``'s sums to ``S`` and ``extra`` (:func:`wide_block`); False, adding
     nothing, where a row is not finite in working units or its quadratic form overflows, or a
     kernel has no row in its flat top.
@@ -459,6 +473,8 @@ def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Works
     columns gives the first kernel's scatter, weighted sum (the column of ones) and weight.  A
     wider kernel's own terms are those rows' ``g_j - g_(j-1)`` terms (non-negative), as in
     :func:`weighted_sums`, by the same SYRK on those rows weighted by their square roots.
+    With ``bulk`` (the plan's bulk sums, :mod:`._bulk`; ``rows_in`` the bulk's rows), the sums go
+    there instead: the bulk's plain sums where this pass collects them, and each kernel's corrections.
     """
     n, p = Xs.shape
     J = len(offsets)
@@ -470,7 +486,7 @@ def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Works
         with np.errstate(over="ignore", invalid="ignore"):
             scaled(shifted(Xs, center, Z), int(-plan.unit_exp))
         Y[:, :p], Y[:, p] = Z, 1.0
-    _blas_trmm(1.0, L, Z.T, side=0, lower=1, trans_a=1, overwrite_b=1)  # Z L, in place (see _quadratic_form)
+    _blas.trmm_rows(L, Z)  # Z L, in place, without the GIL (see _quadratic_form)
     with np.errstate(over="ignore", invalid="ignore"):
         quad = np.einsum("ij,ij->i", Z, Z, out=ws.take("quad", (n,)))
     if not np.all(np.isfinite(quad)):
@@ -483,6 +499,9 @@ def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Works
     G, log_scale = kernel_weights(E)
     if np.any(log_scale != 0):
         return False
+    if bulk is not None:
+        bulk.add_rows(Y, G, rows_in)
+        return True
     outside = np.flatnonzero(G[0] < 1)
     rows = Y[outside]  # a copy: the rows as they were (and their 1), for the wider kernels
     Y[outside] *= np.sqrt(G[0, outside])[:, None]

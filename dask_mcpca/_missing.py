@@ -48,10 +48,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
-from scipy.linalg.blas import dtrmm
 from scipy.special import gammaln
 
 from . import _compiled
+from ._blas import trmm_rows
 
 __all__ = [
     "partial_rows", "nonfinite_rows", "pattern_codes", "patterns", "ConditionalModel", "conditional_model",
@@ -522,7 +522,7 @@ class Conditional:
         U, p = self.completed, self.precision.shape[0]
         L = _root(self.precision.tobytes(), p) if len(U) else None
         with np.errstate(over="ignore", invalid="ignore"):
-            V = self.residual.T if L is None else dtrmm(1.0, L, U.T, side=0, lower=1, trans_a=1)  # p x n
+            V = self.residual.T if L is None else trmm_rows(L, np.array(U, np.float64, order="C")).T  # p x n
             d2 = np.einsum("ij,ij->j", U.T if L is None else V, V)
         d2[self.n_observed == 0] = np.nan
         return d2

@@ -20,8 +20,10 @@ import dask.array as da
 import numpy as np
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
+from . import _block, _bulk
 from ._block import block_stats
 from ._exceptions import NonFiniteRowsError, NumericalRangeError
+from ._kernels import wide_plan
 from ._no_complete_rows import gap_counts, no_complete_rows_message
 from ._progress import PassProgress
 from ._scale import in_model_units
@@ -252,6 +254,10 @@ class PassRunner:
         The channels' names, for messages (``feature_names_in_``); columns by number without.
     """
 
+    #: Full kernel passes may keep the bulk's plain sums (:mod:`._bulk`); a mode's runner does not (its
+    #: rows are another runner's choice).
+    KEEPS_BULK = True
+
     def __init__(self, X, *, nan_policy: str = "raise", progress: bool = False, hold_out=None, context: int = 0,
                  names=None):
         self.X = X
@@ -271,6 +277,7 @@ class PassRunner:
         self.unit_exp = 0
         #: Every pass sees each channel divided by this (``scale="robust"``; set by the fit after the first read).
         self.scale = None
+        self._bulk = None  # (box, plain sums, (unit, scale)) kept from a wide pass (:mod:`._bulk`)
 
     def stored_units(self) -> np.ndarray | None:
         """Per channel, the factor from the fit's working units back to the values as stored:
@@ -305,9 +312,14 @@ class PassRunner:
         """
         if plan.kernels is not None:
             plan = replace(plan, unit_exp=self.unit_exp)
+            if blocks is None and self._keeps_bulk(plan):
+                kept = self._bulk if self._bulk is not None and self._bulk[2] == (self.unit_exp, self.scale) else None
+                plan = replace(plan, bulk=_bulk.box_for(plan, kept))
         chosen = range(self.n_blocks) if blocks is None else [int(b) for b in blocks]
         with PassProgress(self, label, enabled=self.progress, total=len(chosen)) as bar:
             stats = self._sums(plan, chosen, bar, runs or {})
+            if plan.bulk is not None:
+                stats = self._bulk_completed(plan, stats, chosen, bar, runs or {})
         if blocks is None:
             self.n_passes += 1
             self.n_usable_rows = int(stats.n_rows)
@@ -323,6 +335,26 @@ class PassRunner:
         if plan.kernels is not None:
             _check_finite(stats, label)
         return stats
+
+    def _keeps_bulk(self, plan: PassPlan) -> bool:
+        """Whether this full kernel pass weighs the bulk's rows by plain sums kept between passes
+        (:mod:`._bulk`): a wide flat-top pass that takes rows whole, over this runner's own rows."""
+        return (_bulk.KEEP_BULK and self.KEEPS_BULK and plan.cells is None
+                and self.n_features >= _block.WIDE_MIN_FEATURES and wide_plan(plan, self.n_features, self.X.dtype))
+
+    def _bulk_completed(self, plan: PassPlan, stats: BlockStats, chosen, bar, keep: dict) -> BlockStats:
+        """``stats`` with the bulk's sums completed (:func:`._bulk.completed`); the plain sums kept
+        where this pass collected them.  A pass whose count of bulk rows does not match the kept sums'
+        is made again, every row weighed in full (counted as another pass), and the sums are dropped."""
+        plain = None if stats.bulk is None else stats.bulk.plain
+        done = _bulk.completed(stats, plan, None if plan.bulk.collect else self._bulk[1])
+        if done is not None:
+            if plan.bulk.collect:
+                self._bulk = (plan.bulk, plain, (self.unit_exp, self.scale))
+            return done
+        self._bulk = None
+        self.n_passes += 1
+        return self._sums(replace(plan, bulk=None), chosen, bar, keep)
 
     def _sums(self, plan: PassPlan, chosen, bar, keep: dict) -> BlockStats:
         """The merged :class:`BlockStats` of the row blocks ``chosen`` under ``plan`` (``bar`` counts them),

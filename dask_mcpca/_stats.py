@@ -61,7 +61,8 @@ import numpy as np
 
 from . import _missing
 
-__all__ = ["PassPlan", "PartialPlan", "BlockStats", "WIDE_FEATURES", "combine", "empty", "from_sums", "merge_moments"]
+__all__ = ["PassPlan", "PartialPlan", "BlockStats", "BulkBox", "BulkSums", "WIDE_FEATURES", "combine", "empty",
+           "from_sums", "merge_moments"]
 
 #: From this many columns on, rows are wide: beyond the compiled loops (``_block.COMPILED_MAX_FEATURES``
 #: = 32), BLAS's products do a block's work.  One threshold for every wide rule, each of which keeps
@@ -155,6 +156,10 @@ class PassPlan:
         Judge each row's cells one by one and leave out those the model
         cannot explain (:func:`._cells.cell_stats`; needs ``partial`` for
         the radii by number of good cells); None: rows are taken whole.
+    bulk : BulkBox or None
+        The bulk's box (:mod:`._bulk`): a wide block's sums of the rows in it are
+        the plain sums one pass kept, less each kernel's corrections; None: every
+        row weighed in full.
 
     Rows holding NaN or inf never enter the sums (except the ``partial``
     rows above); they are counted in ``n_nonfinite`` and the caller decides
@@ -172,6 +177,7 @@ class PassPlan:
     partial: PartialPlan | None = None
     sample_partial: bool = False
     cells: Any = None
+    bulk: BulkBox | None = None
     n_kernels: int = field(init=False)
 
     def __post_init__(self):
@@ -192,6 +198,37 @@ class PassPlan:
         if self.partial is not None and (self.kernels is None or self.partial.offsets.shape != (
                 self.n_kernels, len(self.center) + 1)):
             raise ValueError(f"partial must give each of a kernel pass's kernels {len(self.center) + 1} offsets")
+
+
+@dataclass(frozen=True, eq=False)
+class BulkBox:
+    """The bulk of a pass's rows: those whose every value lies in ``[lo, hi]`` (as the block function
+    reads them; see :mod:`._bulk`).
+
+    Membership reads the values only, so it is the same set in every pass.  ``origin`` is the
+    working-units point the plain sums are taken about; ``collect``: this pass returns the bulk's
+    plain sums (the first), else the client holds them.
+    """
+
+    lo: np.ndarray
+    hi: np.ndarray
+    origin: np.ndarray
+    collect: bool
+
+
+@dataclass(slots=True)
+class BulkSums:
+    """A wide kernel pass's sums over the bulk (:mod:`._bulk`), about the plan's centre, with a
+    column of ones appended to the rows (``(p + 1) x (p + 1)``: scatter, sum, count).
+
+    ``plain``: the bulk's rows unweighted (a collecting pass; None otherwise); ``corrections``
+    (J of them): what each kernel's weighted sums of the rows served differ from the bulk's plain
+    sums by; ``n_rows``: the bulk's rows met, served or not.  Summed by :func:`combine`.
+    """
+
+    plain: np.ndarray | None
+    corrections: np.ndarray
+    n_rows: int
 
 
 @dataclass(slots=True)
@@ -262,6 +299,10 @@ class BlockStats:
         Runs of consecutive rows as stored (float64), each inside one block, that a
         read was asked to keep (:func:`._shift.run_plan`), in row order (:mod:`._shift`
         learns ``shift_scale_`` from them); empty for a pass that keeps none.
+    bulk : BulkSums or None
+        A plan's ``bulk`` sums (:mod:`._bulk`): the rows they cover are counted in
+        ``n_rows`` and are not in ``weight``, ``mean`` and ``scatter`` until the
+        client completes them (:func:`._bulk.completed`).
     """
 
     n_rows: int
@@ -280,6 +321,7 @@ class BlockStats:
     routes: dict = field(default_factory=dict)
     cells_flagged: np.ndarray | None = None
     segments: tuple = ()
+    bulk: BulkSums | None = None
 
     def in_units(self, unit_exp: int) -> BlockStats:
         """These statistics with their mean and scatter in units of ``2**unit_exp`` (exact; may overflow to inf)."""
@@ -300,7 +342,7 @@ class BlockStats:
     def __sizeof__(self) -> int:
         """Bytes held, arrays included (dask's ``sizeof`` uses it to account for a task's result)."""
         arrays = (self.log_scale, self.weight, self.mean, self.scatter, self.sample, self.col_min, self.col_max,
-                  *self.segments)
+                  *self.segments, *(() if self.bulk is None else (self.bulk.plain, self.bulk.corrections)))
         return object.__sizeof__(self) + sum(a.nbytes for a in arrays if a is not None)
 
 
@@ -369,6 +411,7 @@ def combine(a: BlockStats, b: BlockStats) -> BlockStats:
         routes=_added(a.routes, b.routes),
         cells_flagged=_summed(a.cells_flagged, b.cells_flagged),
         segments=a.segments + b.segments,
+        bulk=_bulk_summed(a.bulk, b.bulk),
     )
 
 
@@ -423,6 +466,13 @@ def _summed(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
     if a is None or b is None:
         return b if a is None else a
     return a + b
+
+
+def _bulk_summed(a: BulkSums | None, b: BulkSums | None) -> BulkSums | None:
+    """Two blocks' bulk sums as one (either may be None: none)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return BulkSums(_summed(a.plain, b.plain), a.corrections + b.corrections, a.n_rows + b.n_rows)
 
 
 def _added(a: dict, b: dict) -> dict:
