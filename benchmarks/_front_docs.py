@@ -387,6 +387,15 @@ def _scaling_figures() -> dict[str, Figure]:
                                   " and "),
         "wide-in-passes": Figure(RESULTS, "scaling-wide", (("300",), ("1000",)), (9,), "{:.2f}", " and "),
         "wide-nonpass-1000": Figure(RESULTS, "scaling-wide", (("1000",),), (10, 3), "{:.1f}", " s of "),
+        # scaling-wide-1m (1M float64 rows): fit / X^T X pass with the bulk's kept sums, and weighing every row
+        "wide-1m": Figure(RESULTS, "scaling-wide-1m", (("100",), ("300",), ("1000",)), (5,), "{:.2f}", ", "),
+        "wide-1m-before": Figure(RESULTS, "scaling-wide-1m", (("100 before",), ("300 before",), ("1000 before",)),
+                                 (5,), "{:.2f}", ", "),
+        "wide-1m-nonpass-1000": Figure(RESULTS, "scaling-wide-1m", (("1000",),), (11,), "{:.2f}"),
+        # bulk-block: a later pass's blocks, and every row weighed, over X.T @ X (2 threads, in memory)
+        "bulk-later": Figure(RESULTS, "bulk-block", (("100",), ("300",), ("1000",)), (8,), "{:.2f}", ", "),
+        "bulk-every": Figure(RESULTS, "bulk-block", (("100",), ("300",), ("1000",)), (6,), "{:.2f}", ", "),
+        "bulk-collect": Figure(RESULTS, "bulk-block", (("100",), ("300",), ("1000",)), (7,), "{:.2f}", ", "),
         # profile-wide: a robust step's float64 block at p = 300, CPU over X.T @ X: now, before, the two products
         **{f"wide-block-300{tag}": Figure(RESULTS, "profile-wide", (("300", "33,333", "float64"),), (col,), "{:.2f}")
            for tag, col in (("", 8), ("-before", 9), ("-floor", 10))},

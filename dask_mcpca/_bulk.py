@@ -149,8 +149,8 @@ def completed(stats: BlockStats, plan: PassPlan, kept: np.ndarray | None) -> Blo
     sums, p = stats.bulk, len(plan.center)
     if sums is None:
         sums = BulkSums(None, np.zeros((plan.n_kernels, p + 1, p + 1)), 0)
-    if plan.bulk.collect:
-        plain = sums.plain
+    if plan.bulk.collect:  # (no block served: no bulk rows, plain sums of none)
+        plain = np.zeros((p + 1, p + 1)) if sums.plain is None else sums.plain
     else:
         if sums.n_rows != round(kept[p, p]):
             return None

@@ -156,3 +156,27 @@ def test_a_fit_keeps_its_model(tmp_path):
     assert np.array_equal(a.predict(X), b.predict(X))
     angle = np.degrees(np.arccos(np.clip(np.linalg.svd(a.components_ @ basis)[1].min(), -1, 1)))
     assert angle < 1.0
+
+
+def test_a_runner_collects_again_when_the_rows_are_seen_in_other_units():
+    """Kept sums are of the rows as one scale and working unit show them: after ``scale`` or
+    ``unit_exp`` changes, the next pass collects anew (its statistics the plain ones of the rows
+    it sees), and the pass after uses those."""
+    p = 40
+    X, B = _rows(4500, p, np.float64)
+    runner = PassRunner(da.from_array(X, chunks=(1500, p)), nan_policy="omit")
+    plan = _plan(B, 2.9, 0.25, p)
+    runner.run(plan)
+    first = runner._bulk
+    runner.scale = np.full(p, 2.0)
+    halved = _plan(B * 0.5, 1.45, 0.25, p)
+    halved = replace(halved, excluded=((2, 4.0),))
+    got = runner.run(halved)
+    assert runner._bulk is not first and runner._bulk[3] is runner.scale and runner._bulk[0].collect
+    keep = np.isfinite(X).all(axis=1) & (X[:, 2] != 8.0)
+    _assert_matches(got, _plain(X / 2.0, halved, keep))
+    runner.unit_exp = 1  # the same rows halved again
+    quarter = replace(_plan(B * 0.25, 0.725, 0.25, p), excluded=((2, 2.0),))
+    got = runner.run(quarter)
+    assert runner._bulk[2] == 1 and runner._bulk[0].collect and runner.n_passes == 3
+    _assert_matches(got, _plain(X / 4.0, quarter, keep))
