@@ -72,6 +72,9 @@ __all__ = ["PassPlan", "PartialPlan", "BlockStats", "BulkBox", "BulkSums", "WIDE
 #: ``tol`` and its triangular whitening (:mod:`._robust_sample`).
 WIDE_FEATURES = 33
 
+#: The zero every empty scatter is a view of (:func:`empty`).
+_ZERO = np.zeros(())
+
 #: ``unit_exp`` of an empty moments result: any unit, its weight is 0.
 _NO_UNIT = -(2**20)
 
@@ -356,7 +359,7 @@ def empty(plan: PassPlan, p: int) -> BlockStats:
         log_scale=np.full(J, -np.inf),
         weight=np.zeros(J),
         mean=np.zeros((J, p)),
-        scatter=np.zeros((J, p, p)),
+        scatter=np.broadcast_to(_ZERO, (J, p, p)),  # read-only, no memory: a block's result held until merged
         sample=np.empty((0, p)) if plan.sample_rate > 0 else None,
         col_min=np.full(p, np.inf) if moments else None,
         col_max=np.full(p, -np.inf) if moments else None,
