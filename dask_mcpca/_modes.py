@@ -422,10 +422,8 @@ class ModeRunner(PassRunner):
     ``n_rows`` is the mode's number of rows (estimated from the row sample until a full pass counts it).
     """
 
-    KEEPS_BULK = False
-
     def __init__(self, shared: SharedPasses, mode: int, n_rows: int, *, nan_policy: str):
-        super().__init__(shared.X, nan_policy=nan_policy)
+        super().__init__(shared.X, nan_policy=nan_policy, keep_bulk=False)
         self.shared, self.mode = shared, mode
         self.n_rows = n_rows
 

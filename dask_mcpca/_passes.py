@@ -252,14 +252,14 @@ class PassRunner:
         Rows before each block that ``hold_out`` reads.
     names : array-like of str, optional
         The channels' names, for messages (``feature_names_in_``); columns by number without.
+    keep_bulk : bool, default=True
+        Full wide kernel passes keep the bulk's plain sums for the next (:mod:`._bulk`); False for a
+        runner that makes one such pass (collecting would cost it a few percent for nothing) or whose
+        rows are another runner's choice (a mode's).
     """
 
-    #: Full kernel passes may keep the bulk's plain sums (:mod:`._bulk`); a mode's runner does not (its
-    #: rows are another runner's choice).
-    KEEPS_BULK = True
-
     def __init__(self, X, *, nan_policy: str = "raise", progress: bool = False, hold_out=None, context: int = 0,
-                 names=None):
+                 names=None, keep_bulk: bool = True):
         self.X = X
         self.names = names
         self.hold_out, self.context = hold_out, context
@@ -277,6 +277,7 @@ class PassRunner:
         self.unit_exp = 0
         #: Every pass sees each channel divided by this (``scale="robust"``; set by the fit after the first read).
         self.scale = None
+        self.keep_bulk = keep_bulk
         self._bulk = None  # (box, plain sums, unit, scale) kept from a wide pass (:mod:`._bulk`)
 
     def stored_units(self) -> np.ndarray | None:
@@ -341,7 +342,7 @@ class PassRunner:
     def _keeps_bulk(self, plan: PassPlan) -> bool:
         """Whether this full kernel pass weighs the bulk's rows by plain sums kept between passes
         (:mod:`._bulk`): a wide flat-top pass that takes rows whole, over this runner's own rows."""
-        return (_bulk.KEEP_BULK and self.KEEPS_BULK and plan.cells is None
+        return (_bulk.KEEP_BULK and self.keep_bulk and plan.cells is None
                 and self.n_features >= _block.WIDE_MIN_FEATURES and wide_plan(plan, self.n_features, self.X.dtype))
 
     def _bulk_completed(self, plan: PassPlan, stats: BlockStats, chosen, bar, keep: dict) -> BlockStats:

@@ -109,7 +109,7 @@ def update_rows(X, model) -> FitResult | None:
                       weight=np.ones(2), mean=model.update_means_.copy(), scatter=model.update_covariances_.copy())
     # a sensor stuck since the fit (a run of one value, read in order) gets no weight, as is_outlier flags it
     runner = PassRunner(X, nan_policy=model.nan_policy, progress=model.progress,
-                        hold_out=partial(_stuck_rows, model), context=CONTEXT_ROWS)
+                        hold_out=partial(_stuck_rows, model), context=CONTEXT_ROWS, keep_bulk=False)  # one pass
     runner.unit_exp = unit
     runner.scale = getattr(model, "scale_", None)  # the fit's scales: the sums are in its units
     runner.cell_cutoff2 = getattr(model, "cell_cutoff_", None)  # a cellwise model judges the new rows' cells
