@@ -55,7 +55,7 @@ def measure(p: int, rounds: int) -> dict:
     blocks, plan = _blocks(p)
     collect = replace(plan, bulk=_bulk.box_for(plan, None))
     kept = _block.block_stats(blocks[0], collect).bulk.plain * N_BLOCKS  # any sums of the right shape
-    use = replace(plan, bulk=_bulk.box_for(plan, (collect.bulk, kept)))
+    use = replace(plan, bulk=_bulk.box_for(plan, _bulk.KeptBulk(collect.bulk, kept, 0, None)))
 
     def one(job):
         X, pl = job

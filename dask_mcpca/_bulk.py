@@ -31,6 +31,7 @@ match (a block that took another route) is made again without the bulk.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 from scipy.linalg.lapack import dtrtri as _lapack_trtri
@@ -40,7 +41,7 @@ from ._blas import syrk_update
 from ._block_rows import scaled, shifted
 from ._stats import BlockStats, BulkBox, BulkSums, PassPlan, combine, from_sums
 
-__all__ = ["KEEP_BULK", "MARGIN", "BlockBulk", "box_for", "completed", "inside"]
+__all__ = ["KEEP_BULK", "MARGIN", "BlockBulk", "KeptBulk", "box_for", "completed", "inside"]
 
 #: Keep the bulk's plain sums between a fit's wide kernel passes (``benchmarks/scaling.py``'s
 #: ``BEFORE`` sets it off: every pass then weighs every row by its SYRK).
@@ -51,12 +52,22 @@ KEEP_BULK = True
 MARGIN = 2.0
 
 
-def box_for(plan: PassPlan, kept: tuple[BulkBox, np.ndarray] | None) -> BulkBox | None:
+class KeptBulk(NamedTuple):
+    """The bulk's plain sums a runner keeps (:class:`._passes.PassRunner`): the box, the sums about its
+    origin, and the working unit and channel scales the rows were seen in (the sums hold for those)."""
+
+    box: BulkBox
+    plain: np.ndarray
+    unit_exp: int
+    scale: np.ndarray | None
+
+
+def box_for(plan: PassPlan, kept: KeptBulk | None) -> BulkBox | None:
     """The bulk box of a wide flat-top kernel pass: the kept one (``kept``, this pass uses its
     plain sums), or a new one about ``plan.center`` that this pass collects; None where the
     pass's kernels have no triangular factor (the wide route weighs every row then)."""
     if kept is not None:
-        return BulkBox(kept[0].lo, kept[0].hi, kept[0].origin, collect=False)
+        return BulkBox(kept.box.lo, kept.box.hi, kept.box.origin, collect=False)
     try:
         L = np.linalg.cholesky((plan.kernels[0] + plan.kernels[0].T) / 2)
     except np.linalg.LinAlgError:

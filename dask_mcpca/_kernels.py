@@ -26,7 +26,8 @@ products, :func:`wide_block`: per sub-block of ``_block.WIDE_SUB_BLOCK_VALUES`` 
 cache), one compiled sweep for the working rows, a triangular product (TRMM) for the quadratic
 forms and one SYRK for the weighted sums, each about one ``X.T @ X`` of the rows (numpy's
 ``X.T @ X`` is itself a SYRK), so the block costs about two; sub-blocks it does not serve go to
-:func:`numpy_part`.
+:func:`numpy_part`.  Where the plan carries the bulk's box (:mod:`._bulk`, a fit's later passes),
+the SYRK is of the few rows a flat top does not hold whole, and the block costs about one.
 
 Precision
 ---------

@@ -278,7 +278,7 @@ class PassRunner:
         #: Every pass sees each channel divided by this (``scale="robust"``; set by the fit after the first read).
         self.scale = None
         self.keep_bulk = keep_bulk
-        self._bulk = None  # (box, plain sums, unit, scale) kept from a wide pass (:mod:`._bulk`)
+        self._bulk: _bulk.KeptBulk | None = None  # kept from a wide pass (:mod:`._bulk`)
 
     def stored_units(self) -> np.ndarray | None:
         """Per channel, the factor from the fit's working units back to the values as stored:
@@ -315,7 +315,7 @@ class PassRunner:
             plan = replace(plan, unit_exp=self.unit_exp)
             if blocks is None and self._keeps_bulk(plan):
                 kept = self._bulk
-                if kept is not None and (kept[2] != self.unit_exp or kept[3] is not self.scale):
+                if kept is not None and (kept.unit_exp != self.unit_exp or kept.scale is not self.scale):
                     kept = None  # the rows were seen in other units: collect again
                 plan = replace(plan, bulk=_bulk.box_for(plan, kept))
         chosen = range(self.n_blocks) if blocks is None else [int(b) for b in blocks]
@@ -349,13 +349,13 @@ class PassRunner:
         """``stats`` with the bulk's sums completed (:func:`._bulk.completed`); the plain sums kept
         where this pass collected them.  A pass whose count of bulk rows does not match the kept sums'
         is made again, every row weighed in full (counted as another pass), and the sums are dropped."""
-        plain = None if stats.bulk is None or stats.bulk.plain is None else stats.bulk.plain
-        done = _bulk.completed(stats, plan, None if plan.bulk.collect else self._bulk[1])
+        plain = None if stats.bulk is None else stats.bulk.plain
+        done = _bulk.completed(stats, plan, None if plan.bulk.collect else self._bulk.plain)
         if done is not None:
             if plan.bulk.collect:
                 p = self.n_features
-                self._bulk = (plan.bulk, np.zeros((p + 1, p + 1)) if plain is None else plain, self.unit_exp,
-                              self.scale)
+                plain = np.zeros((p + 1, p + 1)) if plain is None else plain  # no block served: no bulk rows
+                self._bulk = _bulk.KeptBulk(plan.bulk, plain, self.unit_exp, self.scale)
             return done
         self._bulk = None
         self.n_passes += 1

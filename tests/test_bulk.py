@@ -92,7 +92,8 @@ def test_two_passes_give_the_plain_weighted_statistics(dtype, p, monkeypatch):
     assert not inside[len(X) // 3] and not inside[len(X) // 2]  # the spike and the NaN row
     keep = np.isfinite(X).all(axis=1) & (X[:, 2] != 32.0)
     _assert_matches(_bulk.completed(stats, first, None), _plain(X, first, keep))
-    later = replace(_plan(B, 3.05, 0.3, p, unit_exp=2), bulk=_bulk.box_for(first, (first.bulk, kept)))
+    held = _bulk.KeptBulk(first.bulk, kept, 2, None)
+    later = replace(_plan(B, 3.05, 0.3, p, unit_exp=2), bulk=_bulk.box_for(first, held))
     assert not later.bulk.collect
     got = _pass(X, later, kept)
     assert got.bulk is None
@@ -108,7 +109,8 @@ def test_a_block_that_takes_another_route_is_caught_by_the_count():
     first = replace(first, bulk=_bulk.box_for(first, None))
     parts = [_block.block_stats(X[s : s + 1500], first, s) for s in range(0, len(X), 1500)]
     kept = reduce(combine, parts, empty(first, p)).bulk.plain
-    later = replace(_plan(B, 3.0, 0.3, p), bulk=_bulk.box_for(first, (first.bulk, kept)))
+    held = _bulk.KeptBulk(first.bulk, kept, 0, None)
+    later = replace(_plan(B, 3.0, 0.3, p), bulk=_bulk.box_for(first, held))
     assert _pass(X, later, kept, route="numpy") is None
     assert _pass(X, later, kept) is not None
 
@@ -172,11 +174,11 @@ def test_a_runner_collects_again_when_the_rows_are_seen_in_other_units():
     halved = _plan(B * 0.5, 1.45, 0.25, p)
     halved = replace(halved, excluded=((2, 4.0),))
     got = runner.run(halved)
-    assert runner._bulk is not first and runner._bulk[3] is runner.scale and runner._bulk[0].collect
+    assert runner._bulk is not first and runner._bulk.scale is runner.scale and runner._bulk.box.collect
     keep = np.isfinite(X).all(axis=1) & (X[:, 2] != 8.0)
     _assert_matches(got, _plain(X / 2.0, halved, keep))
     runner.unit_exp = 1  # the same rows halved again
     quarter = replace(_plan(B * 0.25, 0.725, 0.25, p), excluded=((2, 2.0),))
     got = runner.run(quarter)
-    assert runner._bulk[2] == 1 and runner._bulk[0].collect and runner.n_passes == 3
+    assert runner._bulk.unit_exp == 1 and runner._bulk.box.collect and runner.n_passes == 3
     _assert_matches(got, _plain(X / 4.0, quarter, keep))
