@@ -382,3 +382,33 @@ def test_modes_through_client_match_local(client, tmp_path):
     for a, b in zip(got.mode_models_, expected.mode_models_, strict=True):
         assert_same_fit(a, b)
     np.testing.assert_array_equal(got.predict_mode(blocks()).compute(), states)
+
+
+def test_a_wide_fit_keeps_the_bulk_sums_on_the_cluster(client, tmp_path, monkeypatch):
+    """p = 40 (the wide route): the first robust step collects the bulk's plain sums on the workers,
+    the next uses them (their sums pickled between worker processes and merged by the tree), and the
+    model is the local threaded fit's, bit for bit, and within round-off of the fit that weighs every
+    row in every pass."""
+    from dask_mcpca import _bulk
+
+    rng = np.random.default_rng(11)
+    p = 40
+    X = rng.normal(size=(N_ROWS, 4)) * [5.0, 4.0, 3.0, 2.0] @ np.linalg.qr(rng.normal(size=(p, 4)))[0].T
+    X += 0.3 * rng.normal(size=X.shape)
+    X[: N_ROWS // 50] += 6.0
+    path = str(tmp_path / "wide.zarr")
+    zarr.open_array(path, mode="w", shape=X.shape, chunks=(2_000, p), dtype="f8")[:] = X
+    seen, completed = [], _bulk.completed
+    monkeypatch.setattr(_bulk, "completed", lambda s, plan, kept: seen.append(plan.bulk.collect) or completed(
+        s, plan, kept))
+    with get_task_stream(client) as stream:
+        got = MCPCA().fit(path)
+    assert workers_used(stream) == set(client.scheduler_info(n_workers=-1)["workers"])
+    assert seen[:2] == [True, False]  # collected, then used
+    with dask.config.set(scheduler="threads"):
+        local = MCPCA().fit(path)
+        monkeypatch.setattr(_bulk, "KEEP_BULK", False)
+        every_row = MCPCA().fit(path)
+    for name in ("components_", "explained_variance_", "mean_", "offset_"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(local, name), err_msg=name)
+    assert_fits_agree(got, every_row, rtol=1e-9, atol=1e-9, names=("explained_variance_", "mean_"), same_passes=True)
