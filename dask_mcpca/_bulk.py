@@ -23,7 +23,7 @@ thousand times the bulk's (a relative error near 1e-13), while a spike of 1e10 s
 the plain sums.
 
 Where a block or sub-block is not served by the wide route in a later pass, its bulk rows' plain
-sums are taken out of the corrections (:func:`add_unserved`); every bulk row is counted either way,
+sums are taken out of the corrections (:meth:`BlockBulk.add_unserved`); every bulk row is counted either way,
 and the client checks the count against the kept sums (:func:`completed`): a pass that does not
 match (a block that took another route) is made again without the bulk.
 """
