@@ -427,10 +427,6 @@ class ModeRunner(PassRunner):
         self.shared, self.mode = shared, mode
         self.n_rows = n_rows
 
-    def block_rows(self) -> np.ndarray:
-        """Rows of each row block of the data the modes share (``n_rows`` is the mode's)."""
-        return self.shared._runner.block_rows()
-
     def _sums(self, plan, chosen, bar, keep=None) -> BlockStats:  # given labels' modes keep the runs of their
         # first read (the other modes' rows NaN); "auto"'s learn from the runs of the read before the modes
         return self.shared.request(self.mode, plan, self.scale, list(chosen), keep)

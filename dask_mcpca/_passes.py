@@ -293,10 +293,10 @@ class PassRunner:
         return self._blocks
 
     def block_rows(self) -> np.ndarray:
-        """Rows of each row block."""
+        """Rows of each row block of ``X`` (not ``n_rows``, which a mode's runner sets to its own rows)."""
         if self.is_dask:
             return np.asarray(self.X.chunks[0])
-        return np.diff(np.minimum(np.arange(self.n_blocks + 1) * NUMPY_BLOCK_ROWS, self.n_rows))
+        return np.diff(np.minimum(np.arange(self.n_blocks + 1) * NUMPY_BLOCK_ROWS, len(self.X)))
 
     def run(self, plan: PassPlan, *, label: str = "", blocks: np.ndarray | None = None,
             runs: dict | None = None) -> PassResult:
