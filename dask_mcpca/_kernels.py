@@ -415,9 +415,11 @@ def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: 
     L = _lower_factor(np.ascontiguousarray(A, dtype=np.float64).tobytes(), p)
     if L is None:
         return None
-    S = np.zeros((p + 1, p + 1))  # [scatter, wsum; wsum^T, weight] of the first kernel
-    extra = (np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p)))  # the wider kernels' own terms
     bulk = None if plan.bulk is None else _bulk.BlockBulk(J, p, plan.bulk.collect)
+    S = extra = None  # with the bulk's sums, the block's sums go there
+    if bulk is None:
+        S = np.zeros((p + 1, p + 1))  # [scatter, wsum; wsum^T, weight] of the first kernel
+        extra = (np.zeros(J), np.zeros((J, p)), np.zeros((J, p, p)))  # the wider kernels' own terms
     others, served = [], 0
     for start in range(0, n, sub_block_rows):
         sub = X[start : start + sub_block_rows]
