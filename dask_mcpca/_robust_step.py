@@ -30,6 +30,7 @@ from ._schedule import flat_top_consistency
 from ._shift import run_plan
 from ._start import precision
 from ._stats import BlockStats, PartialPlan, PassPlan
+from ._threads import map_on_cores
 
 __all__ = [
     "BIG_CHANGE",
@@ -113,10 +114,8 @@ def working_exponent(sample: np.ndarray | None, col_min: np.ndarray, col_max: np
         # than down the columns of the sample at wide p; the values are the same.
         dev = np.empty(sample.shape[::-1], np.ldexp(sample[:1], 0).dtype)  # as ldexp gives: float32 stays
         np.ldexp(sample.T, -top, out=dev)  # |Z| <= 1, one copy
-        dev -= np.median(dev, axis=1)[:, None]
-        np.abs(dev, out=dev)
-        # in place: the next lines read only which values each row holds, not their order
-        spread = float(np.max(np.median(dev, axis=1, overwrite_input=True)))
+        runs = [dev[k : k + MAD_RUN] for k in range(0, len(dev), MAD_RUN)]  # the client's cores at once
+        spread = float(max(map_on_cores(_largest_mad, runs)))
         if not spread > 0 and dev.any():  # most rows equal: the nearest other rows set the scale
             spread = float(dev[dev > 0].min())
         if spread > 0:
@@ -124,6 +123,19 @@ def working_exponent(sample: np.ndarray | None, col_min: np.ndarray, col_max: np
         return top
     ranges = np.concatenate([col_min, col_max])
     return top_exponent(ranges[np.isfinite(ranges)])
+
+
+#: Channels of :func:`working_exponent`'s MADs a thread takes at once.
+MAD_RUN = 64
+
+
+def _largest_mad(dev: np.ndarray) -> float:
+    """The largest MAD of the rows of ``dev`` (one channel a row), which become their absolute deviations
+    from their medians, in place, in some order within each row (the caller reads only which values a row
+    holds)."""
+    dev -= np.median(dev, axis=1)[:, None]
+    np.abs(dev, out=dev)
+    return float(np.max(np.median(dev, axis=1, overwrite_input=True)))
 
 
 @dataclass

@@ -13,13 +13,11 @@ steps share.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 from scipy import stats
 
 from ._power import spread_directions
+from ._threads import map_on_cores
 
 __all__ = ["robust_start", "outlyingness", "precision", "TINY_EIGENVALUE", "START_FRACTION", "N_DIRECTIONS"]
 
@@ -111,23 +109,9 @@ def outlyingness(sample: np.ndarray, *, n_directions: int = N_DIRECTIONS, seed: 
     if not len(directions):
         return np.zeros(n)
     runs = [directions[k : k + DIRECTION_RUN] for k in range(0, len(directions), DIRECTION_RUN)]
-    # The runs' partial sorts release the GIL: on the client's cores at once.  The largest
-    # score is the same whichever run finishes first, so the result does not depend on them.
-    with ThreadPoolExecutor(max_workers=min(len(runs), _usable_cores(), MAX_THREADS)) as pool:
-        scores = [s for s in pool.map(_largest_z_score, runs, [centred] * len(runs)) if s is not None]
+    # The runs' partial sorts release the GIL: on the client's cores at once.
+    scores = [s for s in map_on_cores(_largest_z_score, runs, centred) if s is not None]
     return np.maximum.reduce(scores) if scores else np.zeros(n)
-
-
-#: Threads of the outlyingness start (on the client, between the first read and the first pass).
-MAX_THREADS = 4
-
-
-def _usable_cores() -> int:
-    """The cores this process may run on (its affinity where the OS tells it)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # no affinity on this OS
-        return os.cpu_count() or 1
 
 
 #: Directions of the outlyingness start scored at once: their projections of a
