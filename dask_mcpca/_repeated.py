@@ -30,6 +30,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from ._tied import tied_columns
+
 __all__ = [
     "repeated_rows", "repeated_values", "find_repeated", "in_repeated", "value_matches", "in_repeated_rows",
     "held_out", "quantization_steps", "saturation_limits", "significant_digits",
@@ -297,9 +299,8 @@ def quantization_steps(sample: np.ndarray) -> np.ndarray:
     its variance floor and nearest-point rule would hide every deviation up
     to half of it (5 rows at 85 of 20,000 at 20: a step of 65).
     """
-    n, p = sample.shape
-    steps = np.zeros(p)
-    for column in range(p):
+    steps = np.zeros(sample.shape[1])
+    for column in np.flatnonzero(tied_columns(sample)):  # a column of distinct values has no lattice
         values, counts = np.unique(sample[:, column], return_counts=True)
         finite = np.isfinite(values)
         values, counts = values[finite], counts[finite]
@@ -450,7 +451,7 @@ def repeated_values(sample: np.ndarray, to_stored: np.ndarray | None = None) -> 
     found = []
     w = REPEAT_WINDOW
     gappy = np.isnan(sample).any(axis=0)
-    for column in range(sample.shape[1]):
+    for column in np.flatnonzero(tied_columns(sample)):  # a value held once is no repeat
         cells = sample[:, column]
         if gappy[column]:
             cells = cells[~np.isnan(cells)]  # a channel's missing cells say nothing of its values
@@ -574,7 +575,7 @@ def saturation_limits(sample: np.ndarray, steps: np.ndarray, repeated: np.ndarra
     limits = np.full((p, 2), np.nan)
     stuck = {(int(c), float(v)) for c, v in (() if repeated is None else repeated)}
     finite = np.isfinite(sample).all(axis=0)
-    for column in np.flatnonzero(np.asarray(steps) == 0):
+    for column in np.flatnonzero((np.asarray(steps) == 0) & tied_columns(sample)):  # a limit is held twice
         cells = sample[:, column]
         if not finite[column]:
             cells = cells[np.isfinite(cells)]

@@ -251,3 +251,44 @@ def test_under_robust_scales_a_set_point_stays_a_regime_and_a_stuck_value_a_faul
     Y[rows, 1] = np.quantile(Y[:, 1], 0.99)
     flags = np.asarray(MCPCA(scale="robust").fit(Y).is_outlier(Y))
     assert flags[rows].all() and np.delete(flags, rows).mean() <= 0.01
+
+
+def _held_twice_by_sorting(X):
+    """Per column: does some value other than NaN occur twice or more (``np.unique``'s counts)."""
+    return np.array([(np.unique(c[~np.isnan(c)], return_counts=True)[1] >= 2).any() for c in X.T])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_tie_screen_names_exactly_the_columns_np_unique_finds_a_value_twice_in(seed):
+    from dask_mcpca._tied import tied_columns
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 3000))
+    X = rng.standard_normal((n, 12)) * rng.uniform(1e-3, 1e3, 12)
+    X[:, 1] = np.round(X[:, 1])  # quantized
+    X[:, 2] = np.nan  # offline
+    if n > 2:
+        X[0, 3], X[1, 3] = 0.0, -0.0  # the two zeros are one value
+        X[0, 4] = X[1, 4] = np.inf
+        X[[0, 1], 5] = np.nan  # two NaN: no value held twice
+        X[n - 1, 6] = X[n // 2, 6]  # one tie among continuous values
+        X[:, 7] = np.where(rng.random(n) < 0.5, np.nan, np.round(X[:, 7], 1))
+    expected = _held_twice_by_sorting(X)
+    assert expected[1] and not expected[2]
+    np.testing.assert_array_equal(tied_columns(X), expected)
+    np.testing.assert_array_equal(tied_columns(X.astype(np.float32)), _held_twice_by_sorting(X.astype(np.float32)))
+    np.testing.assert_array_equal(tied_columns(np.asfortranarray(X)), expected)
+    assert tied_columns(X[:0]).shape == (12,) and not tied_columns(X[:1]).any()
+
+
+@pytest.mark.parametrize("cores", [1, 3])
+def test_the_tie_screen_splits_wide_samples_by_columns_and_keeps_their_order(cores, monkeypatch):
+    import dask_mcpca._tied as tied
+
+    monkeypatch.setattr(tied, "usable_cores", lambda: cores)  # runs of 34, 33 and 33 columns on 3 cores
+    X = np.random.default_rng(5).standard_normal((500, 100))
+    for column in (0, 33, 34, 66, 67, 99):
+        X[7, column] = X[400, column]
+    expected = np.isin(np.arange(100), (0, 33, 34, 66, 67, 99))
+    np.testing.assert_array_equal(_held_twice_by_sorting(X), expected)
+    np.testing.assert_array_equal(tied.tied_columns(X), expected)
