@@ -115,7 +115,7 @@ def working_exponent(sample: np.ndarray | None, col_min: np.ndarray, col_max: np
         dev = np.empty(sample.shape[::-1], np.ldexp(sample[:1], 0).dtype)  # as ldexp gives: float32 stays
         np.ldexp(sample.T, -top, out=dev)  # |Z| <= 1, one copy
         runs = [dev[k : k + MAD_RUN] for k in range(0, len(dev), MAD_RUN)]  # the client's cores at once
-        spread = float(max(map_on_cores(_largest_mad, runs)))
+        spread = float(np.max(map_on_cores(_largest_mad, runs)))  # NaN in any run: NaN, as np.max gives
         if not spread > 0 and dev.any():  # most rows equal: the nearest other rows set the scale
             spread = float(dev[dev > 0].min())
         if spread > 0:

@@ -227,3 +227,19 @@ def test_outlier_cutoff_when_most_distances_are_infinite():
         model = _fit_or_named_error({}, X)
         if model is not None:
             _check_fitted(model, X)
+
+
+@pytest.mark.parametrize("p", [3, 64, 150])  # one run of channels, exactly one, three (the client's threads)
+def test_the_working_unit_is_the_power_of_two_nearest_the_largest_column_mad(p):
+    from dask_mcpca._robust_step import working_exponent
+
+    rng = np.random.default_rng(p)
+    X = rng.normal(size=(999, p)) * rng.uniform(0.1, 10.0, p) + rng.normal(size=p) * 100
+    widest = p - 1  # in the last run of channels
+    X[:, widest] *= 37.0
+    X[:5, 0] = 1e160  # a few far rows move no MAD
+    top = int(np.frexp(np.abs(X).max())[1])  # the power of two above the largest magnitude
+    Z = np.ldexp(X, -top)
+    mad = np.median(np.abs(Z - np.median(Z, axis=0)), axis=0)  # each channel's, plainly
+    assert int(np.argmax(mad)) == widest
+    assert working_exponent(X, X.min(axis=0), X.max(axis=0)) == top + int(np.frexp(mad.max())[1])
