@@ -20,10 +20,12 @@ import ctypes
 import numpy as np
 from scipy.linalg.blas import dsyrk as _scipy_syrk
 from scipy.linalg.blas import dtrmm as _scipy_trmm
+from scipy.linalg.blas import strmm as _scipy_trmm32
 
 __all__ = ["RELEASES_GIL", "syrk_update", "trmm_rows"]
 
 _CHAR, _INT, _DOUBLE = ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_double)
+_FLOAT = ctypes.POINTER(ctypes.c_float)
 
 
 def _function(name: str, *argtypes):
@@ -45,6 +47,7 @@ def _function(name: str, *argtypes):
 # void dtrmm(char *side, char *uplo, char *transa, char *diag, int *m, int *n, double *alpha,
 #            double *a, int *lda, double *b, int *ldb)
 _TRMM = _function("dtrmm", _CHAR, _CHAR, _CHAR, _CHAR, _INT, _INT, _DOUBLE, _DOUBLE, _INT, _DOUBLE, _INT)
+_TRMM32 = _function("strmm", _CHAR, _CHAR, _CHAR, _CHAR, _INT, _INT, _FLOAT, _FLOAT, _INT, _FLOAT, _INT)
 # void dsyrk(char *uplo, char *trans, int *n, int *k, double *alpha, double *a, int *lda, double *beta,
 #            double *c, int *ldc)
 _SYRK = _function("dsyrk", _CHAR, _CHAR, _INT, _INT, _DOUBLE, _DOUBLE, _INT, _DOUBLE, _DOUBLE, _INT)
@@ -66,14 +69,22 @@ def _ptr(a: np.ndarray):
 
 
 def trmm_rows(L: np.ndarray, Z: np.ndarray) -> np.ndarray:
-    """``Z L`` in place: ``Z`` C-contiguous float64 rows (n x p), ``L`` lower triangular p x p in
-    Fortran order.  In BLAS's column-major terms ``Z`` is ``Z^T`` and this is ``L^T Z^T``."""
+    """``Z L`` in place: ``Z`` C-contiguous rows (n x p), ``L`` lower triangular p x p in Fortran
+    order, both float64 or both float32.  In BLAS's column-major terms ``Z`` is ``Z^T`` and this is
+    ``L^T Z^T``."""
     n, p = Z.shape
-    if _TRMM is None or not (Z.flags.c_contiguous and L.flags.f_contiguous) or Z.dtype != np.float64:
-        _scipy_trmm(1.0, L, Z.T, side=0, lower=1, trans_a=1, overwrite_b=1)
+    single = Z.dtype == np.float32 and L.dtype == np.float32
+    routine = _TRMM32 if single else _TRMM
+    if (routine is None or not (Z.flags.c_contiguous and L.flags.f_contiguous)
+            or not (single or Z.dtype == L.dtype == np.float64)):
+        (_scipy_trmm32 if single else _scipy_trmm)(1.0, L, Z.T, side=0, lower=1, trans_a=1, overwrite_b=1)
         return Z
     if n and p:
-        _TRMM(b"L", b"L", b"T", b"N", _int(p), _int(n), _double(1.0), _ptr(L), _int(p), _ptr(Z), _int(p))
+        if single:
+            one, a, b = ctypes.byref(ctypes.c_float(1.0)), L.ctypes.data_as(_FLOAT), Z.ctypes.data_as(_FLOAT)
+        else:
+            one, a, b = _double(1.0), _ptr(L), _ptr(Z)
+        routine(b"L", b"L", b"T", b"N", _int(p), _int(n), one, a, _int(p), b, _int(p))
     return Z
 
 

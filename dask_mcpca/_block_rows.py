@@ -38,11 +38,12 @@ class Workspace:
         self.dtype = np.dtype(dtype)
         self._buffers: dict[str, np.ndarray] = {}
 
-    def take(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        size = int(np.prod(shape))
+    def take(self, name: str, shape: tuple[int, ...], dtype: type | None = None) -> np.ndarray:
+        """A view of buffer ``name`` of ``shape``, of the workspace's dtype or ``dtype``."""
+        size, dtype = int(np.prod(shape)), self.dtype if dtype is None else np.dtype(dtype)
         buf = self._buffers.get(name)
-        if buf is None or buf.size < size:
-            buf = self._buffers[name] = np.empty(size, dtype=self.dtype)
+        if buf is None or buf.size < size or buf.dtype != dtype:
+            buf = self._buffers[name] = np.empty(size, dtype=dtype)
         return buf[:size].reshape(shape)
 
 
