@@ -42,7 +42,9 @@ float32 fit moved by up to 0.014 degrees between them (issue 23).  In
 float64 the spellings agree to 1e-6 degrees, so a float32 store gives the
 same model wherever it is fitted.  The cost, on a 20M x 10 float32 store
 whose passes are bound by decompression, is measured in
-``benchmarks/RESULTS.md``.
+``benchmarks/RESULTS.md``.  Not a weight changes where the wide route (from ``_screen.SCREEN_FEATURES``
+columns) takes a row's float32 form whose worst-case error bound places it inside the first flat
+top (weight 1; :mod:`._screen`), and computes the float64 form of every other row.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ import functools
 
 import numpy as np
 
-from . import _blas, _bulk, _compiled
+from . import _blas, _bulk, _compiled, _screen
 from ._block_rows import Workspace, column_reduce, excluded_rows, finite_rows, scaled, shifted, top_exponent
 from ._stats import WIDE_FEATURES, BlockStats, PassPlan, combine, empty, from_sums
 
@@ -415,7 +417,7 @@ def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: 
     L = _lower_factor(np.ascontiguousarray(A, dtype=np.float64).tobytes(), p)
     if L is None:
         return None
-    bulk = None if plan.bulk is None else _bulk.BlockBulk(J, p, plan.bulk.collect)
+    bulk, screen = None if plan.bulk is None else _bulk.BlockBulk(J, p, plan.bulk.collect), _screen.Screen.of(L)
     S = extra = None  # with the bulk's sums, the block's sums go there
     if bulk is None:
         S = np.zeros((p + 1, p + 1))  # [scatter, wsum; wsum^T, weight] of the first kernel
@@ -424,7 +426,7 @@ def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: 
     for start in range(0, n, sub_block_rows):
         sub = X[start : start + sub_block_rows]
         rows_in = None if bulk is None else _bulk.inside(sub, plan.bulk)
-        if _wide_sums(sub, plan, L, offsets, ws, S, extra, bulk=bulk, rows_in=rows_in):
+        if _wide_sums(sub, plan, L, offsets, ws, S, extra, bulk=bulk, rows_in=rows_in, screen=screen):
             served += len(sub)
         else:
             others.append(numpy_part(np.asarray(sub, dtype=np.float64), plan, ws)[0])
@@ -463,7 +465,7 @@ def flat_tops(plan: PassPlan) -> bool:
 
 
 def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Workspace, S: np.ndarray, extra, *,
-               bulk=None, rows_in=None) -> bool:
+               bulk=None, rows_in=None, screen=None) -> bool:
     """Add sub-block ``Xs``'s sums to ``S`` and ``extra`` (:func:`wide_block`); False, adding
     nothing, where a row is not finite in working units or its quadratic form overflows, or a
     kernel has no row in its flat top.
@@ -489,9 +491,12 @@ def _wide_sums(Xs, plan: PassPlan, L: np.ndarray, offsets: np.ndarray, ws: Works
         with np.errstate(over="ignore", invalid="ignore"):
             scaled(shifted(Xs, center, Z), int(-plan.unit_exp))
         Y[:, :p], Y[:, p] = Z, 1.0
-    _blas.trmm_rows(L, Z)  # Z L, in place, without the GIL (see _quadratic_form)
-    with np.errstate(over="ignore", invalid="ignore"):
-        quad = np.einsum("ij,ij->i", Z, Z, out=ws.take("quad", (n,)))
+    if screen is None:
+        _blas.trmm_rows(L, Z)  # Z L, in place, without the GIL (see _quadratic_form)
+        with np.errstate(over="ignore", invalid="ignore"):
+            quad = np.einsum("ij,ij->i", Z, Z, out=ws.take("quad", (n,)))
+    else:  # single precision's forms where they place a row inside the first flat top (_screen)
+        quad = screen.quad_forms(Z, L, 2.0 * offsets[0], ws)
     if not np.all(np.isfinite(quad)):
         return False  # a row with NaN or inf, or far: numpy_part counts it and leaves it out
     E = ws.take("exponents", (J, n))

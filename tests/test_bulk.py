@@ -74,7 +74,7 @@ def _pass(X, plan, kept, block_rows=1500, route=None):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("p", [40, 90])
+@pytest.mark.parametrize("p", [40, 90, 120])  # 120: the forms screened in single precision (_screen)
 def test_two_passes_give_the_plain_weighted_statistics(dtype, p, monkeypatch):
     """The collecting pass and a later one of another centre and kernel (the sums moved to its
     centre), over sub-blocks the wide route serves and two it does not (NaN, far rows): the plain
