@@ -10,7 +10,9 @@ kernels of their precision: the default solver's 97.5 % and 99 % chi-square radi
 hands a pass's blocks to its workers.  Three plans are alternated round by round: every row
 weighed by its SYRK (the pass without :mod:`dask_mcpca._bulk`), the first pass that collects the
 bulk's plain sums, and a later pass that uses them; and ``X.T @ X`` of the same blocks (numpy's
-SYRK) in the same pool.  Reported: medians of the rounds' wall times, and each over ``X.T @ X``.
+SYRK) in the same pool; and the three plans again with every quadratic form in float64 (without
+:mod:`dask_mcpca._screen`'s single-precision screen).  Reported: medians of the rounds' wall
+times, and each over ``X.T @ X``.
 Writes the section ``bulk-block`` of ``benchmarks/RESULTS.md``.
 """
 
@@ -32,7 +34,7 @@ sys.path.insert(0, str(HERE))
 
 from _results import blas_info, update_section  # noqa: E402
 
-from dask_mcpca import _block, _bulk  # noqa: E402
+from dask_mcpca import _block, _bulk, _screen  # noqa: E402
 from dask_mcpca._stats import PassPlan  # noqa: E402
 
 BLOCK_BYTES = 80_000_000
@@ -62,15 +64,23 @@ def measure(p: int, rounds: int) -> dict:
         with threadpool_limits(1):
             return X.T @ X if pl is None else _block.block_stats(X, pl)
 
-    times = {"every row": [], "collect": [], "use": [], "X.T @ X": []}
+    times = {name: [] for name in ("every row", "collect", "use", "X.T @ X", *DOUBLE)}
+    screened = _screen.SCREEN_FEATURES
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(one, [(X, use) for X in blocks]))  # compile and warm up
         for _ in range(rounds):
-            for name, pl in (("every row", plan), ("collect", collect), ("use", use), ("X.T @ X", None)):
+            for name, pl in (("every row", plan), ("collect", collect), ("use", use), ("X.T @ X", None),
+                             *zip(DOUBLE, (plan, collect, use), strict=True)):
+                _screen.SCREEN_FEATURES = 10**9 if name in DOUBLE else screened  # every form in float64
                 t = time.perf_counter()
                 list(pool.map(one, [(X, pl) for X in blocks]))
                 times[name].append(time.perf_counter() - t)
+    _screen.SCREEN_FEATURES = screened
     return {name: float(np.median(v)) for name, v in times.items()}
+
+
+#: The same plans with every quadratic form in double precision (no single-precision screen, :mod:`_screen`).
+DOUBLE = ("every row, double", "collect, double", "use, double")
 
 
 def report(results: dict, command: str) -> str:
@@ -83,14 +93,20 @@ def report(results: dict, command: str) -> str:
         f"(each over `X.T @ X` of the same blocks in the same pool). BLAS: {blas_info()}.",
         "",
         "| p | rows per block | every row weighed s | collecting pass s | later pass (kept sums) s | `X.T @ X` s "
-        "| every row / `X.T @ X` | collecting / `X.T @ X` | later / `X.T @ X` |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| every row / `X.T @ X` | collecting / `X.T @ X` | later / `X.T @ X` "
+        "| the same three, every form in float64 |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     kinds = ("every row", "collect", "use")
     for p, r in results.items():
         x = r["X.T @ X"]
         lines.append(f"| {p} | {BLOCK_BYTES // (8 * p):,} | " + " | ".join(f"{r[k]:.3f}" for k in kinds)
-                     + f" | {x:.3f} | " + " | ".join(f"{r[k] / x:.2f}" for k in kinds) + " |")
+                     + f" | {x:.3f} | " + " | ".join(f"{r[k] / x:.2f}" for k in kinds)
+                     + " | " + ", ".join(f"{r[k] / x:.2f}" for k in DOUBLE) + " |")
+    lines += ["", f"Forms screened in single precision from p = {_screen.SCREEN_FEATURES} (`_screen.SCREEN_FEATURES`): "
+              "a row is taken as inside the first flat top where its single-precision form and a worst-case bound "
+              "of its error place it there; the others get their float64 form. The last column: the same plans "
+              "with every form in float64, alternated in the same rounds."]
     return "\n".join(lines)
 
 
