@@ -65,12 +65,12 @@ __all__ = ["measure"]
 CHUNK_BYTES = 80_000_000
 
 #: ``--before``: (module, constant, value) set in the fitting process for the rules before the last
-#: change of issue 37 point 1: every wide kernel pass weighed every row by its SYRK; now the passes
-#: after the first take the bulk's plain sums that the first kept (:mod:`dask_mcpca._bulk`) and
-#: weigh only the rows their flat tops do not hold whole.  (The change before, the wide route's
-#: ``_kernels.wide_block`` against the numpy spelling's sub-blocks, is in commit e6f9801's BEFORE.)
+#: change of issue 37 point 1: every wide pass computed every row's quadratic form in float64; now
+#: from ``_screen.SCREEN_FEATURES`` columns it takes float32's where a worst-case error bound places
+#: the row inside the first flat top (:mod:`dask_mcpca._screen`).  (The change before, the bulk's
+#: kept plain sums, ``_bulk.KEEP_BULK``, is in commit b43a0df's BEFORE.)
 BEFORE = (
-    ("dask_mcpca._bulk", "KEEP_BULK", False),
+    ("dask_mcpca._screen", "SCREEN_FEATURES", 10**9),
 )
 
 #: What each worker reports of its environment (``--worker-malloc`` checks that the setting arrived).
