@@ -96,18 +96,22 @@ def test_narrow_rows_and_factors_beyond_single_precision_are_not_screened():
 
 
 def test_a_wide_fit_keeps_its_model(monkeypatch):
-    """p = 120, 3 % gross rows: the fit with the screen against the fit without it (every form in
+    """p = 100, 3 % gross rows: the fit with the screen against the fit without it (every form in
     double precision): the same passes and flags, the model within 1e-9."""
     rng = np.random.default_rng(4)
-    n, p, k = 30_000, 120, 4
+    n, p, k = 16_000, 100, 4
     basis = np.linalg.qr(rng.normal(size=(p, k)))[0]
     X = rng.normal(size=(n, k)) * [6.0, 5.0, 4.0, 3.0] @ basis.T + 0.3 * rng.normal(size=(n, p))
     X[: n * 3 // 100] += rng.normal(size=(n * 3 // 100, p)) * 5
-    Xd = da.from_array(X, chunks=(5000, p))
-    fits = {}
+    Xd = da.from_array(X, chunks=(4000, p))
+    fits, calls = {}, []
+    screened = _screen.Screen.quad_forms
+    monkeypatch.setattr(_screen.Screen, "quad_forms", lambda *a: calls.append(1) or screened(*a))
     for on in (True, False):
-        monkeypatch.setattr(_screen, "SCREEN_FEATURES", 100 if on else 10**6)
+        monkeypatch.setattr(_screen, "SCREEN_FEATURES", 64 if on else 10**6)
+        calls.clear()
         fits[on] = MCPCA(n_components=k).fit(Xd)
+        assert bool(calls) == on  # the wide passes' sub-blocks went through the screen, or none did
     a, b = fits[True], fits[False]
     assert a.n_passes_ == b.n_passes_ >= 2
     for name in ("mean_", "explained_variance_", "noise_variance_", "offset_"):
