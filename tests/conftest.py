@@ -39,7 +39,8 @@ import numpy as np  # noqa: E402
 
 #: Two tiers.  ``python -m pytest`` is the development tier: every module, none of the tests
 #: marked ``slow`` (real clusters, object-store servers, processes that must time out, the
-#: paper solver's thousands of passes), under 3 minutes on 2 cores.  ``--full`` (CI and
+#: paper solver's thousands of passes), under 3 minutes on 2 cores (on every core: ``-n auto`` in
+#: ``pyproject.toml``).  ``--full`` (CI and
 #: ``.ci/run``) runs them too.  Slow tests are deselected, not skipped.
 def pytest_addoption(parser):
     parser.addoption("--full", action="store_true", default=False,

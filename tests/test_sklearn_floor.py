@@ -64,7 +64,7 @@ def test_checks_pass_on_the_declared_floor(tmp_path):
                           env=env, capture_output=True, text=True, check=True)
     assert seen.stdout.strip() == version
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-n", "0",
          "tests/test_sklearn_checks.py", "tests/test_labels.py", "tests/test_monitoring.py",
          "tests/test_mcpca.py::test_sklearn_conventions"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
