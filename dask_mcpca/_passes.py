@@ -359,6 +359,7 @@ class PassRunner:
             return done
         self._bulk = None
         self.n_passes += 1
+        bar.restart()
         return self._sums(replace(plan, bulk=None), chosen, bar, keep)
 
     def _sums(self, plan: PassPlan, chosen, bar, keep: dict) -> BlockStats:

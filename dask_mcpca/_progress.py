@@ -159,6 +159,10 @@ class PassProgress(Callback):
         if self._live and time.perf_counter() - self._last_draw >= REDRAW_SECONDS:
             self._draw()
 
+    def restart(self) -> None:
+        """Count the pass's blocks again from none: the pass is being made again."""
+        self.done, self.t0 = 0, time.perf_counter()
+
     def _line(self) -> str:
         frac = min(1.0, self.done / self.total)
         elapsed = max(time.perf_counter() - self.t0, 1e-9)

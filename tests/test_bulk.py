@@ -182,3 +182,32 @@ def test_a_runner_collects_again_when_the_rows_are_seen_in_other_units():
     got = runner.run(quarter)
     assert runner._bulk.unit_exp == 1 and runner._bulk.box.collect and runner.n_passes == 3
     _assert_matches(got, _plain(X / 4.0, quarter, keep))
+
+
+def test_a_pass_made_again_counts_its_blocks_again_on_the_live_line(monkeypatch):
+    """The live progress line of a pass made again (the later kernel unserved, as above) never counts
+    more blocks than the pass reads."""
+    import io
+    import re
+    import sys
+
+    from dask_mcpca import _progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    monkeypatch.setattr(_progress, "REDRAW_SECONDS", 0.0)  # every block redrawn
+    p = 40
+    X, B = _rows(6000, p, np.float64)
+    runner = PassRunner(da.from_array(X, chunks=(1500, p)), nan_policy="omit", progress=True)
+    runner.run(_plan(B, 2.9, 0.25, p))
+    singular = _plan(B, 3.0, 0.3, p)
+    A = singular.kernels[0].copy()
+    A[0, :] = A[:, 0] = 0
+    runner.run(replace(singular, kernels=np.stack([A, A])))
+    assert runner.n_passes == 3
+    counts = [(int(done), int(total)) for done, total in re.findall(r"(\d+)/(\d+) blocks", sys.stderr.getvalue())]
+    assert counts and max(total for _, total in counts) == 4
+    assert all(done <= total for done, total in counts)
