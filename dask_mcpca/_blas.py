@@ -53,7 +53,7 @@ _TRMM32 = _function("strmm", _CHAR, _CHAR, _CHAR, _CHAR, _INT, _INT, _FLOAT, _FL
 _SYRK = _function("dsyrk", _CHAR, _CHAR, _INT, _INT, _DOUBLE, _DOUBLE, _INT, _DOUBLE, _DOUBLE, _INT)
 
 #: Whether the products below run without the GIL (False: scipy's wrappers, which hold it).
-RELEASES_GIL = _TRMM is not None and _SYRK is not None
+RELEASES_GIL = _TRMM is not None and _TRMM32 is not None and _SYRK is not None
 
 
 def _int(v: int):
