@@ -63,6 +63,10 @@ def run_tier(tier: str) -> tuple[float, dict[str, int]]:
     counts = summary(proc.stdout)
     if proc.returncode != 0 or counts.get("failed") or counts.get("error"):
         raise SystemExit(f"{tier}: {' '.join(cmd)} exited {proc.returncode}: {counts}\n{proc.stdout[-3000:]}")
+    if not clone and "deselected" not in counts:  # pytest-xdist's summary leaves them out: collect once more
+        collected = subprocess.run([*cmd, "--collect-only", "-n", "0"], cwd=where, capture_output=True, text=True)
+        found = re.search(r"\((\d+) deselected\)", collected.stdout)
+        counts["deselected"] = int(found.group(1)) if found else 0
     return seconds, counts
 
 
