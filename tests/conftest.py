@@ -104,6 +104,26 @@ def assert_same_fit(
         assert a.n_passes_ == b.n_passes_
 
 
+def planted_rows(n: int, p: int, k: int = 4, seed: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Rows near a planted ``k``-dimensional subspace (SDs 6, 5, 4, 3, ...; noise SD 0.3), the first 3 %
+    moved far off it (SD 5 in every channel); and the subspace's orthonormal basis (p x k)."""
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.normal(size=(p, k)))[0]
+    X = rng.normal(size=(n, k)) * np.arange(6.0, 6.0 - k, -1.0) @ basis.T + 0.3 * rng.normal(size=(n, p))
+    X[: n * 3 // 100] += rng.normal(size=(n * 3 // 100, p)) * 5
+    return X, basis
+
+
+def assert_close_fits(a, b, X, *, rtol: float = 1e-9) -> None:
+    """Two fits of ``X`` by one estimator whose arithmetic differs in order only: the same passes and flags,
+    centre, variances and offset within ``rtol``, components within ``rtol`` up to sign."""
+    assert a.n_passes_ == b.n_passes_ >= 2
+    for name in ("mean_", "explained_variance_", "noise_variance_", "offset_"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=rtol, err_msg=name)
+    np.testing.assert_allclose(np.abs(a.components_ @ b.components_.T), np.eye(a.n_components_), atol=rtol)
+    assert np.array_equal(a.predict(X), b.predict(X))
+
+
 def assert_same_model(a, b) -> None:
     """Parameters and every fitted attribute identical (NaN equal to NaN), types kept."""
     assert a.get_params() == b.get_params()
