@@ -414,10 +414,10 @@ def wide_block(X: np.ndarray, plan: PassPlan, ws: Workspace, *, sub_block_rows: 
         return None
     A, J = plan.kernels[0], plan.n_kernels
     offsets = np.asarray(plan.offsets, dtype=np.float64)
-    L = _lower_factor(np.ascontiguousarray(A, dtype=np.float64).tobytes(), p)
+    L = _lower_factor(key := np.ascontiguousarray(A, dtype=np.float64).tobytes(), p)
     if L is None:
         return None
-    bulk, screen = None if plan.bulk is None else _bulk.BlockBulk(J, p, plan.bulk.collect), _screen.Screen.of(L)
+    bulk, screen = None if plan.bulk is None else _bulk.BlockBulk(J, p, plan.bulk.collect), _screen.Screen.of(L, key)
     S = extra = None  # with the bulk's sums, the block's sums go there
     if bulk is None:
         S = np.zeros((p + 1, p + 1))  # [scatter, wsum; wsum^T, weight] of the first kernel

@@ -41,6 +41,10 @@ __all__ = ["Screen", "SCREEN_FEATURES"]
 #: forms cost little next to the rows' other sweeps; measured in ``benchmarks/bulk_block.py``).
 SCREEN_FEATURES = 64
 
+#: Screens kept by :meth:`Screen.of` (a pass's kernel matrices: one or two a pass), by their key.
+CACHED = 4
+_CACHE: dict = {}
+
 _U32 = 2.0**-24  # single precision's unit round-off
 _U64 = 2.0**-53
 _TINY32 = 2.0**-149  # single precision's smallest subnormal: the absolute error of an underflow
@@ -76,12 +80,25 @@ class Screen:
     norm: float
 
     @classmethod
-    def of(cls, L: np.ndarray) -> Screen | None:
+    def of(cls, L: np.ndarray, key: bytes | None = None) -> Screen | None:
         """The screen of factor ``L`` (float64, Fortran order); None where the rows are too narrow
-        for it to pay, or ``L`` does not fit in single precision."""
+        for it to pay, or ``L`` does not fit in single precision.  ``key``: bytes that name ``L``
+        (its kernel matrix's), under which the last :data:`CACHED` screens are kept, so that a pass's
+        blocks in one process make one (18 ms at p = 1000)."""
         p = len(L)
         if p < SCREEN_FEATURES or (p + 3) * _U32 >= 0.01:
             return None
+        if key is None:
+            return cls._made(L)
+        screen = _CACHE.get((key, p), _CACHE)
+        if screen is _CACHE:  # not kept (another thread may be making it too: the same screen)
+            screen = _CACHE[key, p] = cls._made(L)
+            for old in list(_CACHE)[:-CACHED]:
+                _CACHE.pop(old, None)
+        return screen
+
+    @classmethod
+    def _made(cls, L: np.ndarray) -> Screen | None:
         with np.errstate(over="ignore"):
             L32 = np.asfortranarray(L, dtype=np.float32)
         if not np.all(np.isfinite(L32)):

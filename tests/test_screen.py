@@ -111,3 +111,15 @@ def test_a_wide_fit_keeps_its_model(monkeypatch):
         fits[on] = MCPCA(n_components=k).fit(Xd)
         assert bool(calls) == on  # the wide passes' sub-blocks went through the screen, or none did
     assert_close_fits(fits[True], fits[False], X)
+
+
+def test_a_pass_blocks_share_one_screen_per_kernel_and_the_oldest_goes():
+    factors = [_factor(80, 10.0, seed) for seed in range(_screen.CACHED + 1)]
+    keys = [L.tobytes() for L in factors]
+    first = _screen.Screen.of(factors[0], keys[0])
+    assert _screen.Screen.of(factors[0], keys[0]) is first
+    assert first.L32.dtype == np.float32 and first.norm >= np.linalg.norm(np.abs(factors[0]), 2)
+    for L, key in zip(factors[1:], keys[1:], strict=True):
+        _screen.Screen.of(L, key)
+    assert (keys[0], 80) not in _screen._CACHE and (keys[-1], 80) in _screen._CACHE
+    assert len(_screen._CACHE) <= _screen.CACHED
