@@ -41,7 +41,7 @@ from ._blas import syrk_update
 from ._block_rows import scaled, shifted
 from ._stats import BlockStats, BulkBox, BulkSums, PassPlan, combine, from_sums
 
-__all__ = ["KEEP_BULK", "MARGIN", "BlockBulk", "KeptBulk", "box_for", "completed", "inside"]
+__all__ = ["KEEP_BULK", "MARGIN", "BlockBulk", "KeptBulk", "box_for", "collected", "completed", "inside"]
 
 #: Keep the bulk's plain sums between a fit's wide kernel passes (``benchmarks/scaling.py``'s
 #: ``BEFORE`` sets it off: every pass then weighs every row by its SYRK).
@@ -152,6 +152,12 @@ def _mirrored(C: np.ndarray) -> np.ndarray:
     return np.triu(C) + np.triu(C, 1).T
 
 
+def collected(stats: BlockStats, p: int) -> np.ndarray:
+    """The bulk's plain sums a collecting pass gathered: zeros where no block was served (no bulk rows)."""
+    plain = None if stats.bulk is None else stats.bulk.plain
+    return np.zeros((p + 1, p + 1)) if plain is None else plain
+
+
 def completed(stats: BlockStats, plan: PassPlan, kept: np.ndarray | None) -> BlockStats | None:
     """The pass's statistics with its bulk sums completed: the plain sums (this pass's, or ``kept``,
     moved from the box's origin to the plan's centre) plus each kernel's corrections, merged with
@@ -160,8 +166,8 @@ def completed(stats: BlockStats, plan: PassPlan, kept: np.ndarray | None) -> Blo
     sums, p = stats.bulk, len(plan.center)
     if sums is None:
         sums = BulkSums(None, np.zeros((plan.n_kernels, p + 1, p + 1)), 0)
-    if plan.bulk.collect:  # (no block served: no bulk rows, plain sums of none)
-        plain = np.zeros((p + 1, p + 1)) if sums.plain is None else sums.plain
+    if plan.bulk.collect:
+        plain = collected(stats, p)
     else:
         if sums.n_rows != round(kept[p, p]):
             return None

@@ -349,13 +349,11 @@ class PassRunner:
         """``stats`` with the bulk's sums completed (:func:`._bulk.completed`); the plain sums kept
         where this pass collected them.  A pass whose count of bulk rows does not match the kept sums'
         is made again, every row weighed in full (counted as another pass), and the sums are dropped."""
-        plain = None if stats.bulk is None else stats.bulk.plain
         done = _bulk.completed(stats, plan, None if plan.bulk.collect else self._bulk.plain)
         if done is not None:
             if plan.bulk.collect:
-                p = self.n_features
-                plain = np.zeros((p + 1, p + 1)) if plain is None else plain  # no block served: no bulk rows
-                self._bulk = _bulk.KeptBulk(plan.bulk, plain, self.unit_exp, self.scale)
+                self._bulk = _bulk.KeptBulk(plan.bulk, _bulk.collected(stats, self.n_features), self.unit_exp,
+                                            self.scale)
             return done
         self._bulk = None
         self.n_passes += 1
