@@ -22,20 +22,13 @@ from . import _cells, _compiled, _missing
 from ._censored import charged_d2
 from ._precision import (
     channel_variances,
-    contribution_matrix,
     contributor,
     precision_power,
     top_channel,
     working_unit,
 )
+from ._ranking import FAST_TOP_MIN_ROWS, ranks_in_float32, top_by_product, top_from_product, top_matrix_of
 from ._repeated import value_matches
-
-#: Complete rows from which :func:`distances_and_top` ranks the channels by one float32 product
-#: (:func:`_top_by_product`) instead of in the compiled loop; fewer go through the loop.
-FAST_TOP_MIN_ROWS = 64
-#: Bound on a row's float32 products in :func:`_top_by_product` (float32 reaches 3.4e38; the loop's sum of
-#: squared contributions, in float64, stays finite far beyond).
-FLOAT32_ROOM = 1e30
 
 #: From this many channels on, :func:`sample_d2` takes the numpy spelling (BLAS products) rather than the
 #: compiled loop: on 20,000 rows, the same time at p = 100, half at p = 200, a third at p = 1000 (1.3 s of
@@ -46,8 +39,6 @@ SAMPLE_GEMM_FEATURES = 128
 SAMPLE_GEMM_ROWS = 2048
 
 __all__ = [
-    "FAST_TOP_MIN_ROWS",
-    "FLOAT32_ROOM",
     "SAMPLE_GEMM_FEATURES",
     "SAMPLE_GEMM_ROWS",
     "CellJudgement",
@@ -137,8 +128,8 @@ def sample_d2(model: Any, rows) -> np.ndarray:
                            for start in range(0, len(rows), SAMPLE_GEMM_ROWS)])
 
 
-def distances_and_top(model: Any, block, *, top: bool = False,
-                      judged: CellJudgement | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+def distances_and_top(model: Any, block, *, top: bool = False, judged: CellJudgement | None = None,
+                      product: np.ndarray | None = None, product_exp: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`mahalanobis_d2` of each row, and (``top``) the index of its largest reconstruction-based
     contribution (int16, as :func:`._precision.top_channel` of :meth:`MCPCA.channel_contributions`; -1 where no
     cell is observed).
@@ -150,9 +141,12 @@ def distances_and_top(model: Any, block, *, top: bool = False,
     a complete row the same bits; a row with NaN cells is completed in a batched solve whose
     rounding may depend on its block (1e-13 relative at most in the reviews' checks).  From
     ``FAST_TOP_MIN_ROWS`` complete rows on, the loop computes the distances alone and the
-    channels are ranked by one float32 product (:func:`_top_by_product`), which hands back to
+    channels are ranked by one float32 product (:func:`._ranking.top_by_product`), which hands back to
     the loop every row whose ranking it cannot vouch for: the channel is the loop's, row for row
-    (at p = 300, 105 instead of 155 ms a 12,500-row block).
+    (at p = 300, 105 instead of 155 ms a 12,500-row block).  ``product``: the block's rows' ``y M`` times
+    ``2^product_exp`` in float64 (``M`` = :func:`._precision.contribution_matrix`), where the caller has it (the
+    shift rule's residuals, :func:`._shift.residual_product`): the channels are then ranked from it, in one
+    compiled sweep (:func:`._ranking.top_from_product`), and not by a product of their own.
     """
     block = np.asarray(block)
     if block.dtype not in (np.float32, np.float64):
@@ -172,8 +166,9 @@ def distances_and_top(model: Any, block, *, top: bool = False,
             complete = complete.copy()
         part_d2, part_top = np.empty(len(complete)), np.empty(len(complete) if top else 0, np.int16)
         inv_noise = 1.0 / np.ldexp(noise, -2 * unit) if model.n_components_ < model.n_features_in_ else 0.0
-        top_matrix = _top_matrix(model) if top else np.empty((0, 0))
-        ranked = top and len(complete) >= FAST_TOP_MIN_ROWS and _ranks_in_float32(top_matrix)
+        top_matrix = top_matrix_of(model) if top else np.empty((0, 0))
+        shared = product is not None and np.isfinite(top_matrix).all()
+        ranked = top and len(complete) >= FAST_TOP_MIN_ROWS and (shared or ranks_in_float32(top_matrix))
 
         mean = np.array(model.mean_, np.float64, order="C")  # the loop's operands, formed once
         components = np.array(model.components_, np.float64, order="C")
@@ -187,7 +182,11 @@ def distances_and_top(model: Any, block, *, top: bool = False,
 
         if ranked:  # the distances alone (the same compiled code: top_out empty), the channels from one product
             loop(complete, part_d2, np.empty(0, np.int16))
-            part_top[:], unsure = _top_by_product(complete, model.mean_, unit, top_matrix)
+            if shared:
+                part_top[:], unsure = top_from_product(complete, model.mean_, unit, top_matrix,
+                                                        product[good] if len(bad) else product, product_exp)
+            else:
+                part_top[:], unsure = top_by_product(complete, model.mean_, unit, top_matrix)
             if len(unsure):  # near ties, rows far out: the loop's own ranking
                 sub_d2, sub_top = np.empty(len(unsure)), np.empty(len(unsure), np.int16)
                 loop(np.ascontiguousarray(complete[unsure]), sub_d2, sub_top)
@@ -207,61 +206,6 @@ def distances_and_top(model: Any, block, *, top: bool = False,
         if top:
             tops[numpy_rows] = top_channel(contributor(model, "reconstruction")(rows))
     return d2, (tops if top else None)
-
-
-def _top_matrix(model: Any) -> np.ndarray:
-    """:func:`._precision.contribution_matrix` in Fortran order, for :func:`._compiled.row_distances`: its loop runs
-    down a column (``top_matrix[j, a]`` over ``j``), which is then contiguous: 4.7x faster at p = 300
-    (issue 37 point 4).  The distances do not read it; the channel ranked first (all the loop keeps of
-    the contributions) was the same on every row checked (50,000 rows of the 300-channel benchmark
-    store, and the tests' expected channels)."""
-    return np.asfortranarray(contribution_matrix(model))
-
-
-def _ranks_in_float32(top_matrix: np.ndarray) -> bool:
-    """Whether :func:`_top_by_product` can rank with ``top_matrix``: finite, its diagonal (the channels' root
-    precisions) within float32's range."""
-    return bool(np.isfinite(top_matrix).all()) and float(np.abs(np.diag(top_matrix)).max(initial=0.0)) < FLOAT32_ROOM
-
-
-def _top_by_product(rows: np.ndarray, mean: np.ndarray, unit: int, top_matrix: np.ndarray):
-    """The channel the compiled loop ranks first (:func:`._compiled.row_distances`: the first largest
-    ``(y M)_a^2``, ``y`` the row about ``mean`` in the distances' unit ``2^unit``, ``M = top_matrix``) for
-    complete ``rows``, from one float32 product (single-precision BLAS, about 4x the loop's float64 speed at
-    p = 300), and the rows it cannot vouch for.
-
-    ``M = P D^-1/2`` (:func:`._precision.contribution_matrix`), so with ``w = diag(M) = sqrt(diag(P))``,
-    ``(x - mean) M = ((x - mean) w) C`` with ``C = D^-1/2 P D^-1/2`` (entries at most 1): both factors of
-    order one whatever the channels' units, each product's rounding ``e <= (p + 4) u sum_j |z_j C_ja|
-    <= (p + 4) u |z| max_a |C_a|`` (``z = (x - mean) w``, ``u`` float32's unit round-off, any order of
-    summation; plus an absolute term below float32's normal range), the loop's float64 value far closer.
-    Where the largest ``|(z C)_a|`` exceeds every other by more than twice that (doubled again as a margin),
-    both rankings put the same channel first, strictly; the other rows (near ties, a row at the centre,
-    rows whose products could leave float32's range or whose squared contributions could overflow the
-    loop's float64 sum) are returned, for the loop to rank.
-    """
-    n, p = rows.shape
-    w = np.diag(top_matrix).copy()
-    w[w == 0] = 1.0  # an unseen channel: its row and column of M are 0
-    C = top_matrix / w[:, None]
-    Z = np.empty((n, p), np.float32)
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):  # such rows are not vouched for below
-        np.multiply(np.subtract(rows, mean, dtype=np.float64), w, out=Z, casting="unsafe")
-        V = Z @ C.astype(np.float32)
-        norms = np.sqrt(np.einsum("ij,ij->i", Z, Z, dtype=np.float64))
-        np.abs(V, out=V)
-        first = V.argmax(axis=1)
-        at = (np.arange(n), first)
-        best = V[at].astype(np.float64)
-        V[at] = -1.0
-        gap = best - V.max(axis=1)
-        u, tiny = float(np.finfo(np.float32).eps) / 2, float(np.finfo(np.float32).tiny)
-        column = float(np.sqrt((C**2).sum(axis=0)).max(initial=0.0))
-        bound = (p + 4) * u * norms * column + tiny * (p + np.abs(C).sum(axis=0).max(initial=0.0) + np.sqrt(p) * norms)
-        # the loop's contributions are 2^-unit times these: its sum of their squares stays within float64's range
-        room = min(FLOAT32_ROOM, float(np.ldexp(1e150, unit)))
-        sure = (gap > 4.0 * bound) & (norms * float(np.linalg.norm(C)) < room)
-    return first.astype(np.int16), np.flatnonzero(~sure)
 
 
 def _numpy_d2(model: Any, block) -> np.ndarray:

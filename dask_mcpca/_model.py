@@ -44,7 +44,7 @@ from ._distances import mahalanobis_d2 as mahalanobis_d2  # for _modes (``_model
 from ._exceptions import NonFiniteRowsError
 from ._precision import contributor, model_rows, precision_power, top_channel
 from ._repeated import held_out
-from ._shift import fault_cells
+from ._shift import FIXED_POINT, fault_cells, shared_product
 from ._stuck import HOLD_WINDOW, isolated_top
 
 __all__ = [
@@ -286,8 +286,11 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str, own=None)
         judged = judge_cells(model, block) if cellwise and wanted - {"scores", "contributions"} else None
         if judged is not None and "n_observed" in wanted and whole:  # no row masked out
             parts["n_observed"] = observed_counts(block) - judged.flags.sum(axis=1).astype(np.int16)
+        # the shift rule's residuals, made once where it makes them: they rank the channels too
+        product, n_prior = shared_product(model, original, before) if top_with_d2 and not cellwise else (None, 0)
         if {"weight", "outlier", "d2", "top_channel"} & wanted:
-            d2, top = distances_and_top(model, block, top=top_with_d2, judged=judged)
+            d2, top = distances_and_top(model, block, top=top_with_d2, judged=judged, product_exp=FIXED_POINT,
+                                        product=None if product is None else product[n_prior:])
             if "d2" in wanted:
                 parts["d2"] = d2.copy()
             if {"weight", "outlier", "top_channel"} & wanted:
@@ -295,7 +298,7 @@ def row_outputs(model: Any, outputs: tuple[str, ...], nan_policy: str, own=None)
                 if "weight" in wanted:
                     parts["weight"] = weight(model, calibrated)
         # the rules that read rows in order; the shift rule's means leave out the rows the distance flags
-        stuck = fault_cells(model, original, before, calibrated, own) if needs_faults else None
+        stuck = fault_cells(model, original, before, calibrated, own, product) if needs_faults else None
         if calibrated is not None and {"outlier", "top_channel"} & wanted:
             flags = outlier_flags(model, np.asarray(block, np.float64), calibrated, stuck)
             if "outlier" in wanted:

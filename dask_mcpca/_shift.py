@@ -63,6 +63,9 @@ from ._stuck import stuck_cells
 
 __all__ = [
     "FIXED_POINT",
+    "context_rows",
+    "residual_product",
+    "shared_product",
     "GAUSS_QUANTILE",
     "MIN_ROWS",
     "MIN_COUNTED_ROWS",
@@ -169,7 +172,8 @@ def run_plan(block_rows, chosen, n_features: int) -> dict[int, tuple[tuple[int, 
 
 
 def _residuals(model: Any, rows: np.ndarray, n_prior: int = 0, d2: np.ndarray | None = None,
-               own=None, M: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               own=None, M: np.ndarray | None = None,
+               product: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Rows as stored -> their clipped residuals in fixed point (int64), and a mask of the rows the means
     count: not those with a non-finite cell, nor those with a cell at a saturation limit (its residual is
     censored: a channel pinned at its limit for hours sits below what the others predict, and was a shift
@@ -178,7 +182,8 @@ def _residuals(model: Any, rows: np.ndarray, n_prior: int = 0, d2: np.ndarray | 
     residual beyond ``sqrt(cell_cutoff_)``, which its cell rule flags), whose fault is found already.
     ``d2``: the calibrated distances of the rows after the first ``n_prior``, where the caller has them;
     ``own``: the mask of the rows (as stored, complete) that are ``model``'s, the others left out (a mode's
-    model: its mode's rows); ``M``: the model's :func:`._precision.contribution_matrix`, where the caller has it."""
+    model: its mode's rows); ``M``: the model's :func:`._precision.contribution_matrix`, where the caller has it;
+    ``product``: :func:`residual_product` of ``rows``, where the caller has it (overwritten)."""
     stored = np.asarray(rows, np.float64)
     rows = model_rows(model, stored)
     bad = ~np.isfinite(rows).all(axis=1)
@@ -189,27 +194,75 @@ def _residuals(model: Any, rows: np.ndarray, n_prior: int = 0, d2: np.ndarray | 
         with np.errstate(invalid="ignore"):
             bad |= np.logical_or(*at_limits(rows, limits, limit_tolerances(model))).any(axis=1)
     # a row holding a learned stuck value or frozen record is the fault rules' (its stretch would shift the means)
-    bad |= held_out(np.where(bad[:, None], model.mean_, rows), getattr(model, "repeated_values_", None),
-                    getattr(model, "repeated_rows_", None))
-    y = rows - model.mean_
+    kept = np.where(bad[:, None], model.mean_, rows) if bad.any() else rows
+    bad |= held_out(kept, getattr(model, "repeated_values_", None), getattr(model, "repeated_rows_", None))
     n_prior = len(rows) if d2 is None else n_prior  # the rows whose distances are computed here
     with np.errstate(invalid="ignore"):  # NaN distances: rows already left out
         far = calibrated_d2(model, np.where(bad[:n_prior, None], model.mean_, rows[:n_prior]))  # as the callers'
         bad[:n_prior] |= far > model.outlier_cutoff_
         if d2 is not None:
             bad[n_prior:] |= np.asarray(d2) > model.outlier_cutoff_
-    y[bad] = 0.0
-    # in units of 2**-FIXED_POINT (a power of two: exact), clipped, rounded to integers
+    # in units of 2**-FIXED_POINT (a power of two: exact), clipped, rounded to integers; a row left out is 0
+    r = residual_product(model, rows, M, in_model_units=True) if product is None else product
+    r[bad] = 0.0  # as the product of a zero row (a row's product does not depend on the others)
     with np.errstate(over="ignore", invalid="ignore"):  # a row near the float64 limit: clipped, as any far one
-        r = y @ np.ldexp(contribution_matrix(model) if M is None else M, FIXED_POINT)
         cell_cutoff = getattr(model, "cell_cutoff_", None)
         if cell_cutoff is not None:  # a cellwise model's row with a cell beyond its cutoff: that cell's fault
             far = (np.abs(r) > np.ldexp(np.sqrt(cell_cutoff), FIXED_POINT)).any(axis=1)
             bad |= far
             r[far] = 0.0
+    if AVAILABLE:  # one sweep, the same integers
+        fixed = np.empty(r.shape, np.int64)
+        _fixed_point(r, _CLIP_FIXED, fixed)
+        return fixed, ~bad
+    with np.errstate(invalid="ignore"):
         np.clip(r, -_CLIP_FIXED, _CLIP_FIXED, out=r)
     r[np.isnan(r)] = 0.0  # inf - inf in a row near the float64 limit
     return np.rint(r, out=r).astype(np.int64), ~bad
+
+
+@compiled(fastmath=False)
+def _fixed_point(r, clip, out):  # pragma: no cover - compiled
+    """``out = rint(clip(r, -clip, clip))`` as int64, 0 where ``r`` is NaN: :func:`_residuals`'s numpy spelling
+    in one sweep (NaN, inf and -0.0 as there; ties rounded to even)."""
+    n, p = r.shape
+    for i in range(n):
+        for a in range(p):
+            v = r[i, a]
+            out[i, a] = 0 if v != v else np.int64(np.rint(min(max(v, -clip), clip)))
+
+
+def context_rows(block, before) -> tuple[np.ndarray, int]:
+    """The rows the shift rule reads for ``block`` (as stored): the last :data:`PRIOR_ROWS` of ``before`` (None:
+    none) and the block's, in order; and how many of them come before the block."""
+    block = np.asarray(block)
+    prior = np.empty((0, block.shape[1])) if before is None else np.asarray(before)
+    prior = prior[max(len(prior) - PRIOR_ROWS, 0):]
+    return np.concatenate([prior, block]), len(prior)
+
+
+def residual_product(model: Any, rows: np.ndarray, M: np.ndarray | None = None, *,
+                     in_model_units: bool = False) -> np.ndarray:
+    """``(y M) 2^FIXED_POINT`` in float64 for ``rows`` as stored (``in_model_units``: already in the model's
+    units, float64), ``y`` the row about ``mean_`` and ``M`` the model's
+    :func:`._precision.contribution_matrix` (computed here where not given): each row's residuals given the
+    other channels, before the rule clips and rounds them; up to that power of two, also the product whose
+    squares are a row's reconstruction-based contributions (:func:`._distances.distances_and_top` ranks a
+    block's channels by it, where the shift rule has made it).  A row's product depends on that row alone."""
+    rows = rows if in_model_units else model_rows(model, np.asarray(rows, np.float64))
+    with np.errstate(over="ignore", invalid="ignore"):  # rows near the float64 limit, NaN rows: left out later
+        return (rows - model.mean_) @ np.ldexp(contribution_matrix(model) if M is None else M, FIXED_POINT)
+
+
+def shared_product(model: Any, block, before) -> tuple[np.ndarray | None, int]:
+    """:func:`residual_product` of :func:`context_rows` ``(block, before)`` and how many of those rows come
+    before the block, where :func:`shifted_cells` would make that product (a model with ``shift_scale_``, the
+    compiled loops, a block with rows): for a caller that reads it first (the channels' ranking,
+    :func:`._ranking.top_from_product`) and then hands it to :func:`fault_cells`.  ``(None, 0)`` elsewhere."""
+    if getattr(model, "shift_scale_", None) is None or not AVAILABLE or not len(block):
+        return None, 0
+    rows, n_prior = context_rows(block, before)
+    return residual_product(model, rows), n_prior
 
 
 def _window_ranks(counted: np.ndarray, n_before: int) -> tuple[np.ndarray, np.ndarray]:
@@ -317,7 +370,8 @@ def shift_scales(model: Any, segments) -> np.ndarray | None:
     return np.maximum(scale, SCALE_FLOOR / np.sqrt(SHIFT_WINDOW))
 
 
-def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=None) -> np.ndarray:
+def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=None,
+                  product: np.ndarray | None = None) -> np.ndarray:
     """Cells of ``block`` (rows in order, as stored) on a channel shifted for the last rows: the mean of its
     clipped residual over the last :data:`SHIFT_WINDOW` counted rows up to the row, on a full window's scale
     (:func:`standard_means`), more than :data:`SHIFT_CUTOFF` times ``shift_scale_`` from 0; the cell named is,
@@ -331,15 +385,14 @@ def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=N
     ``before``: rows before the block (the last :data:`PRIOR_ROWS` are read; NaN where there are
     none), or None.  ``d2``: the block's :func:`._distances.calibrated_d2`, where the caller has it
     (computed here otherwise).  ``own``: for a mode's model, the mask of the rows (as stored) of its mode,
-    ``own(rows)``; the means are over its mode's rows only (:func:`._modes.mode_rows`).
+    ``own(rows)``; the means are over its mode's rows only (:func:`._modes.mode_rows`).  ``product``:
+    :func:`residual_product` of :func:`context_rows` ``(block, before)``, where the caller has it (overwritten).
     """
     block = np.asarray(block)
     scale = getattr(model, "shift_scale_", None)
     if scale is None or not len(block):
         return np.zeros(block.shape, bool)
-    prior = np.empty((0, block.shape[1])) if before is None else np.asarray(before)
-    prior = prior[max(len(prior) - PRIOR_ROWS, 0):]
-    rows = np.concatenate([prior, block])
+    rows, n_prior = context_rows(block, before)
     cells = np.zeros(block.shape, bool)
     P = precision_power(model, 1.0)  # once a block: for the residuals and the channels' noise
     steps = getattr(model, "quantization_steps_", None)
@@ -349,11 +402,11 @@ def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=N
         scale = np.where(np.asarray(steps) > noise, np.inf, scale)
     M = contribution_matrix(model, P)
     if AVAILABLE:
-        fixed, counted = _residuals(model, rows, len(prior), d2, own, M)
-        _shifted_sweep(fixed, counted, len(prior), SHIFT_WINDOW, PRIOR_ROWS, MIN_ROWS, 2.0**-FIXED_POINT,
+        fixed, counted = _residuals(model, rows, n_prior, d2, own, M, product)
+        _shifted_sweep(fixed, counted, n_prior, SHIFT_WINDOW, PRIOR_ROWS, MIN_ROWS, 2.0**-FIXED_POINT,
                        np.asarray(scale, np.float64), SHIFT_CUTOFF, cells)
     else:
-        means = np.abs(standard_means(model, rows, len(prior), d2, own, M)[0])
+        means = np.abs(standard_means(model, rows, n_prior, d2, own, M)[0])
         judged = np.flatnonzero(np.isfinite(means).all(axis=1))
         over = means[judged] / np.asarray(scale) > SHIFT_CUTOFF
         top = np.argmax(np.where(over, means[judged], -1.0), axis=1)
@@ -362,10 +415,11 @@ def shifted_cells(model: Any, block, before, d2: np.ndarray | None = None, own=N
     return cells & ~np.isnan(block)  # a missing reading is no shifted cell
 
 
-def fault_cells(model: Any, block, before, d2: np.ndarray | None = None, own=None) -> np.ndarray:
+def fault_cells(model: Any, block, before, d2: np.ndarray | None = None, own=None,
+                product: np.ndarray | None = None) -> np.ndarray:
     """Cells of ``block`` (rows in order, as stored) at fault by a rule that reads rows in order: held by a
     sensor stuck since the fit (:func:`._stuck.stuck_cells`) or on a shifted channel (:func:`shifted_cells`;
     ``d2``: the block's calibrated distances, where the caller has them; ``own``: a mode's rows).  The outlier flags,
     ``cell_outliers``, ``impute`` and a cellwise model's scores read these; ``partial_fit`` holds out only
-    the stuck ones (a lasting change is its to learn)."""
-    return stuck_cells(model, block, before) | shifted_cells(model, block, before, d2, own)
+    the stuck ones (a lasting change is its to learn).  ``product``: as :func:`shifted_cells` takes it."""
+    return stuck_cells(model, block, before) | shifted_cells(model, block, before, d2, own, product)

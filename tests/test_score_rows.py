@@ -125,19 +125,22 @@ def test_nonfinite_rows_are_the_rows_a_cell_check_finds(dtype):
     assert nonfinite_rows(X[:10]).size == 0
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["own float32 product", "shift rule's float64 product"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_top_channel_from_the_float32_product_is_the_loops(dtype):
-    """``top_channel`` ranked by one float32 product (``_distances._top_by_product``) is the channel the
-    compiled float64 loop ranks first, row for row: on rows in units far from 1, on near ties that float32
-    cannot resolve (handed back to the loop), on the centre itself and on rows too far out for float32."""
-    from dask_mcpca import _compiled, _distances, _precision
+def test_top_channel_from_a_product_is_the_loops(dtype, shared):
+    """``top_channel`` ranked from one product is the channel the compiled float64 loop ranks first, row for row:
+    a float32 product of its own (``_ranking.top_by_product``) or the float64 product the shift rule makes
+    anyway (``_ranking.top_from_product``, given as ``product=`` times ``2^FIXED_POINT``).  On rows in units far
+    from 1, on near ties that the product cannot resolve (handed back to the loop), on the centre itself and on
+    rows too far out for float32."""
+    from dask_mcpca import _compiled, _distances, _precision, _ranking, _shift
 
     rng = np.random.default_rng(11)
     p = 40
     X = rng.normal(size=(3000, p)) @ rng.normal(size=(p, p)) * np.geomspace(1e3, 1e-2, p) + 7e4
     model = MCPCA().fit(X)
     rows = rng.normal(size=(2000, p)) * X.std(axis=0) * 2 + model.mean_
-    M = _distances._top_matrix(model)
+    M = _ranking.top_matrix_of(model)
     lam, noise, unit = _precision.working_unit(model)
     tie = np.zeros((50, p))
     tie[:, 3] = tie[:, 17] = 5.0
@@ -150,10 +153,20 @@ def test_top_channel_from_the_float32_product_is_the_loops(dtype):
     want_d2, want_top = np.empty(len(rows)), np.empty(len(rows), np.int16)
     _compiled.row_distances(complete, model.mean_, float(np.ldexp(1.0, -unit)), np.ascontiguousarray(model.components_),
                             1.0 / np.ldexp(lam, -2 * unit), 0.0, M, want_d2, want_top)
-    _, unsure = _distances._top_by_product(complete, model.mean_, unit, M)
-    vouched_against = {*range(50), 51} | ({50} if dtype == np.float64 else set())  # float32's mean_ is off centre
+    # the product as the shift rule makes it: (y M) 2^FIXED_POINT, y about mean_ in float64
+    product = ((complete.astype(np.float64) - model.mean_) @ np.ldexp(M, _shift.FIXED_POINT)) if shared else None
+    if shared:
+        np.testing.assert_array_equal(product, _shift.residual_product(model, rows, M))
+        _, unsure = _ranking.top_from_product(complete, model.mean_, unit, M, product, _shift.FIXED_POINT)
+        # ties and the centre (float64 reaches 1e30 x the spread); rounded to float32 they are ties no more
+        vouched_against = set(range(51)) if dtype == np.float64 else set()
+    else:
+        _, unsure = _ranking.top_by_product(complete, model.mean_, unit, M)
+        vouched_against = {*range(50), 51} | ({50} if dtype == np.float64 else set())  # float32's mean_ is off centre
     assert vouched_against <= set(unsure.tolist()) and len(unsure) < 0.5 * len(rows)
-    d2, top = _distances.distances_and_top(model, rows, top=True)
+    if shared:
+        assert 51 not in unsure and len(unsure) < 60  # far tighter than float32's bound
+    d2, top = _distances.distances_and_top(model, rows, top=True, product=product, product_exp=_shift.FIXED_POINT)
     finite = ~np.isnan(want_d2)
     np.testing.assert_array_equal(top[finite], want_top[finite])
     assert d2[finite].tobytes() == want_d2[finite].tobytes()

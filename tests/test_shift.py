@@ -404,3 +404,25 @@ def test_a_mode_with_few_rows_in_one_stretch_learns_no_scale_from_copies_of_its_
     assert model.mode_models_[0].shift_scale_ is not None
     Y, labels_y = rows(20_000, 100, slice(5_000, 15_000))
     assert np.asarray(model.is_outlier(Y))[labels_y == 1].mean() < 0.01
+
+
+def test_the_compiled_fixed_point_is_numpys():
+    """The residuals' fixed point in one compiled sweep (``_shift._fixed_point``) gives numpy's integers:
+    ``rint(clip(r))``, 0 for NaN, on ties at .5 (to even), -0.0, values at and beyond the clip, and inf."""
+    from dask_mcpca import _compiled
+
+    if not _compiled.AVAILABLE:
+        pytest.skip("numba is disabled: the numpy spelling is the only one")  # NUMBA_DISABLE_JIT=1 runs
+    rng = np.random.default_rng(3)
+    clip = _shift._CLIP_FIXED
+    special = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, -0.0, 0.0, np.nan, np.inf, -np.inf, clip, -clip, clip + 0.5,
+               np.nextafter(clip, 0), 1e300, -1e300, 2.0**52 + 0.5, 1e-300]
+    r = np.concatenate([rng.normal(scale=clip / 3, size=400 - len(special)), special]).reshape(20, 20)
+    with np.errstate(invalid="ignore"):
+        want = np.clip(r, -clip, clip)
+    want[np.isnan(want)] = 0.0
+    want = np.rint(want).astype(np.int64)
+    got = np.empty(r.shape, np.int64)
+    _shift._fixed_point(r, clip, got)
+    np.testing.assert_array_equal(got, want)
+    assert got.ravel()[-19:-13].tolist() == [0, 2, 2, 0, -2, -2]  # ties to even
