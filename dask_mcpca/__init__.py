@@ -19,8 +19,9 @@ Where things live:
   ``partial_fit`` (``_partial_fit``), the operating modes (``_mode_methods``) and ``save`` (``_save``) mixed
   in; ``_params``: the parameters' constraints and their check (``check_params``); ``_load``: ``load``;
   ``_fit``: how it is fitted (a typed ``FitResult``); ``_precision``,
-  ``_distances``, ``_stuck``, ``_model``: the fitted model's algebra (precision and contributions;
-  distances; stuck cells; weights, flags and the per-row methods' block functions); ``_base``: its
+  ``_distances``, ``_ranking``, ``_stuck``, ``_model``: the fitted model's algebra (precision and
+  contributions; distances; the channel each row names; stuck cells; weights, flags and the per-row
+  methods' block functions); ``_base``: its
   per-row public methods (as scikit-learn's ``_BasePCA``), with the outlier detector's (``_detector``)
   and the per-channel ones (``_channel_methods``) mixed in; what they share in ``_row_methods``
 - ``_drift``: the drift windows of ``report --window``; ``_report_plot``: the report's PNG;
