@@ -33,7 +33,7 @@ from ._drift import Window, WindowSums, add_windows, window_sums
 from ._model import CONTEXT_ROWS, outlier_flags
 from ._passes import NonFiniteRowsError, rows_before
 from ._precision import contribution_matrix, model_rows
-from ._shift import fault_cells
+from ._shift import FIXED_POINT, fault_cells, shared_product
 from ._stats import merge_moments
 
 __all__ = ["BlockSummary", "block_summaries", "summarize_block", "summarize_task", "N_BINS", "SLICE_ROWS"]
@@ -392,11 +392,13 @@ def _score_slice(m: _Model, X: np.ndarray, first_row: int, raw: np.ndarray | Non
     Xs = X if whole else np.where(ok[:, None], X, 0.0)  # unused rows (every cell missing, an inf): the centre
     judged = judge_cells(model, Xs) if m.cellwise else None  # once, for the distance and the cells
     d = calibrated_d2(model, Xs, judged=judged)  # rows with gaps: on their observed cells, as is_outlier does
-    stuck = fault_cells(model, X if raw is None else raw, before, d, m.own)  # the rows as stored, unusable too
-    flags = ok & outlier_flags(model, Xs, d, stuck)
+    # the shift rule's residuals (y M) 2^FIXED_POINT, made once where it makes them, are the contributions' product
+    product, n_prior = shared_product(model, X if raw is None else raw, before, m.M)
     Y = _shifted(X, centre) if whole else np.where(complete[:, None], X - centre, 0.0)
-    contrib = Y @ m.M
+    contrib = Y @ m.M if product is None else np.ldexp(product[n_prior:], -FIXED_POINT)  # a power of two: exact
     np.square(contrib, out=contrib)  # (P y)_j^2 / P_jj: reconstruction-based contributions (gaps below)
+    stuck = fault_cells(model, X if raw is None else raw, before, d, m.own, product)  # the rows as stored, unusable too
+    flags = ok & outlier_flags(model, Xs, d, stuck)
     if not whole:
         gaps = ok & ~complete
         contrib[~ok] = 0.0

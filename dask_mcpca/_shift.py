@@ -254,15 +254,16 @@ def residual_product(model: Any, rows: np.ndarray, M: np.ndarray | None = None, 
         return (rows - model.mean_) @ np.ldexp(contribution_matrix(model) if M is None else M, FIXED_POINT)
 
 
-def shared_product(model: Any, block, before) -> tuple[np.ndarray | None, int]:
+def shared_product(model: Any, block, before, M: np.ndarray | None = None) -> tuple[np.ndarray | None, int]:
     """:func:`residual_product` of :func:`context_rows` ``(block, before)`` and how many of those rows come
     before the block, where :func:`shifted_cells` would make that product (a model with ``shift_scale_``, the
     compiled loops, a block with rows): for a caller that reads it first (the channels' ranking,
-    :func:`._ranking.top_from_product`) and then hands it to :func:`fault_cells`.  ``(None, 0)`` elsewhere."""
+    :func:`._ranking.top_from_product`; the report's contributions) and then hands it to :func:`fault_cells`.
+    ``(None, 0)`` elsewhere.  ``M``: as :func:`residual_product` takes it."""
     if getattr(model, "shift_scale_", None) is None or not AVAILABLE or not len(block):
         return None, 0
     rows, n_prior = context_rows(block, before)
-    return residual_product(model, rows), n_prior
+    return residual_product(model, rows, M), n_prior
 
 
 def _window_ranks(counted: np.ndarray, n_before: int) -> tuple[np.ndarray, np.ndarray]:
