@@ -112,17 +112,8 @@ def test_a_warm_refit_loads(tmp_path):
     assert_same_model(model, load(tmp_path / "model.json"))
 
 
-@pytest.mark.slow  # the refactor-identity fits: Zarr stores, a dozen fits, two of them interrupted and resumed
-def test_the_refactor_identity_fits_load(tmp_path):
-    import test_refactor_identity as rid
-
-    stores = rid._stores(tmp_path)
-    models = {name: rid._fit(stores[store], kw) for name, (store, kw) in rid.CASES.items()}
-    models.update({name: rid._resumed(stores, name, tmp_path) for name in rid.RESUMED})
-    for name, model in models.items():
-        model.save(tmp_path / f"{name}.json")
-        model.set_params(checkpoint=None)  # a checkpoint's path is not carried into a loaded model
-        assert_same_model(model, load(tmp_path / f"{name}.json"))
+# The refactor-identity fits (Zarr stores, a dozen fits, two of them interrupted and resumed) are saved and loaded
+# where they are made: tests/test_refactor_identity.py.
 
 
 # ------------------------------------------------------------------ damaged files

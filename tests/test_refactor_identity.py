@@ -104,9 +104,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Interrupted, RecordingRows
+from conftest import Interrupted, RecordingRows, assert_same_model
 
-from dask_mcpca import MCPCA
+from dask_mcpca import MCPCA, load
 
 pytestmark = pytest.mark.slow  # the CI tier (tests/conftest.py): real processes, servers or timeouts
 
@@ -279,17 +279,27 @@ def _is_paper(kw: dict) -> bool:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_fit_is_unchanged(case, stores, recorded):
+def test_fit_is_unchanged(case, stores, recorded, tmp_path):
     store, kw = CASES[case]
-    got = _outputs(_fit(stores[store], kw))
-    _assert_unchanged(got, recorded["fits"][case], case, store=store, paper=_is_paper(kw))
+    model = _fit(stores[store], kw)
+    _assert_unchanged(_outputs(model), recorded["fits"][case], case, store=store, paper=_is_paper(kw))
+    _assert_loads_as_saved(model, tmp_path)
 
 
 @pytest.mark.parametrize("case", RESUMED)
 def test_resumed_fit_is_unchanged(case, stores, recorded, tmp_path):
-    got = _outputs(_resumed(stores, case, tmp_path))
+    model = _resumed(stores, case, tmp_path)
     store, kw, _ = RESUMED[case]
-    _assert_unchanged(got, recorded["fits"][case], case, store=store, paper=_is_paper(kw))
+    _assert_unchanged(_outputs(model), recorded["fits"][case], case, store=store, paper=_is_paper(kw))
+    _assert_loads_as_saved(model, tmp_path)
+
+
+def _assert_loads_as_saved(model: MCPCA, tmp_path: Path) -> None:
+    """Every fit of this file, saved and loaded, is the same model (test_model_files' round trip, on the fits
+    made here rather than made again there)."""
+    model.save(tmp_path / "model.json")
+    model.set_params(checkpoint=None)  # a checkpoint's path is not carried into a loaded model
+    assert_same_model(model, load(tmp_path / "model.json"))
 
 
 @pytest.mark.parametrize("case", ["auto-f64", "paper-f64"])
