@@ -63,9 +63,6 @@ from ._stuck import stuck_cells
 
 __all__ = [
     "FIXED_POINT",
-    "context_rows",
-    "residual_product",
-    "shared_product",
     "GAUSS_QUANTILE",
     "MIN_ROWS",
     "MIN_COUNTED_ROWS",
@@ -78,9 +75,12 @@ __all__ = [
     "SHIFT_CUTOFF",
     "SHIFT_SEGMENTS",
     "SHIFT_WINDOW",
+    "context_rows",
     "fault_cells",
+    "residual_product",
     "run_plan",
     "segment_rows",
+    "shared_product",
     "shift_scales",
     "shifted_cells",
     "standard_means",
