@@ -203,8 +203,11 @@ def _residuals(model: Any, rows: np.ndarray, n_prior: int = 0, d2: np.ndarray | 
         if d2 is not None:
             bad[n_prior:] |= np.asarray(d2) > model.outlier_cutoff_
     # in units of 2**-FIXED_POINT (a power of two: exact), clipped, rounded to integers; a row left out is 0
-    r = residual_product(model, rows, M, in_model_units=True) if product is None else product
-    r[bad] = 0.0  # as the product of a zero row (a row's product does not depend on the others)
+    if product is None:  # a row left out enters the product as zeros (its centre): no NaN reaches the GEMM
+        r = residual_product(model, np.where(bad[:, None], model.mean_, rows), M, in_model_units=True)
+    else:  # made over every row: a row's product does not depend on the others, so zeroed after is the same
+        r = product
+        r[bad] = 0.0
     with np.errstate(over="ignore", invalid="ignore"):  # a row near the float64 limit: clipped, as any far one
         cell_cutoff = getattr(model, "cell_cutoff_", None)
         if cell_cutoff is not None:  # a cellwise model's row with a cell beyond its cutoff: that cell's fault
