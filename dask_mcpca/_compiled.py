@@ -122,7 +122,9 @@ DISTANCE_ROWS = 8
 
 #: LLVM fast-math flags: reassociation (vectorised sums), contraction (FMA),
 #: no signed zeros, reciprocal.  Not ``nnan``/``ninf``: infinities and NaN
-#: keep their IEEE meaning.
+#: keep their IEEE meaning.  A sum never shares its loop with a store: LLVM vectorises such a
+#: loop behind a run-time alias check on the arrays' addresses and keeps an unvectorised copy,
+#: whose sum rounds otherwise (tests/test_compiled.py reads the IR for it).
 _FLAGS = {"reassoc", "contract", "nsz", "arcp"}
 
 
@@ -225,11 +227,11 @@ def _sums_run(Yt, G, w, col, m, weight, wsum, scatter):  # pragma: no cover - co
         for j in range(J):
             g = G[j, col : col + m]
             wj = w[j]
-            s = zero
             for t in range(m):
-                v = g[t] * ya[t]
-                wj[t] = v
-                s += v
+                wj[t] = g[t] * ya[t]
+            s = zero
+            for t in range(m):  # apart from the store (see _FLAGS)
+                s += wj[t]
             wsum[j, a] += s
         for b in range(a, p):
             yb = Yt[b, col : col + m]
@@ -495,6 +497,7 @@ def row_distances(X, center, scale, components, inv_var, inv_noise, top_matrix, 
             if r < m:
                 for j in range(p):
                     y[r, j] = (X[t0 + r, j] - center[j]) * scale
+                for j in range(p):  # apart from the store (see _FLAGS)
                     acc += y[r, j] * y[r, j]
             else:
                 y[r, :] = 0.0

@@ -13,6 +13,7 @@ units, and the weighted mean and scatter about it.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -407,3 +408,53 @@ def test_row_distances_match_the_plain_definitions(dtype, n_components):
     alone = np.array([_distances.distances_and_top(model, rows[i : i + 1], top=True)[0][0] for i in range(20)])
     np.testing.assert_array_equal(alone, d2[:20])
     assert _distances.mahalanobis_d2(model, rows).tobytes() == d2.tobytes()
+
+
+# ------------------------------------------------------------- the same bits wherever arrays lie
+def _sums_behind_alias_checks(ir: str) -> list[str]:
+    """The runtime alias checks (``vector.memcheck`` blocks) in LLVM IR that guard a vectorised loop
+    ending in a horizontal sum (``bin.rdx`` or ``vector.reduce.fadd`` before the loop's
+    ``middle.block``).  Where such a check fails (arrays that lie within a few hundred bytes of each
+    other), the unvectorised copy of the loop runs, and its sum rounds otherwise."""
+    labels = [(m.start(), m.group(1)) for m in re.finditer(r"^([A-Za-z_][\w.]*):", ir, re.M)]
+    found = []
+    for i, (start, name) in enumerate(labels):
+        if not name.startswith("vector.memcheck"):
+            continue
+        end = next((s for s, n in labels[i + 1 :] if n.startswith("middle.block")), len(ir))
+        after = next((s for s, _ in labels if s > end), len(ir))  # the middle block itself
+        if re.search(r"bin\.rdx|vector\.reduce\.fadd", ir[start:after]):
+            found.append(name)
+    return found
+
+
+@pytest.mark.slow  # compiles every fast-math loop again, uncached (about 20 s): the CI tier
+def test_no_fast_math_sum_depends_on_where_the_arrays_lie():
+    """A fast-math sum in a loop that also stores is vectorised behind a run-time check that the
+    arrays do not overlap, with the unvectorised loop as the fallback; heap addresses then chose
+    the rounding of a row's distance (3 ulp, in 1 of about 30 processes under load).  Each
+    compiled loop the package uses, compiled afresh for each signature this process has used,
+    has no such check before a sum."""
+    import numba
+
+    from dask_mcpca import MCPCA
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 5)) * [4.0, 2.0, 1.0, 0.5, 0.3]
+    for dtype in DTYPES:  # the kernel passes, the per-row distances and the partial rows' gaps
+        model = MCPCA(n_components=2).fit(X.astype(dtype))
+        model.mahalanobis(X.astype(dtype))
+    gappy = X.copy()
+    gappy[rng.random(X.shape) < 0.02] = np.nan
+    MCPCA(n_components=2, nan_policy="partial").fit(gappy)
+    loops = [f for f in vars(_compiled).values() if isinstance(f, numba.core.registry.CPUDispatcher)
+             and f.targetoptions.get("fastmath") and f.targetoptions.get("inline", "never") == "never"]
+    assert {f.__name__ for f in loops} >= {"row_distances", "flat_top_sums", "complete_gaps"}
+    found = {}
+    for f in loops:
+        fresh = numba.njit(cache=False, **f.targetoptions)(f.py_func)
+        for sig in f.signatures:
+            fresh.compile(sig)
+            if checks := _sums_behind_alias_checks(fresh.inspect_llvm(sig)):
+                found[f"{f.__name__}{sig}"] = checks
+    assert not found
