@@ -3,7 +3,9 @@
 An xarray-written Zarr store with a time coordinate stands in for a plant's
 logger: the demo's sensors (``dask_mcpca.demo``), one 1-D variable per
 channel along ``time``, written by ``Dataset.to_zarr``.  Then the three
-commands of the README: ``fit``, ``score`` and ``report``.  Everything goes
+commands of the README: ``fit``, ``score`` and ``report``, called in this process through
+``dask_mcpca.cli.main`` (what the ``dask-mcpca`` console script runs: the same arguments, the
+same exit status).  Everything goes
 to ``--out`` (default ``./out/your_archive``, which git ignores): the store,
 ``model.json``, ``scores.zarr``, ``archive_report.png`` and ``events.csv``;
 a rerun replaces them.  Nothing is written elsewhere (the tracked
@@ -17,13 +19,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 
 import pandas as pd
 import xarray as xr
 import zarr
 
+from dask_mcpca.cli import main as dask_mcpca
 from dask_mcpca.demo.archive import CHANNELS, make_archive
 
 #: Where a run writes when no ``--out`` is given (relative to the working folder; ``out/`` is git-ignored).
@@ -48,15 +50,16 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     store = os.path.join(args.out, "plant.zarr")
     write_plant_archive(store, args.rows)
-    cli = [sys.executable, "-m", "dask_mcpca"]
     model = os.path.join(args.out, "model.json")
-    subprocess.run([*cli, "fit", store, "--nan-policy", "omit", "--output", model, "--overwrite"],
-                   check=True)
-    subprocess.run([*cli, "score", store, "--model", model, "--output", os.path.join(args.out, "scores.zarr"),
-                    "--overwrite"], check=True)
-    subprocess.run([*cli, "report", store, "--model", model, "--max-gap", "2",
-                    "--output", os.path.join(args.out, "archive_report.png"),
-                    "--events", os.path.join(args.out, "events.csv")], check=True)
+    commands = [
+        ["fit", store, "--nan-policy", "omit", "--output", model, "--overwrite"],
+        ["score", store, "--model", model, "--output", os.path.join(args.out, "scores.zarr"), "--overwrite"],
+        ["report", store, "--model", model, "--max-gap", "2", "--output", os.path.join(args.out, "archive_report.png"),
+         "--events", os.path.join(args.out, "events.csv")],
+    ]
+    for command in commands:  # as `dask-mcpca fit ...` in a shell; stop at the first that fails
+        if status := dask_mcpca(command):
+            sys.exit(status)
     print(f"written to {args.out}")
 
 

@@ -4,7 +4,7 @@ cache state or ``NUMBA_DISABLE_JIT`` (issue 23).
 Every fit here runs in a process of its own, started as a user would start one, on a real Zarr
 store on disk: a process that sees 2, 8 or 32 cores (``os.cpu_count`` and the CPU affinity
 patched before anything is imported, so dask's thread pool follows too), the threaded, the
-synchronous and the multiprocessing scheduler, a process that compiles numba's loops into an
+synchronous and the multiprocessing scheduler (its pool forked), a process that compiles numba's loops into an
 empty cache and one that loads them, and one with ``NUMBA_DISABLE_JIT=1`` (the numpy spelling).
 The block layout, the row sample and the order of the sums depend on the data only, so the
 fits agree bit for bit, except the numpy spelling's, whose float64 sums add in another order
@@ -40,7 +40,8 @@ def main():
     from dask_mcpca import MCPCA, _block, _io
     out = {"compiled": _block.COMPILED, "min_blocks": _io.MIN_BLOCKS, "fits": []}
     for store, scheduler, checkpoint in config["fits"]:
-        with dask.config.set(scheduler=scheduler):
+        # the process pool forked, not spawned: each spawned worker imported the package again (11 of 15 s)
+        with dask.config.set({"scheduler": scheduler, "multiprocessing.context": "fork"}):
             model = MCPCA(checkpoint=checkpoint).fit(store)
         out["fits"].append({
             "store": store, "scheduler": scheduler, "n_blocks": len(_io.as_row_blocks(store).chunks[0]),
@@ -56,15 +57,16 @@ if __name__ == "__main__":
 
 
 def _store(path, dtype) -> str:
-    """300,000 rows x 6 (3 factors, noise, 3 % outliers) in 5,000-row chunks: 60 chunks, so
-    that a layout that followed the core count gave 4 blocks on 2 cores and 60 on 32."""
+    """120,000 rows x 6 (3 factors, noise, 3 % outliers) in 2,000-row chunks: 60 chunks, so
+    that a layout that followed the core count gave 4 blocks on 2 cores and 60 on 32; six times the
+    row sample (``sample_size``), so that the fits sample."""
     rng = np.random.default_rng(7)
-    n, p = 300_000, 6
+    n, p = 120_000, 6
     X = rng.normal(size=(n, 3)) @ rng.normal(size=(3, p)) * [3.0, 2.0, 1.0, 1.0, 1.0, 1.0]
     X += 0.3 * rng.normal(size=(n, p))
     bad = rng.random(n) < 0.03
     X[bad] += rng.normal(scale=20.0, size=(bad.sum(), p))
-    arr = zarr.create_array(str(path), shape=X.shape, chunks=(5_000, p), dtype=dtype)
+    arr = zarr.create_array(str(path), shape=X.shape, chunks=(2_000, p), dtype=dtype)
     arr[:] = X.astype(dtype)
     return str(path)
 
@@ -110,7 +112,7 @@ def _fit(runs, key, store, scheduler="threads", index=0):
 def test_layout_does_not_follow_the_core_count(fits):
     f32, _, runs = fits
     assert {runs[k]["min_blocks"] for k in runs} == {8}
-    # 300,000 rows / 8 blocks: 7 chunks (35,000 rows) a block, 9 blocks, whatever the cores
+    # 60 chunks / 8 blocks: 7 chunks (14,000 rows) a block, 9 blocks, whatever the cores
     assert {_fit(runs, k, f32)["n_blocks"] for k in (2, 8, 32, "nojit")} == {9}
 
 

@@ -55,7 +55,7 @@ def test_checks_pass_on_the_declared_floor(tmp_path):
     version = floor if floor.count(".") >= 2 else f"{floor}.0"
     target = tmp_path / "sklearn-floor"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", str(target),
          f"scikit-learn=={version}"],
         check=True, timeout=300,
     )
