@@ -138,7 +138,7 @@ def test_load_of_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
 
 # ------------------------------------------------------- local outputs: only what the user named
 @pytest.mark.parametrize("layout", ["user files", "only .zattrs", "zarr.json is a folder", "zarr.json not JSON"])
-def test_score_overwrite_replaces_only_a_zarr_store(tmp_path, plant, model_file, layout):
+def test_score_overwrite_replaces_only_a_zarr_store(tmp_path, plant, model_file, layout, capsys):
     out = tmp_path / "precious"
     out.mkdir()
     (out / "data.csv").write_text("a,b\n1,2\n")
@@ -148,7 +148,8 @@ def test_score_overwrite_replaces_only_a_zarr_store(tmp_path, plant, model_file,
         (out / "zarr.json").mkdir()
     elif layout == "zarr.json not JSON":
         (out / "zarr.json").write_text("my notes")
-    rc, _, err = _cli("score", plant["plain"], "--model", model_file, "--output", out, "--overwrite", "--no-progress")
+    rc, err = _in_process(capsys, "score", plant["plain"], "--model", model_file, "--output", out, "--overwrite",
+                          "--no-progress")
     assert rc == 2 and "is not a Zarr store" in _error_line(err)
     assert (out / "data.csv").read_text() == "a,b\n1,2\n"
 
@@ -171,15 +172,15 @@ def test_a_folder_put_where_the_store_goes_during_the_write_is_kept(tmp_path):
             os.mkdir(tmp_path / "new.zarr")
 
 
-def test_demo_never_writes_into_a_folder_it_did_not_make(tmp_path):
+def test_demo_never_writes_into_a_folder_it_did_not_make(tmp_path, capsys):
     mine = tmp_path / "home"
     mine.mkdir()
     (mine / "thesis.tex").write_text("mine")
-    rc, _, err = _cli("demo", "--rows", "2000", "--out", mine, "--no-progress")
+    rc, err = _in_process(capsys, "demo", "--rows", "2000", "--out", mine, "--no-progress")
     assert rc == 2 and "--out" in _error_line(err) and "thesis.tex" in err
     assert os.listdir(mine) == ["thesis.tex"]  # not even the demo's marker
     (tmp_path / "file").write_text("x")
-    rc, _, err = _cli("demo", "--rows", "2000", "--out", tmp_path / "file", "--no-progress")
+    rc, err = _in_process(capsys, "demo", "--rows", "2000", "--out", tmp_path / "file", "--no-progress")
     assert rc == 2 and "not a folder" in _error_line(err)
 
 
@@ -225,23 +226,23 @@ def test_version_is_the_installed_distributions():
     assert rc == 0 and out.strip() == f"dask-mcpca {version('dask-mcpca')}"
 
 
-def test_fit_replaces_a_model_file_only_with_overwrite(plant, tmp_path):
+def test_fit_replaces_a_model_file_only_with_overwrite(plant, tmp_path, capsys):
     target = tmp_path / "m.json"
     target.write_text("a model the user keeps")
-    rc, _, err = _cli("fit", plant["plain"], "--output", target, "--no-progress")
+    rc, err = _in_process(capsys, "fit", plant["plain"], "--output", target, "--no-progress")
     line = _error_line(err)
     assert rc == 2 and "--output" in line and "--overwrite" in line and str(target) in line
     assert target.read_text() == "a model the user keeps"
-    rc, _, err = _cli("fit", plant["plain"], "--output", target, "--no-progress", "--overwrite")
+    rc, err = _in_process(capsys, "fit", plant["plain"], "--output", target, "--no-progress", "--overwrite")
     assert rc == 0, err
     assert load(target).n_features_in_ == 4
 
 
 @pytest.mark.parametrize("command", ["fit", "score"])
-def test_an_object_store_output_with_an_empty_segment_is_named(plant, model_file, command):
+def test_an_object_store_output_with_an_empty_segment_is_named(plant, model_file, command, capsys):
     url = "s3://bkt//x" + (".json" if command == "fit" else ".zarr")
     extra = ["--model", model_file] if command == "score" else []
-    rc, _, err = _cli(command, plant["plain"], *extra, "--output", url, "--no-progress")
+    rc, err = _in_process(capsys, command, plant["plain"], *extra, "--output", url, "--no-progress")
     line = _error_line(err)
     assert rc == 2 and f"--output {url!r}" in line and "'//'" in line
 
