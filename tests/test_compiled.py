@@ -447,6 +447,16 @@ def test_no_fast_math_sum_depends_on_where_the_arrays_lie():
     gappy = X.copy()
     gappy[rng.random(X.shape) < 0.02] = np.nan
     MCPCA(n_components=2, nan_policy="partial").fit(gappy)
+    def stores_and_sums(x, y, k):  # the shape the check is about (the rows at an offset): found on this LLVM
+        s = 0.0
+        for i in range(y.shape[0]):
+            y[i] = 2.0 * x[i + k]
+            s += y[i]
+        return s
+
+    probe = numba.njit(fastmath=_compiled._FLAGS)(stores_and_sums)
+    probe(np.ones(64), np.empty(60), 2)
+    assert _sums_behind_alias_checks(probe.inspect_llvm(probe.signatures[0]))
     loops = [f for f in vars(_compiled).values() if isinstance(f, numba.core.registry.CPUDispatcher)
              and f.targetoptions.get("fastmath") and f.targetoptions.get("inline", "never") == "never"]
     assert {f.__name__ for f in loops} >= {"row_distances", "flat_top_sums", "complete_gaps"}
