@@ -194,17 +194,17 @@ def _residuals(model: Any, rows: np.ndarray, n_prior: int = 0, d2: np.ndarray | 
         with np.errstate(invalid="ignore"):
             bad |= np.logical_or(*at_limits(rows, limits, limit_tolerances(model))).any(axis=1)
     # a row holding a learned stuck value or frozen record is the fault rules' (its stretch would shift the means)
-    kept = np.where(bad[:, None], model.mean_, rows) if bad.any() else rows
-    bad |= held_out(kept, getattr(model, "repeated_values_", None), getattr(model, "repeated_rows_", None))
+    bad |= held_out(_at_centre(model, rows, bad), getattr(model, "repeated_values_", None),
+                    getattr(model, "repeated_rows_", None))
     n_prior = len(rows) if d2 is None else n_prior  # the rows whose distances are computed here
     with np.errstate(invalid="ignore"):  # NaN distances: rows already left out
-        far = calibrated_d2(model, np.where(bad[:n_prior, None], model.mean_, rows[:n_prior]))  # as the callers'
+        far = calibrated_d2(model, _at_centre(model, rows[:n_prior], bad[:n_prior]))  # as the callers'
         bad[:n_prior] |= far > model.outlier_cutoff_
         if d2 is not None:
             bad[n_prior:] |= np.asarray(d2) > model.outlier_cutoff_
     # in units of 2**-FIXED_POINT (a power of two: exact), clipped, rounded to integers; a row left out is 0
     if product is None:  # a row left out enters the product as zeros (its centre): no NaN reaches the GEMM
-        r = residual_product(model, np.where(bad[:, None], model.mean_, rows), M, in_model_units=True)
+        r = residual_product(model, _at_centre(model, rows, bad), M, in_model_units=True)
     else:  # made over every row: a row's product does not depend on the others, so zeroed after is the same
         r = product
         r[bad] = 0.0
@@ -242,6 +242,12 @@ def context_rows(block, before) -> tuple[np.ndarray, int]:
     prior = np.empty((0, block.shape[1])) if before is None else np.asarray(before)
     prior = prior[max(len(prior) - PRIOR_ROWS, 0):]
     return np.concatenate([prior, block]), len(prior)
+
+
+def _at_centre(model: Any, rows: np.ndarray, left_out: np.ndarray) -> np.ndarray:
+    """``rows`` (model units) with the rows ``left_out`` put at the centre, ``mean_``: a copy where any is left
+    out, ``rows`` itself where none is."""
+    return np.where(left_out[:, None], model.mean_, rows) if left_out.any() else rows
 
 
 def residual_product(model: Any, rows: np.ndarray, M: np.ndarray | None = None, *,
