@@ -67,10 +67,10 @@ def pytest_configure(config):
     if os.path.isdir(_NUMBA_CACHE) and any(name.endswith(".nbi") for _, _, files in os.walk(_NUMBA_CACHE)
                                             for name in files):
         return
-    _compile_the_loops()
+    compile_the_loops()
 
 
-def _compile_the_loops() -> None:
+def compile_the_loops() -> None:
     """The calls that compile the loops most tests use: fits of float64 and float32 rows (the kernel
     passes), the per-row distances, channel ranking and shift rule of ``score_rows``, and a partial fit's
     gaps."""

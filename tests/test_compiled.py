@@ -428,25 +428,20 @@ def _sums_behind_alias_checks(ir: str) -> list[str]:
     return found
 
 
-@pytest.mark.slow  # compiles every fast-math loop again, uncached (about 20 s): the CI tier
+@pytest.mark.slow  # compiles every fast-math loop again, uncached (about 10 s): the CI tier
 def test_no_fast_math_sum_depends_on_where_the_arrays_lie():
     """A fast-math sum in a loop that also stores is vectorised behind a run-time check that the
     arrays do not overlap, with the unvectorised loop as the fallback; heap addresses then chose
     the rounding of a row's distance (3 ulp, in 1 of about 30 processes under load).  Each
-    compiled loop the package uses, compiled afresh for each signature this process has used,
-    has no such check before a sum."""
+    compiled loop of the package, compiled afresh for each signature the usual calls use
+    (``conftest.compile_the_loops``), has no such check before a sum."""
+    import sys
+
     import numba
+    from conftest import compile_the_loops
 
-    from dask_mcpca import MCPCA
+    compile_the_loops()
 
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(3000, 5)) * [4.0, 2.0, 1.0, 0.5, 0.3]
-    for dtype in DTYPES:  # the kernel passes, the per-row distances and the partial rows' gaps
-        model = MCPCA(n_components=2).fit(X.astype(dtype))
-        model.mahalanobis(X.astype(dtype))
-    gappy = X.copy()
-    gappy[rng.random(X.shape) < 0.02] = np.nan
-    MCPCA(n_components=2, nan_policy="partial").fit(gappy)
     def stores_and_sums(x, y, k):  # the shape the check is about (the rows at an offset): found on this LLVM
         s = 0.0
         for i in range(y.shape[0]):
@@ -457,8 +452,10 @@ def test_no_fast_math_sum_depends_on_where_the_arrays_lie():
     probe = numba.njit(fastmath=_compiled._FLAGS)(stores_and_sums)
     probe(np.ones(64), np.empty(60), 2)
     assert _sums_behind_alias_checks(probe.inspect_llvm(probe.signatures[0]))
-    loops = [f for f in vars(_compiled).values() if isinstance(f, numba.core.registry.CPUDispatcher)
-             and f.targetoptions.get("fastmath") and f.targetoptions.get("inline", "never") == "never"]
+    loops = [f for name, module in list(sys.modules.items()) if name.startswith("dask_mcpca")
+             for f in vars(module).values() if isinstance(f, numba.core.registry.CPUDispatcher)
+             and f.__module__ == name and f.targetoptions.get("fastmath")
+             and f.targetoptions.get("inline", "never") == "never"]
     assert {f.__name__ for f in loops} >= {"row_distances", "flat_top_sums", "complete_gaps"}
     found = {}
     for f in loops:
