@@ -7,6 +7,7 @@ folder on ``sys.path``, as it does for ``_cluster`` and ``paper_reference``.
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import shutil
 import tempfile
@@ -47,14 +48,27 @@ def pytest_addoption(parser):
                      help="also run the tests marked slow (the CI tier; see tests/conftest.py)")
 
 
-#: The longest test files of the full tier, longest first (``--durations``, 2 cores): CI runs the files
-#: on two processes, whole (``--dist loadfile``: their module fixtures, S3 servers and clusters, are
-#: made once), handed out in collection order.  Started first, the long files run beside the many
-#: short ones; collected in name order, ``test_writes_and_hangs`` ran alone for its last two minutes.
+#: The longest test files of the full tier, longest first (their wall seconds on 2 cores, session 8: 67, 63,
+#: 57, 50, 49, 41, 41, 24, 23, 22, 21, 21, 20, 20).  CI runs the files on two processes, whole
+#: (``--dist loadfile``: their module fixtures, S3 servers and clusters, are made once), handed out in
+#: collection order (``--no-loadscope-reorder``, pyproject.toml).  Started first, the long files run beside
+#: the many short ones.  pytest-xdist's own order (most tests first) had put the install's two tests, the
+#: README's six and the sklearn floor's two, 85 s together, at the end: one process ran them alone while
+#: the other had finished 33 s before.
 LONGEST_FIRST = (
-    "test_writes_and_hangs.py", "test_mcpca.py", "test_distributed.py", "test_object_store.py",
-    "test_same_everywhere.py", "test_recipes.py", "test_report.py", "test_score_append.py",
+    "test_writes_and_hangs.py", "test_cli.py", "test_mcpca.py", "test_object_store.py", "test_distributed.py",
+    "test_install.py", "test_score_append.py", "test_report.py", "test_readme.py", "test_same_everywhere.py",
+    "test_sklearn_floor.py", "test_numerics.py", "test_recipes.py", "test_invariance.py",
 )
+
+
+def _dispatch_order(items: list) -> None:
+    """Sort ``items`` (stably, so a file's tests keep their order) for pytest-xdist's ``loadfile``:
+    :data:`LONGEST_FIRST`, then the other files by their number of tests, most first (the order
+    pytest-xdist chose by itself)."""
+    counts = collections.Counter(item.path for item in items)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -counts[item.path]))
 
 
 def pytest_configure(config):
@@ -88,14 +102,12 @@ def compile_the_loops() -> None:
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--full"):
-        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files keep their order
-        return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    if not config.getoption("--full"):
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    _dispatch_order(items)
 
 
 #: The fitted arrays compared by default.
