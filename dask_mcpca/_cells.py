@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from ._missing import conditional, equivalent_d2
 from ._partial_stats import completed_sums
 from ._power import direction_floors, spread_directions
+from ._schedule import quantile_of
 from ._start import precision
 
 __all__ = [
@@ -138,7 +138,7 @@ def breakdown_message(flags: np.ndarray, support: float, *, cellwise: bool) -> s
 
 def cell_cutoff2(quantile: float = CELL_QUANTILE) -> float:
     """The squared standardized residual above which a cell is flagged: ``chi2_1`` at ``quantile``."""
-    return float(stats.chi2.ppf(quantile, 1))
+    return quantile_of("chi2", quantile, 1)
 
 
 def cell_precision(scatter: np.ndarray) -> np.ndarray:

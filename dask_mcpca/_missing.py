@@ -52,6 +52,7 @@ from scipy.special import gammaln
 
 from . import _compiled
 from ._blas import trmm_rows
+from ._schedule import chi2_cdf, chi2_logsf
 
 __all__ = [
     "partial_rows", "nonfinite_rows", "pattern_codes", "patterns", "ConditionalModel", "conditional_model",
@@ -323,8 +324,7 @@ def _log_tail(x: np.ndarray, df) -> np.ndarray:
 
 def _chi2_logsf(x: np.ndarray, df) -> np.ndarray:
     """``log P(chi2_df > x)``, finite for every finite x (scipy's underflows to -inf far out)."""
-    with np.errstate(divide="ignore"):
-        out = np.asarray(stats.chi2.logsf(x, df), np.float64)
+    out = np.asarray(chi2_logsf(x, df), np.float64)
     far = out < _FAR_LOG_SF
     if np.any(far):
         out[far] = _log_tail(x[far], np.broadcast_to(df, np.shape(x))[far])
@@ -402,8 +402,8 @@ def _flat_top_consistency(k: np.ndarray, c2: float, q: np.ndarray) -> np.ndarray
     (the same operations element by element, one scipy call for all of them)."""
     s = c2 / (1.0 + c2)
     log_tail = q / (2.0 * c2) + (k / 2.0) * np.log(s)
-    weight = stats.chi2.cdf(q, k) + np.exp(log_tail + stats.chi2.logsf(q / s, k))
-    return k * weight / (k * stats.chi2.cdf(q, k + 2) + s * k * np.exp(log_tail + stats.chi2.logsf(q / s, k + 2)))
+    weight = chi2_cdf(q, k) + np.exp(log_tail + chi2_logsf(q / s, k))
+    return k * weight / (k * chi2_cdf(q, k + 2) + s * k * np.exp(log_tail + chi2_logsf(q / s, k + 2)))
 
 
 def em_moments(

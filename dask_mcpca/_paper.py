@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 from ._block_rows import top_exponent as _top_exponent
 from ._passes import PassRunner
@@ -26,7 +25,7 @@ from ._power import (
     variance_floor,
     woodbury_update,
 )
-from ._schedule import paper_kernel_sizes
+from ._schedule import paper_kernel_sizes, quantile_of
 from ._stats import PassPlan
 
 __all__ = ["LastPass", "PaperState", "fit_paper", "sample_variances"]
@@ -228,9 +227,9 @@ def sample_variances(sample: np.ndarray, center: np.ndarray, components: np.ndar
     kept = components[:k]
     scores = Y @ kept.T
     offset = np.median(scores, axis=0)
-    variances = (np.median(np.abs(scores - offset), axis=0) / stats.norm.ppf(0.75)) ** 2 + offset**2
+    variances = (np.median(np.abs(scores - offset), axis=0) / quantile_of("norm", 0.75)) ** 2 + offset**2
     if k == p:
         return variances, 0.0
     r = Y - scores @ kept
-    return variances, float(np.median(np.einsum("ij,ij->i", r, r)) / stats.chi2.ppf(0.5, p - k) * (p - k))
+    return variances, float(np.median(np.einsum("ij,ij->i", r, r)) / quantile_of("chi2", 0.5, p - k) * (p - k))
 

@@ -38,12 +38,17 @@ orders rows by distance on a scale that does not saturate.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 __all__ = [
     "paper_kernel_sizes",
     "robust_kernel_size2",
+    "chi2_cdf",
+    "chi2_logsf",
+    "quantile_of",
     "flat_top_consistency",
     "outlier_cutoff_d2",
     "hotelling_quantile",
@@ -110,6 +115,25 @@ def robust_kernel_size2(p: int) -> float:
     return max(KERNEL_SIZE_FACTOR * p, MIN_KERNEL_SIZE2)
 
 
+def chi2_cdf(x, df):
+    """``P(chi2_df <= x)`` for ``x >= 0``: :func:`scipy.special.chdtr`, the function ``scipy.stats.chi2.cdf``
+    evaluates there, without its argument checks (a call took about 90 us, most of a fit's client time
+    on small data; this one a few)."""
+    return special.chdtr(df, x)
+
+
+def chi2_logsf(x, df):
+    """``log P(chi2_df > x)`` for ``x >= 0``, by the rule ``scipy.stats.chi2.logsf`` follows (scipy 1.17,
+    ``rv_continuous._logsf``) and its values: the log of the survival function above the median, where it
+    is small, ``log1p`` of minus the distribution function below it, where it is near 1.  Without the
+    argument checks (see :func:`chi2_cdf`); -inf where the survival function underflows, 0 at 0."""
+    df = np.asarray(df)
+    with np.errstate(divide="ignore"):
+        inner = np.where(x > 2 * special.gammaincinv(df / 2, 0.5), np.log(special.chdtrc(df, x)),
+                         np.log1p(-special.chdtr(df, x)))
+    return np.where(x > 0, inner, 0.0)  # 0, not log1p's -0, at the support's edge
+
+
 def flat_top_consistency(p: int, c2: float, q: float) -> float:
     """Factor that makes the flat-top-weighted covariance consistent at the Gaussian.
 
@@ -126,14 +150,21 @@ def flat_top_consistency(p: int, c2: float, q: float) -> float:
     # The tail terms in logs: for a small c^2, exp(q / 2c^2) overflows while
     # the survival function underflows, and their product is tiny, not NaN.
     log_tail = q / (2.0 * c2) + (p / 2.0) * np.log(s)
-    weight = stats.chi2.cdf(q, p) + np.exp(log_tail + stats.chi2.logsf(q / s, p))
-    moment = p * stats.chi2.cdf(q, p + 2) + s * p * np.exp(log_tail + stats.chi2.logsf(q / s, p + 2))
+    weight = chi2_cdf(q, p) + np.exp(log_tail + chi2_logsf(q / s, p))
+    moment = p * chi2_cdf(q, p + 2) + s * p * np.exp(log_tail + chi2_logsf(q / s, p + 2))
     return float(p * weight / moment)
+
+
+@functools.lru_cache(maxsize=4096)
+def quantile_of(law: str, q: float, *args) -> float:
+    """``scipy.stats.<law>.ppf(q, *args)``, kept: the few quantiles a fit asks for again and again, of the
+    chi-square and the normal law at fixed probabilities (a call to scipy.stats takes about 90 us)."""
+    return float(getattr(stats, law).ppf(q, *args))
 
 
 def outlier_cutoff_d2(p: int, quantile: float = OUTLIER_QUANTILE) -> float:
     """The squared Mahalanobis distance above which a row is flagged."""
-    return float(stats.chi2.ppf(quantile, df=p))
+    return quantile_of("chi2", quantile, p)
 
 
 def hotelling_quantile(p: int, n: float, quantile: float) -> float:
@@ -145,7 +176,8 @@ def hotelling_quantile(p: int, n: float, quantile: float) -> float:
     """
     if not n > p + 1:
         return float("inf")
-    return float(p * (n - 1) * (n + 1) / (n * (n - p)) * stats.f.ppf(quantile, p, n - p))
+    # scipy.stats.f.ppf's own function, without its argument checks (see chi2_cdf)
+    return float(p * (n - 1) * (n + 1) / (n * (n - p)) * special.fdtri(p, n - p, quantile))
 
 
 def fitted_quantile(p: int, n: float, quantile: float) -> float:
@@ -222,12 +254,12 @@ def calibrated_cutoff(d2: np.ndarray, quantile: float, *, p: int, n_effective: f
     med = np.median(d2)
     if not (0 < med < np.inf):  # no spread, or every distance beyond float64
         return floor
-    roots = np.cbrt(d2[d2 <= stats.chi2.ppf(TRIM_QUANTILE, p) * med / stats.chi2.ppf(0.5, p)] if trim else d2)
+    roots = np.cbrt(d2[d2 <= quantile_of("chi2", TRIM_QUANTILE, p) * med / quantile_of("chi2", 0.5, p)] if trim else d2)
     center = np.median(roots)
     spread = stats.median_abs_deviation(roots, scale="normal")
     if law == "fitted" and TAIL_QUANTILE is not None:
         spread = max(spread, upper_tail_spread(roots, center, spread))
-    return max(float((center + stats.norm.ppf(quantile) * spread) ** 3), floor)
+    return max(float((center + quantile_of("norm", quantile) * spread) ** 3), floor)
 
 
 def upper_tail_spread(roots: np.ndarray, center: float, spread: float) -> float:
@@ -244,4 +276,4 @@ def upper_tail_spread(roots: np.ndarray, center: float, spread: float) -> float:
     near = roots[roots <= center + TAIL_GUARD * spread]
     if len(near) < TAIL_MIN_ROWS:
         return 0.0
-    return float((np.quantile(near, TAIL_QUANTILE) - center) / stats.norm.ppf(TAIL_QUANTILE))
+    return float((np.quantile(near, TAIL_QUANTILE) - center) / quantile_of("norm", TAIL_QUANTILE))

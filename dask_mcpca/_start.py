@@ -17,6 +17,7 @@ import numpy as np
 from scipy import stats
 
 from ._power import spread_directions
+from ._schedule import quantile_of
 from ._threads import map_on_cores
 
 __all__ = ["robust_start", "outlyingness", "precision", "TINY_EIGENVALUE", "START_FRACTION", "N_DIRECTIONS"]
@@ -157,7 +158,7 @@ def _median_scaled(Y: np.ndarray, scatter: np.ndarray) -> np.ndarray:
     """``scatter`` scaled so the median ``d^2`` of the rows ``Y`` is the chi-square median."""
     d2 = _mahalanobis2(Y, scatter)
     med = np.median(d2)
-    return scatter * (med / stats.chi2.ppf(0.5, max(_rank(scatter), 1))) if med > 0 else scatter
+    return scatter * (med / quantile_of("chi2", 0.5, max(_rank(scatter), 1))) if med > 0 else scatter
 
 
 def robust_start(sample: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
