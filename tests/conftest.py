@@ -21,13 +21,22 @@ import threading
 # tests/test_same_everywhere.py checks it with folders of its own, one compiling, the others
 # loading), and no test compares bits with a record (tests/test_refactor_identity.py has
 # tolerances).  DASK_MCPCA_TESTS_NUMBA_CACHE names another folder; empty: a temporary one per session.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUMBA_CACHE = os.environ.get("DASK_MCPCA_TESTS_NUMBA_CACHE")
 if _NUMBA_CACHE is None:
-    _NUMBA_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".numba-cache")
+    _NUMBA_CACHE = os.path.join(_ROOT, ".numba-cache")
 elif not _NUMBA_CACHE:
     _NUMBA_CACHE = tempfile.mkdtemp(prefix="dask-mcpca-tests-numba-")
     atexit.register(shutil.rmtree, _NUMBA_CACHE, True)
 os.environ["DASK_MCPCA_TESTS_NUMBA_CACHE"] = os.environ["NUMBA_CACHE_DIR"] = _NUMBA_CACHE
+
+# Where the environment forbids bytecode files (PYTHONDONTWRITEBYTECODE, as in the sandbox CI runs in),
+# each of the ~150 Python processes the full tier starts (commands, cluster workers, pytest-xdist's
+# workers) compiled the package and the test files from source again: 0.35 s of CPU a process that
+# imports the estimator.  The tests' processes write it, as Python does by default, to ``__pycache__``
+# folders (ignored by git; installed packages have theirs already).  Set in pytest's first process, it
+# reaches every process started after it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # scikit-learn's array-API checks (tests/test_sklearn_checks.py: with array-API dispatch on, numpy
 # input must give the same results) run only when scipy sees SCIPY_ARRAY_API=1 at its import, and
