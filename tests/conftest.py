@@ -10,8 +10,11 @@ import atexit
 import collections
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 
 # numba caches the package's compiled loops for the tests in the checkout's ``.numba-cache``
 # (ignored by git), never in the user's cache (dask_mcpca._compiled.CACHE_DIR): set before
@@ -80,17 +83,44 @@ def _dispatch_order(items: list) -> None:
     items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -counts[item.path]))
 
 
+#: Set by pytest's first process while a fresh clone's loops compile: the file that says they are done.
+_WARM_UP_DONE = "DASK_MCPCA_TESTS_WARM_UP_DONE"
+
+
 def pytest_configure(config):
-    """In a fresh clone (CI), compile the package's loops once, before pytest-xdist starts its workers:
+    """In a fresh clone (CI), compile the package's loops once, in a process of its own started before
+    pytest-xdist starts its workers, which wait for it after collecting (:func:`pytest_collection_finish`):
     otherwise each worker, and each command-line process a test starts before the cache is filled,
     compiled the same loops again (a fresh clone's full tier took 555 s against 512 s in a checkout
-    whose cache was full).  The controller's own process, only while the cache holds no loop."""
+    whose cache was full).  The compilation (12 s) runs while the workers import and collect (9 s).
+    Only while the cache holds no loop."""
     if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
         return
     if os.path.isdir(_NUMBA_CACHE) and any(name.endswith(".nbi") for _, _, files in os.walk(_NUMBA_CACHE)
                                             for name in files):
         return
-    compile_the_loops()
+    done = tempfile.mkdtemp(prefix="dask-mcpca-tests-warm-up-")
+    atexit.register(shutil.rmtree, done, True)
+    done = os.environ[_WARM_UP_DONE] = os.path.join(done, "done")
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = f"import conftest\ntry:\n    conftest.compile_the_loops()\nfinally:\n    open({done!r}, 'w').close()\n"
+    config._warm_up = subprocess.Popen([sys.executable, "-c", code], cwd=here,
+                                       env={**os.environ, "PYTHONPATH": os.pathsep.join([here, _ROOT])})
+
+
+def pytest_unconfigure(config):
+    warm_up = getattr(config, "_warm_up", None)
+    if warm_up is not None:
+        warm_up.wait()
+
+
+def pytest_collection_finish(session):
+    """A pytest-xdist worker of a fresh clone waits for the loops to be compiled (:func:`pytest_configure`)."""
+    done = os.environ.get(_WARM_UP_DONE)
+    if done and hasattr(session.config, "workerinput"):
+        deadline = time.monotonic() + 300
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def compile_the_loops() -> None:
