@@ -46,6 +46,7 @@ __all__ = [
     "LIMIT_SPREAD_SHARE",
     "at_limits",
     "calibrated_d2",
+    "breakdown_flags",
     "cell_flags",
     "cell_flags_of_any_rows",
     "censored_d2",
@@ -386,13 +387,10 @@ def judge_cells(model: Any, block) -> CellJudgement:
     :func:`._cells.flag_cells` at ``cell_cutoff_`` (else :func:`._cells.cell_cutoff2`).
     """
     block = np.asarray(block, np.float64)
-    Y, prec = _centred_in_spread(model, block)
-    inf = np.isinf(Y)
-    Y[inf] = np.nan
-    held, (at_low, upper) = _known_cells(model, block)
+    Y, prec, inf, held, (at_low, upper) = _judged_cells(model, block)
     at_limit = at_low | upper
     missing = np.isnan(Y) | held | at_limit
-    flags = _cells.flag_cells(Y, missing, prec, getattr(model, "cell_cutoff_", None) or _cells.cell_cutoff2())
+    flags = _cells.flag_cells(Y, missing, prec, _cell_cutoff(model))
     cond = _missing.conditional(Y, missing | flags, prec)
     bad = flags | inf | held
     d2, n_judged = cond.d2, cond.n_observed
@@ -402,6 +400,31 @@ def judge_cells(model: Any, block) -> CellJudgement:
         d2, n_judged = charged_d2(model, Y, cond, fits, upper)
     d2[np.isnan(d2) & ((n_judged > 0) | bad.any(axis=1))] = np.inf  # no good cell left: nothing explains it
     return CellJudgement(bad, d2, n_judged)
+
+
+def _judged_cells(model: Any, block: np.ndarray):
+    """``block``'s rows in units of the fitted spread (inf cells made NaN), the precision in those units,
+    the inf cells, the cells holding a learned stuck value, and the cells at a lower and an upper limit."""
+    Y, prec = _centred_in_spread(model, block)
+    inf = np.isinf(Y)
+    Y[inf] = np.nan
+    held, limits = _known_cells(model, block)
+    return Y, prec, inf, held, limits
+
+
+def _cell_cutoff(model: Any) -> float:
+    return getattr(model, "cell_cutoff_", None) or _cells.cell_cutoff2()
+
+
+def breakdown_flags(model: Any, block) -> np.ndarray:
+    """The cell flags the breakdown check counts (:func:`._cells.breakdown_message`): :func:`cell_flags`'
+    rule, except that a row with more than ``BREAKDOWN_GIVE_UP`` of its cells flagged is judged no further
+    (it holds flagged cells either way) and a cell at a saturation limit is left out, not judged."""
+    block = np.asarray(block, np.float64)
+    Y, prec, inf, held, (at_low, upper) = _judged_cells(model, block)
+    missing = np.isnan(Y) | held | at_low | upper
+    give_up = int(_cells.BREAKDOWN_GIVE_UP * block.shape[1])
+    return _cells.flag_cells(Y, missing, prec, _cell_cutoff(model), give_up=give_up) | inf | held
 
 
 def cell_flags(model: Any, block) -> np.ndarray:

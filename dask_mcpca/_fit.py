@@ -30,7 +30,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from . import _cells, _checkpoint, _shift
 from ._block import PassPlan
-from ._distances import calibrated_d2, cell_flags, mahalanobis_d2, sample_d2
+from ._distances import breakdown_flags, calibrated_d2, mahalanobis_d2, sample_d2
 from ._fit_result import FitResult, ModelView, fit_result, model_view, update_sums, with_cutoff
 from ._io import as_row_blocks
 from ._model import contamination_cutoff, repeated
@@ -265,7 +265,7 @@ def finish_fit(est, runner, start: _Start, *, k: int, tol: float, max_iter: int,
         # one variance, and a loud channel's cells look unexplained (p = 300, k = 10: 93 % of clean rows)
         judged = view if k >= p or robust is None else _robust_view(
             robust, p, unit, kernel_factor=est.kernel_factor, known=known, spectrum=spectrum)[0]
-        breakdown = _cells.breakdown_message(cell_flags(judged, rows), view.support_ if view.support_ else np.nan,
+        breakdown = _cells.breakdown_message(breakdown_flags(judged, rows), view.support_ if view.support_ else np.nan,
                                              cellwise=view.cell_cutoff_ is not None)
     return fit_result(
         view,

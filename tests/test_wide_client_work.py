@@ -34,12 +34,39 @@ def test_breakdown_check_judges_a_bounded_number_of_cells(monkeypatch, p, cells,
     """5,000 sample rows up to 500,000 cells (p = 100), fewer rows beyond: 2,500 at p = 200; a cap of
     50,000 cells judges 500 rows at p = 100, as the default cap does at p = 1000 (too long a fit here)."""
     shapes = []
-    flags = fit_module.cell_flags
-    monkeypatch.setattr(fit_module, "cell_flags", lambda model, rows: shapes.append(rows.shape) or flags(model, rows))
+    flags = fit_module.breakdown_flags
+    monkeypatch.setattr(fit_module, "breakdown_flags",
+                        lambda model, rows: shapes.append(rows.shape) or flags(model, rows))
     if cells is not None:
         monkeypatch.setattr(cells_module, "BREAKDOWN_CELLS", cells)
     MCPCA().fit(_rows(6_000, p))
     assert shapes == [(judged, p)]
+
+
+def test_breakdown_check_leaves_rows_off_in_every_channel_after_a_tenth_of_their_cells(monkeypatch):
+    """Rows 4 SDs off in every channel (2 %) at p = 200: the check counts them as rows with flagged cells,
+    as judging every cell does, and completes none of them from its last good cells (the fit spent 46 of
+    63 s there at p = 1000); the other rows are judged as before, flag for flag."""
+    import dask_mcpca._distances as distances
+    import dask_mcpca._missing as missing_module
+
+    rng = np.random.default_rng(5)
+    n, p = 1_500, 200
+    X = rng.normal(size=(n, 3)) @ rng.normal(size=(3, p)) + rng.normal(size=(n, p))
+    off = rng.random(n) < 0.02
+    X[off] += 4.0 * X.std(axis=0)
+    X[~off, 7] += np.where(rng.random((~off).sum()) < 0.05, 25.0, 0.0)  # single glitched cells elsewhere
+    model = MCPCA(n_components=3).fit(X)
+    widest = []
+    complete = missing_module._complete_rows
+    monkeypatch.setattr(missing_module, "_complete_rows",
+                        lambda U, rows, cols, prec: widest.append(cols.shape[1]) or complete(U, rows, cols, prec))
+    counted = distances.breakdown_flags(model, X)
+    assert max(widest) <= int(0.1 * p) + 1
+    monkeypatch.setattr(missing_module, "_complete_rows", complete)
+    full = distances.cell_flags(model, X)
+    assert counted[off].any(axis=1).all() and full[off].any(axis=1).all()
+    np.testing.assert_array_equal(counted[~off], full[~off])
 
 
 def test_breakdown_rows_are_strided_over_the_whole_sample():
@@ -60,8 +87,9 @@ def test_breakdown_check_judges_the_archives_end(monkeypatch):
     cols = rng.integers(0, p, n - n // 2)
     X[np.arange(n // 2, n), cols] += 30.0
     judged = []
-    flags = fit_module.cell_flags
-    monkeypatch.setattr(fit_module, "cell_flags", lambda model, rows: judged.append(rows.copy()) or flags(model, rows))
+    flags = fit_module.breakdown_flags
+    monkeypatch.setattr(fit_module, "breakdown_flags",
+                        lambda model, rows: judged.append(rows.copy()) or flags(model, rows))
     MCPCA().fit(X)
     (rows,) = judged
     glitched = (np.abs(rows) > 15).any(axis=1).mean()
