@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from ._tied import tied_columns
+from ._tied import column_ties
 
 __all__ = [
     "repeated_rows", "repeated_values", "find_repeated", "in_repeated", "value_matches", "in_repeated_rows",
@@ -300,7 +300,8 @@ def quantization_steps(sample: np.ndarray) -> np.ndarray:
     to half of it (5 rows at 85 of 20,000 at 20: a step of 65).
     """
     steps = np.zeros(sample.shape[1])
-    for column in np.flatnonzero(tied_columns(sample)):  # a column of distinct values has no lattice
+    ties = column_ties(sample)  # a lattice has half its finite cells tied (_quantized); none else has a step
+    for column in np.flatnonzero((ties.tied_finite > 0) & (2 * ties.tied_finite >= ties.n_finite)):
         values, counts = np.unique(sample[:, column], return_counts=True)
         finite = np.isfinite(values)
         values, counts = values[finite], counts[finite]
@@ -451,7 +452,9 @@ def repeated_values(sample: np.ndarray, to_stored: np.ndarray | None = None) -> 
     found = []
     w = REPEAT_WINDOW
     gappy = np.isnan(sample).any(axis=0)
-    for column in np.flatnonzero(tied_columns(sample)):  # a value held once is no repeat
+    ties = column_ties(sample)  # a stuck value is held by k cells or more
+    held_enough = ties.most >= np.maximum(TIGHT_MIN_ROWS, (TIGHT_SHARE * ties.n_values).astype(np.int64))
+    for column in np.flatnonzero(held_enough):
         cells = sample[:, column]
         if gappy[column]:
             cells = cells[~np.isnan(cells)]  # a channel's missing cells say nothing of its values
@@ -575,7 +578,9 @@ def saturation_limits(sample: np.ndarray, steps: np.ndarray, repeated: np.ndarra
     limits = np.full((p, 2), np.nan)
     stuck = {(int(c), float(v)) for c, v in (() if repeated is None else repeated)}
     finite = np.isfinite(sample).all(axis=0)
-    for column in np.flatnonzero((np.asarray(steps) == 0) & tied_columns(sample)):  # a limit is held twice
+    ties = column_ties(sample)  # a limit is held by many cells
+    busy = ties.most_finite >= np.maximum(TIGHT_MIN_ROWS, SATURATION_SHARE * ties.n_finite)
+    for column in np.flatnonzero((np.asarray(steps) == 0) & busy):
         cells = sample[:, column]
         if not finite[column]:
             cells = cells[np.isfinite(cells)]

@@ -281,6 +281,31 @@ def test_the_tie_screen_names_exactly_the_columns_np_unique_finds_a_value_twice_
     assert tied_columns(X[:0]).shape == (12,) and not tied_columns(X[:1]).any()
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_tie_counts_are_np_uniques(seed):
+    """Per column: cells holding a value (not NaN), the most cells on one value, the same over finite
+    values, and the finite cells on a value held twice or more, as np.unique's counts give them."""
+    from dask_mcpca._tied import column_ties
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    X = rng.standard_normal((n, 9))
+    X[:, 1] = np.round(X[:, 1])  # a lattice
+    X[:, 2] = np.nan  # offline
+    X[: n // 3, 3] = np.inf  # inf counts as a value, not as a finite one
+    X[:, 4] = np.where(rng.random(n) < 0.3, np.nan, np.round(X[:, 4], 1))
+    X[0, 5], X[-1, 5] = -0.0, 0.0  # one value (when n > 1)
+    X[: n // 2, 6] = 7.25  # held by half the rows
+    for A in (X, X.astype(np.float32)):
+        expected = []
+        for column in A.T:
+            values, counts = np.unique(column[~np.isnan(column)], return_counts=True)
+            finite = counts[np.isfinite(values)]
+            expected.append([counts.sum(), counts.max(initial=0), finite.sum(), finite.max(initial=0),
+                             finite[finite >= 2].sum()])
+        np.testing.assert_array_equal(np.array(column_ties(A)), np.array(expected).T)
+
+
 @pytest.mark.parametrize("cores", [1, 3])
 def test_the_tie_screen_splits_wide_samples_by_columns_and_keeps_their_order(cores, monkeypatch):
     import dask_mcpca._tied as tied
