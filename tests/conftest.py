@@ -60,19 +60,17 @@ def pytest_addoption(parser):
                      help="also run the tests marked slow (the CI tier; see tests/conftest.py)")
 
 
-#: The test files handed out first, longest first (their wall seconds on 2 cores, session 8: 67, 63, 57,
-#: 50, 49, 41, 41, 24, 23, 22, 21, 21, 20, 20), after the two that download from the package index
-#: (the install and the sklearn floor), whose time follows the network's: started first, their spread
-#: is absorbed by the files that run beside them.  CI runs the files on two processes, whole
+#: The longest test files of the full tier, longest first (their wall seconds on 2 cores, session 8: 67, 63,
+#: 57, 50, 49, 41, 41, 24, 23, 22, 21, 21, 20, 20).  CI runs the files on two processes, whole
 #: (``--dist loadfile``: their module fixtures, S3 servers and clusters, are made once), handed out in
-#: collection order (``--no-loadscope-reorder``, pyproject.toml).  pytest-xdist's own order (most tests
-#: first) had put the install's two tests, the README's six and the sklearn floor's two, 85 s together,
-#: at the end: one process ran them alone while the other had finished 33 s before.
+#: collection order (``--no-loadscope-reorder``, pyproject.toml).  Started first, the long files run beside
+#: the many short ones.  pytest-xdist's own order (most tests first) had put the install's two tests, the
+#: README's six and the sklearn floor's two, 85 s together, at the end: one process ran them alone while
+#: the other had finished 33 s before.
 LONGEST_FIRST = (
-    "test_install.py", "test_sklearn_floor.py",
     "test_writes_and_hangs.py", "test_cli.py", "test_mcpca.py", "test_object_store.py", "test_distributed.py",
-    "test_score_append.py", "test_report.py", "test_readme.py", "test_same_everywhere.py",
-    "test_numerics.py", "test_recipes.py", "test_invariance.py",
+    "test_install.py", "test_score_append.py", "test_report.py", "test_readme.py", "test_same_everywhere.py",
+    "test_sklearn_floor.py", "test_numerics.py", "test_recipes.py", "test_invariance.py",
 )
 
 
