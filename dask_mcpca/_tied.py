@@ -81,7 +81,7 @@ def _tie_counts(X, first, last):  # pragma: no cover - compiled; tests/test_repe
     for every column (a slot belongs to column j while its stamp is j + 1: no clearing)."""
     n = X.shape[0]
     bits = 4
-    while (1 << bits) < n + n // 2:
+    while (1 << bits) < n + n // 2:  # load factor under 2/3: short probes
         bits += 1
     mask = (1 << bits) - 1
     shift = np.uint64(64 - bits)
@@ -93,11 +93,11 @@ def _tie_counts(X, first, last):  # pragma: no cover - compiled; tests/test_repe
     out = np.zeros((5, last - first), np.int64)
     for j in range(last - first):
         for i in range(n):
-            column[i] = X[i, first + j] + 0.0
+            column[i] = X[i, first + j] + 0.0  # -0.0 becomes 0.0: one key for the two zeros
         for i in range(n):
             v = column[i]
             if v != v:
-                continue
+                continue  # NaN: no value
             h = np.int64((column_bits[i] * np.uint64(_GOLDEN)) >> shift)
             while stamp[h] == j + 1 and keys[h] != v:
                 h = (h + 1) & mask
@@ -105,12 +105,12 @@ def _tie_counts(X, first, last):  # pragma: no cover - compiled; tests/test_repe
                 stamp[h] = j + 1
                 keys[h] = v
                 held[h] = 0
-            held[h] += 1
+            held[h] += 1  # the cells of this column holding v so far
             c = held[h]
             out[0, j] += 1
             out[1, j] = max(out[1, j], c)
             if abs(v) < np.inf:
                 out[2, j] += 1
                 out[3, j] = max(out[3, j], c)
-                out[4, j] += 2 if c == 2 else (1 if c > 2 else 0)
+                out[4, j] += 2 if c == 2 else (1 if c > 2 else 0)  # a second cell brings the first in
     return out
