@@ -22,7 +22,7 @@ import numpy as np
 from ._compiled import AVAILABLE, compiled
 from ._threads import map_on_cores, usable_cores
 
-__all__ = ["ColumnTies", "column_ties", "tied_columns"]
+__all__ = ["ColumnTies", "column_ties"]
 
 #: Fibonacci hashing's multiplier (2^64 over the golden ratio, odd).
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -57,11 +57,6 @@ def column_ties(sample: np.ndarray) -> ColumnTies:
 
 #: Columns that one thread screens at least (a thread's start costs more than a few columns).
 MIN_PIECE_COLUMNS = 32
-
-
-def tied_columns(sample: np.ndarray) -> np.ndarray:
-    """True for each column of ``sample`` (n x p) in which some value other than NaN occurs twice or more."""
-    return column_ties(sample).most >= 2
 
 
 def _ties_by_sorting(X: np.ndarray) -> np.ndarray:

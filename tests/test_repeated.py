@@ -260,7 +260,10 @@ def _held_twice_by_sorting(X):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_the_tie_screen_names_exactly_the_columns_np_unique_finds_a_value_twice_in(seed):
-    from dask_mcpca._tied import tied_columns
+    from dask_mcpca._tied import column_ties
+
+    def tied_columns(X):
+        return column_ties(X).most >= 2
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 3000))
@@ -316,4 +319,4 @@ def test_the_tie_screen_splits_wide_samples_by_columns_and_keeps_their_order(cor
         X[7, column] = X[400, column]
     expected = np.isin(np.arange(100), (0, 33, 34, 66, 67, 99))
     np.testing.assert_array_equal(_held_twice_by_sorting(X), expected)
-    np.testing.assert_array_equal(tied.tied_columns(X), expected)
+    np.testing.assert_array_equal(tied.column_ties(X).most >= 2, expected)
